@@ -1,0 +1,1 @@
+//! Converters from raw data to TFRecord (being built).

@@ -1,0 +1,141 @@
+//! TFRecord files: framing, masked CRC32C, compression, reading and writing.
+//!
+//! A TFRecord stream is a sequence of records, each framed as
+//! `u64 length | masked CRC of length | data | masked CRC of data`
+//! (see [`frame`]); GZIP and ZLIB files compress that whole stream.
+//!
+//! - [`RecordReader`] reads from any `io::Read` with a reused buffer
+//!   ([`RecordReader::read_record`]) or zero-copy ([`RecordReader::next_record`]),
+//!   checking both CRCs, and reports corruption with file, record index and
+//!   byte offset ([`Location`]). After an error it is fused.
+//! - [`RecordWriter`] writes to any `io::Write`; [`FileRecordWriter`] writes to a
+//!   path through a temporary file renamed into place on success.
+//!
+//! Offsets are in the *uncompressed* stream and match what TensorFlow reports:
+//! the record start for a bad length CRC or a truncation, the data start for a
+//! bad data CRC. One deliberate difference from TensorFlow: a stream that ends
+//! inside a record header is reported as truncated (TensorFlow ends quietly).
+
+mod compression;
+pub mod crc;
+pub mod frame;
+mod reader;
+mod writer;
+
+use std::io;
+use std::path::PathBuf;
+
+pub use crate::error::Location;
+pub use compression::{Compression, UnknownCompression};
+pub use reader::{FileRecordReader, OnCorruption, Position, ReaderOptions, RecordReader, Records};
+pub use writer::{FileRecordWriter, PendingFile, RecordWriter};
+
+/// What is wrong with a corrupt record.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CorruptionKind {
+    /// The length field does not match its CRC; the framing is lost.
+    #[error(
+        "length CRC mismatch (length field says {length}, stored CRC {stored:#010x}, computed {computed:#010x})"
+    )]
+    LengthCrc {
+        length: u64,
+        stored: u32,
+        computed: u32,
+    },
+    /// The data does not match its CRC.
+    #[error(
+        "data CRC mismatch over {length} bytes (stored {stored:#010x}, computed {computed:#010x})"
+    )]
+    DataCrc {
+        length: u64,
+        stored: u32,
+        computed: u32,
+    },
+    /// The stream ends inside a 12-byte record header.
+    #[error("truncated record header: the stream ends {available} bytes into the 12-byte header")]
+    TruncatedHeader { available: usize },
+    /// The stream ends inside a record's data or its CRC.
+    #[error(
+        "truncated record: the header promises {length} data bytes and a 4-byte CRC, the stream ends after {available} bytes"
+    )]
+    TruncatedData { length: u64, available: u64 },
+    /// The length field passed its CRC but exceeds the reader's limit.
+    #[error(
+        "implausible record length {length} bytes (limit {limit}; raise ReaderOptions::max_record_len if it is real)"
+    )]
+    ImplausibleLength { length: u64, limit: u64 },
+}
+
+/// A corrupt record that a reader skipped or stopped at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Corruption {
+    /// Where: the record index and the offset TensorFlow would report.
+    pub location: Location,
+    /// What failed.
+    pub kind: CorruptionKind,
+}
+
+impl std::fmt::Display for Corruption {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.location, self.kind)
+    }
+}
+
+/// Errors from reading or writing TFRecord files.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// A corrupt record.
+    #[error("{location}: {kind}")]
+    Corrupt {
+        location: Location,
+        kind: CorruptionKind,
+    },
+    /// Reading (or decompressing) failed.
+    #[error("{location}: read failed: {source}")]
+    Io {
+        location: Location,
+        #[source]
+        source: io::Error,
+    },
+    /// The file could not be opened.
+    #[error("{}: cannot open: {source}", path.display())]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// The output file could not be created or renamed into place.
+    #[error("{}: cannot create: {source}", path.display())]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// Writing failed.
+    #[error("{}: write failed: {source}", path.as_deref().map(|p| p.display().to_string()).unwrap_or_else(|| "<stream>".into()))]
+    Write {
+        path: Option<PathBuf>,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl RecordError {
+    /// The position of the failure, for corruption and read errors.
+    pub fn location(&self) -> Option<&Location> {
+        match self {
+            RecordError::Corrupt { location, .. } | RecordError::Io { location, .. } => {
+                Some(location)
+            }
+            _ => None,
+        }
+    }
+
+    /// What was corrupt, if this is a corruption error.
+    pub fn corruption(&self) -> Option<&CorruptionKind> {
+        match self {
+            RecordError::Corrupt { kind, .. } => Some(kind),
+            _ => None,
+        }
+    }
+}
