@@ -8,8 +8,9 @@
 //!
 //! Sequentially (no parallelism), slots are plain streams pulled on the
 //! consumer's thread. With parallelism `p`, each open slot has a producer
-//! thread filling a bounded channel of two chunks of up to `block_length`
-//! elements (one channel operation per block, not per element), and a
+//! thread filling a bounded channel of two chunks (`chunk` = whole blocks,
+//! at least 256 elements: one channel operation per chunk, not per
+//! element), and a
 //! counting semaphore lets at most `p` of them compute at once (a producer
 //! holds a permit only while pulling a block, never while blocked on a full
 //! channel, so a slow consumer cannot deadlock the others). Non-deterministic
@@ -141,9 +142,12 @@ impl<T: Send + 'static> Pipeline<T> {
     }
 }
 
-/// Producers send up to `block_length` events per message: one channel
-/// operation per block, not per element.
+/// Producers send whole blocks, at least `CHUNK_MIN` events per message: one
+/// channel operation per chunk, not per element.
 type Chunk<U> = Vec<Event<U>>;
+
+/// The smallest chunk a producer sends (fewer at the end of an input).
+const CHUNK_MIN: usize = 256;
 
 type OpenFn<T, U> = Box<dyn Fn(T) -> Pipeline<U> + Send + Sync>;
 
@@ -268,7 +272,10 @@ impl<T: Send + 'static, U: Send + 'static> InterleaveStream<T, U> {
         let (tx, rx) = bounded::<Chunk<U>>(2);
         let panic_tx = tx.clone();
         let stage = self.counters.name().to_string();
-        let block = self.options.block_length;
+        // Whole blocks per chunk, at least CHUNK_MIN elements: a handoff
+        // between threads can cost a scheduler time slice on a busy machine,
+        // so each one should move plenty of work.
+        let block = self.options.block_length * CHUNK_MIN.div_ceil(self.options.block_length);
         let (nested, permits, stop, counters) = (
             self.nested.clone(),
             Arc::clone(permits),
