@@ -56,7 +56,12 @@ fn bench_json_has_the_documented_keys() {
         .args(["bench", "--data"])
         .arg(dir.path().join("part-*.tfrecord"))
         .arg(gz.join("*.gz"))
-        .args(["--feature", "image_raw:bytes", "--feature", "label:int64"])
+        .args([
+            "--feature",
+            "image_raw:uint8:784",
+            "--feature",
+            "label:int64",
+        ])
         .args([
             "--batch-size",
             "32",
