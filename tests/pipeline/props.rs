@@ -230,3 +230,12 @@ fn memory_cache_replays_without_rereading() {
     assert_eq!(got.len(), 12);
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
+
+#[test]
+fn handles_can_move_between_threads() {
+    fn send<T: Send>() {}
+    fn send_sync<T: Send + Sync>() {}
+    send::<tfpipe::pipeline::PipelineIter<tfpipe::Batch>>();
+    send_sync::<tfpipe::pipeline::MetricsHandle>();
+    send_sync::<Pipeline<tfpipe::Batch>>();
+}
