@@ -192,7 +192,9 @@ fn print(
 ) -> anyhow::Result<Status> {
     match RecordJson::decode(index, record, record_type) {
         Ok(json) => {
-            serde_json::to_writer(&mut *out, &json).context("writing to stdout")?;
+            serde_json::to_writer(&mut *out, &json)
+                .map_err(io::Error::from)
+                .context("writing to stdout")?;
             out.write_all(b"\n").context("writing to stdout")?;
             Ok(Status::Ok)
         }
