@@ -134,7 +134,7 @@ impl<'a> Wire<'a> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn at(data: &'a [u8], start: usize, end: usize) -> Wire<'a> {
         Wire {
             data,
@@ -143,7 +143,7 @@ impl<'a> Wire<'a> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn done(&self) -> bool {
         self.pos >= self.end
     }
@@ -153,14 +153,21 @@ impl<'a> Wire<'a> {
         WireError { at: self.pos, what }
     }
 
-    #[inline]
+    #[inline(always)]
     fn varint(&mut self) -> WireResult<u64> {
-        // One-byte varints (tags, short lengths) dominate.
-        if let Some(&b) = self.data[..self.end].get(self.pos)
-            && b < 0x80
-        {
-            self.pos += 1;
-            return Ok(u64::from(b));
+        // One- and two-byte varints (tags, lengths below 16 KiB, small ints) dominate.
+        let rest = &self.data[self.pos..self.end];
+        if let Some(&b0) = rest.first() {
+            if b0 < 0x80 {
+                self.pos += 1;
+                return Ok(u64::from(b0));
+            }
+            if let Some(&b1) = rest.get(1)
+                && b1 < 0x80
+            {
+                self.pos += 2;
+                return Ok(u64::from(b0 & 0x7f) | u64::from(b1) << 7);
+            }
         }
         self.varint_slow()
     }
@@ -189,7 +196,7 @@ impl<'a> Wire<'a> {
     }
 
     /// The next field's number and wire type.
-    #[inline]
+    #[inline(always)]
     fn tag(&mut self) -> WireResult<(u64, u8)> {
         let start = self.pos;
         let tag = self.varint()?;
@@ -202,7 +209,7 @@ impl<'a> Wire<'a> {
     }
 
     /// A length-delimited field's contents, as a cursor.
-    #[inline]
+    #[inline(always)]
     fn sub(&mut self) -> WireResult<Wire<'a>> {
         let start = self.pos;
         let len = self.varint()?;
@@ -215,7 +222,7 @@ impl<'a> Wire<'a> {
         Ok(sub)
     }
 
-    #[inline]
+    #[inline(always)]
     fn bytes(&self) -> &'a [u8] {
         &self.data[self.pos..self.end]
     }
@@ -272,7 +279,7 @@ impl<'a> Wire<'a> {
     /// Reads the next field; returns a cursor over it when it is field `want`
     /// (length-delimited), skips any other field, errors on `want` with another
     /// wire type.
-    #[inline]
+    #[inline(always)]
     fn next_len_field(&mut self, want: u64) -> WireResult<Option<Wire<'a>>> {
         let start = self.pos;
         let (field, wt) = self.tag()?;
@@ -526,7 +533,7 @@ pub struct BatchParser {
     lists: Lookup,
     sequence: bool,
     /// Per record: the byte range of each feature's last map entry.
-    slots: Vec<Option<(usize, usize)>>,
+    slots: Vec<Option<Slot>>,
 }
 
 impl BatchParser {
@@ -668,16 +675,20 @@ impl BatchParser {
                 let Some(entry) = map.next_len_field(1)? else {
                     continue;
                 };
-                if let Some(index) = lookup.get(entry_key(entry)?) {
-                    self.slots[index] = Some((entry.pos, entry.end));
+                let (key, slot) = scan_entry(entry)?;
+                if let Some(index) = lookup.get(key) {
+                    // A later entry with the same key replaces it, as in a protobuf map.
+                    self.slots[index] = Some(slot);
                 }
             }
         }
         for (index, (plan, column)) in self.plans.iter().zip(columns.iter_mut()).enumerate() {
-            let entry = self.slots[index].map(|(start, end)| Wire::at(record, start, end));
+            let slot = self.slots[index];
             let result = match plan.shape {
-                Shape::Fixed | Shape::Var => decode_feature(plan, entry, column),
-                Shape::FixedSequence | Shape::VarSequence => decode_list(plan, entry, column),
+                Shape::Fixed | Shape::Var => decode_feature(plan, record, slot, column),
+                Shape::FixedSequence | Shape::VarSequence => {
+                    decode_list(plan, slot.map(|s| s.entry(record)), column)
+                }
             };
             result.map_err(|reason| Fail::Feature(index, reason))?;
         }
@@ -690,16 +701,92 @@ fn reset_vec<T>(v: &mut Vec<T>, capacity: usize) {
     v.reserve(capacity);
 }
 
-/// A map entry's key (field 1; the last one wins; empty when absent).
-#[inline]
-fn entry_key(mut entry: Wire<'_>) -> WireResult<&[u8]> {
+/// Where a schema feature's map entry lies in the record.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    entry: (usize, usize),
+    /// The last value field (field 2) of the entry.
+    value: (usize, usize),
+    /// How many value fields the entry has (protobuf merges them when > 1).
+    values: u32,
+}
+
+impl Slot {
+    fn entry<'a>(&self, record: &'a [u8]) -> Wire<'a> {
+        Wire::at(record, self.entry.0, self.entry.1)
+    }
+}
+
+/// A map entry's key (field 1; the last one wins; empty when absent), and its slot.
+#[inline(always)]
+fn scan_entry(mut entry: Wire<'_>) -> WireResult<(&[u8], Slot)> {
     let mut key: &[u8] = &[];
+    let mut slot = Slot {
+        entry: (entry.pos, entry.end),
+        value: (0, 0),
+        values: 0,
+    };
     while !entry.done() {
-        if let Some(k) = entry.next_len_field(1)? {
-            key = k.bytes();
+        let start = entry.pos;
+        let (field, wt) = entry.tag()?;
+        match (field, wt) {
+            (1, LEN) => key = entry.sub()?.bytes(),
+            (2, LEN) => {
+                let value = entry.sub()?;
+                slot.value = (value.pos, value.end);
+                slot.values += 1;
+            }
+            (1 | 2, _) => {
+                entry.pos = start;
+                return Err(entry.err("wrong wire type for a map entry field"));
+            }
+            _ => entry.skip(field, wt)?,
         }
     }
-    Ok(key)
+    Ok((key, slot))
+}
+
+/// What one `Feature` message holds, after protobuf's oneof merging.
+enum Found<'a> {
+    /// No list set.
+    Nothing,
+    /// One list (the usual case).
+    One(u64, Wire<'a>),
+    /// Several lists of the final kind, after skipping the first `.1` lists of
+    /// the message (walk them again with [`Kinds`]).
+    Merged(u64, usize),
+}
+
+#[inline(always)]
+fn resolve_feature(mut feature: Wire<'_>) -> WireResult<Found<'_>> {
+    let mut kind = 0;
+    let mut run_start = 0;
+    let mut index = 0;
+    let mut first = feature;
+    while !feature.done() {
+        let start = feature.pos;
+        let (field, wt) = feature.tag()?;
+        if (KIND_BYTES..=KIND_INT64).contains(&field) {
+            if wt != LEN {
+                feature.pos = start;
+                return Err(feature.err("wrong wire type for a Feature list"));
+            }
+            let list = feature.sub()?;
+            if field != kind {
+                kind = field;
+                run_start = index;
+                first = list;
+            }
+            index += 1;
+        } else {
+            feature.skip(field, wt)?;
+        }
+    }
+    Ok(match index - run_start {
+        _ if kind == 0 => Found::Nothing,
+        1 => Found::One(kind, first),
+        _ => Found::Merged(kind, run_start),
+    })
 }
 
 fn empty_values(dtype: DType) -> Values {
@@ -770,35 +857,58 @@ fn append_lists(
 ) -> Result<usize, String> {
     let mut index = 0;
     let mut count = 0;
-    // For uint8: the single bytes value (its count is checked after merging).
-    let mut raw: Option<&[u8]> = None;
+    let mut raw: &[u8] = &[];
     while let Some((_, list)) = kinds.next().map_err(malformed)? {
         index += 1;
         if index <= skip {
             continue;
         }
-        count += match (plan.dtype, &mut *values) {
-            (DType::Uint8, _) => {
-                let mut n = 0;
-                let mut list = list;
-                while !list.done() {
-                    if let Some(value) = list.next_len_field(1).map_err(malformed)? {
-                        raw = Some(value.bytes());
-                        n += 1;
-                    }
-                }
-                n
-            }
-            (_, Values::Int64(v)) => append_int64(list, v).map_err(malformed)?,
-            (_, Values::Float32(v)) => append_float(list, v).map_err(malformed)?,
-            (_, Values::Bytes { data, offsets }) => {
-                append_bytes(list, data, offsets).map_err(malformed)?
-            }
-            (_, Values::Uint8(_)) => 0,
-        };
+        count += append_list(plan, list, values, &mut raw)?;
     }
+    finish_list(plan, count, raw, values)
+}
+
+/// Appends one list's values; returns how many. For `Uint8` nothing is appended:
+/// the values are counted and the last kept in `raw` for [`finish_list`].
+#[inline(always)]
+fn append_list<'a>(
+    plan: &Plan,
+    list: Wire<'a>,
+    values: &mut Values,
+    raw: &mut &'a [u8],
+) -> Result<usize, String> {
+    match (plan.dtype, values) {
+        (DType::Uint8, _) => {
+            let mut n = 0;
+            let mut list = list;
+            while !list.done() {
+                if let Some(value) = list.next_len_field(1).map_err(malformed)? {
+                    *raw = value.bytes();
+                    n += 1;
+                }
+            }
+            Ok(n)
+        }
+        (_, Values::Int64(v)) => append_int64(list, v).map_err(malformed),
+        (_, Values::Float32(v)) => append_float(list, v).map_err(malformed),
+        (_, Values::Bytes { data, offsets }) => {
+            append_bytes(list, data, offsets).map_err(malformed)
+        }
+        (_, Values::Uint8(_)) => Ok(0),
+    }
+}
+
+/// After a feature's lists: for `Uint8`, checks there was exactly one bytes value
+/// of the right size and copies it raw. Returns the feature's value count.
+#[inline(always)]
+fn finish_list(
+    plan: &Plan,
+    count: usize,
+    raw: &[u8],
+    values: &mut Values,
+) -> Result<usize, String> {
     if plan.dtype == DType::Uint8 {
-        if let (1, Some(raw), Values::Uint8(v)) = (count, raw, values) {
+        if let (1, Values::Uint8(v)) = (count, values) {
             if raw.len() != plan.len {
                 return Err(format!(
                     "uint8 value has {} bytes, expected {} (the shape's size)",
@@ -823,7 +933,7 @@ fn append_lists(
     Ok(count)
 }
 
-#[inline]
+#[inline(always)]
 fn append_int64(mut list: Wire<'_>, out: &mut Vec<i64>) -> WireResult<usize> {
     let before = out.len();
     while !list.done() {
@@ -847,7 +957,7 @@ fn append_int64(mut list: Wire<'_>, out: &mut Vec<i64>) -> WireResult<usize> {
     Ok(out.len() - before)
 }
 
-#[inline]
+#[inline(always)]
 fn append_float(mut list: Wire<'_>, out: &mut Vec<f32>) -> WireResult<usize> {
     let before = out.len();
     while !list.done() {
@@ -877,7 +987,7 @@ fn append_float(mut list: Wire<'_>, out: &mut Vec<f32>) -> WireResult<usize> {
     Ok(out.len() - before)
 }
 
-#[inline]
+#[inline(always)]
 fn append_bytes(
     mut list: Wire<'_>,
     data: &mut Vec<u8>,
@@ -910,23 +1020,56 @@ fn fill_default(fill: &Fill, values: &mut Values) {
     }
 }
 
+/// The values of a present `Feature` (a single message, or the merged values of
+/// an entry), appended to `values`; `None` for a kind-less `Feature`.
+#[inline(always)]
+fn append_feature(
+    plan: &Plan,
+    found: Found<'_>,
+    source: Kinds<'_>,
+    values: &mut Values,
+) -> Result<Option<usize>, String> {
+    match found {
+        Found::Nothing => Ok(None),
+        Found::One(kind, _) | Found::Merged(kind, _) if kind != dtype_kind(plan.dtype) => {
+            Err(wrong_kind(plan.dtype, kind))
+        }
+        Found::One(_, list) => {
+            let mut raw: &[u8] = &[];
+            let count = append_list(plan, list, values, &mut raw)?;
+            finish_list(plan, count, raw, values).map(Some)
+        }
+        Found::Merged(_, skip) => append_lists(plan, source, skip, values).map(Some),
+    }
+}
+
 /// A fixed-length or var-length feature of one record, from its map entry.
 #[inline]
-fn decode_feature(plan: &Plan, entry: Option<Wire<'_>>, column: &mut Column) -> Result<(), String> {
-    let resolved = match entry {
-        Some(entry) => Kinds::of_entry(entry)
-            .resolve()
-            .map_err(malformed)?
-            .map(|found| (found, entry)),
+fn decode_feature(
+    plan: &Plan,
+    record: &[u8],
+    slot: Option<Slot>,
+    column: &mut Column,
+) -> Result<(), String> {
+    let count = match slot {
         None => None,
-    };
-    let count = match resolved {
-        Some(((kind, skip), entry)) => {
-            if kind != dtype_kind(plan.dtype) {
-                return Err(wrong_kind(plan.dtype, kind));
-            }
-            append_lists(plan, Kinds::of_entry(entry), skip, &mut column.values)?
+        Some(slot) if slot.values == 1 => {
+            let value = Wire::at(record, slot.value.0, slot.value.1);
+            let found = resolve_feature(value).map_err(malformed)?;
+            append_feature(plan, found, Kinds::of_feature(value), &mut column.values)?
         }
+        Some(slot) => {
+            // No value (an empty Feature), or several that protobuf merges.
+            let entry = slot.entry(record);
+            let found = match Kinds::of_entry(entry).resolve().map_err(malformed)? {
+                None => Found::Nothing,
+                Some((kind, skip)) => Found::Merged(kind, skip),
+            };
+            append_feature(plan, found, Kinds::of_entry(entry), &mut column.values)?
+        }
+    };
+    let count = match count {
+        Some(count) => count,
         None if plan.shape == Shape::Fixed => match &plan.default {
             Some(fill) => {
                 fill_default(fill, &mut column.values);
@@ -935,7 +1078,7 @@ fn decode_feature(plan: &Plan, entry: Option<Wire<'_>>, column: &mut Column) -> 
             None => {
                 return Err(format!(
                     "missing ({}) and the spec has no default",
-                    if entry.is_some() {
+                    if slot.is_some() {
                         "a Feature with no list set"
                     } else {
                         "no such key"
@@ -1003,16 +1146,10 @@ fn decode_step(
     index: usize,
     column: &mut Column,
 ) -> Result<(), String> {
-    let count = match Kinds::of_feature(step).resolve().map_err(malformed)? {
-        Some((kind, skip)) => {
-            if kind != dtype_kind(plan.dtype) {
-                return Err(format!("step {index}: {}", wrong_kind(plan.dtype, kind)));
-            }
-            append_lists(plan, Kinds::of_feature(step), skip, &mut column.values)
-                .map_err(|e| format!("step {index}: {e}"))?
-        }
-        None => 0,
-    };
+    let found = resolve_feature(step).map_err(malformed)?;
+    let count = append_feature(plan, found, Kinds::of_feature(step), &mut column.values)
+        .map_err(|e| format!("step {index}: {e}"))?
+        .unwrap_or(0);
     match plan.shape {
         Shape::FixedSequence if count != plan.len => Err(format!(
             "step {index} has {count} values, expected {}",
