@@ -1165,3 +1165,99 @@ fn decode_step(
         _ => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn varint_of(bytes: &[u8]) -> WireResult<u64> {
+        Wire::new(bytes).varint()
+    }
+
+    #[test]
+    fn varints() {
+        assert_eq!(varint_of(&[0x00]).unwrap(), 0);
+        assert_eq!(varint_of(&[0x96, 0x01]).unwrap(), 150);
+        assert_eq!(varint_of(&[0x80, 0x80, 0x01]).unwrap(), 1 << 14);
+        let max = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01];
+        assert_eq!(varint_of(&max).unwrap(), u64::MAX);
+        let mut over = max;
+        over[9] = 0x02;
+        assert_eq!(
+            varint_of(&over).unwrap_err().what,
+            "varint longer than 64 bits"
+        );
+        assert_eq!(
+            varint_of(&[0x80; 11]).unwrap_err().what,
+            "varint longer than 64 bits"
+        );
+        assert_eq!(
+            varint_of(&[0x80, 0x80]).unwrap_err().what,
+            "truncated varint"
+        );
+        assert_eq!(varint_of(&[]).unwrap_err().what, "truncated varint");
+    }
+
+    #[test]
+    fn groups_are_skipped_and_checked() {
+        // Field 3 group holding field 1 varint 7, then the end-group tag.
+        let mut group = Wire::new(&[0x08, 0x07, 0x1c]);
+        assert!(group.skip(3, START_GROUP).is_ok());
+        assert!(group.done());
+        let mut mismatched = Wire::new(&[0x08, 0x07, 0x24]);
+        assert_eq!(
+            mismatched.skip(3, START_GROUP).unwrap_err().what,
+            "mismatched end-group tag"
+        );
+        let mut open = Wire::new(&[0x08, 0x07]);
+        assert_eq!(
+            open.skip(3, START_GROUP).unwrap_err().what,
+            "unterminated group"
+        );
+        // Deep nesting is bounded, not a stack overflow.
+        let deep: Vec<u8> = std::iter::repeat_n(0x1b, 10_000).collect();
+        assert_eq!(
+            Wire::new(&deep).skip(3, START_GROUP).unwrap_err().what,
+            "groups nested too deeply"
+        );
+        assert_eq!(
+            Wire::new(&[]).skip(1, 7).unwrap_err().what,
+            "invalid wire type"
+        );
+    }
+
+    /// More than 8 features use the hash lookup; the result is the same.
+    #[test]
+    fn many_features_use_the_hash_lookup() {
+        use crate::example::proto::{self, feature::Kind};
+        use prost::Message;
+
+        let names: Vec<String> = (0..12).map(|i| format!("f{i}")).collect();
+        let texts: Vec<String> = names.iter().map(|n| format!("{n}:int64")).collect();
+        let mut parser = BatchParser::new(Schema::from_feature_texts(&texts).unwrap()).unwrap();
+        assert!(matches!(parser.context, Lookup::Hash(_)));
+        let example = crate::example::Example {
+            features: Some(proto::Features {
+                feature: names
+                    .iter()
+                    .enumerate()
+                    .map(|(i, n)| {
+                        let list = proto::Int64List {
+                            value: vec![i as i64],
+                        };
+                        (
+                            n.clone(),
+                            proto::Feature {
+                                kind: Some(Kind::Int64List(list)),
+                            },
+                        )
+                    })
+                    .collect(),
+            }),
+        };
+        let batch = parser.parse_one(&example.encode_to_vec()).unwrap();
+        for (i, column) in batch.columns.iter().enumerate() {
+            assert_eq!(column.as_i64(), Some(&[i as i64][..]));
+        }
+    }
+}
