@@ -98,6 +98,9 @@ const START_GROUP: u8 = 3;
 const END_GROUP: u8 = 4;
 const FIXED32: u8 = 5;
 
+/// The most values reserved per column before parsing (more grow on demand).
+const MAX_RESERVE: usize = 1 << 24;
+
 /// Nesting limit for skipped groups (protobuf's default recursion limit).
 const MAX_GROUP_DEPTH: u32 = 100;
 
@@ -401,7 +404,7 @@ enum Shape {
     VarSequence,
 }
 
-/// A fixed-length feature's default, expanded to `product(shape)` values.
+/// A fixed-length feature's default: `product(shape)` values, or one to repeat.
 #[derive(Debug, Clone)]
 enum Fill {
     Int64(Vec<i64>),
@@ -419,14 +422,6 @@ struct Plan {
     default: Option<Fill>,
 }
 
-fn expand<T: Clone>(values: &[T], len: usize) -> Vec<T> {
-    if values.len() == 1 {
-        vec![values[0].clone(); len]
-    } else {
-        values.to_vec()
-    }
-}
-
 impl Plan {
     fn new(spec: &FeatureSpec) -> Plan {
         let shape = match spec.layout {
@@ -437,13 +432,11 @@ impl Plan {
         };
         let len = spec.fixed_len().unwrap_or(0);
         let default = spec.default.as_ref().map(|d| match (spec.dtype, d) {
-            (DType::Uint8, Value::Int64(v)) => {
-                // Validated to lie in 0..=255.
-                Fill::Uint8(expand(v, len).into_iter().map(|x| x as u8).collect())
-            }
-            (_, Value::Int64(v)) => Fill::Int64(expand(v, len)),
-            (_, Value::Float32(v)) => Fill::Float32(expand(v, len)),
-            (_, Value::Bytes(v)) => Fill::Bytes(expand(v, len)),
+            // Validated to lie in 0..=255.
+            (DType::Uint8, Value::Int64(v)) => Fill::Uint8(v.iter().map(|&x| x as u8).collect()),
+            (_, Value::Int64(v)) => Fill::Int64(v.clone()),
+            (_, Value::Float32(v)) => Fill::Float32(v.clone()),
+            (_, Value::Bytes(v)) => Fill::Bytes(v.clone()),
         });
         Plan {
             dtype: spec.dtype,
@@ -627,8 +620,9 @@ impl BatchParser {
         }
         batch.num_rows = 0;
         for (column, plan) in batch.columns.iter_mut().zip(&self.plans) {
+            // Bounded: a huge declared shape must not reserve memory up front.
             let fixed_values = if plan.shape == Shape::Fixed {
-                rows * plan.len
+                rows.saturating_mul(plan.len).min(MAX_RESERVE)
             } else {
                 0
             };
@@ -1004,14 +998,24 @@ fn append_bytes(
     Ok(count)
 }
 
-fn fill_default(fill: &Fill, values: &mut Values) {
-    match (fill, values) {
-        (Fill::Int64(d), Values::Int64(v)) => v.extend_from_slice(d),
-        (Fill::Float32(d), Values::Float32(v)) => v.extend_from_slice(d),
-        (Fill::Uint8(d), Values::Uint8(v)) => v.extend_from_slice(d),
+fn fill<T: Copy>(out: &mut Vec<T>, default: &[T], len: usize) {
+    match default {
+        [one] => out.extend(std::iter::repeat_n(*one, len)),
+        all => out.extend_from_slice(all),
+    }
+}
+
+fn fill_default(fill_with: &Fill, len: usize, values: &mut Values) {
+    match (fill_with, values) {
+        (Fill::Int64(d), Values::Int64(v)) => fill(v, d, len),
+        (Fill::Float32(d), Values::Float32(v)) => fill(v, d, len),
+        (Fill::Uint8(d), Values::Uint8(v)) => fill(v, d, len),
         (Fill::Bytes(d), Values::Bytes { data, offsets }) => {
-            for b in d {
-                data.extend_from_slice(b);
+            for i in 0..len {
+                // One value broadcast, or `len` values (never empty: validated).
+                if let Some(b) = d.get(i % d.len().max(1)) {
+                    data.extend_from_slice(b);
+                }
                 offsets.push(data.len());
             }
         }
@@ -1072,7 +1076,7 @@ fn decode_feature(
         Some(count) => count,
         None if plan.shape == Shape::Fixed => match &plan.default {
             Some(fill) => {
-                fill_default(fill, &mut column.values);
+                fill_default(fill, plan.len, &mut column.values);
                 plan.len
             }
             None => {
