@@ -104,109 +104,111 @@ const MAX_RESERVE: usize = 1 << 24;
 /// Nesting limit for skipped groups (protobuf's default recursion limit).
 const MAX_GROUP_DEPTH: u32 = 100;
 
-/// A wire-format problem at a byte offset of the record.
+/// A wire-format problem. `at` is the address of the offending byte until
+/// [`WireError::offset_in`] turns it into an offset into the record.
 #[derive(Debug, Clone, Copy)]
 struct WireError {
     at: usize,
     what: &'static str,
 }
 
-impl std::fmt::Display for WireError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} at byte {}", self.what, self.at)
+impl WireError {
+    /// This error with `at` as an offset into `record` (which holds it).
+    fn offset_in(self, record: &[u8]) -> WireError {
+        WireError {
+            at: self.at.wrapping_sub(record.as_ptr() as usize),
+            what: self.what,
+        }
+    }
+
+    fn describe(self, record: &[u8]) -> String {
+        let e = self.offset_in(record);
+        format!("{} at byte {}", e.what, e.at)
     }
 }
 
 type WireResult<T> = Result<T, WireError>;
 
-/// A cursor over one message: `data[pos..end]`, where `data` is the whole record,
-/// so every position is an offset into the record.
+/// A cursor over one message: `buf` is what is left of it. Sub-messages are
+/// sub-slices of the record, so positions are recovered from addresses.
+///
+/// Two words, so cursors stay in registers on the hot path.
 #[derive(Clone, Copy)]
 struct Wire<'a> {
-    data: &'a [u8],
-    pos: usize,
-    end: usize,
+    buf: &'a [u8],
 }
 
 impl<'a> Wire<'a> {
-    fn new(data: &'a [u8]) -> Wire<'a> {
-        Wire {
-            data,
-            pos: 0,
-            end: data.len(),
-        }
-    }
-
     #[inline(always)]
-    fn at(data: &'a [u8], start: usize, end: usize) -> Wire<'a> {
-        Wire {
-            data,
-            pos: start,
-            end,
-        }
+    fn new(buf: &'a [u8]) -> Wire<'a> {
+        Wire { buf }
     }
 
     #[inline(always)]
     fn done(&self) -> bool {
-        self.pos >= self.end
+        self.buf.is_empty()
     }
 
     #[inline]
     fn err(&self, what: &'static str) -> WireError {
-        WireError { at: self.pos, what }
+        WireError {
+            at: self.buf.as_ptr() as usize,
+            what,
+        }
+    }
+
+    /// This cursor's position as (offset, len) within `record`, which holds it.
+    #[inline(always)]
+    fn span_in(&self, record: &[u8]) -> (usize, usize) {
+        (
+            (self.buf.as_ptr() as usize).wrapping_sub(record.as_ptr() as usize),
+            self.buf.len(),
+        )
     }
 
     #[inline(always)]
     fn varint(&mut self) -> WireResult<u64> {
         // One- and two-byte varints (tags, lengths below 16 KiB, small ints) dominate.
-        let rest = &self.data[self.pos..self.end];
-        if let Some(&b0) = rest.first() {
-            if b0 < 0x80 {
-                self.pos += 1;
-                return Ok(u64::from(b0));
+        match *self.buf {
+            [b0, ref rest @ ..] if b0 < 0x80 => {
+                self.buf = rest;
+                Ok(u64::from(b0))
             }
-            if let Some(&b1) = rest.get(1)
-                && b1 < 0x80
-            {
-                self.pos += 2;
-                return Ok(u64::from(b0 & 0x7f) | u64::from(b1) << 7);
+            [b0, b1, ref rest @ ..] if b1 < 0x80 => {
+                self.buf = rest;
+                Ok(u64::from(b0 & 0x7f) | u64::from(b1) << 7)
             }
+            _ => self.varint_slow(),
         }
-        self.varint_slow()
     }
 
     #[cold]
     fn varint_slow(&mut self) -> WireResult<u64> {
-        let start = self.pos;
         let mut value = 0u64;
         for i in 0..10 {
-            let Some(&b) = self.data[..self.end].get(self.pos) else {
-                self.pos = start;
+            let Some(&b) = self.buf.get(i) else {
                 return Err(self.err("truncated varint"));
             };
-            self.pos += 1;
             if i == 9 && b > 1 {
-                self.pos = start;
                 return Err(self.err("varint longer than 64 bits"));
             }
             value |= u64::from(b & 0x7f) << (7 * i);
             if b < 0x80 {
+                self.buf = &self.buf[i + 1..];
                 return Ok(value);
             }
         }
-        self.pos = start;
         Err(self.err("varint longer than 10 bytes"))
     }
 
     /// The next field's number and wire type.
     #[inline(always)]
     fn tag(&mut self) -> WireResult<(u64, u8)> {
-        let start = self.pos;
+        let start = *self;
         let tag = self.varint()?;
         let field = tag >> 3;
         if field == 0 {
-            self.pos = start;
-            return Err(self.err("field number 0"));
+            return Err(start.err("field number 0"));
         }
         Ok((field, (tag & 7) as u8))
     }
@@ -214,30 +216,28 @@ impl<'a> Wire<'a> {
     /// A length-delimited field's contents, as a cursor.
     #[inline(always)]
     fn sub(&mut self) -> WireResult<Wire<'a>> {
-        let start = self.pos;
+        let start = *self;
         let len = self.varint()?;
-        if len > (self.end - self.pos) as u64 {
-            self.pos = start;
+        if len > self.buf.len() as u64 {
+            *self = start;
             return Err(self.err("length-delimited field runs past the end of its message"));
         }
-        let sub = Wire::at(self.data, self.pos, self.pos + len as usize);
-        self.pos = sub.end;
-        Ok(sub)
+        let (sub, rest) = self.buf.split_at(len as usize);
+        self.buf = rest;
+        Ok(Wire { buf: sub })
     }
 
     #[inline(always)]
     fn bytes(&self) -> &'a [u8] {
-        &self.data[self.pos..self.end]
+        self.buf
     }
 
     #[inline]
     fn fixed<const N: usize>(&mut self) -> WireResult<[u8; N]> {
-        match self.data[..self.end].get(self.pos..self.pos + N) {
-            Some(b) => {
-                self.pos += N;
-                let mut out = [0; N];
-                out.copy_from_slice(b);
-                Ok(out)
+        match self.buf.split_first_chunk::<N>() {
+            Some((b, rest)) => {
+                self.buf = rest;
+                Ok(*b)
             }
             None => Err(self.err("truncated fixed-width field")),
         }
@@ -262,12 +262,11 @@ impl<'a> Wire<'a> {
                     if self.done() {
                         return Err(self.err("unterminated group"));
                     }
-                    let start = self.pos;
+                    let start = *self;
                     let (f, wt) = self.tag()?;
                     if wt == END_GROUP {
                         if f != field {
-                            self.pos = start;
-                            return Err(self.err("mismatched end-group tag"));
+                            return Err(start.err("mismatched end-group tag"));
                         }
                         return Ok(());
                     }
@@ -284,12 +283,11 @@ impl<'a> Wire<'a> {
     /// wire type.
     #[inline(always)]
     fn next_len_field(&mut self, want: u64) -> WireResult<Option<Wire<'a>>> {
-        let start = self.pos;
+        let start = *self;
         let (field, wt) = self.tag()?;
         if field == want {
             if wt != LEN {
-                self.pos = start;
-                return Err(self.err("wrong wire type for a message field"));
+                return Err(start.err("wrong wire type for a message field"));
             }
             return self.sub().map(Some);
         }
@@ -351,12 +349,11 @@ impl<'a> Kinds<'a> {
         loop {
             if let Some(feature) = &mut self.feature {
                 if !feature.done() {
-                    let start = feature.pos;
+                    let start = *feature;
                     let (field, wt) = feature.tag()?;
                     if (KIND_BYTES..=KIND_INT64).contains(&field) {
                         if wt != LEN {
-                            feature.pos = start;
-                            return Err(feature.err("wrong wire type for a Feature list"));
+                            return Err(start.err("wrong wire type for a Feature list"));
                         }
                         return feature.sub().map(|list| Some((field, list)));
                     }
@@ -479,7 +476,7 @@ impl Lookup {
 /// Internal error: malformed outside any feature, or about a feature.
 enum Fail {
     Wire(WireError),
-    Feature(usize, String),
+    Feature(usize, Problem),
 }
 
 impl From<WireError> for Fail {
@@ -590,16 +587,17 @@ impl BatchParser {
     ) -> Result<(), ParseError> {
         self.reset(batch, records.len());
         for (index, record) in records.iter().enumerate() {
-            self.parse_record(record.as_ref(), &mut batch.columns)
+            let record = record.as_ref();
+            self.parse_record(record, &mut batch.columns)
                 .map_err(|fail| match fail {
                     Fail::Wire(e) => ParseError::Malformed {
                         record: index,
-                        reason: e.to_string(),
+                        reason: e.describe(record),
                     },
-                    Fail::Feature(feature, reason) => ParseError::Feature {
+                    Fail::Feature(feature, problem) => ParseError::Feature {
                         record: index,
                         feature: self.schema.features[feature].name.clone(),
-                        reason,
+                        reason: problem.describe(record),
                     },
                 })?;
             batch.num_rows = index + 1;
@@ -647,7 +645,7 @@ impl BatchParser {
         self.slots.fill(None);
         let mut message = Wire::new(record);
         while !message.done() {
-            let start = message.pos;
+            let start = message;
             let (field, wt) = message.tag()?;
             let lookup = match field {
                 // Example.features and SequenceExample.context: both `Features` in field 1.
@@ -661,15 +659,14 @@ impl BatchParser {
                 }
             };
             if wt != LEN {
-                message.pos = start;
-                return Err(message.err("wrong wire type for a message field").into());
+                return Err(start.err("wrong wire type for a message field").into());
             }
             let mut map = message.sub()?;
             while !map.done() {
                 let Some(entry) = map.next_len_field(1)? else {
                     continue;
                 };
-                let (key, slot) = scan_entry(entry)?;
+                let (key, slot) = scan_entry(entry, record)?;
                 if let Some(index) = lookup.get(key) {
                     // A later entry with the same key replaces it, as in a protobuf map.
                     self.slots[index] = Some(slot);
@@ -707,32 +704,35 @@ struct Slot {
 
 impl Slot {
     fn entry<'a>(&self, record: &'a [u8]) -> Wire<'a> {
-        Wire::at(record, self.entry.0, self.entry.1)
+        Wire::new(&record[self.entry.0..self.entry.0 + self.entry.1])
+    }
+
+    fn value<'a>(&self, record: &'a [u8]) -> Wire<'a> {
+        Wire::new(&record[self.value.0..self.value.0 + self.value.1])
     }
 }
 
 /// A map entry's key (field 1; the last one wins; empty when absent), and its slot.
 #[inline(always)]
-fn scan_entry(mut entry: Wire<'_>) -> WireResult<(&[u8], Slot)> {
+fn scan_entry<'a>(mut entry: Wire<'a>, record: &[u8]) -> WireResult<(&'a [u8], Slot)> {
     let mut key: &[u8] = &[];
     let mut slot = Slot {
-        entry: (entry.pos, entry.end),
+        entry: entry.span_in(record),
         value: (0, 0),
         values: 0,
     };
     while !entry.done() {
-        let start = entry.pos;
+        let start = entry;
         let (field, wt) = entry.tag()?;
         match (field, wt) {
             (1, LEN) => key = entry.sub()?.bytes(),
             (2, LEN) => {
                 let value = entry.sub()?;
-                slot.value = (value.pos, value.end);
+                slot.value = value.span_in(record);
                 slot.values += 1;
             }
             (1 | 2, _) => {
-                entry.pos = start;
-                return Err(entry.err("wrong wire type for a map entry field"));
+                return Err(start.err("wrong wire type for a map entry field"));
             }
             _ => entry.skip(field, wt)?,
         }
@@ -758,12 +758,11 @@ fn resolve_feature(mut feature: Wire<'_>) -> WireResult<Found<'_>> {
     let mut index = 0;
     let mut first = feature;
     while !feature.done() {
-        let start = feature.pos;
+        let start = feature;
         let (field, wt) = feature.tag()?;
         if (KIND_BYTES..=KIND_INT64).contains(&field) {
             if wt != LEN {
-                feature.pos = start;
-                return Err(feature.err("wrong wire type for a Feature list"));
+                return Err(start.err("wrong wire type for a Feature list"));
             }
             let list = feature.sub()?;
             if field != kind {
@@ -827,8 +826,30 @@ fn column_fits(column: &Column, spec: &FeatureSpec) -> bool {
         && column.inner_shape == spec.layout.fixed_shape().unwrap_or(&[])
 }
 
-fn malformed(e: WireError) -> String {
-    format!("malformed protobuf: {e}")
+/// Why a feature could not be decoded.
+enum Problem {
+    Wire(WireError),
+    Text(String),
+}
+
+impl Problem {
+    fn in_step(self, index: usize) -> Problem {
+        match self {
+            Problem::Text(t) => Problem::Text(format!("step {index}: {t}")),
+            wire => wire,
+        }
+    }
+
+    fn describe(self, record: &[u8]) -> String {
+        match self {
+            Problem::Wire(e) => format!("malformed protobuf: {}", e.describe(record)),
+            Problem::Text(t) => t,
+        }
+    }
+}
+
+fn text(t: String) -> Problem {
+    Problem::Text(t)
 }
 
 fn wrong_kind(dtype: DType, found: u64) -> String {
@@ -848,11 +869,11 @@ fn append_lists(
     mut kinds: Kinds<'_>,
     skip: usize,
     values: &mut Values,
-) -> Result<usize, String> {
+) -> Result<usize, Problem> {
     let mut index = 0;
     let mut count = 0;
     let mut raw: &[u8] = &[];
-    while let Some((_, list)) = kinds.next().map_err(malformed)? {
+    while let Some((_, list)) = kinds.next().map_err(Problem::Wire)? {
         index += 1;
         if index <= skip {
             continue;
@@ -870,23 +891,23 @@ fn append_list<'a>(
     list: Wire<'a>,
     values: &mut Values,
     raw: &mut &'a [u8],
-) -> Result<usize, String> {
+) -> Result<usize, Problem> {
     match (plan.dtype, values) {
         (DType::Uint8, _) => {
             let mut n = 0;
             let mut list = list;
             while !list.done() {
-                if let Some(value) = list.next_len_field(1).map_err(malformed)? {
+                if let Some(value) = list.next_len_field(1).map_err(Problem::Wire)? {
                     *raw = value.bytes();
                     n += 1;
                 }
             }
             Ok(n)
         }
-        (_, Values::Int64(v)) => append_int64(list, v).map_err(malformed),
-        (_, Values::Float32(v)) => append_float(list, v).map_err(malformed),
+        (_, Values::Int64(v)) => append_int64(list, v).map_err(Problem::Wire),
+        (_, Values::Float32(v)) => append_float(list, v).map_err(Problem::Wire),
         (_, Values::Bytes { data, offsets }) => {
-            append_bytes(list, data, offsets).map_err(malformed)
+            append_bytes(list, data, offsets).map_err(Problem::Wire)
         }
         (_, Values::Uint8(_)) => Ok(0),
     }
@@ -900,29 +921,29 @@ fn finish_list(
     count: usize,
     raw: &[u8],
     values: &mut Values,
-) -> Result<usize, String> {
+) -> Result<usize, Problem> {
     if plan.dtype == DType::Uint8 {
         if let (1, Values::Uint8(v)) = (count, values) {
             if raw.len() != plan.len {
-                return Err(format!(
+                return Err(text(format!(
                     "uint8 value has {} bytes, expected {} (the shape's size)",
                     raw.len(),
                     plan.len
-                ));
+                )));
             }
             v.extend_from_slice(raw);
             return Ok(plan.len);
         }
         if count == 0 {
-            return Err(format!(
+            return Err(text(format!(
                 "present but empty list, expected one bytes value of {} bytes",
                 plan.len
-            ));
+            )));
         }
-        return Err(format!(
+        return Err(text(format!(
             "uint8 needs exactly one bytes value of {} bytes, found {count} values",
             plan.len
-        ));
+        )));
     }
     Ok(count)
 }
@@ -931,7 +952,7 @@ fn finish_list(
 fn append_int64(mut list: Wire<'_>, out: &mut Vec<i64>) -> WireResult<usize> {
     let before = out.len();
     while !list.done() {
-        let start = list.pos;
+        let start = list;
         let (field, wt) = list.tag()?;
         match (field, wt) {
             (1, LEN) => {
@@ -942,8 +963,7 @@ fn append_int64(mut list: Wire<'_>, out: &mut Vec<i64>) -> WireResult<usize> {
             }
             (1, VARINT) => out.push(list.varint()? as i64),
             (1, _) => {
-                list.pos = start;
-                return Err(list.err("wrong wire type for int64_list values"));
+                return Err(start.err("wrong wire type for int64_list values"));
             }
             _ => list.skip(field, wt)?,
         }
@@ -955,7 +975,7 @@ fn append_int64(mut list: Wire<'_>, out: &mut Vec<i64>) -> WireResult<usize> {
 fn append_float(mut list: Wire<'_>, out: &mut Vec<f32>) -> WireResult<usize> {
     let before = out.len();
     while !list.done() {
-        let start = list.pos;
+        let start = list;
         let (field, wt) = list.tag()?;
         match (field, wt) {
             (1, LEN) => {
@@ -972,8 +992,7 @@ fn append_float(mut list: Wire<'_>, out: &mut Vec<f32>) -> WireResult<usize> {
             }
             (1, FIXED32) => out.push(f32::from_le_bytes(list.fixed::<4>()?)),
             (1, _) => {
-                list.pos = start;
-                return Err(list.err("wrong wire type for float_list values"));
+                return Err(start.err("wrong wire type for float_list values"));
             }
             _ => list.skip(field, wt)?,
         }
@@ -1032,11 +1051,11 @@ fn append_feature(
     found: Found<'_>,
     source: Kinds<'_>,
     values: &mut Values,
-) -> Result<Option<usize>, String> {
+) -> Result<Option<usize>, Problem> {
     match found {
         Found::Nothing => Ok(None),
         Found::One(kind, _) | Found::Merged(kind, _) if kind != dtype_kind(plan.dtype) => {
-            Err(wrong_kind(plan.dtype, kind))
+            Err(text(wrong_kind(plan.dtype, kind)))
         }
         Found::One(_, list) => {
             let mut raw: &[u8] = &[];
@@ -1054,18 +1073,18 @@ fn decode_feature(
     record: &[u8],
     slot: Option<Slot>,
     column: &mut Column,
-) -> Result<(), String> {
+) -> Result<(), Problem> {
     let count = match slot {
         None => None,
         Some(slot) if slot.values == 1 => {
-            let value = Wire::at(record, slot.value.0, slot.value.1);
-            let found = resolve_feature(value).map_err(malformed)?;
+            let value = slot.value(record);
+            let found = resolve_feature(value).map_err(Problem::Wire)?;
             append_feature(plan, found, Kinds::of_feature(value), &mut column.values)?
         }
         Some(slot) => {
             // No value (an empty Feature), or several that protobuf merges.
             let entry = slot.entry(record);
-            let found = match Kinds::of_entry(entry).resolve().map_err(malformed)? {
+            let found = match Kinds::of_entry(entry).resolve().map_err(Problem::Wire)? {
                 None => Found::Nothing,
                 Some((kind, skip)) => Found::Merged(kind, skip),
             };
@@ -1080,27 +1099,27 @@ fn decode_feature(
                 plan.len
             }
             None => {
-                return Err(format!(
+                return Err(text(format!(
                     "missing ({}) and the spec has no default",
                     if slot.is_some() {
                         "a Feature with no list set"
                     } else {
                         "no such key"
                     }
-                ));
+                )));
             }
         },
         None => 0,
     };
     match plan.shape {
-        Shape::Fixed if count != plan.len => Err(if count == 0 {
+        Shape::Fixed if count != plan.len => Err(text(if count == 0 {
             format!(
                 "present but empty list, expected {} values (TensorFlow rejects this even with a default)",
                 plan.len
             )
         } else {
             format!("has {count} values, expected {}", plan.len)
-        }),
+        })),
         Shape::Fixed => Ok(()),
         _ => {
             let total = column.values.len();
@@ -1113,17 +1132,17 @@ fn decode_feature(
 }
 
 /// A sequence feature of one record, from its `FeatureLists` map entry.
-fn decode_list(plan: &Plan, entry: Option<Wire<'_>>, column: &mut Column) -> Result<(), String> {
+fn decode_list(plan: &Plan, entry: Option<Wire<'_>>, column: &mut Column) -> Result<(), Problem> {
     let mut steps = 0usize;
     if let Some(mut entry) = entry {
         // Every value field (field 2) of the entry is a partial `FeatureList`; merged,
         // their `feature` fields (field 1) are the steps, in order.
         while !entry.done() {
-            let Some(mut list) = entry.next_len_field(2).map_err(malformed)? else {
+            let Some(mut list) = entry.next_len_field(2).map_err(Problem::Wire)? else {
                 continue;
             };
             while !list.done() {
-                let Some(step) = list.next_len_field(1).map_err(malformed)? else {
+                let Some(step) = list.next_len_field(1).map_err(Problem::Wire)? else {
                     continue;
                 };
                 decode_step(plan, step, steps, column)?;
@@ -1149,16 +1168,16 @@ fn decode_step(
     step: Wire<'_>,
     index: usize,
     column: &mut Column,
-) -> Result<(), String> {
-    let found = resolve_feature(step).map_err(malformed)?;
+) -> Result<(), Problem> {
+    let found = resolve_feature(step).map_err(Problem::Wire)?;
     let count = append_feature(plan, found, Kinds::of_feature(step), &mut column.values)
-        .map_err(|e| format!("step {index}: {e}"))?
+        .map_err(|e| e.in_step(index))?
         .unwrap_or(0);
     match plan.shape {
-        Shape::FixedSequence if count != plan.len => Err(format!(
+        Shape::FixedSequence if count != plan.len => Err(text(format!(
             "step {index} has {count} values, expected {}",
             plan.len
-        )),
+        ))),
         Shape::VarSequence => {
             let total = column.values.len();
             if let Some(splits) = column.row_splits.get_mut(1) {
