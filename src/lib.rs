@@ -11,7 +11,7 @@ pub mod train;
 
 pub use batch::{Batch, BatchError, Column, Values};
 pub use error::Location;
-pub use metrics::{PipelineMetrics, StageMetrics};
 pub use example::{BatchParser, DType, FeatureSpec, Layout, Schema};
+pub use metrics::{PipelineMetrics, StageMetrics};
 pub use pipeline::{Parallelism, Pipeline, PipelineError, PipelineIter};
 pub use tfrecord::{Compression, RecordError, RecordReader, RecordWriter};

@@ -226,7 +226,10 @@ impl MetricsRegistry {
         if let Some((_, counters)) = stages.iter().find(|(k, _)| k == key) {
             return Arc::clone(counters);
         }
-        let same = stages.iter().filter(|(_, c)| base_name(c.name()) == name).count();
+        let same = stages
+            .iter()
+            .filter(|(_, c)| base_name(c.name()) == name)
+            .count();
         let display = if same == 0 {
             name.to_string()
         } else {

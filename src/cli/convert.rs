@@ -113,7 +113,11 @@ fn format_of(args: &Args) -> anyhow::Result<Format> {
     only(!args.na.is_empty(), "--na", &[Csv])?;
     only(!args.columns.is_empty(), "--column", &[Csv, Json])?;
     only(args.label.is_some(), "--label", &[Csv, Json])?;
-    only(args.missing != MissingArg::Default, "--missing", &[Csv, Json])?;
+    only(
+        args.missing != MissingArg::Default,
+        "--missing",
+        &[Csv, Json],
+    )?;
     only(args.labels.is_some(), "--labels", &[Idx])?;
     only(args.as_float, "--as-float", &[Idx])?;
     only(args.resize.is_some(), "--resize", &[Images])?;
@@ -234,7 +238,11 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
             eprintln!("tfpipe: interrupted; no output was written");
             Ok(Status::Interrupted)
         }
-        Err(e @ (ConvertError::BadRow { .. } | ConvertError::BadInput { .. } | ConvertError::NoRecords { .. })) => {
+        Err(
+            e @ (ConvertError::BadRow { .. }
+            | ConvertError::BadInput { .. }
+            | ConvertError::NoRecords { .. }),
+        ) => {
             eprintln!("tfpipe: {e}");
             if e.is_bad_row() && !args.skip_bad_rows {
                 eprintln!("tfpipe: no output was written (--skip-bad-rows skips such rows)");
@@ -262,7 +270,10 @@ fn features_text(summary: &Summary) -> Vec<String> {
                 Layout::Fixed(s) if s.is_empty() => String::new(),
                 Layout::Fixed(s) => format!(
                     ":{}",
-                    s.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x")
+                    s.iter()
+                        .map(|d| d.to_string())
+                        .collect::<Vec<_>>()
+                        .join("x")
                 ),
                 Layout::Var => ":var".into(),
                 other => format!(":{other:?}"),
@@ -320,6 +331,9 @@ fn print_summary(s: &Summary) {
         println!("    {e}");
     }
     if s.rows_skipped > s.bad_rows.len() as u64 {
-        println!("    ... and {} more", s.rows_skipped - s.bad_rows.len() as u64);
+        println!(
+            "    ... and {} more",
+            s.rows_skipped - s.bad_rows.len() as u64
+        );
     }
 }

@@ -212,7 +212,9 @@ pub fn convert(
         return Err(ConvertError::Options("no input files given".into()));
     }
     match output.sharding {
-        Sharding::Shards(0) => return Err(ConvertError::Options("--shards must be at least 1".into())),
+        Sharding::Shards(0) => {
+            return Err(ConvertError::Options("--shards must be at least 1".into()));
+        }
         Sharding::RecordsPerShard(0) => {
             return Err(ConvertError::Options(
                 "--records-per-shard must be at least 1".into(),

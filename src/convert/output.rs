@@ -53,9 +53,14 @@ impl Input {
     /// decompressed, so byte offsets in errors are in the uncompressed data.
     pub(crate) fn load(path: &Path) -> Result<Input, ConvertError> {
         let mut file = fs::File::open(path).map_err(|e| ConvertError::read(path, e))?;
-        let len = file.metadata().map_err(|e| ConvertError::read(path, e))?.len();
+        let len = file
+            .metadata()
+            .map_err(|e| ConvertError::read(path, e))?
+            .len();
         let mut magic = [0u8; 2];
-        let n = file.read(&mut magic).map_err(|e| ConvertError::read(path, e))?;
+        let n = file
+            .read(&mut magic)
+            .map_err(|e| ConvertError::read(path, e))?;
         if n == 2 && magic == [0x1f, 0x8b] {
             let file = fs::File::open(path).map_err(|e| ConvertError::read(path, e))?;
             let mut out = Vec::with_capacity((len as usize).saturating_mul(4));
@@ -189,8 +194,9 @@ impl<'a> Ctx<'a> {
                 if batch.is_empty() {
                     break;
                 }
-                let results: Vec<Result<R, ConvertError>> =
-                    self.pool.install(|| batch.into_par_iter().map(&work).collect());
+                let results: Vec<Result<R, ConvertError>> = self
+                    .pool
+                    .install(|| batch.into_par_iter().map(&work).collect());
                 for result in results {
                     match result {
                         Ok(item) => {
@@ -441,10 +447,7 @@ pub(crate) fn finish(
             "file_bytes": size,
         }));
     }
-    let uncompressed: u64 = shard_meta
-        .iter()
-        .filter_map(|m| m["bytes"].as_u64())
-        .sum();
+    let uncompressed: u64 = shard_meta.iter().filter_map(|m| m["bytes"].as_u64()).sum();
     let mut metadata = Map::new();
     metadata.insert("records".into(), json!(records));
     metadata.insert("bytes".into(), json!(uncompressed));
@@ -539,7 +542,10 @@ mod tests {
     fn shard_plans_cover_every_record() {
         assert_eq!(plan_shards(10, Sharding::Shards(3), 0), vec![4, 3, 3]);
         assert_eq!(plan_shards(2, Sharding::Shards(3), 0), vec![1, 1, 0]);
-        assert_eq!(plan_shards(10, Sharding::RecordsPerShard(4), 0), vec![4, 4, 2]);
+        assert_eq!(
+            plan_shards(10, Sharding::RecordsPerShard(4), 0),
+            vec![4, 4, 2]
+        );
         assert_eq!(plan_shards(8, Sharding::RecordsPerShard(4), 0), vec![4, 4]);
         assert_eq!(plan_shards(5, Sharding::Auto, 1000), vec![5]);
         assert_eq!(plan_shards(0, Sharding::Shards(2), 0), vec![0, 0]);

@@ -61,7 +61,8 @@ impl Autotuner {
         );
         let workers = current.max(1) as f64;
         let span = interval.as_nanos() as f64;
-        let waited = (downstream_wait.saturating_sub(self.downstream_wait)).as_nanos() as f64 / span;
+        let waited =
+            (downstream_wait.saturating_sub(self.downstream_wait)).as_nanos() as f64 / span;
         let busy_frac = busy.saturating_sub(self.busy_ns) as f64 / (span * workers);
         let _input_frac = wait_in.saturating_sub(self.wait_in_ns) as f64 / (span * workers);
         let blocked_frac = blocked.saturating_sub(self.blocked_out_ns) as f64 / (span * workers);

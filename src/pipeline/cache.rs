@@ -61,7 +61,8 @@ impl<T: Clone + Send + Sync + 'static> Pipeline<T> {
                     Some(Event::EpochEnd(_)) => {}
                     None => {
                         if let Some(r) = recording.take() {
-                            *kept.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(r));
+                            *kept.lock().unwrap_or_else(PoisonError::into_inner) =
+                                Some(Arc::new(r));
                         }
                     }
                 }

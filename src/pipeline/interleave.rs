@@ -190,7 +190,10 @@ impl Permits {
 /// `Remote`: the receiver drops before the worker is joined.
 enum Slot<U> {
     Local(Stream<U>),
-    Remote { rx: Receiver<Event<U>>, _worker: Worker },
+    Remote {
+        rx: Receiver<Event<U>>,
+        _worker: Worker,
+    },
 }
 
 struct InterleaveStream<T, U> {
@@ -310,7 +313,10 @@ impl<T: Send + 'static, U: Send + 'static> InterleaveStream<T, U> {
             let _ = panic_tx.send(Event::Item(Err(PipelineError::Panic { stage, message })));
         };
         let worker = Worker::spawn(self.env.live(), "interleave", body, on_panic)?;
-        Ok(Slot::Remote { rx, _worker: worker })
+        Ok(Slot::Remote {
+            rx,
+            _worker: worker,
+        })
     }
 
     /// The next element of slot `index`; `None` when it is exhausted.

@@ -71,7 +71,9 @@ impl<E: Clone + Send + Sync + 'static> Pipeline<Vec<E>> {
                             PaddedShape::Fixed(w) if longest <= w => Ok(w),
                             PaddedShape::Fixed(w) => Err(PipelineError::Element {
                                 stage: counters.name().to_string(),
-                                message: format!("a row of length {longest} exceeds the padded shape {w}"),
+                                message: format!(
+                                    "a row of length {longest} exceeds the padded shape {w}"
+                                ),
                             }),
                         };
                         match width {
@@ -85,7 +87,11 @@ impl<E: Clone + Send + Sync + 'static> Pipeline<Vec<E>> {
                                     values.extend(std::iter::repeat_n(padding.clone(), pad));
                                 }
                                 counters.add_out(1, 0);
-                                Event::Item(Ok(PaddedBatch { values, lengths, width }))
+                                Event::Item(Ok(PaddedBatch {
+                                    values,
+                                    lengths,
+                                    width,
+                                }))
                             }
                             Err(err) => {
                                 counters.add_error();

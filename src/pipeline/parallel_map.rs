@@ -25,7 +25,9 @@ use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError, bounded};
 
 use super::autotune::Autotuner;
 use super::worker::{Worker, call_user};
-use super::{BoxError, Env, Event, Parallelism, Pipeline, PipelineError, Stream, byte_size, user_error};
+use super::{
+    BoxError, Env, Event, Parallelism, Pipeline, PipelineError, Stream, byte_size, user_error,
+};
 use crate::metrics::StageCounters;
 
 /// How [`Pipeline::map_parallel_with`] runs.
@@ -85,10 +87,12 @@ impl<T: Send + 'static> Pipeline<T> {
     {
         let bad = matches!(options.parallelism, Parallelism::Fixed(0));
         let job = Arc::new(Job { init, f });
-        self.invalid_if(bad, || "map_parallel: parallelism must be positive (or Auto)".into())
-            .then("map", move |env, up, counters| {
-                start_map(env, up, counters, options, Arc::clone(&job))
-            })
+        self.invalid_if(bad, || {
+            "map_parallel: parallelism must be positive (or Auto)".into()
+        })
+        .then("map", move |env, up, counters| {
+            start_map(env, up, counters, options, Arc::clone(&job))
+        })
     }
 }
 
@@ -245,7 +249,11 @@ impl<T: Send + 'static, U: Send + 'static> WorkerCtx<T, U> {
                 return;
             }
             if self.index >= self.shared.target.load(Ordering::Relaxed) {
-                let guard = self.shared.park.lock().unwrap_or_else(PoisonError::into_inner);
+                let guard = self
+                    .shared
+                    .park
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
                 if self.index >= self.shared.target.load(Ordering::Relaxed) && !self.stopping() {
                     let _ = self
                         .shared
@@ -270,7 +278,11 @@ impl<T: Send + 'static, U: Send + 'static> WorkerCtx<T, U> {
             }
             let t = Instant::now();
             let (seq, epoch, event) = {
-                let mut up = self.shared.upstream.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut up = self
+                    .shared
+                    .upstream
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
                 if self.shared.exhausted.load(Ordering::Relaxed) {
                     return;
                 }
@@ -293,7 +305,8 @@ impl<T: Send + 'static, U: Send + 'static> WorkerCtx<T, U> {
                     let t = Instant::now();
                     self.counters.add_in(1, byte_size(&item));
                     let result = match state.as_mut() {
-                        Ok(state) => match call_user(self.counters.name(), || (job.f)(state, item)) {
+                        Ok(state) => match call_user(self.counters.name(), || (job.f)(state, item))
+                        {
                             Ok(Ok(value)) => {
                                 self.counters.add_out(1, byte_size(&value));
                                 Ok(value)
@@ -383,9 +396,10 @@ impl<T, U> MapStream<T, U> {
         }
         if !self.deterministic {
             let epoch = self.epoch;
-            let found = self.ring.iter().position(
-                |slot| matches!(slot, Slot::Ready(e, Event::Item(_)) if *e == epoch),
-            )?;
+            let found = self
+                .ring
+                .iter()
+                .position(|slot| matches!(slot, Slot::Ready(e, Event::Item(_)) if *e == epoch))?;
             if let Slot::Ready(_, event) = std::mem::replace(&mut self.ring[found], Slot::Done) {
                 return Some(event);
             }

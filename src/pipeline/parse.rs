@@ -28,10 +28,17 @@ impl Pipeline<Vec<Record>> {
     /// }
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn parse_batches(self, schema: Schema, parallelism: impl Into<Parallelism>) -> Pipeline<Batch> {
-        parse_stage(self, schema, parallelism.into(), |parser, records: Vec<Record>| {
-            parser.parse(&records)
-        })
+    pub fn parse_batches(
+        self,
+        schema: Schema,
+        parallelism: impl Into<Parallelism>,
+    ) -> Pipeline<Batch> {
+        parse_stage(
+            self,
+            schema,
+            parallelism.into(),
+            |parser, records: Vec<Record>| parser.parse(&records),
+        )
     }
 }
 
@@ -39,10 +46,17 @@ impl Pipeline<Record> {
     /// Parses each serialized `Example` on its own into a one-row [`Batch`]
     /// (the per-example arrangement; batching first and using
     /// [`parse_batches`](Pipeline::parse_batches) is much faster).
-    pub fn parse_records(self, schema: Schema, parallelism: impl Into<Parallelism>) -> Pipeline<Batch> {
-        parse_stage(self, schema, parallelism.into(), |parser, record: Record| {
-            parser.parse(std::slice::from_ref(&record))
-        })
+    pub fn parse_records(
+        self,
+        schema: Schema,
+        parallelism: impl Into<Parallelism>,
+    ) -> Pipeline<Batch> {
+        parse_stage(
+            self,
+            schema,
+            parallelism.into(),
+            |parser, record: Record| parser.parse(std::slice::from_ref(&record)),
+        )
     }
 }
 

@@ -95,7 +95,12 @@ struct Shuffle<T> {
 }
 
 impl<T> Shuffle<T> {
-    fn new(env: &Env, up: Stream<T>, counters: Arc<StageCounters>, options: ShuffleOptions) -> Self {
+    fn new(
+        env: &Env,
+        up: Stream<T>,
+        counters: Arc<StageCounters>,
+        options: ShuffleOptions,
+    ) -> Self {
         let mut s = Shuffle {
             up,
             counters,
@@ -181,7 +186,10 @@ impl<T> Shuffle<T> {
                     } else {
                         let i = self.rng.below(cap);
                         self.emitted_this_epoch += 1;
-                        return Some(Event::Item(Ok(std::mem::replace(&mut self.buffer[i], item))));
+                        return Some(Event::Item(Ok(std::mem::replace(
+                            &mut self.buffer[i],
+                            item,
+                        ))));
                     }
                 }
                 Some(Event::Item(Err(err))) => return Some(Event::Item(Err(err))),

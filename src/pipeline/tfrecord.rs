@@ -42,7 +42,10 @@ impl Pipeline<Record> {
                     pattern: pattern.to_string(),
                     reason: e.to_string(),
                 })?;
-                let mut found: Vec<PathBuf> = matches.filter_map(Result::ok).filter(|p| p.is_file()).collect();
+                let mut found: Vec<PathBuf> = matches
+                    .filter_map(Result::ok)
+                    .filter(|p| p.is_file())
+                    .collect();
                 if found.is_empty() {
                     return Err(PipelineError::NoFiles {
                         pattern: pattern.to_string(),
@@ -109,7 +112,12 @@ impl TfRecordFiles {
             self.paths.clear();
             return self;
         }
-        self.paths = self.paths.into_iter().skip(index).step_by(num_shards).collect();
+        self.paths = self
+            .paths
+            .into_iter()
+            .skip(index)
+            .step_by(num_shards)
+            .collect();
         self
     }
 
@@ -117,7 +125,9 @@ impl TfRecordFiles {
     /// file, up to the cores computing), `block_length` records from each in
     /// turn, deterministically.
     pub fn interleave(self, cycle_length: usize, block_length: usize) -> Pipeline<Record> {
-        self.interleave_with(Interleave::new(cycle_length, block_length).parallel(Parallelism::Auto))
+        self.interleave_with(
+            Interleave::new(cycle_length, block_length).parallel(Parallelism::Auto),
+        )
     }
 
     /// Reads the files with these interleave settings.
@@ -126,7 +136,9 @@ impl TfRecordFiles {
         let error = self.error;
         Pipeline::from_vec(self.paths)
             .invalid_if(error.is_some(), || error.clone().unwrap_or_default())
-            .interleave(options, move |path| Pipeline::tfrecord_file(path, reader.clone()))
+            .interleave(options, move |path| {
+                Pipeline::tfrecord_file(path, reader.clone())
+            })
     }
 
     /// Reads the files one after another on the pulling thread.

@@ -149,9 +149,14 @@ mod tests {
     fn escaped_panic_reaches_on_panic() {
         let live = LiveThreads::default();
         let (tx, rx) = crossbeam_channel::bounded::<String>(1);
-        let w = Worker::spawn(&live, "p", || panic!("boom"), move |m| {
-            let _ = tx.send(m);
-        })
+        let w = Worker::spawn(
+            &live,
+            "p",
+            || panic!("boom"),
+            move |m| {
+                let _ = tx.send(m);
+            },
+        )
         .unwrap();
         drop(w);
         assert_eq!(rx.try_recv().unwrap(), "boom");
