@@ -23,7 +23,10 @@ fn epochs<T: Send + 'static>(p: Pipeline<T>) -> Vec<Vec<T>> {
                 }
             }
         }
-        assert!(out.pop().unwrap().is_empty(), "nothing after the last marker");
+        assert!(
+            out.pop().unwrap().is_empty(),
+            "nothing after the last marker"
+        );
         out
     })
 }
@@ -143,11 +146,14 @@ fn nondeterministic_map_keeps_every_element_and_epoch() {
 #[test]
 fn nondeterministic_interleave_keeps_every_element() {
     let inter = Interleave::new(4, 2).parallel(3).deterministic(false);
-    let p = Pipeline::from_vec((0..10u32).collect())
-        .interleave(inter, |f| Pipeline::from_vec((0..37).map(|k| f * 100 + k).collect()));
+    let p = Pipeline::from_vec((0..10u32).collect()).interleave(inter, |f| {
+        Pipeline::from_vec((0..37).map(|k| f * 100 + k).collect())
+    });
     let mut got = collect(p);
     got.sort_unstable();
-    let mut want: Vec<u32> = (0..10).flat_map(|f| (0..37).map(move |k| f * 100 + k)).collect();
+    let mut want: Vec<u32> = (0..10)
+        .flat_map(|f| (0..37).map(move |k| f * 100 + k))
+        .collect();
     want.sort_unstable();
     assert_eq!(got, want);
 }
@@ -172,7 +178,7 @@ fn take_after_forever_repeat_ends() {
 
 #[test]
 fn one_shot_iterator_runs_once_under_repeat() {
-    let got = collect(Pipeline::from_iter(vec![1, 2]).repeat(Some(3)));
+    let got = collect(Pipeline::from_iterator(vec![1, 2]).repeat(Some(3)));
     assert_eq!(got, [1, 2]);
 }
 
