@@ -15,7 +15,6 @@ use tfpipe::convert::{
     self, ConvertError, CsvOptions, Format, IdxOptions, ImagesOptions, JsonOptions, Missing,
     OutputOptions, Phase, Sharding, Summary,
 };
-use tfpipe::example::Layout;
 use tfpipe::tfrecord::Compression;
 
 use super::Status;
@@ -113,7 +112,11 @@ fn format_of(args: &Args) -> anyhow::Result<Format> {
     only(!args.na.is_empty(), "--na", &[Csv])?;
     only(!args.columns.is_empty(), "--column", &[Csv, Json])?;
     only(args.label.is_some(), "--label", &[Csv, Json])?;
-    only(args.missing != MissingArg::Default, "--missing", &[Csv, Json])?;
+    only(
+        args.missing != MissingArg::Default,
+        "--missing",
+        &[Csv, Json],
+    )?;
     only(args.labels.is_some(), "--labels", &[Idx])?;
     only(args.as_float, "--as-float", &[Idx])?;
     only(args.resize.is_some(), "--resize", &[Images])?;
@@ -223,6 +226,13 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     bar.finish_and_clear();
     match result {
         Ok(summary) => {
+            if !summary.stale_shards.is_empty() {
+                eprintln!(
+                    "tfpipe: warning: {} shard(s) of an earlier conversion share this prefix and match PREFIX-* (e.g. {}); remove them before reading with a glob",
+                    summary.stale_shards.len(),
+                    summary.stale_shards[0].display()
+                );
+            }
             if args.json {
                 println!("{}", summary_json(&summary));
             } else {
@@ -234,7 +244,11 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
             eprintln!("tfpipe: interrupted; no output was written");
             Ok(Status::Interrupted)
         }
-        Err(e @ (ConvertError::BadRow { .. } | ConvertError::BadInput { .. } | ConvertError::NoRecords { .. })) => {
+        Err(
+            e @ (ConvertError::BadRow { .. }
+            | ConvertError::BadInput { .. }
+            | ConvertError::NoRecords { .. }),
+        ) => {
             eprintln!("tfpipe: {e}");
             if e.is_bad_row() && !args.skip_bad_rows {
                 eprintln!("tfpipe: no output was written (--skip-bad-rows skips such rows)");
@@ -252,29 +266,17 @@ fn mb(bytes: u64) -> f64 {
 }
 
 fn features_text(summary: &Summary) -> Vec<String> {
+    // The `--feature` text form, so the lines can be pasted into other commands.
     summary
         .schema
         .features
         .iter()
         .map(|f| {
-            let dtype = format!("{:?}", f.dtype).to_lowercase();
-            let shape = match &f.layout {
-                Layout::Fixed(s) if s.is_empty() => String::new(),
-                Layout::Fixed(s) => format!(
-                    ":{}",
-                    s.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x")
-                ),
-                Layout::Var => ":var".into(),
-                other => format!(":{other:?}"),
-            };
-            let mut text = format!("{}:{dtype}{shape}", f.name);
             if summary.schema.label.as_deref() == Some(f.name.as_str()) {
-                text.push_str(" (label)");
+                format!("{f} (label)")
+            } else {
+                f.to_string()
             }
-            if f.default.is_some() {
-                text.push_str(" (missing in some records: default)");
-            }
-            text
         })
         .collect()
 }
@@ -290,6 +292,7 @@ fn summary_json(s: &Summary) -> serde_json::Value {
         "schema": s.schema_path.display().to_string(),
         "features": features_text(s),
         "seconds": s.seconds,
+        "stale_shards": s.stale_shards.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
         "mb_per_sec_in": mb(s.bytes_in) / s.seconds.max(1e-9),
         "records_per_sec": s.records as f64 / s.seconds.max(1e-9),
     })
@@ -320,6 +323,9 @@ fn print_summary(s: &Summary) {
         println!("    {e}");
     }
     if s.rows_skipped > s.bad_rows.len() as u64 {
-        println!("    ... and {} more", s.rows_skipped - s.bad_rows.len() as u64);
+        println!(
+            "    ... and {} more",
+            s.rows_skipped - s.bad_rows.len() as u64
+        );
     }
 }

@@ -181,14 +181,24 @@ fn reader(delimiter: u8, data: &[u8]) -> csv::Reader<&[u8]> {
 }
 
 /// Reads the header row: the names and where the data starts.
-fn header(path: &Path, data: &[u8], delimiter: u8) -> Result<(Vec<String>, usize, u64), ConvertError> {
-    let bom = if data.starts_with(b"\xEF\xBB\xBF") { 3 } else { 0 };
+fn header(
+    path: &Path,
+    data: &[u8],
+    delimiter: u8,
+) -> Result<(Vec<String>, usize, u64), ConvertError> {
+    let bom = if data.starts_with(b"\xEF\xBB\xBF") {
+        3
+    } else {
+        0
+    };
     let mut rdr = reader(delimiter, &data[bom..]);
     let mut record = ByteRecord::new();
-    let has = rdr.read_byte_record(&mut record).map_err(|e| ConvertError::BadInput {
-        location: SourceLocation::in_text(path, data, bom),
-        problem: format!("cannot read the header row: {e}"),
-    })?;
+    let has = rdr
+        .read_byte_record(&mut record)
+        .map_err(|e| ConvertError::BadInput {
+            location: SourceLocation::in_text(path, data, bom),
+            problem: format!("cannot read the header row: {e}"),
+        })?;
     if !has {
         return Err(ConvertError::BadInput {
             location: SourceLocation::in_text(path, data, 0),
@@ -314,7 +324,11 @@ pub(crate) fn convert(
     for (name, dtype) in &options.columns {
         declared[find(name, "--column")?] = Some(*dtype);
     }
-    let label = options.label.as_deref().map(|l| find(l, "--label")).transpose()?;
+    let label = options
+        .label
+        .as_deref()
+        .map(|l| find(l, "--label"))
+        .transpose()?;
     let na: Vec<Vec<u8>> = options.na.iter().map(|s| s.as_bytes().to_vec()).collect();
     let shape = Shape {
         names: &names,
@@ -327,7 +341,11 @@ pub(crate) fn convert(
     let mut tasks = Vec::new();
     for (i, f) in files.iter().enumerate() {
         for (start, end) in cut(&f.data, f.data_start, d) {
-            tasks.push(Task { file: i, start, end });
+            tasks.push(Task {
+                file: i,
+                start,
+                end,
+            });
         }
     }
     let bytes_total: u64 = files.iter().map(|f| f.data.len() as u64).sum();
@@ -419,10 +437,24 @@ pub(crate) fn convert(
     let encode_tasks: Vec<(usize, &Task)> = tasks.iter().enumerate().collect();
     ctx.run_ordered(
         encode_tasks,
-        |(i, task)| encode(&files[task.file], task, line_base[i], &shape, &columns, &order),
+        |(i, task)| {
+            encode(
+                &files[task.file],
+                task,
+                line_base[i],
+                &shape,
+                &columns,
+                &order,
+            )
+        },
         |chunk: Chunk| {
             sink.write_chunk(&chunk)?;
-            ctx.advance(Phase::Encoding, bytes_total, chunk.bytes_in, chunk.ends.len() as u64);
+            ctx.advance(
+                Phase::Encoding,
+                bytes_total,
+                chunk.bytes_in,
+                chunk.ends.len() as u64,
+            );
             Ok(())
         },
     )?;
@@ -468,6 +500,35 @@ fn fix_first_error(e: ConvertError, files: &[File], tasks: &[Task]) -> ConvertEr
     }
 }
 
+/// The offset of `field` in `data` for a row starting at `row_start`: exact
+/// for unquoted rows; for quoted ones (where the parsed field differs from
+/// the raw bytes) the row start.
+fn field_offset(
+    data: &[u8],
+    row_start: usize,
+    record: &ByteRecord,
+    field: Option<usize>,
+    delimiter: u8,
+) -> usize {
+    let Some(field) = field else {
+        return row_start;
+    };
+    let at = row_start + (0..field).map(|i| record[i].len() + 1).sum::<usize>();
+    let unquoted = data[row_start..]
+        .split(|&b| b == b'\n')
+        .next()
+        .is_some_and(|line| !line.contains(&b'"'));
+    if unquoted
+        && at <= data.len()
+        && data[at..].starts_with(&record[field])
+        && (field == 0 || data[at - 1] == delimiter)
+    {
+        at
+    } else {
+        row_start
+    }
+}
+
 fn scan(file: &File, task: &Task, shape: &Shape<'_>, skip: bool) -> Result<Scan, ConvertError> {
     let n = shape.names.len();
     let data = &file.data[task.start..task.end];
@@ -491,10 +552,11 @@ fn scan(file: &File, task: &Task, shape: &Shape<'_>, skip: bool) -> Result<Scan,
         }
         if let Err((field, problem)) = shape.check(&record) {
             // Lines are chunk-relative here; the caller makes them absolute.
+            let at = field_offset(data, pos.byte() as usize, &record, field, shape.delimiter);
             let e = shape.bad_row(
                 &file.path,
                 pos.line(),
-                (task.start as u64) + pos.byte(),
+                (task.start + at) as u64,
                 field,
                 problem,
             );
@@ -516,7 +578,8 @@ fn scan(file: &File, task: &Task, shape: &Shape<'_>, skip: bool) -> Result<Scan,
                 continue;
             }
             s.present[c] += 1;
-            if Some(c) == shape.label && s.labels.len() <= MAX_CLASSES && !s.labels.contains(value) {
+            if Some(c) == shape.label && s.labels.len() <= MAX_CLASSES && !s.labels.contains(value)
+            {
                 s.labels.insert(value.to_vec());
             }
             if shape.declared[c].is_none() && s.kinds[c] != Kind::Text {

@@ -146,7 +146,11 @@ impl ExampleEncoder {
 
     /// Adds a `bytes_list` feature.
     #[inline]
-    pub(crate) fn bytes_list<'v>(&mut self, key: &[u8], values: impl Iterator<Item = &'v [u8]> + Clone) {
+    pub(crate) fn bytes_list<'v>(
+        &mut self,
+        key: &[u8],
+        values: impl Iterator<Item = &'v [u8]> + Clone,
+    ) {
         let list_len: usize = values
             .clone()
             .map(|v| 1 + varint_len(v.len() as u64) + v.len())
@@ -188,11 +192,13 @@ impl ExampleEncoder {
 mod tests {
     use std::collections::BTreeMap;
 
-    use prost::Message;
     use proptest::prelude::*;
+    use prost::Message;
 
     use super::*;
-    use crate::example::proto::{BytesList, Example, Feature, Features, FloatList, Int64List, feature};
+    use crate::example::proto::{
+        BytesList, Example, Feature, Features, FloatList, Int64List, feature,
+    };
 
     #[derive(Debug, Clone)]
     enum Val {

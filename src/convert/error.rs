@@ -181,7 +181,10 @@ mod tests {
         let loc = SourceLocation::in_text(Path::new("x.json"), text, at_f);
         assert_eq!(loc.line, Some(2));
         assert_eq!(loc.column, Some(5));
-        assert_eq!(loc.to_string(), format!("x.json: line 2, column 5 (byte {at_f})"));
+        assert_eq!(
+            loc.to_string(),
+            format!("x.json: line 2, column 5 (byte {at_f})")
+        );
         let start = SourceLocation::in_text(Path::new("x.json"), text, 0);
         assert_eq!((start.line, start.column), (Some(1), Some(1)));
     }

@@ -243,7 +243,12 @@ pub(crate) fn convert(
         |(i, from, to)| Ok(encode(&pairs[i], from, to, as_float)),
         |chunk: Chunk| {
             sink.write_chunk(&chunk)?;
-            ctx.advance(Phase::Encoding, bytes_in, chunk.bytes_in, chunk.ends.len() as u64);
+            ctx.advance(
+                Phase::Encoding,
+                bytes_in,
+                chunk.bytes_in,
+                chunk.ends.len() as u64,
+            );
             Ok(())
         },
     )?;
@@ -253,7 +258,11 @@ pub(crate) fn convert(
         features: vec![
             FeatureSpec {
                 name: "image_raw".into(),
-                dtype: if as_float { DType::Float32 } else { DType::Uint8 },
+                dtype: if as_float {
+                    DType::Float32
+                } else {
+                    DType::Uint8
+                },
                 layout: Layout::Fixed(shape.clone()),
                 default: None,
             },
@@ -283,7 +292,10 @@ pub(crate) fn convert(
             label_counts.insert(label.to_string(), json!(count));
         }
     }
-    extra.insert("label_counts".into(), serde_json::Value::Object(label_counts));
+    extra.insert(
+        "label_counts".into(),
+        serde_json::Value::Object(label_counts),
+    );
     finish(
         ctx,
         shards,
@@ -314,7 +326,11 @@ fn encode(pair: &Pair, from: usize, to: usize, as_float: bool) -> Chunk {
         let pixels = &images[i * item..(i + 1) * item];
         enc.begin();
         if as_float {
-            enc.floats_from(b"image_raw", item, pixels.iter().map(|&p| f32::from(p) / 255.0));
+            enc.floats_from(
+                b"image_raw",
+                item,
+                pixels.iter().map(|&p| f32::from(p) / 255.0),
+            );
         } else {
             enc.bytes(b"image_raw", pixels);
         }

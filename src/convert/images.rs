@@ -51,55 +51,96 @@ pub(crate) fn read_header(data: &[u8]) -> Result<Header, (usize, String)> {
     let be16 = |at: usize| u32::from(u16::from_be_bytes([data[at], data[at + 1]]));
     if data.starts_with(PNG) {
         if data.len() < 24 {
-            return Err((data.len(), "truncated PNG: the file ends inside the IHDR chunk".into()));
+            return Err((
+                data.len(),
+                "truncated PNG: the file ends inside the IHDR chunk".into(),
+            ));
         }
         if &data[12..16] != b"IHDR" {
-            return Err((12, format!("PNG without IHDR as its first chunk (found {:?})", String::from_utf8_lossy(&data[12..16]))));
+            return Err((
+                12,
+                format!(
+                    "PNG without IHDR as its first chunk (found {:?})",
+                    String::from_utf8_lossy(&data[12..16])
+                ),
+            ));
         }
         let width = u32::from_be_bytes([data[16], data[17], data[18], data[19]]);
         let height = u32::from_be_bytes([data[20], data[21], data[22], data[23]]);
         if width == 0 || height == 0 {
-            return Err((16, format!("PNG of {width}x{height} pixels: expected a non-empty image")));
+            return Err((
+                16,
+                format!("PNG of {width}x{height} pixels: expected a non-empty image"),
+            ));
         }
-        return Ok(Header { format: "png", width, height });
+        return Ok(Header {
+            format: "png",
+            width,
+            height,
+        });
     }
     if data.starts_with(b"\xFF\xD8") {
         let mut i = 2;
         loop {
             // Markers may be preceded by any number of 0xFF fill bytes.
             if i < data.len() && data[i] != 0xFF {
-                return Err((i, format!("JPEG: expected a marker (0xFF), found {:#04x}", data[i])));
+                return Err((
+                    i,
+                    format!("JPEG: expected a marker (0xFF), found {:#04x}", data[i]),
+                ));
             }
             while i < data.len() && data[i] == 0xFF {
                 i += 1;
             }
             if i >= data.len() {
-                return Err((data.len(), "truncated JPEG: no SOF segment before the end of the file".into()));
+                return Err((
+                    data.len(),
+                    "truncated JPEG: no SOF segment before the end of the file".into(),
+                ));
             }
             let marker = data[i];
             i += 1;
             match marker {
                 0xD0..=0xD7 | 0x01 => continue,
                 0xD9 | 0xDA => {
-                    return Err((i - 2, "JPEG without a SOF segment before the image data: expected a frame header".into()));
+                    return Err((
+                        i - 2,
+                        "JPEG without a SOF segment before the image data: expected a frame header"
+                            .into(),
+                    ));
                 }
                 _ => {}
             }
             if i + 2 > data.len() {
-                return Err((data.len(), "truncated JPEG: the file ends inside a segment header".into()));
+                return Err((
+                    data.len(),
+                    "truncated JPEG: the file ends inside a segment header".into(),
+                ));
             }
             let len = be16(i) as usize;
             let is_sof = matches!(marker, 0xC0..=0xCF) && !matches!(marker, 0xC4 | 0xC8 | 0xCC);
             if is_sof {
                 if i + 7 > data.len() {
-                    return Err((data.len(), "truncated JPEG: the file ends inside the SOF segment".into()));
+                    return Err((
+                        data.len(),
+                        "truncated JPEG: the file ends inside the SOF segment".into(),
+                    ));
                 }
                 let height = be16(i + 3);
                 let width = be16(i + 5);
                 if width == 0 || height == 0 {
-                    return Err((i + 3, format!("JPEG of {width}x{height} pixels: expected a non-empty image (a height of 0 in SOF is not supported)")));
+                    return Err((
+                        i + 3,
+                        format!(
+                            "JPEG of {width}x{height} pixels: expected a non-empty image (a height of 0 in SOF is not supported)"
+                        ),
+                    ));
                 }
-                return Ok(Header { format: "jpeg", width, height });
+                return Ok(Header {
+                    format: "jpeg",
+                    width,
+                    height,
+                });
             }
             if len < 2 {
                 return Err((i, format!("JPEG segment length {len}: expected at least 2")));
@@ -108,7 +149,13 @@ pub(crate) fn read_header(data: &[u8]) -> Result<Header, (usize, String)> {
         }
     }
     let shown: Vec<String> = data.iter().take(4).map(|b| format!("{b:02x}")).collect();
-    Err((0, format!("not a PNG or JPEG file: starts with {} (expected 89 50 4e 47 or ff d8)", shown.join(" "))))
+    Err((
+        0,
+        format!(
+            "not a PNG or JPEG file: starts with {} (expected 89 50 4e 47 or ff d8)",
+            shown.join(" ")
+        ),
+    ))
 }
 
 struct Item {
@@ -116,14 +163,20 @@ struct Item {
     class: usize,
 }
 
-pub(crate) fn convert(inputs: &[PathBuf], options: &ImagesOptions, ctx: &Ctx<'_>) -> Result<Summary, ConvertError> {
+pub(crate) fn convert(
+    inputs: &[PathBuf],
+    options: &ImagesOptions,
+    ctx: &Ctx<'_>,
+) -> Result<Summary, ConvertError> {
     if options.resize.is_some() && !RESIZE_AVAILABLE {
         return Err(ConvertError::ResizeUnavailable);
     }
     if let Some((w, h)) = options.resize
         && (w == 0 || h == 0)
     {
-        return Err(ConvertError::Options(format!("--resize {w}x{h}: both sides must be at least 1")));
+        return Err(ConvertError::Options(format!(
+            "--resize {w}x{h}: both sides must be at least 1"
+        )));
     }
     let [root] = inputs else {
         return Err(ConvertError::Options(format!(
@@ -153,10 +206,9 @@ pub(crate) fn convert(inputs: &[PathBuf], options: &ImagesOptions, ctx: &Ctx<'_>
         for file in list(&entry.path())? {
             let path = file.path();
             let is_image = path.is_file()
-                && path
-                    .extension()
-                    .and_then(|e| e.to_str())
-                    .is_some_and(|e| ["png", "jpg", "jpeg"].contains(&e.to_ascii_lowercase().as_str()));
+                && path.extension().and_then(|e| e.to_str()).is_some_and(|e| {
+                    ["png", "jpg", "jpeg"].contains(&e.to_ascii_lowercase().as_str())
+                });
             if is_image {
                 items.push(Item { path, class });
             } else {
@@ -187,7 +239,10 @@ pub(crate) fn convert(inputs: &[PathBuf], options: &ImagesOptions, ctx: &Ctx<'_>
             for item in task {
                 let data = fs::read(&item.path).map_err(|e| ConvertError::read(&item.path, e))?;
                 let verdict = read_header(&data)
-                    .map_err(|(at, problem)| ConvertError::BadRow { location: SourceLocation::at_byte(&item.path, at as u64), problem })
+                    .map_err(|(at, problem)| ConvertError::BadRow {
+                        location: SourceLocation::at_byte(&item.path, at as u64),
+                        problem,
+                    })
                     .and_then(|h| match resize {
                         Some((w, hh)) => pixels(&item.path, &data, w, hh).map(|_| h),
                         None => Ok(h),
@@ -224,7 +279,11 @@ pub(crate) fn convert(inputs: &[PathBuf], options: &ImagesOptions, ctx: &Ctx<'_>
     let plan = plan_shards(total, ctx.options.sharding, bytes_in);
     let mut sink = ShardSink::new(ctx.options, plan);
     ctx.begin_phase(Phase::Encoding, bytes_in);
-    let indexed: Vec<(usize, &[Item])> = tasks.iter().enumerate().map(|(i, t)| (i * FILES_PER_TASK, *t)).collect();
+    let indexed: Vec<(usize, &[Item])> = tasks
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (i * FILES_PER_TASK, *t))
+        .collect();
     ctx.run_ordered(
         indexed,
         |(first, task)| {
@@ -265,15 +324,28 @@ pub(crate) fn convert(inputs: &[PathBuf], options: &ImagesOptions, ctx: &Ctx<'_>
         },
         |chunk: Chunk| {
             sink.write_chunk(&chunk)?;
-            ctx.advance(Phase::Encoding, bytes_in, chunk.bytes_in, chunk.ends.len() as u64);
+            ctx.advance(
+                Phase::Encoding,
+                bytes_in,
+                chunk.bytes_in,
+                chunk.ends.len() as u64,
+            );
             Ok(())
         },
     )?;
     let shards = sink.finish()?;
 
-    let scalar = |name: &str, dtype| FeatureSpec { name: name.into(), dtype, layout: Layout::Fixed(Vec::new()), default: None };
+    let scalar = |name: &str, dtype| FeatureSpec {
+        name: name.into(),
+        dtype,
+        layout: Layout::Fixed(Vec::new()),
+        default: None,
+    };
     let mut features = match resize {
-        None => vec![scalar("image/encoded", DType::Bytes), scalar("image/format", DType::Bytes)],
+        None => vec![
+            scalar("image/encoded", DType::Bytes),
+            scalar("image/format", DType::Bytes),
+        ],
         Some((w, h)) => vec![FeatureSpec {
             name: "image/raw".into(),
             dtype: DType::Uint8,
@@ -285,7 +357,10 @@ pub(crate) fn convert(inputs: &[PathBuf], options: &ImagesOptions, ctx: &Ctx<'_>
     features.push(scalar("image/width", DType::Int64));
     features.push(scalar("image/class/label", DType::Int64));
     features.push(scalar("image/class/text", DType::Bytes));
-    let schema = Schema { features, label: Some("image/class/label".into()) };
+    let schema = Schema {
+        features,
+        label: Some("image/class/label".into()),
+    };
     let mut extra = Map::new();
     extra.insert("classes".into(), json!(classes));
     extra.insert("files_ignored".into(), json!(ignored));
@@ -314,7 +389,10 @@ fn pixels(path: &Path, data: &[u8], w: u32, h: u32) -> Result<Vec<u8>, ConvertEr
         location: SourceLocation::at_byte(path, 0),
         problem: format!("cannot decode the image: {e}"),
     })?;
-    Ok(image.resize_exact(w, h, image::imageops::FilterType::Triangle).to_rgb8().into_raw())
+    Ok(image
+        .resize_exact(w, h, image::imageops::FilterType::Triangle)
+        .to_rgb8()
+        .into_raw())
 }
 
 #[cfg(not(feature = "images"))]
@@ -331,12 +409,26 @@ mod tests {
         let mut png = b"\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR".to_vec();
         png.extend_from_slice(&640u32.to_be_bytes());
         png.extend_from_slice(&480u32.to_be_bytes());
-        assert_eq!(read_header(&png), Ok(Header { format: "png", width: 640, height: 480 }));
+        assert_eq!(
+            read_header(&png),
+            Ok(Header {
+                format: "png",
+                width: 640,
+                height: 480
+            })
+        );
         // SOI, APP0 (length 16), fill byte, SOF0 with height 3, width 5.
         let mut jpeg = vec![0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x10];
         jpeg.extend_from_slice(&[0; 14]);
         jpeg.extend_from_slice(&[0xFF, 0xFF, 0xC0, 0x00, 0x11, 0x08, 0x00, 0x03, 0x00, 0x05]);
-        assert_eq!(read_header(&jpeg), Ok(Header { format: "jpeg", width: 5, height: 3 }));
+        assert_eq!(
+            read_header(&jpeg),
+            Ok(Header {
+                format: "jpeg",
+                width: 5,
+                height: 3
+            })
+        );
     }
 
     #[test]

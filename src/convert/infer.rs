@@ -231,18 +231,19 @@ pub(crate) fn tabular_schema(columns: &[Column], label: Option<&str>, missing: M
         .map(|c| {
             let dtype = c.stored_dtype();
             let is_label = label == Some(c.name.as_str());
-            let (layout, default) = if c.list || (!is_label && c.missing > 0 && missing == Missing::Var) {
-                (Layout::Var, None)
-            } else if c.missing > 0 && !is_label {
-                let default = match dtype {
-                    DType::Int64 => Value::Int64(vec![0]),
-                    DType::Float32 => Value::Float32(vec![0.0]),
-                    DType::Bytes | DType::Uint8 => Value::Bytes(vec![Vec::new()]),
+            let (layout, default) =
+                if c.list || (!is_label && c.missing > 0 && missing == Missing::Var) {
+                    (Layout::Var, None)
+                } else if c.missing > 0 && !is_label {
+                    let default = match dtype {
+                        DType::Int64 => Value::Int64(vec![0]),
+                        DType::Float32 => Value::Float32(vec![0.0]),
+                        DType::Bytes | DType::Uint8 => Value::Bytes(vec![Vec::new()]),
+                    };
+                    (Layout::Fixed(Vec::new()), Some(default))
+                } else {
+                    (Layout::Fixed(Vec::new()), None)
                 };
-                (Layout::Fixed(Vec::new()), Some(default))
-            } else {
-                (Layout::Fixed(Vec::new()), None)
-            };
             FeatureSpec {
                 name: c.name.clone(),
                 dtype,
@@ -339,10 +340,21 @@ mod tests {
 
     #[test]
     fn parses_overrides() {
-        assert_eq!(parse_override("year:int64").unwrap(), ("year".into(), DType::Int64));
-        assert_eq!(parse_override("a:b:float32").unwrap(), ("a:b".into(), DType::Float32));
+        assert_eq!(
+            parse_override("year:int64").unwrap(),
+            ("year".into(), DType::Int64)
+        );
+        assert_eq!(
+            parse_override("a:b:float32").unwrap(),
+            ("a:b".into(), DType::Float32)
+        );
         assert!(parse_override("year").is_err());
-        assert!(parse_override("year:int32").unwrap_err().to_string().contains("int32"));
+        assert!(
+            parse_override("year:int32")
+                .unwrap_err()
+                .to_string()
+                .contains("int32")
+        );
     }
 
     proptest::proptest! {

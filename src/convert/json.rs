@@ -136,7 +136,10 @@ impl<'a> Parser<'a> {
             self.pos += 1;
             Ok(())
         } else {
-            self.err(self.pos, format!("JSON syntax error: expected {what}, found {}", self.found()))
+            self.err(
+                self.pos,
+                format!("JSON syntax error: expected {what}, found {}", self.found()),
+            )
         }
     }
 
@@ -146,15 +149,26 @@ impl<'a> Parser<'a> {
         if self.peek() != Some(b'{') {
             return self.err(
                 self.pos,
-                format!("expected a JSON object {{...}} as a record, found {}", self.found()),
+                format!(
+                    "expected a JSON object {{...}} as a record, found {}",
+                    self.found()
+                ),
             );
         }
         self.object(None, fields, 0)
     }
 
-    fn object(&mut self, prefix: Option<&str>, fields: &mut Vec<Field<'a>>, depth: usize) -> Result<(), Syntax> {
+    fn object(
+        &mut self,
+        prefix: Option<&str>,
+        fields: &mut Vec<Field<'a>>,
+        depth: usize,
+    ) -> Result<(), Syntax> {
         if depth > MAX_DEPTH {
-            return self.err(self.pos, format!("objects nested deeper than {MAX_DEPTH} levels"));
+            return self.err(
+                self.pos,
+                format!("objects nested deeper than {MAX_DEPTH} levels"),
+            );
         }
         self.expect(b'{', "'{'")?;
         self.ws();
@@ -166,7 +180,13 @@ impl<'a> Parser<'a> {
             self.ws();
             let key_at = self.pos;
             if self.peek() != Some(b'"') {
-                return self.err(key_at, format!("JSON syntax error: expected a key string, found {}", self.found()));
+                return self.err(
+                    key_at,
+                    format!(
+                        "JSON syntax error: expected a key string, found {}",
+                        self.found()
+                    ),
+                );
             }
             let raw = self.string()?;
             let key: Cow<'a, str> = match raw {
@@ -202,7 +222,11 @@ impl<'a> Parser<'a> {
                         Some(s) => FieldValue::One(s),
                         None => FieldValue::Null,
                     };
-                    fields.push(Field { key, value, offset: at });
+                    fields.push(Field {
+                        key,
+                        value,
+                        offset: at,
+                    });
                 }
             }
             self.ws();
@@ -215,7 +239,10 @@ impl<'a> Parser<'a> {
                 _ => {
                     return self.err(
                         self.pos,
-                        format!("JSON syntax error: expected ',' or '}}' in an object, found {}", self.found()),
+                        format!(
+                            "JSON syntax error: expected ',' or '}}' in an object, found {}",
+                            self.found()
+                        ),
                     );
                 }
             }
@@ -235,11 +262,19 @@ impl<'a> Parser<'a> {
             let at = self.pos;
             match self.peek() {
                 Some(b'{' | b'[') => {
-                    return self.err(at, "arrays may hold numbers, strings or booleans, not objects or arrays");
+                    return self.err(
+                        at,
+                        "arrays may hold numbers, strings or booleans, not objects or arrays",
+                    );
                 }
                 _ => match self.scalar()? {
                     Some(s) => out.push((s, at)),
-                    None => return self.err(at, "null inside an array: expected a number, string or boolean"),
+                    None => {
+                        return self.err(
+                            at,
+                            "null inside an array: expected a number, string or boolean",
+                        );
+                    }
                 },
             }
             self.ws();
@@ -252,7 +287,10 @@ impl<'a> Parser<'a> {
                 _ => {
                     return self.err(
                         self.pos,
-                        format!("JSON syntax error: expected ',' or ']' in an array, found {}", self.found()),
+                        format!(
+                            "JSON syntax error: expected ',' or ']' in an array, found {}",
+                            self.found()
+                        ),
                     );
                 }
             }
@@ -268,7 +306,13 @@ impl<'a> Parser<'a> {
             Some(b'f') => self.literal(b"false").map(|_| Some(Scalar::Bool(false))),
             Some(b'n') => self.literal(b"null").map(|_| None),
             Some(b'-' | b'0'..=b'9') => Ok(Some(Scalar::Num(self.number()?))),
-            _ => self.err(at, format!("JSON syntax error: expected a value, found {}", self.found())),
+            _ => self.err(
+                at,
+                format!(
+                    "JSON syntax error: expected a value, found {}",
+                    self.found()
+                ),
+            ),
         }
     }
 
@@ -343,7 +387,11 @@ impl<'a> Parser<'a> {
         self.err(self.pos, "JSON syntax error: unterminated string")
     }
 
-    fn escaped_string(&mut self, start: usize, first_escape: usize) -> Result<Cow<'a, [u8]>, Syntax> {
+    fn escaped_string(
+        &mut self,
+        start: usize,
+        first_escape: usize,
+    ) -> Result<Cow<'a, [u8]>, Syntax> {
         let d = self.data;
         let mut out = d[start..first_escape].to_vec();
         let mut i = first_escape;
@@ -373,7 +421,10 @@ impl<'a> Parser<'a> {
                         b'u' => {
                             let hi = self.hex4(i)?;
                             i += 4;
-                            if (0xD800..0xDC00).contains(&hi) && d.get(i) == Some(&b'\\') && d.get(i + 1) == Some(&b'u') {
+                            if (0xD800..0xDC00).contains(&hi)
+                                && d.get(i) == Some(&b'\\')
+                                && d.get(i + 1) == Some(&b'u')
+                            {
                                 let lo = self.hex4(i + 2)?;
                                 if (0xDC00..0xE000).contains(&lo) {
                                     i += 6;
@@ -386,7 +437,12 @@ impl<'a> Parser<'a> {
                                 char::from_u32(hi).unwrap_or('\u{FFFD}')
                             }
                         }
-                        _ => return self.err(i - 2, format!("JSON syntax error: invalid escape \\{}", e as char)),
+                        _ => {
+                            return self.err(
+                                i - 2,
+                                format!("JSON syntax error: invalid escape \\{}", e as char),
+                            );
+                        }
                     };
                     let mut buf = [0u8; 4];
                     out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
@@ -401,7 +457,10 @@ impl<'a> Parser<'a> {
     }
 
     fn hex4(&self, at: usize) -> Result<u32, Syntax> {
-        let digits = self.data.get(at..at + 4).and_then(|h| std::str::from_utf8(h).ok());
+        let digits = self
+            .data
+            .get(at..at + 4)
+            .and_then(|h| std::str::from_utf8(h).ok());
         match digits.and_then(|h| u32::from_str_radix(h, 16).ok()) {
             Some(v) => Ok(v),
             None => self.err(at, "JSON syntax error: expected 4 hex digits after \\u"),
@@ -442,7 +501,13 @@ impl Judge<'_> {
     }
 
     /// Checks one value against the column; `Err` is the problem.
-    fn check(&self, key: &str, state: Option<&ColState>, value: &Scalar<'_>, offset: usize) -> Result<(), ConvertError> {
+    fn check(
+        &self,
+        key: &str,
+        state: Option<&ColState>,
+        value: &Scalar<'_>,
+        offset: usize,
+    ) -> Result<(), ConvertError> {
         let kind = value.kind();
         if let Some(&dtype) = self.declared.get(key) {
             let ok = match dtype {
@@ -467,7 +532,10 @@ impl Judge<'_> {
             }
             return Ok(());
         }
-        if let Some(ColState { first: Some((at, numeric)), .. }) = state
+        if let Some(ColState {
+            first: Some((at, numeric)),
+            ..
+        }) = state
             && *numeric != (kind != Kind::Text)
         {
             let first = SourceLocation::in_text(self.path, self.data, *at);
@@ -487,8 +555,15 @@ impl Judge<'_> {
     }
 }
 
-pub(crate) fn convert(inputs: &[PathBuf], options: &JsonOptions, ctx: &Ctx<'_>) -> Result<Summary, ConvertError> {
-    let files: Vec<Input> = inputs.iter().map(|p| Input::load(p)).collect::<Result<_, _>>()?;
+pub(crate) fn convert(
+    inputs: &[PathBuf],
+    options: &JsonOptions,
+    ctx: &Ctx<'_>,
+) -> Result<Summary, ConvertError> {
+    let files: Vec<Input> = inputs
+        .iter()
+        .map(|p| Input::load(p))
+        .collect::<Result<_, _>>()?;
     let bytes_total: u64 = files.iter().map(|f| f.len() as u64).sum();
     let skip = ctx.options.skip_bad_rows;
     ctx.begin_phase(Phase::Scanning, bytes_total);
@@ -503,7 +578,11 @@ pub(crate) fn convert(inputs: &[PathBuf], options: &JsonOptions, ctx: &Ctx<'_>) 
         let judge = Judge {
             path,
             data,
-            declared: options.columns.iter().map(|(n, d)| (n.as_str(), *d)).collect(),
+            declared: options
+                .columns
+                .iter()
+                .map(|(n, d)| (n.as_str(), *d))
+                .collect(),
             label: options.label.as_deref(),
         };
         let mut p = Parser { data, pos: 0 };
@@ -517,9 +596,15 @@ pub(crate) fn convert(inputs: &[PathBuf], options: &JsonOptions, ctx: &Ctx<'_>) 
         let syntax = |s: Syntax, row: bool| {
             let location = SourceLocation::in_text(path, data, s.offset);
             if row {
-                ConvertError::BadRow { location, problem: s.problem }
+                ConvertError::BadRow {
+                    location,
+                    problem: s.problem,
+                }
             } else {
-                ConvertError::BadInput { location, problem: s.problem }
+                ConvertError::BadInput {
+                    location,
+                    problem: s.problem,
+                }
             }
         };
         let mut first = true;
@@ -536,7 +621,10 @@ pub(crate) fn convert(inputs: &[PathBuf], options: &JsonOptions, ctx: &Ctx<'_>) 
                             return Err(syntax(
                                 Syntax {
                                     offset: p.pos,
-                                    problem: format!("JSON syntax error: unexpected {} after the closing ']'", p.found()),
+                                    problem: format!(
+                                        "JSON syntax error: unexpected {} after the closing ']'",
+                                        p.found()
+                                    ),
                                 },
                                 false,
                             ));
@@ -585,11 +673,17 @@ pub(crate) fn convert(inputs: &[PathBuf], options: &JsonOptions, ctx: &Ctx<'_>) 
                 if !matches!(data.get(p.pos), None | Some(b'\n')) {
                     let s = Syntax {
                         offset: p.pos,
-                        problem: format!("JSON syntax error: unexpected {} after the object on this line", p.found()),
+                        problem: format!(
+                            "JSON syntax error: unexpected {} after the object on this line",
+                            p.found()
+                        ),
                     };
                     if skip {
                         bad.push(syntax(s, true));
-                        p.pos = data[rest..].iter().position(|&b| b == b'\n').map_or(data.len(), |i| rest + i + 1);
+                        p.pos = data[rest..]
+                            .iter()
+                            .position(|&b| b == b'\n')
+                            .map_or(data.len(), |i| rest + i + 1);
                         continue;
                     }
                     return Err(syntax(s, true));
@@ -608,7 +702,9 @@ pub(crate) fn convert(inputs: &[PathBuf], options: &JsonOptions, ctx: &Ctx<'_>) 
                     order.push(key.to_string());
                     states.insert(key.to_string(), ColState::default());
                 }
-                let Some(state) = states.get_mut(key) else { continue };
+                let Some(state) = states.get_mut(key) else {
+                    continue;
+                };
                 let note = |s: &Scalar<'_>, at: usize, state: &mut ColState| {
                     let kind = s.kind();
                     state.kind = state.kind.join(kind);
@@ -636,7 +732,12 @@ pub(crate) fn convert(inputs: &[PathBuf], options: &JsonOptions, ctx: &Ctx<'_>) 
             }
             records.push((fi, start, p.pos));
             if p.pos - last_report > (4 << 20) {
-                ctx.advance(Phase::Scanning, bytes_total, (p.pos - last_report) as u64, 0);
+                ctx.advance(
+                    Phase::Scanning,
+                    bytes_total,
+                    (p.pos - last_report) as u64,
+                    0,
+                );
                 last_report = p.pos;
             }
         }
@@ -647,22 +748,37 @@ pub(crate) fn convert(inputs: &[PathBuf], options: &JsonOptions, ctx: &Ctx<'_>) 
     }
     for (name, _) in &options.columns {
         if !states.contains_key(name) {
-            return Err(ConvertError::Options(format!("--column {name:?}: no such key in the input (keys: {order:?})")));
+            return Err(ConvertError::Options(format!(
+                "--column {name:?}: no such key in the input (keys: {order:?})"
+            )));
         }
     }
     if let Some(label) = &options.label
         && !states.contains_key(label)
     {
-        return Err(ConvertError::Options(format!("--label {label:?}: no such key in the input (keys: {order:?})")));
+        return Err(ConvertError::Options(format!(
+            "--label {label:?}: no such key in the input (keys: {order:?})"
+        )));
     }
-    let declared: HashMap<&str, DType> = options.columns.iter().map(|(n, d)| (n.as_str(), *d)).collect();
+    let declared: HashMap<&str, DType> = options
+        .columns
+        .iter()
+        .map(|(n, d)| (n.as_str(), *d))
+        .collect();
     let mut columns = Vec::with_capacity(order.len());
     for name in &order {
-        let Some(state) = states.remove(name) else { continue };
-        let dtype = declared.get(name.as_str()).copied().unwrap_or(state.kind.dtype());
+        let Some(state) = states.remove(name) else {
+            continue;
+        };
+        let dtype = declared
+            .get(name.as_str())
+            .copied()
+            .unwrap_or(state.kind.dtype());
         let is_label = options.label.as_deref() == Some(name.as_str());
         if is_label && state.list {
-            return Err(ConvertError::Options(format!("--label {name:?}: the key holds lists; a label must be one value")));
+            return Err(ConvertError::Options(format!(
+                "--label {name:?}: the key holds lists; a label must be one value"
+            )));
         }
         let vocab = (is_label && dtype == DType::Bytes).then(|| infer::vocabulary(state.labels));
         columns.push(Column {
@@ -683,7 +799,11 @@ pub(crate) fn convert(inputs: &[PathBuf], options: &JsonOptions, ctx: &Ctx<'_>) 
     }
 
     // Pass 2: re-parse the good records in parallel and encode.
-    let index: HashMap<&str, usize> = columns.iter().enumerate().map(|(i, c)| (c.name.as_str(), i)).collect();
+    let index: HashMap<&str, usize> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.name.as_str(), i))
+        .collect();
     let plan = plan_shards(total, ctx.options.sharding, bytes_total);
     let mut sink = ShardSink::new(ctx.options, plan);
     ctx.begin_phase(Phase::Encoding, bytes_total);
@@ -693,7 +813,12 @@ pub(crate) fn convert(inputs: &[PathBuf], options: &JsonOptions, ctx: &Ctx<'_>) 
         |task| encode(task, inputs, &files, &columns, &index),
         |chunk: Chunk| {
             sink.write_chunk(&chunk)?;
-            ctx.advance(Phase::Encoding, bytes_total, chunk.bytes_in, chunk.ends.len() as u64);
+            ctx.advance(
+                Phase::Encoding,
+                bytes_total,
+                chunk.bytes_in,
+                chunk.ends.len() as u64,
+            );
             Ok(())
         },
     )?;
@@ -715,30 +840,50 @@ pub(crate) fn convert(inputs: &[PathBuf], options: &JsonOptions, ctx: &Ctx<'_>) 
     )
 }
 
-fn judge_record(judge: &Judge<'_>, fields: &[Field<'_>], states: &HashMap<String, ColState>) -> Result<(), ConvertError> {
+fn judge_record(
+    judge: &Judge<'_>,
+    fields: &[Field<'_>],
+    states: &HashMap<String, ColState>,
+) -> Result<(), ConvertError> {
     for (i, f) in fields.iter().enumerate() {
         let key: &str = &f.key;
         if fields[..i].iter().any(|g| g.key == f.key) {
-            return Err(judge.bad(f.offset, format!("duplicate key {key:?} in this record (after flattening nested objects)")));
+            return Err(judge.bad(
+                f.offset,
+                format!("duplicate key {key:?} in this record (after flattening nested objects)"),
+            ));
         }
         let state = states.get(key);
         match &f.value {
             FieldValue::Null => {
                 if judge.label == Some(key) {
-                    return Err(judge.bad(f.offset, format!("the label {key:?} is null: every record needs a label")));
+                    return Err(judge.bad(
+                        f.offset,
+                        format!("the label {key:?} is null: every record needs a label"),
+                    ));
                 }
             }
             FieldValue::One(s) => judge.check(key, state, s, f.offset)?,
             FieldValue::List(items) => {
                 if judge.label == Some(key) {
-                    return Err(judge.bad(f.offset, format!("the label {key:?} is a list: expected one value")));
+                    return Err(judge.bad(
+                        f.offset,
+                        format!("the label {key:?} is a list: expected one value"),
+                    ));
                 }
                 let mut numeric = None;
                 for (s, at) in items {
                     judge.check(key, state, s, *at)?;
                     let n = s.kind() != Kind::Text;
                     if *numeric.get_or_insert(n) != n {
-                        return Err(judge.bad(*at, format!("{} in a list of {}: lists must hold only numbers or only strings", s.describe(), if n { "strings" } else { "numbers" })));
+                        return Err(judge.bad(
+                            *at,
+                            format!(
+                                "{} in a list of {}: lists must hold only numbers or only strings",
+                                s.describe(),
+                                if n { "strings" } else { "numbers" }
+                            ),
+                        ));
                     }
                 }
             }
@@ -748,12 +893,20 @@ fn judge_record(judge: &Judge<'_>, fields: &[Field<'_>], states: &HashMap<String
         && !fields.iter().any(|f| f.key == label)
     {
         let at = fields.first().map_or(0, |f| f.offset);
-        return Err(judge.bad(at, format!("this record has no label {label:?}: every record needs a label")));
+        return Err(judge.bad(
+            at,
+            format!("this record has no label {label:?}: every record needs a label"),
+        ));
     }
     Ok(())
 }
 
-fn missing_label(inputs: &[PathBuf], files: &[Input], records: &[(usize, usize, usize)], label: &str) -> ConvertError {
+fn missing_label(
+    inputs: &[PathBuf],
+    files: &[Input],
+    records: &[(usize, usize, usize)],
+    label: &str,
+) -> ConvertError {
     // judge_record refuses records without a label, so this is unreachable in
     // practice; it stays an error rather than a panic.
     let (fi, start, _) = records.first().copied().unwrap_or((0, 0, 0));
@@ -779,7 +932,10 @@ fn encode(
     for &(fi, start, end) in task {
         let data: &[u8] = &files[fi];
         chunk.bytes_in += (end - start) as u64;
-        let mut p = Parser { data: &data[..end], pos: start };
+        let mut p = Parser {
+            data: &data[..end],
+            pos: start,
+        };
         fields.clear();
         let changed = |offset: usize, what: &str| ConvertError::BadRow {
             location: SourceLocation::in_text(&inputs[fi], data, offset),
@@ -791,7 +947,9 @@ fn encode(
         fields.sort_by(|a, b| a.key.as_bytes().cmp(b.key.as_bytes()));
         enc.begin();
         for f in &fields {
-            let Some(&ci) = index.get(f.key.as_ref()) else { continue };
+            let Some(&ci) = index.get(f.key.as_ref()) else {
+                continue;
+            };
             let col = &columns[ci];
             let key = f.key.as_bytes();
             let one;
@@ -818,8 +976,11 @@ fn encode(
                     for (s, at) in items {
                         ints.push(match s {
                             Scalar::Bool(b) => i64::from(*b),
-                            Scalar::Num(t) => parse_i64(t).ok_or_else(|| changed(*at, "an integer does not parse"))?,
-                            Scalar::Str(_) => return Err(changed(*at, "a string in a numeric key")),
+                            Scalar::Num(t) => parse_i64(t)
+                                .ok_or_else(|| changed(*at, "an integer does not parse"))?,
+                            Scalar::Str(_) => {
+                                return Err(changed(*at, "a string in a numeric key"));
+                            }
                         });
                     }
                     enc.int64s(key, &ints);
@@ -829,8 +990,11 @@ fn encode(
                     for (s, at) in items {
                         floats.push(match s {
                             Scalar::Bool(b) => f32::from(u8::from(*b)),
-                            Scalar::Num(t) => parse_f32(t).ok_or_else(|| changed(*at, "a number does not parse"))?,
-                            Scalar::Str(_) => return Err(changed(*at, "a string in a numeric key")),
+                            Scalar::Num(t) => parse_f32(t)
+                                .ok_or_else(|| changed(*at, "a number does not parse"))?,
+                            Scalar::Str(_) => {
+                                return Err(changed(*at, "a string in a numeric key"));
+                            }
                         });
                     }
                     enc.floats(key, &floats);
@@ -858,10 +1022,17 @@ mod tests {
     use super::*;
 
     fn parse(text: &str) -> Result<Vec<(String, String)>, String> {
-        let mut p = Parser { data: text.as_bytes(), pos: 0 };
+        let mut p = Parser {
+            data: text.as_bytes(),
+            pos: 0,
+        };
         let mut fields = Vec::new();
-        p.record(&mut fields).map_err(|s| format!("{}: {}", s.offset, s.problem))?;
-        Ok(fields.iter().map(|f| (f.key.to_string(), format!("{:?}", f.value))).collect())
+        p.record(&mut fields)
+            .map_err(|s| format!("{}: {}", s.offset, s.problem))?;
+        Ok(fields
+            .iter()
+            .map(|f| (f.key.to_string(), format!("{:?}", f.value)))
+            .collect())
     }
 
     #[test]
@@ -869,7 +1040,12 @@ mod tests {
         let fields = parse(r#"{"a": {"b": 1, "c": {"d": "x\ny\u00e9\ud83d\ude00"}}, "e": [1, 2.5], "f": null, "g": true}"#).unwrap();
         let keys: Vec<&str> = fields.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(keys, ["a.b", "a.c.d", "e", "f", "g"]);
-        assert!(fields[1].1.contains(r#"x\ny\xc3\xa9\xf0\x9f\x98\x80"#) || fields[1].1.contains("[120, 10, 121"), "{}", fields[1].1);
+        assert!(
+            fields[1].1.contains(r#"x\ny\xc3\xa9\xf0\x9f\x98\x80"#)
+                || fields[1].1.contains("[120, 10, 121"),
+            "{}",
+            fields[1].1
+        );
     }
 
     #[test]

@@ -53,9 +53,14 @@ impl Input {
     /// decompressed, so byte offsets in errors are in the uncompressed data.
     pub(crate) fn load(path: &Path) -> Result<Input, ConvertError> {
         let mut file = fs::File::open(path).map_err(|e| ConvertError::read(path, e))?;
-        let len = file.metadata().map_err(|e| ConvertError::read(path, e))?.len();
+        let len = file
+            .metadata()
+            .map_err(|e| ConvertError::read(path, e))?
+            .len();
         let mut magic = [0u8; 2];
-        let n = file.read(&mut magic).map_err(|e| ConvertError::read(path, e))?;
+        let n = file
+            .read(&mut magic)
+            .map_err(|e| ConvertError::read(path, e))?;
         if n == 2 && magic == [0x1f, 0x8b] {
             let file = fs::File::open(path).map_err(|e| ConvertError::read(path, e))?;
             let mut out = Vec::with_capacity((len as usize).saturating_mul(4));
@@ -189,8 +194,9 @@ impl<'a> Ctx<'a> {
                 if batch.is_empty() {
                     break;
                 }
-                let results: Vec<Result<R, ConvertError>> =
-                    self.pool.install(|| batch.into_par_iter().map(&work).collect());
+                let results: Vec<Result<R, ConvertError>> = self
+                    .pool
+                    .install(|| batch.into_par_iter().map(&work).collect());
                 for result in results {
                     match result {
                         Ok(item) => {
@@ -424,6 +430,7 @@ pub(crate) fn finish(
         infos.push((shard.records, shard.bytes));
         let path = shard.pending.persist()?;
         rollback.0.push(path.clone());
+        readable(&path)?;
         paths.push(path);
     }
     for (path, (records, bytes)) in paths.iter().zip(infos) {
@@ -441,10 +448,7 @@ pub(crate) fn finish(
             "file_bytes": size,
         }));
     }
-    let uncompressed: u64 = shard_meta
-        .iter()
-        .filter_map(|m| m["bytes"].as_u64())
-        .sum();
+    let uncompressed: u64 = shard_meta.iter().filter_map(|m| m["bytes"].as_u64()).sum();
     let mut metadata = Map::new();
     metadata.insert("records".into(), json!(records));
     metadata.insert("bytes".into(), json!(uncompressed));
@@ -491,9 +495,12 @@ pub(crate) fn finish(
             path: schema_file.clone(),
             source: e.error,
         })?;
+    readable(&schema_file)?;
     // Everything is in place: keep it.
     rollback.0.clear();
+    let stale = stale_shards(&options.prefix, &paths);
     Ok(Summary {
+        stale_shards: stale,
         records,
         rows_skipped: finished.rows_skipped,
         bad_rows: finished.bad_rows,
@@ -504,6 +511,41 @@ pub(crate) fn finish(
         schema: finished.schema,
         seconds: ctx.elapsed_secs(),
     })
+}
+
+/// Shards of an earlier conversion under the same prefix with another shard
+/// count: they would match `PREFIX-*` too, so the caller warns about them
+/// (they are not ours to delete).
+fn stale_shards(prefix: &Path, current: &[PathBuf]) -> Vec<PathBuf> {
+    let pattern = format!(
+        "{}-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9].tfrecord*",
+        glob::Pattern::escape(&prefix.to_string_lossy())
+    );
+    match glob::glob(&pattern) {
+        Ok(paths) => paths
+            .filter_map(Result::ok)
+            .filter(|p| !current.contains(p))
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Temporary files are created owner-only (0600); outputs are data files
+/// meant to be shared like any other, so they get 0644 once in place.
+fn readable(path: &Path) -> Result<(), ConvertError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(path, fs::Permissions::from_mode(0o644)).map_err(|source| {
+            ConvertError::Output {
+                path: path.to_path_buf(),
+                source,
+            }
+        })?;
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
 }
 
 /// Collects bad rows under `--skip-bad-rows`: keeps the first few, counts all.
@@ -539,7 +581,10 @@ mod tests {
     fn shard_plans_cover_every_record() {
         assert_eq!(plan_shards(10, Sharding::Shards(3), 0), vec![4, 3, 3]);
         assert_eq!(plan_shards(2, Sharding::Shards(3), 0), vec![1, 1, 0]);
-        assert_eq!(plan_shards(10, Sharding::RecordsPerShard(4), 0), vec![4, 4, 2]);
+        assert_eq!(
+            plan_shards(10, Sharding::RecordsPerShard(4), 0),
+            vec![4, 4, 2]
+        );
         assert_eq!(plan_shards(8, Sharding::RecordsPerShard(4), 0), vec![4, 4]);
         assert_eq!(plan_shards(5, Sharding::Auto, 1000), vec![5]);
         assert_eq!(plan_shards(0, Sharding::Shards(2), 0), vec![0, 0]);
