@@ -3,7 +3,7 @@
 //! [`tfpipe::convert`]; this file turns flags into options, shows progress,
 //! handles Ctrl-C and prints the summary.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -233,11 +233,13 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
                     summary.stale_shards[0].display()
                 );
             }
+            let mut out = std::io::stdout().lock();
             if args.json {
-                println!("{}", summary_json(&summary));
+                writeln!(out, "{}", summary_json(&summary))?;
             } else {
-                print_summary(&summary);
+                print_summary(&mut out, &summary)?;
             }
+            out.flush()?;
             Ok(Status::Ok)
         }
         Err(ConvertError::Interrupted) => {
@@ -298,9 +300,10 @@ fn summary_json(s: &Summary) -> serde_json::Value {
     })
 }
 
-fn print_summary(s: &Summary) {
+fn print_summary(out: &mut impl Write, s: &Summary) -> std::io::Result<()> {
     let secs = s.seconds.max(1e-9);
-    println!(
+    writeln!(
+        out,
         "converted {} records in {:.3} s: {:.1} MB in ({:.1} MB/s, {:.0} records/s), {:.1} MB out",
         s.records,
         s.seconds,
@@ -308,24 +311,26 @@ fn print_summary(s: &Summary) {
         mb(s.bytes_in) / secs,
         s.records as f64 / secs,
         mb(s.bytes_out)
-    );
+    )?;
     match (s.shards.first(), s.shards.len()) {
-        (Some(first), 1) => println!("  shards       1: {}", first.display()),
-        (Some(first), n) => println!("  shards       {n}: {} ...", first.display()),
+        (Some(first), 1) => writeln!(out, "  shards       1: {}", first.display())?,
+        (Some(first), n) => writeln!(out, "  shards       {n}: {} ...", first.display())?,
         (None, _) => {}
     }
-    println!("  schema       {}", s.schema_path.display());
+    writeln!(out, "  schema       {}", s.schema_path.display())?;
     for (i, f) in features_text(s).iter().enumerate() {
-        println!("  {:<12} {f}", if i == 0 { "features" } else { "" });
+        writeln!(out, "  {:<12} {f}", if i == 0 { "features" } else { "" })?;
     }
-    println!("  rows skipped {}", s.rows_skipped);
+    writeln!(out, "  rows skipped {}", s.rows_skipped)?;
     for e in &s.bad_rows {
-        println!("    {e}");
+        writeln!(out, "    {e}")?;
     }
     if s.rows_skipped > s.bad_rows.len() as u64 {
-        println!(
+        writeln!(
+            out,
             "    ... and {} more",
             s.rows_skipped - s.bad_rows.len() as u64
-        );
+        )?;
     }
+    Ok(())
 }
