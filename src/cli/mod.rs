@@ -35,7 +35,7 @@ enum Command {
     /// Validate files and print counts and the inferred schema.
     Inspect(inspect::Args),
     /// Convert CSV, JSON, MNIST IDX or image folders to sharded TFRecord.
-    Convert(convert::Args),
+    Convert(Box<convert::Args>),
     /// Run the input pipeline to the end and report its throughput.
     Bench(bench::Args),
     /// Train a model fed by the pipeline, reporting stall versus compute.
@@ -82,7 +82,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Cat(args)) => cat::run(args),
         Some(Command::Inspect(args)) => inspect::run(args),
-        Some(Command::Convert(args)) => convert::run(args),
+        Some(Command::Convert(args)) => convert::run(*args),
         Some(Command::Bench(args)) => bench::run(args),
         Some(Command::Train(args)) => train::run(args),
         Some(Command::Predict(args)) => predict::run(args),
