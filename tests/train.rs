@@ -442,6 +442,175 @@ fn data_errors_arrive_as_errors() {
     assert!(err.to_string().contains("no batches"), "{err}");
 }
 
+/// Writes the dataset as TFRecord `Example`s (`x`: 8 floats, `label`: int64).
+fn write_records(path: &std::path::Path, batches: &[Batch]) {
+    use tfpipe::example::Example;
+    use tfpipe::example::proto::{Feature, Features, FloatList, Int64List, feature};
+    let mut w =
+        tfpipe::tfrecord::FileRecordWriter::create(path, tfpipe::Compression::None).unwrap();
+    for b in batches {
+        let (Values::Float32(x), Values::Int64(y)) = (&b.columns[0].values, &b.columns[1].values)
+        else {
+            unreachable!()
+        };
+        for r in 0..b.num_rows {
+            let mut f = std::collections::BTreeMap::new();
+            f.insert(
+                "x".to_string(),
+                Feature {
+                    kind: Some(feature::Kind::FloatList(FloatList {
+                        value: x[r * WIDTH..(r + 1) * WIDTH].to_vec(),
+                    })),
+                },
+            );
+            f.insert(
+                "label".to_string(),
+                Feature {
+                    kind: Some(feature::Kind::Int64List(Int64List { value: vec![y[r]] })),
+                },
+            );
+            let example = Example {
+                features: Some(Features { feature: f }),
+            };
+            w.write_record(&example.encode_to_vec()).unwrap();
+        }
+    }
+    w.finish().unwrap();
+}
+
+#[test]
+fn cli_train_then_predict() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write_records(&d.join("train.tfrecord"), &dataset(4, 16, 20));
+    write_records(&d.join("test.tfrecord"), &dataset(2, 16, 21));
+    let path = |name: &str| d.join(name).to_string_lossy().into_owned();
+    let out = assert_cmd::Command::cargo_bin("tfpipe")
+        .unwrap()
+        .args([
+            "train",
+            "--data",
+            &path("train.tfrecord"),
+            "--test-data",
+            &path("test.tfrecord"),
+        ])
+        .args([
+            "--feature",
+            "x:float32:8",
+            "--feature",
+            "label:int64",
+            "--label",
+            "label",
+            "--classes",
+            "3",
+        ])
+        .args([
+            "--epochs",
+            "2",
+            "--batch-size",
+            "16",
+            "--hidden",
+            "16",
+            "--optimizer",
+            "sgd",
+        ])
+        .args([
+            "--save",
+            &path("ck"),
+            "--logdir",
+            &path("logs"),
+            "--report-json",
+            &path("train.json"),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("start-up") && table.contains("stall"),
+        "{table}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("train.json")).unwrap()).unwrap();
+    assert_eq!(report["steps"], 8);
+    assert_eq!(report["examples"], 128);
+    assert!(report["test_accuracy"].as_f64().unwrap() > 0.5, "{report}");
+    assert!(report["data_wait_ms"]["p99"].is_number());
+
+    let out = assert_cmd::Command::cargo_bin("tfpipe")
+        .unwrap()
+        .args([
+            "predict",
+            "--checkpoint",
+            &path("ck"),
+            "--data",
+            &path("test.tfrecord"),
+            "--batch-size",
+            "8",
+        ])
+        .args([
+            "--warmup",
+            "1",
+            "--output",
+            &path("pred.jsonl"),
+            "--report-json",
+            &path("pred.json"),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("pred.json")).unwrap()).unwrap();
+    assert_eq!(report["examples"], 32);
+    for key in ["load_ms", "first_prediction_ms", "accuracy"] {
+        assert!(report[key].is_number(), "{key}: {report}");
+    }
+    assert!(
+        report["steady_prediction_ms"]["p50"].is_number()
+            && report["steady_prediction_ms"]["p99"].is_number()
+    );
+    let lines = std::fs::read_to_string(d.join("pred.jsonl")).unwrap();
+    assert_eq!(lines.lines().count(), 32);
+    assert!(
+        lines.lines().all(|l| l.starts_with("{\"prediction\":")),
+        "{lines}"
+    );
+}
+
+#[test]
+fn demo_runs_end_to_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = assert_cmd::Command::cargo_bin("tfpipe")
+        .unwrap()
+        .args(["demo", "--epochs", "1", "--batch-size", "256", "--out"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("test accuracy"), "{stdout}");
+    for file in [
+        "checkpoint/model.safetensors",
+        "checkpoint/checkpoint.json",
+        "train-report.json",
+        "predictions.jsonl",
+    ] {
+        assert!(dir.path().join(file).exists(), "no {file}");
+    }
+}
+
 #[cfg(not(feature = "cuda"))]
 #[test]
 fn device_cuda_without_the_feature_is_a_clear_error() {
