@@ -3,16 +3,13 @@
 //! MLP on the CPU through the full pipeline, evaluates every epoch, saves a
 //! checkpoint, reloads it and predicts, printing each report.
 
-use std::io::Read;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{Context, bail};
-use prost::Message;
-use tfpipe::example::proto::{BytesList, Feature, Features, Int64List, feature};
-use tfpipe::example::{DType, Example, FeatureSpec, Layout, Schema};
+use anyhow::Context;
+use tfpipe::convert::{self, Format, IdxOptions, OutputOptions, Sharding, Summary};
 use tfpipe::pipeline::Parallelism;
-use tfpipe::tfrecord::{Compression, FileRecordWriter};
 use tfpipe::train::{
     InputSpec, ModelConfig, OptimizerConfig, OptimizerKind, Predictor, SchemaMeta, TrainConfig,
 };
@@ -47,6 +44,7 @@ const BUNDLED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/mnist");
 /// Runs the demo.
 pub fn run(args: Args) -> anyhow::Result<Status> {
     let started = Instant::now();
+    let mut stdout = std::io::stdout().lock();
     let source = args
         .testdata
         .clone()
@@ -66,31 +64,35 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
             .context("cannot create a temporary directory")?
             .keep(),
     };
-    println!(
+    writeln!(
+        stdout,
         "tfpipe demo: MNIST digits -> TFRecord -> MLP on the CPU -> checkpoint -> predictions"
-    );
-    println!("source  {}", source.display());
-    println!("output  {}", out.display());
+    )?;
+    writeln!(stdout, "source  {}", source.display())?;
+    writeln!(stdout, "output  {}", out.display())?;
 
     // 1. Convert.
-    println!("\n== 1. convert IDX to TFRecord shards");
+    writeln!(stdout, "\n== 1. convert IDX to TFRecord shards")?;
     let t = Instant::now();
     let train_files = convert_idx(&source, "train", &out, 4)?;
     let test_files = convert_idx(&source, "test", &out, 1)?;
-    println!(
-        "wrote {} + {} shards ({} and {} records) in {:.1} ms",
-        train_files.paths.len(),
-        test_files.paths.len(),
+    writeln!(
+        stdout,
+        "wrote {} + {} shards ({} and {} records) and {} in {:.1} ms",
+        train_files.shards.len(),
+        test_files.shards.len(),
         train_files.records,
         test_files.records,
+        train_files.schema_path.display(),
         ms_since(t)
-    );
+    )?;
 
     // 2. Train through the pipeline, evaluating every epoch.
-    println!(
+    writeln!(
+        stdout,
         "\n== 2. train mlp 784-256-10 (adamw, batch {batch_size}, {epochs} epochs) through the pipeline"
-    );
-    let schema = mnist_schema();
+    )?;
+    let schema = train_files.schema.clone();
     let input = InputSpec::from_schema(&schema, 10)?;
     let model = ModelConfig::Mlp {
         inputs: input.inputs(),
@@ -108,7 +110,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     config.logdir = Some(out.join("logs"));
     config.origin = super::process_start();
     let data = DataOptions {
-        files: train_files.globs(),
+        files: globs(&train_files),
         schema: schema.clone(),
         batch_size,
         shuffle_buffer: 10_000,
@@ -116,188 +118,82 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         parallelism: Parallelism::Auto,
     };
     let test = DataOptions {
-        files: test_files.globs(),
+        files: globs(&test_files),
         shuffle_buffer: 0,
         batch_size: 256,
         ..data.clone()
     };
     let checkpoint = out.join("checkpoint");
     let report = train(config, &data, Some(&test), Some(&checkpoint))?;
-    print!("{report}");
-    println!("checkpoint saved to {}", checkpoint.display());
+    write!(stdout, "{report}")?;
+    writeln!(stdout, "checkpoint saved to {}", checkpoint.display())?;
     write_json(&out.join("train-report.json"), &report)?;
 
     // 3. Reload the checkpoint and predict the test digits.
-    println!("\n== 3. reload the checkpoint and predict the test digits");
+    writeln!(
+        stdout,
+        "\n== 3. reload the checkpoint and predict the test digits"
+    )?;
     let predictor = Predictor::load(&checkpoint, &candle_core::Device::Cpu)?;
     let predictions = out.join("predictions.jsonl");
     let predicted = predict(
         &predictor,
-        &test_files.globs(),
+        &globs(&test_files),
         32,
         Parallelism::Auto,
         2,
         Some(&predictions),
     )?;
-    print!("{predicted}");
+    write!(stdout, "{predicted}")?;
     write_json(&out.join("predict-report.json"), &predicted)?;
 
-    println!("\n== done in {:.1} s", started.elapsed().as_secs_f64());
+    writeln!(
+        stdout,
+        "\n== done in {:.1} s",
+        started.elapsed().as_secs_f64()
+    )?;
     if let Some(accuracy) = report.test_accuracy {
-        println!(
+        writeln!(
+            stdout,
             "test accuracy {:.2}% after {} epochs",
             accuracy * 100.0,
             report.epochs.len()
-        );
+        )?;
     }
-    println!(
+    writeln!(
+        stdout,
         "TensorBoard:  tensorboard --logdir {}",
         out.join("logs").display()
-    );
-    println!(
-        "Again by hand: tfpipe train --data '{}' --feature image_raw:uint8:28x28 --feature label:int64 --label label --test-data '{}' --epochs 5 --batch-size 32",
+    )?;
+    writeln!(
+        stdout,
+        "Again by hand: tfpipe train --schema {} --data '{}' --test-data '{}' --epochs {epochs} --batch-size {batch_size}",
+        train_files.schema_path.display(),
         out.join("train-*.tfrecord").display(),
         out.join("test-*.tfrecord").display()
-    );
+    )?;
     Ok(Status::Ok)
 }
 
-/// `image_raw`: 28x28 uint8 pixels (one bytes value); `label`: int64.
-fn mnist_schema() -> Schema {
-    Schema {
-        features: vec![
-            FeatureSpec {
-                name: "image_raw".into(),
-                dtype: DType::Uint8,
-                layout: Layout::Fixed(vec![28, 28]),
-                default: None,
-            },
-            FeatureSpec {
-                name: "label".into(),
-                dtype: DType::Int64,
-                layout: Layout::Fixed(vec![]),
-                default: None,
-            },
-        ],
-        label: Some("label".into()),
-    }
-}
-
-struct Shards {
-    paths: Vec<PathBuf>,
-    records: usize,
-}
-
-impl Shards {
-    fn globs(&self) -> Vec<String> {
-        self.paths
-            .iter()
-            .map(|p| p.to_string_lossy().into_owned())
-            .collect()
-    }
-}
-
-/// Converts `DIR/{split}-images-idx3-ubyte.gz` + labels into `shards` shards.
-fn convert_idx(dir: &Path, split: &str, out: &Path, shards: usize) -> anyhow::Result<Shards> {
-    let images_path = dir.join(format!("{split}-images-idx3-ubyte.gz"));
-    let labels_path = dir.join(format!("{split}-labels-idx1-ubyte.gz"));
-    let (dims, images) = read_idx(&images_path, 0x0803)?;
-    let (ldims, labels) = read_idx(&labels_path, 0x0801)?;
-    let [count, rows, cols] = dims[..] else {
-        bail!(
-            "{}: expected 3 dimensions, found {}",
-            images_path.display(),
-            dims.len()
-        );
+/// Converts `DIR/{split}-images-idx3-ubyte.gz` (and its labels) into
+/// `OUT/{split}-0000N-of-...tfrecord` + `OUT/{split}.features.json`.
+fn convert_idx(dir: &Path, split: &str, out: &Path, shards: usize) -> anyhow::Result<Summary> {
+    let images = dir.join(format!("{split}-images-idx3-ubyte.gz"));
+    let output = OutputOptions {
+        sharding: Sharding::Shards(shards),
+        ..OutputOptions::new(out.join(split))
     };
-    if ldims[0] != count {
-        bail!(
-            "{}: {} labels for {count} images in {}",
-            labels_path.display(),
-            ldims[0],
-            images_path.display()
-        );
-    }
-    let pixels = rows * cols;
-    let mut paths = Vec::new();
-    let mut pending = Vec::new();
-    let mut buf = Vec::new();
-    for shard in 0..shards {
-        let path = out.join(format!("{split}-{shard:05}-of-{shards:05}.tfrecord"));
-        let mut writer = FileRecordWriter::create(&path, Compression::None)?;
-        for i in (shard..count).step_by(shards) {
-            let mut feature = std::collections::BTreeMap::new();
-            feature.insert(
-                "image_raw".to_string(),
-                Feature {
-                    kind: Some(feature::Kind::BytesList(BytesList {
-                        value: vec![images[i * pixels..(i + 1) * pixels].to_vec()],
-                    })),
-                },
-            );
-            feature.insert(
-                "label".to_string(),
-                Feature {
-                    kind: Some(feature::Kind::Int64List(Int64List {
-                        value: vec![i64::from(labels[i])],
-                    })),
-                },
-            );
-            buf.clear();
-            Example {
-                features: Some(Features { feature }),
-            }
-            .encode(&mut buf)?;
-            writer.write_record(&buf)?;
-        }
-        pending.push(writer.finish_pending()?);
-    }
-    for p in pending {
-        paths.push(p.persist()?);
-    }
-    Ok(Shards {
-        paths,
-        records: count,
-    })
+    Ok(convert::convert(
+        &Format::Idx(IdxOptions::default()),
+        &[images],
+        &output,
+    )?)
 }
 
-/// Reads a gzipped IDX file: its dimensions and its bytes.
-fn read_idx(path: &Path, magic: u32) -> anyhow::Result<(Vec<usize>, Vec<u8>)> {
-    let file =
-        std::fs::File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
-    let mut data = Vec::new();
-    flate2::read::GzDecoder::new(file)
-        .read_to_end(&mut data)
-        .with_context(|| format!("{}: cannot decompress", path.display()))?;
-    let word = |at: usize| -> anyhow::Result<usize> {
-        let bytes: [u8; 4] = data
-            .get(at..at + 4)
-            .and_then(|b| b.try_into().ok())
-            .with_context(|| format!("{}: truncated header at byte {at}", path.display()))?;
-        Ok(u32::from_be_bytes(bytes) as usize)
-    };
-    let found = word(0)? as u32;
-    if found != magic {
-        bail!(
-            "{}: byte 0: magic {found:#010x}, expected {magic:#010x}",
-            path.display()
-        );
-    }
-    let ndims = (magic & 0xff) as usize;
-    let dims = (0..ndims)
-        .map(|i| word(4 + 4 * i))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let start = 4 + 4 * ndims;
-    let len: usize = dims.iter().product();
-    if data.len() < start + len {
-        bail!(
-            "{}: byte {}: truncated, {} of {len} data bytes",
-            path.display(),
-            data.len(),
-            data.len() - start
-        );
-    }
-    data.drain(..start);
-    data.truncate(len);
-    Ok((dims, data))
+fn globs(summary: &Summary) -> Vec<String> {
+    summary
+        .shards
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect()
 }

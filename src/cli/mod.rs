@@ -4,6 +4,8 @@
 //! 2 usage or I/O errors, 130 interrupted. A closed stdout (`| head`) exits 0.
 
 use std::process::ExitCode;
+use std::sync::OnceLock;
+use std::time::Instant;
 
 use clap::{Parser, Subcommand};
 
@@ -63,8 +65,18 @@ impl From<Status> for ExitCode {
     }
 }
 
+/// When the process started: set as the first thing `main` does (so it
+/// misses only the dynamic loader), read by the start-up reports.
+pub(crate) static PROCESS_START: OnceLock<Instant> = OnceLock::new();
+
+/// [`PROCESS_START`], set now if it was not.
+pub(crate) fn process_start() -> Instant {
+    *PROCESS_START.get_or_init(Instant::now)
+}
+
 /// Parses the command line, runs the command, prints errors as `tfpipe: ...`.
 pub fn main() -> ExitCode {
+    process_start();
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Command::Cat(args)) => cat::run(args),

@@ -64,7 +64,8 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         args.warmup,
         args.output.as_deref(),
     )?;
-    print!("{report}");
+    let mut stdout = std::io::stdout().lock();
+    write!(stdout, "{report}")?;
     if let Some(path) = &args.report_json {
         write_json(path, &report)?;
     }

@@ -4,7 +4,7 @@
 //! Also home of the helpers `predict` and `demo` share: opening TFRecord
 //! data as batch streams, the progress bar, and writing JSON reports.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -155,13 +155,15 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         ..data.clone()
     });
     let report = train(config, &data, test.as_ref(), args.save.as_deref())?;
-    print!("{report}");
+    let mut stdout = std::io::stdout().lock();
+    write!(stdout, "{report}")?;
     if let Some(dir) = &args.save {
-        println!(
+        writeln!(
+            stdout,
             "checkpoint saved to {} (global step {})",
             dir.display(),
             report.global_step
-        );
+        )?;
     }
     if let Some(path) = &args.report_json {
         write_json(path, &report)?;

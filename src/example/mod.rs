@@ -10,8 +10,9 @@ pub mod proto {
 }
 
 mod decode;
+pub mod json;
 mod spec;
 
 pub use decode::{BatchParser, ParseError};
 pub use proto::{Example, SequenceExample};
-pub use spec::{DType, FeatureSpec, Layout, Schema, SchemaError, Value};
+pub use spec::{DType, FeatureSpec, Layout, SCHEMA_FORMAT, Schema, SchemaError, Value};

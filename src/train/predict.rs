@@ -73,6 +73,9 @@ impl std::fmt::Display for PredictReport {
     }
 }
 
+/// Receives each batch's predicted class ids and, when known, its labels.
+pub type PredictionSink<'a> = dyn FnMut(&[u32], Option<&[u32]>) -> Result<(), TrainError> + 'a;
+
 /// A model loaded for prediction.
 pub struct Predictor {
     model: Model,
@@ -121,7 +124,7 @@ impl Predictor {
         stream: &mut dyn BatchStream,
         with_labels: bool,
         warmup: usize,
-        sink: &mut dyn FnMut(&[u32], Option<&[u32]>) -> Result<(), TrainError>,
+        sink: &mut PredictionSink<'_>,
     ) -> Result<PredictReport, TrainError> {
         let input = InputSpec {
             label: if with_labels {

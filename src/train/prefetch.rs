@@ -95,6 +95,17 @@ impl<S: BatchStream + ?Sized> BatchStream for Box<S> {
     }
 }
 
+/// A running pipeline of batches; its bottleneck comes from its stage metrics.
+impl BatchStream for crate::pipeline::PipelineIter<Batch> {
+    fn next_batch(&mut self) -> Option<Result<Batch, BoxError>> {
+        self.next().map(|r| r.map_err(Into::into))
+    }
+
+    fn bottleneck_stage(&self) -> Option<String> {
+        self.metrics().bottleneck_stage().map(str::to_string)
+    }
+}
+
 /// What the prefetch worker sends.
 #[derive(Debug)]
 pub(crate) enum Fetched {

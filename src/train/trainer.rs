@@ -150,6 +150,9 @@ pub struct Progress {
     pub stall_fraction: f64,
 }
 
+/// The progress callback.
+type ProgressFn = dyn FnMut(&Progress);
+
 /// The trained state.
 struct State {
     model: Model,
@@ -188,7 +191,7 @@ pub struct Evaluation {
 pub struct Trainer {
     config: TrainConfig,
     state: Option<State>,
-    progress: Option<Box<dyn FnMut(&Progress)>>,
+    progress: Option<Box<ProgressFn>>,
 }
 
 /// The test-data opener `fit` takes.

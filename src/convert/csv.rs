@@ -1,0 +1,632 @@
+//! CSV with a header row to Examples: one feature per column.
+//!
+//! Two passes over the (memory-mapped) input, both parallel over chunks of
+//! whole rows: the first validates rows and infers each column's type over the
+//! whole input, the second parses and encodes. Chunks are cut at line ends;
+//! when the file contains quotes, a sequential scan with the CSV parser finds
+//! the row boundaries instead, so a quoted field with a newline never gets cut.
+//!
+//! A bad row (wrong number of fields, a value that does not fit a declared
+//! `--column` type, a missing label) is judged identically in both passes, so
+//! `--skip-bad-rows` skips exactly the rows the first pass counted.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use csv::{ByteRecord, ReaderBuilder};
+
+use super::encode::ExampleEncoder;
+use super::error::{ConvertError, SourceLocation, quote};
+use super::infer::{self, Column, Kind, classify, fits, parse_f32, parse_i64, trim};
+use super::output::{BadRows, Chunk, Ctx, Finished, Input, ShardSink, finish, plan_shards};
+use super::{Missing, Phase, Summary};
+use crate::example::DType;
+
+/// Options of the CSV converter.
+#[derive(Debug, Clone)]
+pub struct CsvOptions {
+    /// The field delimiter. By default `,`.
+    pub delimiter: u8,
+    /// Column types that override inference (`--column NAME:DTYPE`).
+    pub columns: Vec<(String, DType)>,
+    /// Values meaning "missing" besides the empty string and `NA` (`--na`).
+    pub na: Vec<String>,
+    /// The label column (`--label`).
+    pub label: Option<String>,
+    /// What a column with missing values becomes in the schema.
+    /// By default [`Missing::Default`].
+    pub missing: Missing,
+}
+
+impl Default for CsvOptions {
+    fn default() -> Self {
+        CsvOptions {
+            delimiter: b',',
+            columns: Vec::new(),
+            na: Vec::new(),
+            label: None,
+            missing: Missing::Default,
+        }
+    }
+}
+
+impl CsvOptions {
+    /// Parses `--column NAME:DTYPE` texts into `columns`.
+    pub fn with_column_texts<S: AsRef<str>>(mut self, texts: &[S]) -> Result<Self, ConvertError> {
+        for t in texts {
+            self.columns.push(infer::parse_override(t.as_ref())?);
+        }
+        Ok(self)
+    }
+}
+
+/// Target size of one chunk of rows.
+const CHUNK_BYTES: usize = 1 << 20;
+/// A label with more distinct text values than this is not a class label.
+const MAX_CLASSES: usize = 100_000;
+
+struct File {
+    path: PathBuf,
+    data: Input,
+    /// Offset of the first data row (after the header).
+    data_start: usize,
+    /// Line number of the first data row.
+    first_line: u64,
+}
+
+struct Task {
+    file: usize,
+    start: usize,
+    end: usize,
+}
+
+/// What the converter knows about the columns while it reads rows.
+struct Shape<'a> {
+    names: &'a [String],
+    declared: &'a [Option<DType>],
+    label: Option<usize>,
+    na: &'a [Vec<u8>],
+    delimiter: u8,
+}
+
+impl Shape<'_> {
+    #[inline]
+    fn is_missing(&self, value: &[u8]) -> bool {
+        value.is_empty() || value == b"NA" || self.na.iter().any(|na| na.as_slice() == value)
+    }
+
+    /// Judges a row; the same verdict in both passes. `Err` carries the
+    /// field index (or none for a ragged row) and the problem.
+    fn check(&self, record: &ByteRecord) -> Result<(), (Option<usize>, String)> {
+        if record.len() != self.names.len() {
+            let shown = record
+                .iter()
+                .take(3)
+                .map(quote)
+                .collect::<Vec<_>>()
+                .join(", ");
+            return Err((
+                None,
+                format!(
+                    "ragged row: expected {} fields (as the header), found {} (row starts {shown}{})",
+                    self.names.len(),
+                    record.len(),
+                    if record.len() > 3 { ", ..." } else { "" }
+                ),
+            ));
+        }
+        for (i, declared) in self.declared.iter().enumerate() {
+            let raw = &record[i];
+            let value = trim(raw);
+            if self.is_missing(value) {
+                if Some(i) == self.label {
+                    return Err((
+                        Some(i),
+                        format!(
+                            "the label column is missing ({}): every row needs a label",
+                            quote(raw)
+                        ),
+                    ));
+                }
+                continue;
+            }
+            if let Some(dtype) = declared
+                && !fits(classify(value), *dtype)
+            {
+                let example = match dtype {
+                    DType::Int64 => "an integer like 42",
+                    _ => "a number like 3.25",
+                };
+                return Err((
+                    Some(i),
+                    format!(
+                        "{} is not {} (the column is declared {}; expected {example}, or a missing value: empty or NA)",
+                        quote(raw),
+                        infer::dtype_name(*dtype),
+                        infer::dtype_name(*dtype),
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn bad_row(
+        &self,
+        path: &Path,
+        line: u64,
+        byte: u64,
+        field: Option<usize>,
+        problem: String,
+    ) -> ConvertError {
+        ConvertError::BadRow {
+            location: SourceLocation {
+                path: path.to_path_buf(),
+                line: Some(line),
+                column: field.map(|f| f as u64 + 1),
+                field: field.map(|f| self.names[f].clone()),
+                byte,
+            },
+            problem,
+        }
+    }
+}
+
+fn reader(delimiter: u8, data: &[u8]) -> csv::Reader<&[u8]> {
+    ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .delimiter(delimiter)
+        .from_reader(data)
+}
+
+/// Reads the header row: the names and where the data starts.
+fn header(
+    path: &Path,
+    data: &[u8],
+    delimiter: u8,
+) -> Result<(Vec<String>, usize, u64), ConvertError> {
+    let bom = if data.starts_with(b"\xEF\xBB\xBF") {
+        3
+    } else {
+        0
+    };
+    let mut rdr = reader(delimiter, &data[bom..]);
+    let mut record = ByteRecord::new();
+    let has = rdr
+        .read_byte_record(&mut record)
+        .map_err(|e| ConvertError::BadInput {
+            location: SourceLocation::in_text(path, data, bom),
+            problem: format!("cannot read the header row: {e}"),
+        })?;
+    if !has {
+        return Err(ConvertError::BadInput {
+            location: SourceLocation::in_text(path, data, 0),
+            problem: "empty file: expected a header row with the column names".into(),
+        });
+    }
+    let mut names = Vec::with_capacity(record.len());
+    for (i, raw) in record.iter().enumerate() {
+        let name = std::str::from_utf8(raw).map_err(|_| ConvertError::BadInput {
+            location: SourceLocation::in_text(path, data, bom),
+            problem: format!("header field {} {} is not UTF-8", i + 1, quote(raw)),
+        })?;
+        if names.iter().any(|n: &String| n == name) {
+            return Err(ConvertError::BadInput {
+                location: SourceLocation::in_text(path, data, bom),
+                problem: format!("duplicate column name {name:?} in the header"),
+            });
+        }
+        names.push(name.to_string());
+    }
+    let start = bom + rdr.position().byte() as usize;
+    let first_line = rdr.position().line();
+    Ok((names, start, first_line))
+}
+
+/// Cuts `data[start..]` into chunks of whole rows.
+fn cut(data: &[u8], start: usize, delimiter: u8) -> Vec<(usize, usize)> {
+    let end = data.len();
+    let mut cuts = Vec::new();
+    if start >= end {
+        return cuts;
+    }
+    let chunk = (end - start).div_ceil(64).clamp(64 << 10, CHUNK_BYTES);
+    if !data[start..].contains(&b'"') {
+        let mut from = start;
+        while from < end {
+            let target = from + chunk;
+            let to = if target >= end {
+                end
+            } else {
+                match data[target..].iter().position(|&b| b == b'\n') {
+                    Some(i) => target + i + 1,
+                    None => end,
+                }
+            };
+            cuts.push((from, to));
+            from = to;
+        }
+    } else {
+        // Quotes may hide newlines inside fields: let the parser find rows.
+        let mut rdr = reader(delimiter, &data[start..]);
+        let mut record = ByteRecord::new();
+        let mut from = start;
+        loop {
+            let pos = start + rdr.position().byte() as usize;
+            if pos >= from + chunk {
+                cuts.push((from, pos));
+                from = pos;
+            }
+            match rdr.read_byte_record(&mut record) {
+                Ok(true) => {}
+                // The byte-record reader only fails on I/O, impossible on a slice.
+                Ok(false) | Err(_) => break,
+            }
+        }
+        if from < end {
+            cuts.push((from, end));
+        }
+    }
+    cuts
+}
+
+struct Scan {
+    rows: u64,
+    newlines: u64,
+    kinds: Vec<Kind>,
+    present: Vec<u64>,
+    missing: Vec<u64>,
+    labels: BTreeSet<Vec<u8>>,
+    bad: BadRows,
+    bytes: u64,
+}
+
+pub(crate) fn convert(
+    inputs: &[PathBuf],
+    options: &CsvOptions,
+    ctx: &Ctx<'_>,
+) -> Result<Summary, ConvertError> {
+    let d = options.delimiter;
+    let mut files = Vec::with_capacity(inputs.len());
+    let mut names: Option<Vec<String>> = None;
+    for path in inputs {
+        let data = Input::load(path)?;
+        let (header_names, data_start, first_line) = header(path, &data, d)?;
+        match &names {
+            None => names = Some(header_names),
+            Some(first) if *first != header_names => {
+                return Err(ConvertError::BadInput {
+                    location: SourceLocation::in_text(path, &data, 0),
+                    problem: format!(
+                        "the header {header_names:?} differs from the first file's {first:?}"
+                    ),
+                });
+            }
+            Some(_) => {}
+        }
+        files.push(File {
+            path: path.clone(),
+            data,
+            data_start,
+            first_line,
+        });
+    }
+    let names = names.unwrap_or_default();
+    let find = |name: &str, flag: &str| {
+        names.iter().position(|n| n == name).ok_or_else(|| {
+            ConvertError::Options(format!(
+                "{flag} {name:?}: no such column (the header has {names:?})"
+            ))
+        })
+    };
+    let mut declared = vec![None; names.len()];
+    for (name, dtype) in &options.columns {
+        declared[find(name, "--column")?] = Some(*dtype);
+    }
+    let label = options
+        .label
+        .as_deref()
+        .map(|l| find(l, "--label"))
+        .transpose()?;
+    let na: Vec<Vec<u8>> = options.na.iter().map(|s| s.as_bytes().to_vec()).collect();
+    let shape = Shape {
+        names: &names,
+        declared: &declared,
+        label,
+        na: &na,
+        delimiter: d,
+    };
+
+    let mut tasks = Vec::new();
+    for (i, f) in files.iter().enumerate() {
+        for (start, end) in cut(&f.data, f.data_start, d) {
+            tasks.push(Task {
+                file: i,
+                start,
+                end,
+            });
+        }
+    }
+    let bytes_total: u64 = files.iter().map(|f| f.data.len() as u64).sum();
+    let skip = ctx.options.skip_bad_rows;
+
+    // Pass 1: validate, count, infer.
+    ctx.begin_phase(Phase::Scanning, bytes_total);
+    let ncols = names.len();
+    let mut kinds = vec![Kind::Empty; ncols];
+    let mut present = vec![0u64; ncols];
+    let mut missing = vec![0u64; ncols];
+    let mut labels = BTreeSet::new();
+    let mut rows = 0u64;
+    let mut bad = BadRows::default();
+    let mut line_base: Vec<u64> = Vec::with_capacity(tasks.len());
+    {
+        let mut current_file = usize::MAX;
+        let mut line = 0;
+        let task_files: Vec<usize> = tasks.iter().map(|t| t.file).collect();
+        let mut index = 0;
+        let scan_tasks: Vec<&Task> = tasks.iter().collect();
+        ctx.run_ordered(
+            scan_tasks,
+            |task| scan(&files[task.file], task, &shape, skip),
+            |mut s: Scan| {
+                let file = task_files[index];
+                index += 1;
+                if file != current_file {
+                    current_file = file;
+                    line = files[file].first_line;
+                }
+                line_base.push(line);
+                for e in &mut s.bad.kept {
+                    if let ConvertError::BadRow { location, .. } = e {
+                        location.line = location.line.map(|rel| line + rel - 1);
+                    }
+                }
+                line += s.newlines;
+                rows += s.rows;
+                bad.merge(s.bad);
+                for c in 0..ncols {
+                    kinds[c] = kinds[c].join(s.kinds[c]);
+                    present[c] += s.present[c];
+                    missing[c] += s.missing[c];
+                }
+                if labels.len() <= MAX_CLASSES {
+                    labels.append(&mut s.labels);
+                }
+                ctx.advance(Phase::Scanning, bytes_total, s.bytes, s.rows);
+                Ok(())
+            },
+        )
+        .map_err(|e| fix_first_error(e, &files, &tasks))?;
+    }
+    if rows == 0 {
+        return Err(ConvertError::NoRecords { skipped: bad.count });
+    }
+
+    let mut columns = Vec::with_capacity(ncols);
+    for c in 0..ncols {
+        let dtype = declared[c].unwrap_or(kinds[c].dtype());
+        let vocab = if Some(c) == label && dtype == DType::Bytes {
+            if labels.len() > MAX_CLASSES {
+                return Err(ConvertError::Options(format!(
+                    "--label {:?}: more than {MAX_CLASSES} distinct text values; that is not a class label",
+                    names[c]
+                )));
+            }
+            Some(infer::vocabulary(std::mem::take(&mut labels)))
+        } else {
+            None
+        };
+        columns.push(Column {
+            name: names[c].clone(),
+            dtype,
+            list: false,
+            present: present[c],
+            missing: missing[c],
+            vocab,
+        });
+    }
+
+    // Pass 2: encode and write.
+    let mut order: Vec<usize> = (0..ncols).collect();
+    order.sort_by(|&a, &b| names[a].as_bytes().cmp(names[b].as_bytes()));
+    let plan = plan_shards(rows, ctx.options.sharding, bytes_total);
+    let mut sink = ShardSink::new(ctx.options, plan);
+    ctx.begin_phase(Phase::Encoding, bytes_total);
+    let encode_tasks: Vec<(usize, &Task)> = tasks.iter().enumerate().collect();
+    ctx.run_ordered(
+        encode_tasks,
+        |(i, task)| {
+            encode(
+                &files[task.file],
+                task,
+                line_base[i],
+                &shape,
+                &columns,
+                &order,
+            )
+        },
+        |chunk: Chunk| {
+            sink.write_chunk(&chunk)?;
+            ctx.advance(
+                Phase::Encoding,
+                bytes_total,
+                chunk.bytes_in,
+                chunk.ends.len() as u64,
+            );
+            Ok(())
+        },
+    )?;
+    let shards = sink.finish()?;
+
+    let schema = infer::tabular_schema(&columns, options.label.as_deref(), options.missing);
+    let extra = infer::columns_metadata(&columns);
+    finish(
+        ctx,
+        shards,
+        Finished {
+            schema,
+            format: "csv",
+            inputs: inputs.to_vec(),
+            bytes_in: bytes_total,
+            rows_skipped: bad.count,
+            bad_rows: bad.kept,
+            extra,
+        },
+    )
+}
+
+/// A bad row that stopped the first pass carries a chunk-relative line:
+/// make it absolute (rare, so counting the lines here is fine).
+fn fix_first_error(e: ConvertError, files: &[File], tasks: &[Task]) -> ConvertError {
+    match e {
+        ConvertError::BadRow {
+            mut location,
+            problem,
+        } => {
+            if let Some(task) = tasks.iter().find(|t| {
+                files[t.file].path == location.path
+                    && (t.start as u64) <= location.byte
+                    && location.byte < t.end as u64
+            }) {
+                let data = &files[task.file].data;
+                let before = data[..task.start].iter().filter(|&&b| b == b'\n').count() as u64;
+                location.line = location.line.map(|rel| before + rel);
+            }
+            ConvertError::BadRow { location, problem }
+        }
+        other => other,
+    }
+}
+
+fn scan(file: &File, task: &Task, shape: &Shape<'_>, skip: bool) -> Result<Scan, ConvertError> {
+    let n = shape.names.len();
+    let data = &file.data[task.start..task.end];
+    let mut s = Scan {
+        rows: 0,
+        newlines: data.iter().filter(|&&b| b == b'\n').count() as u64,
+        kinds: vec![Kind::Empty; n],
+        present: vec![0; n],
+        missing: vec![0; n],
+        labels: BTreeSet::new(),
+        bad: BadRows::default(),
+        bytes: data.len() as u64,
+    };
+    let mut rdr = reader(shape.delimiter, data);
+    let mut record = ByteRecord::new();
+    loop {
+        let pos = rdr.position().clone();
+        match rdr.read_byte_record(&mut record) {
+            Ok(true) => {}
+            Ok(false) | Err(_) => break,
+        }
+        if let Err((field, problem)) = shape.check(&record) {
+            // Lines are chunk-relative here; the caller makes them absolute.
+            let e = shape.bad_row(
+                &file.path,
+                pos.line(),
+                (task.start as u64) + pos.byte(),
+                field,
+                problem,
+            );
+            if !skip {
+                return Err(e);
+            }
+            if s.bad.kept.len() < super::output::BAD_ROWS_KEPT {
+                s.bad.push(e);
+            } else {
+                s.bad.count += 1;
+            }
+            continue;
+        }
+        s.rows += 1;
+        for c in 0..n {
+            let value = trim(&record[c]);
+            if shape.is_missing(value) {
+                s.missing[c] += 1;
+                continue;
+            }
+            s.present[c] += 1;
+            if Some(c) == shape.label && s.labels.len() <= MAX_CLASSES && !s.labels.contains(value)
+            {
+                s.labels.insert(value.to_vec());
+            }
+            if shape.declared[c].is_none() && s.kinds[c] != Kind::Text {
+                s.kinds[c] = s.kinds[c].join(classify(value));
+            }
+        }
+    }
+    Ok(s)
+}
+
+fn encode(
+    file: &File,
+    task: &Task,
+    line_base: u64,
+    shape: &Shape<'_>,
+    columns: &[Column],
+    order: &[usize],
+) -> Result<Chunk, ConvertError> {
+    let data = &file.data[task.start..task.end];
+    let mut chunk = Chunk {
+        data: Vec::with_capacity(data.len() + data.len() / 2),
+        ends: Vec::new(),
+        bytes_in: data.len() as u64,
+    };
+    let mut rdr = reader(shape.delimiter, data);
+    let mut record = ByteRecord::new();
+    let mut enc = ExampleEncoder::default();
+    loop {
+        let pos = rdr.position().clone();
+        match rdr.read_byte_record(&mut record) {
+            Ok(true) => {}
+            Ok(false) | Err(_) => break,
+        }
+        if shape.check(&record).is_err() {
+            continue; // counted (or fatal) in the first pass
+        }
+        enc.begin();
+        for &c in order {
+            let raw = &record[c];
+            let value = trim(raw);
+            if shape.is_missing(value) {
+                continue;
+            }
+            let col = &columns[c];
+            let key = col.name.as_bytes();
+            let ok = match (&col.vocab, col.dtype) {
+                (Some(vocab), _) => match vocab.binary_search_by(|v| v.as_slice().cmp(value)) {
+                    Ok(index) => {
+                        enc.int64(key, index as i64);
+                        true
+                    }
+                    Err(_) => false,
+                },
+                (None, DType::Int64) => parse_i64(value).map(|v| enc.int64(key, v)).is_some(),
+                (None, DType::Float32) => parse_f32(value).map(|v| enc.float(key, v)).is_some(),
+                (None, _) => {
+                    enc.bytes(key, raw);
+                    true
+                }
+            };
+            if !ok {
+                // Only if the input changed between the passes.
+                return Err(shape.bad_row(
+                    &file.path,
+                    line_base + pos.line() - 1,
+                    task.start as u64 + pos.byte(),
+                    Some(c),
+                    format!(
+                        "{} does not parse as {} although the first pass said it would: did the file change?",
+                        quote(raw),
+                        infer::dtype_name(col.stored_dtype())
+                    ),
+                ));
+            }
+        }
+        enc.finish_into(&mut chunk.data);
+        chunk.end_record();
+    }
+    Ok(chunk)
+}

@@ -1,0 +1,9 @@
+//! The schema-driven decoder: TensorFlow's golden parses, error cases, and
+//! property tests against prost encodings.
+
+mod decode {
+    pub mod common;
+    mod errors;
+    mod golden;
+    mod props;
+}

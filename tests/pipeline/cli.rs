@@ -1,0 +1,1 @@
+//! `tfpipe bench` on small generated files.
