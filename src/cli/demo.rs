@@ -16,7 +16,7 @@ use tfpipe::train::{
 
 use super::Status;
 use super::predict::predict;
-use super::train::{DataOptions, ms_since, train, write_json};
+use super::train::{DataOptions, ms_since, set_compute_threads, train, write_json};
 
 /// Arguments of `tfpipe demo`.
 #[derive(Debug, Default, clap::Args)]
@@ -36,6 +36,9 @@ pub struct Args {
     /// Seeds weight initialisation and shuffling (default 0).
     #[arg(long)]
     pub seed: Option<u64>,
+    /// CPU threads for the model's math (default: half the cores).
+    #[arg(long)]
+    pub compute_threads: Option<usize>,
 }
 
 /// The bundled sample, found at compile time (override with `--testdata`).
@@ -87,10 +90,12 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         ms_since(t)
     )?;
 
-    // 2. Train through the pipeline, evaluating every epoch.
+    // 2. Train through the pipeline, evaluating every epoch. The
+    // conversion's threads have finished: safe to size candle's now.
+    let compute_threads = set_compute_threads(args.compute_threads)?;
     writeln!(
         stdout,
-        "\n== 2. train mlp 784-256-10 (adamw, batch {batch_size}, {epochs} epochs) through the pipeline"
+        "\n== 2. train mlp 784-256-10 (adamw, batch {batch_size}, {epochs} epochs, {compute_threads} compute threads) through the pipeline"
     )?;
     let schema = train_files.schema.clone();
     let input = InputSpec::from_schema(&schema, 10)?;

@@ -13,7 +13,7 @@ use tfpipe::tfrecord::{Compression, FileRecordReader, FileRecordWriter, ReaderOp
 use tfpipe::train::{BatchStream, PredictReport, Predictor, TrainError, parse_device};
 
 use super::Status;
-use super::train::write_json;
+use super::train::{set_compute_threads, write_json};
 
 /// Arguments of `tfpipe predict`.
 #[derive(Debug, clap::Args)]
@@ -43,10 +43,14 @@ pub struct Args {
     /// Parse workers: a number or `auto`.
     #[arg(long, default_value = "auto")]
     pub num_parallel_calls: String,
+    /// CPU threads for the model's math (candle). By default half the cores.
+    #[arg(long)]
+    pub compute_threads: Option<usize>,
 }
 
 /// Runs `tfpipe predict`.
 pub fn run(args: Args) -> anyhow::Result<Status> {
+    set_compute_threads(args.compute_threads)?;
     let device = parse_device(&args.device)?;
     let parallelism: Parallelism = args
         .num_parallel_calls
