@@ -70,14 +70,19 @@ impl From<Status> for ExitCode {
 /// precedes `main` here is the dynamic loader, well under a millisecond.)
 pub(crate) static PROCESS_START: OnceLock<Instant> = OnceLock::new();
 
+/// [`PROCESS_START`], set now if it was not.
+pub(crate) fn process_start() -> Instant {
+    *PROCESS_START.get_or_init(Instant::now)
+}
+
 /// Time since [`PROCESS_START`].
 pub(crate) fn process_elapsed() -> Duration {
-    PROCESS_START.get_or_init(Instant::now).elapsed()
+    process_start().elapsed()
 }
 
 /// Parses the command line, runs the command, prints errors as `tfpipe: ...`.
 pub fn main() -> ExitCode {
-    PROCESS_START.get_or_init(Instant::now);
+    process_start();
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Command::Cat(args)) => cat::run(args),
