@@ -7,7 +7,8 @@
 //!   work more than 25% of the time: more workers would overlap that work;
 //! - *shrink* (down to 1) when the downstream hardly waited (under 1%) and
 //!   the workers spent most of the interval blocked on a full output: the
-//!   consumer is busy (a training step), so a worker gives its core back.
+//!   consumer is busy (a training step), so a worker gives its core back;
+//!   this must hold for five ticks in a row, since growing back costs time.
 //!
 //! This is a metric-driven rule, not a fixed guess: it follows the load as it
 //! changes. It is deliberately simple; `tf.data` fits an analytical model of
@@ -20,11 +21,16 @@ use crate::metrics::StageCounters;
 /// How often the autotuner looks.
 pub(crate) const TICK: Duration = Duration::from_millis(20);
 
+/// Consecutive ticks calling for a shrink before it happens (100 ms).
+const SHRINK_AFTER: u32 = 5;
+
 pub(crate) struct Autotuner {
     max: usize,
     /// Calls since the clock was last read: the clock is read every 16th
     /// call only, since a per-element stage calls this per element.
     calls: u32,
+    /// Consecutive ticks that called for one worker fewer.
+    shrink_votes: u32,
     last: Instant,
     busy_ns: u64,
     wait_in_ns: u64,
@@ -37,6 +43,7 @@ impl Autotuner {
         Autotuner {
             max: max.max(1),
             calls: 0,
+            shrink_votes: 0,
             last: Instant::now(),
             busy_ns: 0,
             wait_in_ns: 0,
@@ -81,10 +88,18 @@ impl Autotuner {
         self.blocked_out_ns = blocked;
         self.downstream_wait = downstream_wait;
         if waited > 0.05 && busy_frac > 0.25 && current < self.max {
+            self.shrink_votes = 0;
             Some(current + 1)
         } else if waited < 0.01 && blocked_frac > 0.5 && current > 1 {
-            Some(current - 1)
+            // Shrink only when it persists: a full output buffer for a
+            // moment is normal, and a wrong shrink costs throughput at once.
+            self.shrink_votes += 1;
+            (self.shrink_votes >= SHRINK_AFTER).then(|| {
+                self.shrink_votes = 0;
+                current - 1
+            })
         } else {
+            self.shrink_votes = 0;
             None
         }
     }

@@ -110,7 +110,7 @@ impl<T: Send + 'static> Pipeline<T> {
                 let max = p.max_workers(env.shared.cores).min(options.cycle_length);
                 let initial = match p {
                     Parallelism::Fixed(n) => n.min(options.cycle_length),
-                    Parallelism::Auto => 1,
+                    Parallelism::Auto => max.div_ceil(2),
                 };
                 counters.set_parallelism(initial);
                 let tuner = matches!(p, Parallelism::Auto).then(|| Autotuner::new(max));

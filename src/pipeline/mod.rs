@@ -235,7 +235,7 @@ pub enum Parallelism {
     /// Exactly this many (at least 1).
     Fixed(usize),
     /// Tuned while running from the stage metrics, between 1 and the cores
-    /// available (`tf.data.AUTOTUNE`).
+    /// available, starting at half the cores (`tf.data.AUTOTUNE`).
     Auto,
 }
 

@@ -150,7 +150,7 @@ where
     let max = options.parallelism.max_workers(env.shared.cores);
     let initial = match options.parallelism {
         Parallelism::Fixed(n) => n.max(1),
-        Parallelism::Auto => 1,
+        Parallelism::Auto => max.div_ceil(2),
     };
     let window = 2 * max + 2;
     let shared = Arc::new(Shared {
