@@ -317,11 +317,10 @@ fn encode(pair: &Pair, from: usize, to: usize, as_float: bool) -> Chunk {
     let labels = &pair.labels.data[pair.labels.start..];
     let per_record = if as_float { 4 * item + 32 } else { item + 32 };
     let mut chunk = Chunk {
-        data: Vec::with_capacity((to - from) * per_record),
-        ends: Vec::with_capacity(to - from),
         bytes_in: ((to - from) * (item + 1)) as u64,
+        ..Chunk::default()
     };
-    let mut enc = ExampleEncoder::default();
+    let mut enc = ExampleEncoder::with_capacity((to - from) * per_record);
     for i in from..to {
         let pixels = &images[i * item..(i + 1) * item];
         enc.begin();
@@ -335,8 +334,8 @@ fn encode(pair: &Pair, from: usize, to: usize, as_float: bool) -> Chunk {
             enc.bytes(b"image_raw", pixels);
         }
         enc.int64(b"label", i64::from(labels[i]));
-        enc.finish_into(&mut chunk.data);
-        chunk.end_record();
+        enc.end();
     }
+    chunk.fill(enc);
     chunk
 }

@@ -317,9 +317,9 @@ pub(crate) fn convert(
                         enc.int64(b"image/width", i64::from(w));
                     }
                 }
-                enc.finish_into(&mut chunk.data);
-                chunk.end_record();
+                enc.end();
             }
+            chunk.fill(enc);
             Ok(chunk)
         },
         |chunk: Chunk| {

@@ -1011,9 +1011,9 @@ fn encode(
                 }
             }
         }
-        enc.finish_into(&mut chunk.data);
-        chunk.end_record();
+        enc.end();
     }
+    chunk.fill(enc);
     Ok(chunk)
 }
 

@@ -242,10 +242,9 @@ impl Chunk {
         })
     }
 
-    /// Marks the end of a record just appended to `data`.
-    #[inline]
-    pub(crate) fn end_record(&mut self) {
-        self.ends.push(self.data.len());
+    /// Takes the records an encoder produced.
+    pub(crate) fn fill(&mut self, encoder: super::encode::ExampleEncoder) {
+        (self.data, self.ends) = encoder.into_parts();
     }
 }
 
