@@ -9,7 +9,9 @@ pub mod pipeline;
 pub mod tfrecord;
 pub mod train;
 
-pub use batch::{Batch, Column, Values};
+pub use batch::{Batch, BatchError, Column, Values};
 pub use error::Location;
 pub use example::{BatchParser, DType, FeatureSpec, Layout, Schema};
+pub use metrics::{PipelineMetrics, StageMetrics};
+pub use pipeline::{Parallelism, Pipeline, PipelineError, PipelineIter};
 pub use tfrecord::{Compression, RecordError, RecordReader, RecordWriter};

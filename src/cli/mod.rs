@@ -4,6 +4,8 @@
 //! 2 usage or I/O errors, 130 interrupted. A closed stdout (`| head`) exits 0.
 
 use std::process::ExitCode;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 
@@ -63,8 +65,24 @@ impl From<Status> for ExitCode {
     }
 }
 
+/// When `main` was entered: the "process start" of start-up reports. (The
+/// kernel's start time in `/proc/self/stat` has only 10 ms resolution; what
+/// precedes `main` here is the dynamic loader, well under a millisecond.)
+pub(crate) static PROCESS_START: OnceLock<Instant> = OnceLock::new();
+
+/// [`PROCESS_START`], set now if it was not.
+pub(crate) fn process_start() -> Instant {
+    *PROCESS_START.get_or_init(Instant::now)
+}
+
+/// Time since [`PROCESS_START`].
+pub(crate) fn process_elapsed() -> Duration {
+    process_start().elapsed()
+}
+
 /// Parses the command line, runs the command, prints errors as `tfpipe: ...`.
 pub fn main() -> ExitCode {
+    process_start();
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Command::Cat(args)) => cat::run(args),

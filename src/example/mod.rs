@@ -10,6 +10,7 @@ pub mod proto {
 }
 
 mod decode;
+pub mod json;
 mod spec;
 
 pub use decode::{BatchParser, ParseError};

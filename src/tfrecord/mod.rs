@@ -131,6 +131,21 @@ impl RecordError {
         }
     }
 
+    /// Whether the error is about the data rather than the system: corrupt
+    /// framing, or a decompressor that found its input invalid or cut short.
+    pub fn is_corruption(&self) -> bool {
+        match self {
+            RecordError::Corrupt { .. } => true,
+            RecordError::Io { source, .. } => matches!(
+                source.kind(),
+                io::ErrorKind::InvalidData
+                    | io::ErrorKind::InvalidInput
+                    | io::ErrorKind::UnexpectedEof
+            ),
+            _ => false,
+        }
+    }
+
     /// What was corrupt, if this is a corruption error.
     pub fn corruption(&self) -> Option<&CorruptionKind> {
         match self {

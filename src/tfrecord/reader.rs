@@ -218,17 +218,24 @@ impl<R: Read> RecordReader<R> {
                     continue;
                 }
             };
-            if length > self.options.max_record_len {
-                let limit = self.options.max_record_len;
-                self.corrupt(
-                    record_start,
-                    CorruptionKind::ImplausibleLength { length, limit },
-                )?;
-                continue;
-            }
-            // Fits in usize: bounded by max_record_len, itself a usize-sized buffer.
-            let len = length as usize;
-            let framed = frame::framed_len(len);
+            // The framed size must fit in memory at all, whatever the limit says.
+            let fits = usize::try_from(length)
+                .ok()
+                .filter(|&len| len <= usize::MAX - HEADER_LEN - FOOTER_LEN);
+            let (len, framed) = match fits {
+                Some(len) if length <= self.options.max_record_len => (len, frame::framed_len(len)),
+                _ => {
+                    let limit = self
+                        .options
+                        .max_record_len
+                        .min((usize::MAX - HEADER_LEN - FOOTER_LEN) as u64);
+                    self.corrupt(
+                        record_start,
+                        CorruptionKind::ImplausibleLength { length, limit },
+                    )?;
+                    continue;
+                }
+            };
             let available = self.fill(framed)?;
             if available < framed {
                 let kind = CorruptionKind::TruncatedData {
@@ -304,7 +311,7 @@ impl<R: Read> RecordReader<R> {
     /// returns how many are buffered.
     fn fill(&mut self, need: usize) -> Result<usize, RecordError> {
         while self.end - self.pos < need && !self.eof {
-            if self.pos + need > self.buf.len() && self.pos > 0 {
+            if self.pos.saturating_add(need) > self.buf.len() && self.pos > 0 {
                 self.buf.copy_within(self.pos..self.end, 0);
                 self.end -= self.pos;
                 self.pos = 0;
@@ -313,8 +320,8 @@ impl<R: Read> RecordReader<R> {
                 // Grow by at most what is buffered (or one read), so the
                 // allocation tracks the bytes that really arrived.
                 let step = self.buf.len().max(self.options.buffer_size.max(HEADER_LEN));
-                let target = (self.pos + need).max(self.options.buffer_size);
-                let new_len = target.min(self.buf.len() + step);
+                let target = self.pos.saturating_add(need).max(self.options.buffer_size);
+                let new_len = target.min(self.buf.len().saturating_add(step));
                 self.buf.resize(new_len, 0);
             }
             match self.inner.read(&mut self.buf[self.end..]) {

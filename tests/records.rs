@@ -1,0 +1,16 @@
+//! Integration tests of the TFRecord layer: TensorFlow golden files, corrupt
+//! files, cross-checks with the independent `tfrecord` crate, property tests,
+//! and the atomic file writer. One test binary; the areas live in `records/`.
+
+#[path = "records/common.rs"]
+mod common;
+#[path = "records/corrupt.rs"]
+mod corrupt;
+#[path = "records/crosscheck.rs"]
+mod crosscheck;
+#[path = "records/golden.rs"]
+mod golden;
+#[path = "records/props.rs"]
+mod props;
+#[path = "records/writer.rs"]
+mod writer;
