@@ -18,7 +18,7 @@ use csv::{ByteRecord, ReaderBuilder};
 use super::encode::ExampleEncoder;
 use super::error::{ConvertError, SourceLocation, quote};
 use super::infer::{self, Column, Kind, classify, fits, parse_f32, parse_i64, trim};
-use super::output::{BadRows, Chunk, Ctx, Finished, Input, ShardSink, finish, plan_shards};
+use super::output::{BadRows, Chunk, Ctx, Finished, Input, finish, plan_shards};
 use super::{Missing, Phase, Summary};
 use crate::example::DType;
 
@@ -436,35 +436,20 @@ pub(crate) fn convert(
     let mut order: Vec<usize> = (0..ncols).collect();
     order.sort_by(|&a, &b| names[a].as_bytes().cmp(names[b].as_bytes()));
     let plan = plan_shards(rows, ctx.options.sharding, bytes_total);
-    let mut sink = ShardSink::new(ctx.options, plan);
     ctx.begin_phase(Phase::Encoding, bytes_total);
     let any_bad = bad.count > 0;
     let encode_tasks: Vec<(usize, &Task)> = tasks.iter().enumerate().collect();
-    ctx.run_ordered(
-        encode_tasks,
-        |(i, task)| {
-            encode(
-                &files[task.file],
-                task,
-                line_base[i],
-                &shape,
-                &columns,
-                &order,
-                any_bad,
-            )
-        },
-        |chunk: Chunk| {
-            sink.write_chunk(&chunk)?;
-            ctx.advance(
-                Phase::Encoding,
-                bytes_total,
-                chunk.bytes_in,
-                chunk.ends.len() as u64,
-            );
-            Ok(())
-        },
-    )?;
-    let shards = sink.finish()?;
+    let shards = ctx.write_shards(&plan, bytes_total, encode_tasks, |(i, task)| {
+        encode(
+            &files[task.file],
+            task,
+            line_base[i],
+            &shape,
+            &columns,
+            &order,
+            any_bad,
+        )
+    })?;
 
     let schema = infer::tabular_schema(&columns, options.label.as_deref(), options.missing);
     let extra = infer::columns_metadata(&columns);

@@ -167,14 +167,18 @@ fn csv_read_back_through_tfpipe_cat_equals_the_source() {
         .collect();
     shards.sort();
     assert_eq!(shards.len(), 2);
-    let assert = tfpipe().arg("cat").args(&shards).assert().success();
+    // Record i is in shard i % 2: read them round-robin.
+    let texts: Vec<String> = shards
+        .iter()
+        .map(|shard| stdout(&tfpipe().arg("cat").arg(shard).assert().success()))
+        .collect();
+    let mut per_shard: Vec<_> = texts.iter().map(|t| t.lines()).collect();
     let mut source = csv::Reader::from_path(&input).unwrap();
     let header: Vec<String> = source.headers().unwrap().iter().map(String::from).collect();
-    let text = stdout(&assert);
-    let mut lines = text.lines();
-    for row in source.records() {
+    for (i, row) in source.records().enumerate() {
         let row = row.unwrap();
-        let record: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+        let line = per_shard[i % 2].next().unwrap();
+        let record: serde_json::Value = serde_json::from_str(line).unwrap();
         let features = &record["features"];
         for (name, value) in header.iter().zip(row.iter()) {
             let feature = &features[name.as_str()];
@@ -193,5 +197,5 @@ fn csv_read_back_through_tfpipe_cat_equals_the_source() {
             }
         }
     }
-    assert!(lines.next().is_none());
+    assert!(per_shard.iter_mut().all(|l| l.next().is_none()));
 }
