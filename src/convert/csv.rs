@@ -822,13 +822,9 @@ impl<'a> Rows<'a> {
 mod tests {
     use super::*;
 
-    fn both(
-        text: &str,
-        delimiter: u8,
-    ) -> (
-        Vec<(Vec<Vec<u8>>, usize, u64)>,
-        Vec<(Vec<Vec<u8>>, usize, u64)>,
-    ) {
+    type Split = Vec<(Vec<Vec<u8>>, usize, u64)>;
+
+    fn both(text: &str, delimiter: u8) -> (Split, Split) {
         let collect = |mut rows: Rows<'_>| {
             let mut out = Vec::new();
             while let Some((row, start, line)) = rows.next_row() {

@@ -242,7 +242,7 @@ impl ExampleEncoder {
 
     /// Finishes the Example and returns it alone (tests).
     #[cfg(test)]
-    pub(crate) fn to_vec(&mut self) -> Vec<u8> {
+    pub(crate) fn end_and_take(&mut self) -> Vec<u8> {
         self.end();
         self.features[self.start..].to_vec()
     }
@@ -297,7 +297,7 @@ mod tests {
         let example = Example {
             features: Some(Features { feature: map }),
         };
-        (enc.to_vec(), example.encode_to_vec())
+        (enc.end_and_take(), example.encode_to_vec())
     }
 
     #[test]
@@ -333,7 +333,7 @@ mod tests {
                 let mut b = ExampleEncoder::default();
                 b.begin();
                 b.int64s(key.as_bytes(), &[v]);
-                assert_eq!(a.to_vec(), b.to_vec(), "{key} {v}");
+                assert_eq!(a.end_and_take(), b.end_and_take(), "{key} {v}");
             }
             let mut a = ExampleEncoder::default();
             a.begin();
@@ -341,7 +341,7 @@ mod tests {
             let mut b = ExampleEncoder::default();
             b.begin();
             b.floats(key.as_bytes(), &[-2.5]);
-            assert_eq!(a.to_vec(), b.to_vec());
+            assert_eq!(a.end_and_take(), b.end_and_take());
         }
     }
 
