@@ -263,3 +263,40 @@ fn empty_and_header_only_inputs() {
         ConvertError::NoRecords { skipped: 0 }
     ));
 }
+
+#[test]
+fn cancel_in_the_middle_removes_open_shards() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = String::from("a,b,c\n");
+    for i in 0..300_000 {
+        text.push_str(&format!("{i},{}.5,x{i}\n", i % 97));
+    }
+    let input = dir.path().join("big.csv");
+    std::fs::write(&input, &text).unwrap();
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    // Cancel as soon as the encoding phase has written something: shard
+    // files are open under temporary names at that point.
+    let cancel = Arc::new(AtomicBool::new(false));
+    let flag = cancel.clone();
+    let seen = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let seen_in = seen.clone();
+    let err = run(&Format::Csv(CsvOptions::default()), &[input], &out, |o| {
+        o.cancel = Some(cancel);
+        o.threads = 2;
+        o.sharding = tfpipe::convert::Sharding::Shards(4);
+        o.progress = Some(Arc::new(move |p: &tfpipe::convert::Progress| {
+            if p.phase == tfpipe::convert::Phase::Encoding && p.records > 0 {
+                seen_in.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                flag.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        }));
+    })
+    .unwrap_err();
+    assert!(matches!(err, ConvertError::Interrupted), "{err}");
+    assert!(
+        seen.load(std::sync::atomic::Ordering::Relaxed) > 0,
+        "cancelled mid-encoding"
+    );
+    assert!(files_in(&out).is_empty(), "{:?}", files_in(&out));
+}
