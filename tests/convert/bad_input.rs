@@ -300,3 +300,50 @@ fn cancel_in_the_middle_removes_open_shards() {
     );
     assert!(files_in(&out).is_empty(), "{:?}", files_in(&out));
 }
+
+#[test]
+fn several_csv_files_share_one_schema_and_report_their_own_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a.csv");
+    let b = dir.path().join("b.csv");
+    std::fs::write(&a, "x,y\n1,2\n3,4\n").unwrap();
+    std::fs::write(&b, "x,y\n5,6.5\n7\n").unwrap();
+    let format = Format::Csv(CsvOptions::default());
+    let err = run(&format, &[a.clone(), b.clone()], dir.path(), |_| {}).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with(&format!("{}: line 3 (byte 10): ragged row", b.display())),
+        "{err}"
+    );
+    assert_no_output(dir.path(), &["a.csv", "b.csv"]);
+    let summary = run(&format, &[a, b.clone()], dir.path(), |o| {
+        o.skip_bad_rows = true
+    })
+    .unwrap();
+    assert_eq!((summary.records, summary.rows_skipped), (3, 1));
+    assert_eq!(summary.schema.feature("y").unwrap().dtype, DType::Float32);
+    let rows = read_rows(&summary);
+    assert_eq!(rows[2]["y"], Feat::F(vec![6.5]));
+    std::fs::write(&b, "x,z\n1,2\n").unwrap();
+    let err = run(&format, &[dir.path().join("a.csv"), b], dir.path(), |_| {}).unwrap_err();
+    assert!(
+        err.to_string().contains("differs from the first file's"),
+        "{err}"
+    );
+}
+
+#[test]
+fn json_array_elements_must_be_objects() {
+    let (dir, result) = convert_text(
+        "n.json",
+        b"[{\"a\": 1}, 2]",
+        Format::Json(JsonOptions::default()),
+        true,
+    );
+    let err = result.unwrap_err().to_string();
+    assert!(
+        err.contains("n.json: line 1, column 12 (byte 11): expected a JSON object"),
+        "{err}"
+    );
+    assert_no_output(dir.path(), &["n.json"]);
+}
