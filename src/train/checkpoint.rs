@@ -230,7 +230,7 @@ impl Checkpoint {
 pub struct CheckpointLoad {
     /// Checkpoint load time (read, build the model), ms.
     pub load_ms: f64,
-    /// Pipeline construction to first batch, ms.
+    /// From the start of training (pipeline construction) to the first batch, ms.
     pub pipeline_warmup_ms: f64,
     /// How long both ran at once, ms.
     pub overlap_ms: f64,
