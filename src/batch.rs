@@ -287,6 +287,59 @@ impl Column {
         out
     }
 
+    /// A var-length column from TensorFlow's `SparseTensor` view of one
+    /// (`VarLenFeature`): `values`, their `[row, position]` indices (row-major, each
+    /// row's positions 0, 1, ...) and the number of rows (`dense_shape[0]`).
+    /// The inverse of [`sparse_indices`](Self::sparse_indices) for var-length columns.
+    ///
+    /// ```
+    /// # use tfpipe::{Column, Values};
+    /// let column = Column::from_sparse("counts", Values::Int64(vec![5, 6, 7]), &[[0, 0], [0, 1], [2, 0]], 3).unwrap();
+    /// assert_eq!(column.row_splits, vec![vec![0, 2, 2, 3]]);
+    /// assert_eq!(column.sparse_indices(), vec![vec![0, 0], vec![0, 1], vec![2, 0]]);
+    /// ```
+    pub fn from_sparse(
+        name: impl Into<String>,
+        values: Values,
+        indices: &[[usize; 2]],
+        num_rows: usize,
+    ) -> Result<Column, BatchError> {
+        if values.len() != indices.len() {
+            return Err(BatchError::Sparse(format!(
+                "{} values but {} indices",
+                values.len(),
+                indices.len()
+            )));
+        }
+        let mut splits = Vec::with_capacity(num_rows + 1);
+        splits.push(0);
+        for (i, &[row, position]) in indices.iter().enumerate() {
+            if row >= num_rows || row + 1 < splits.len() {
+                return Err(BatchError::Sparse(format!(
+                    "index {i} [{row}, {position}]: rows must be ascending and below {num_rows}"
+                )));
+            }
+            while splits.len() <= row {
+                splits.push(i);
+            }
+            if position != i - splits[row] {
+                return Err(BatchError::Sparse(format!(
+                    "index {i} [{row}, {position}]: expected position {}",
+                    i - splits[row]
+                )));
+            }
+        }
+        while splits.len() <= num_rows {
+            splits.push(indices.len());
+        }
+        Ok(Column {
+            name: name.into(),
+            values,
+            row_splits: vec![splits],
+            inner_shape: Vec::new(),
+        })
+    }
+
     /// The shape of the padded dense tensor: `[rows, (max count per ragged level)..., inner_shape...]`.
     pub fn dense_shape(&self) -> Vec<usize> {
         let mut shape = vec![self.num_rows()];
@@ -298,12 +351,15 @@ impl Column {
     }
 }
 
-/// Batches that cannot be concatenated.
+/// Batches that cannot be concatenated, or columns that cannot be built.
 #[derive(Debug, thiserror::Error)]
 pub enum BatchError {
     /// Columns differ in count, name, type or layout.
     #[error("cannot concatenate batches: {0}")]
     Mismatch(String),
+    /// A sparse (indices + values) view that is not a var-length column.
+    #[error("invalid sparse tensor: {0}")]
+    Sparse(String),
 }
 
 impl Batch {
@@ -362,5 +418,77 @@ impl Batch {
             out.num_rows += batch.num_rows;
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn from_sparse_rejects_bad_indices() {
+        let values = || Values::Int64(vec![1, 2]);
+        assert!(Column::from_sparse("x", values(), &[[0, 0]], 1).is_err());
+        assert!(Column::from_sparse("x", values(), &[[1, 0], [0, 0]], 2).is_err());
+        assert!(Column::from_sparse("x", values(), &[[0, 0], [0, 2]], 2).is_err());
+        assert!(Column::from_sparse("x", values(), &[[0, 0], [2, 0]], 2).is_err());
+        let ok = Column::from_sparse("x", values(), &[[1, 0], [1, 1]], 3).unwrap();
+        assert_eq!(ok.row_splits, vec![vec![0, 0, 2, 2]]);
+        assert_eq!(ok.dense_shape(), vec![3, 2]);
+        assert_eq!(ok.row_range(1), Some(0..2));
+        assert_eq!(ok.row_range(3), None);
+    }
+
+    #[test]
+    fn ragged_slice_concat_and_indices() {
+        // Two rows of a var-length sequence: [[1, 2], []], [[3]].
+        let column = Column {
+            name: "t".into(),
+            values: Values::Int64(vec![1, 2, 3]),
+            row_splits: vec![vec![0, 2, 3], vec![0, 2, 2, 3]],
+            inner_shape: vec![],
+        };
+        assert_eq!(column.dense_shape(), vec![2, 2, 2]);
+        assert_eq!(
+            column.sparse_indices(),
+            vec![vec![0, 0, 0], vec![0, 0, 1], vec![1, 0, 0]]
+        );
+        assert_eq!(column.row_range(1), Some(2..3));
+        let second = column.slice(1..2);
+        assert_eq!(second.row_splits, vec![vec![0, 1], vec![0, 1]]);
+        assert_eq!(second.as_i64(), Some(&[3][..]));
+        let batch = Batch {
+            num_rows: 2,
+            columns: vec![column],
+        };
+        let back = Batch::concat(&[batch.slice(0..1), batch.slice(1..2)]).unwrap();
+        assert_eq!(back, batch);
+        let other = Batch {
+            num_rows: 0,
+            columns: vec![],
+        };
+        assert!(Batch::concat(&[batch, other]).is_err());
+        // Fixed inner shapes index every element.
+        let fixed = Column {
+            name: "f".into(),
+            values: Values::Float32(vec![0.0; 8]),
+            row_splits: vec![vec![0, 0, 2]],
+            inner_shape: vec![2, 2],
+        };
+        assert_eq!(fixed.dense_shape(), vec![2, 2, 2, 2]);
+        assert_eq!(fixed.sparse_indices()[7], vec![1, 1, 1, 1]);
+        let bytes = Values::Bytes {
+            data: b"abcd".to_vec(),
+            offsets: vec![0, 1, 1, 4],
+        };
+        assert_eq!(bytes.bytes(2), Some(&b"bcd"[..]));
+        assert_eq!(bytes.bytes(3), None);
+        assert_eq!(
+            bytes.slice(1..3),
+            Values::Bytes {
+                data: b"bcd".to_vec(),
+                offsets: vec![0, 0, 3]
+            }
+        );
     }
 }

@@ -2,6 +2,7 @@
 //! property tests against prost encodings.
 
 mod decode {
+    mod alloc;
     pub mod common;
     mod errors;
     mod golden;

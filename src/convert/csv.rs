@@ -87,6 +87,8 @@ struct Shape<'a> {
     label: Option<usize>,
     na: &'a [Vec<u8>],
     delimiter: u8,
+    /// The columns `check` looks at: declared ones and the label.
+    checked: Vec<usize>,
 }
 
 impl Shape<'_> {
@@ -97,12 +99,10 @@ impl Shape<'_> {
 
     /// Judges a row; the same verdict in both passes. `Err` carries the
     /// field index (or none for a ragged row) and the problem.
-    fn check(&self, record: &ByteRecord) -> Result<(), (Option<usize>, String)> {
-        if record.len() != self.names.len() {
-            let shown = record
-                .iter()
-                .take(3)
-                .map(quote)
+    fn check(&self, row: &Row<'_>) -> Result<(), (Option<usize>, String)> {
+        if row.len() != self.names.len() {
+            let shown = (0..row.len().min(3))
+                .map(|i| quote(row.get(i)))
                 .collect::<Vec<_>>()
                 .join(", ");
             return Err((
@@ -110,13 +110,14 @@ impl Shape<'_> {
                 format!(
                     "ragged row: expected {} fields (as the header), found {} (row starts {shown}{})",
                     self.names.len(),
-                    record.len(),
-                    if record.len() > 3 { ", ..." } else { "" }
+                    row.len(),
+                    if row.len() > 3 { ", ..." } else { "" }
                 ),
             ));
         }
-        for (i, declared) in self.declared.iter().enumerate() {
-            let raw = &record[i];
+        // Only declared columns and the label can make a row bad.
+        for &i in &self.checked {
+            let raw = row.get(i);
             let value = trim(raw);
             if self.is_missing(value) {
                 if Some(i) == self.label {
@@ -130,7 +131,7 @@ impl Shape<'_> {
                 }
                 continue;
             }
-            if let Some(dtype) = declared
+            if let Some(dtype) = &self.declared[i]
                 && !fits(classify(value), *dtype)
             {
                 let example = match dtype {
@@ -336,6 +337,9 @@ pub(crate) fn convert(
         label,
         na: &na,
         delimiter: d,
+        checked: (0..names.len())
+            .filter(|&i| declared[i].is_some() || Some(i) == label)
+            .collect(),
     };
 
     let mut tasks = Vec::new();
@@ -434,6 +438,7 @@ pub(crate) fn convert(
     let plan = plan_shards(rows, ctx.options.sharding, bytes_total);
     let mut sink = ShardSink::new(ctx.options, plan);
     ctx.begin_phase(Phase::Encoding, bytes_total);
+    let any_bad = bad.count > 0;
     let encode_tasks: Vec<(usize, &Task)> = tasks.iter().enumerate().collect();
     ctx.run_ordered(
         encode_tasks,
@@ -445,6 +450,7 @@ pub(crate) fn convert(
                 &shape,
                 &columns,
                 &order,
+                any_bad,
             )
         },
         |chunk: Chunk| {
@@ -513,23 +519,12 @@ fn scan(file: &File, task: &Task, shape: &Shape<'_>, skip: bool) -> Result<Scan,
         bad: BadRows::default(),
         bytes: data.len() as u64,
     };
-    let mut rdr = reader(shape.delimiter, data);
-    let mut record = ByteRecord::new();
-    loop {
-        let pos = rdr.position().clone();
-        match rdr.read_byte_record(&mut record) {
-            Ok(true) => {}
-            Ok(false) | Err(_) => break,
-        }
-        if let Err((field, problem)) = shape.check(&record) {
+    let mut rows = Rows::new(data, shape.delimiter);
+    while let Some((row, start, line)) = rows.next_row() {
+        if let Err((field, problem)) = shape.check(&row) {
             // Lines are chunk-relative here; the caller makes them absolute.
-            let e = shape.bad_row(
-                &file.path,
-                pos.line(),
-                (task.start as u64) + pos.byte(),
-                field,
-                problem,
-            );
+            let at = field.and_then(|f| row.offset(f)).unwrap_or(start);
+            let e = shape.bad_row(&file.path, line, (task.start + at) as u64, field, problem);
             if !skip {
                 return Err(e);
             }
@@ -542,7 +537,7 @@ fn scan(file: &File, task: &Task, shape: &Shape<'_>, skip: bool) -> Result<Scan,
         }
         s.rows += 1;
         for c in 0..n {
-            let value = trim(&record[c]);
+            let value = trim(row.get(c));
             if shape.is_missing(value) {
                 s.missing[c] += 1;
                 continue;
@@ -567,6 +562,7 @@ fn encode(
     shape: &Shape<'_>,
     columns: &[Column],
     order: &[usize],
+    any_bad: bool,
 ) -> Result<Chunk, ConvertError> {
     let data = &file.data[task.start..task.end];
     let mut chunk = Chunk {
@@ -574,21 +570,22 @@ fn encode(
         ends: Vec::new(),
         bytes_in: data.len() as u64,
     };
-    let mut rdr = reader(shape.delimiter, data);
-    let mut record = ByteRecord::new();
+    let mut rows = Rows::new(data, shape.delimiter);
     let mut enc = ExampleEncoder::default();
-    loop {
-        let pos = rdr.position().clone();
-        match rdr.read_byte_record(&mut record) {
-            Ok(true) => {}
-            Ok(false) | Err(_) => break,
-        }
-        if shape.check(&record).is_err() {
-            continue; // counted (or fatal) in the first pass
+    while let Some((row, start, line)) = rows.next_row() {
+        // Bad rows were counted (or were fatal) in the first pass; when it
+        // found none, only the cheap field count is checked here.
+        let bad = if any_bad {
+            shape.check(&row).is_err()
+        } else {
+            row.len() != shape.names.len()
+        };
+        if bad {
+            continue;
         }
         enc.begin();
         for &c in order {
-            let raw = &record[c];
+            let raw = row.get(c);
             let value = trim(raw);
             if shape.is_missing(value) {
                 continue;
@@ -614,8 +611,8 @@ fn encode(
                 // Only if the input changed between the passes.
                 return Err(shape.bad_row(
                     &file.path,
-                    line_base + pos.line() - 1,
-                    task.start as u64 + pos.byte(),
+                    line_base + line - 1,
+                    (task.start + row.offset(c).unwrap_or(start)) as u64,
                     Some(c),
                     format!(
                         "{} does not parse as {} although the first pass said it would: did the file change?",
@@ -629,4 +626,216 @@ fn encode(
         chunk.end_record();
     }
     Ok(chunk)
+}
+
+/// One row's fields, as ranges into `buf`.
+struct Row<'r> {
+    buf: &'r [u8],
+    ranges: &'r [(usize, usize)],
+    /// Whether `buf` is the chunk itself (so ranges are input offsets).
+    raw: bool,
+}
+
+impl<'r> Row<'r> {
+    fn len(&self) -> usize {
+        self.ranges.len()
+    }
+
+    #[inline]
+    fn get(&self, i: usize) -> &'r [u8] {
+        self.ranges
+            .get(i)
+            .map_or(&[][..], |&(a, b)| &self.buf[a..b])
+    }
+
+    /// The chunk offset of field `i`, when known exactly.
+    fn offset(&self, i: usize) -> Option<usize> {
+        self.raw.then(|| self.ranges.get(i).map(|r| r.0)).flatten()
+    }
+}
+
+/// Reads the rows of a chunk. A chunk without quotes and without lone
+/// carriage returns is split by a simple byte loop (several times faster than
+/// the general parser, and the common case for numeric data); any other
+/// chunk goes through the `csv` crate. Both give the same rows (a test feeds
+/// the same inputs through both), skipping blank lines as `csv` does.
+struct Rows<'a> {
+    data: &'a [u8],
+    delimiter: u8,
+    pos: usize,
+    /// 1-based line of the next row (simple path).
+    line: u64,
+    ranges: Vec<(usize, usize)>,
+    parser: Option<(csv::Reader<&'a [u8]>, ByteRecord)>,
+}
+
+/// Whether every carriage return is part of a CRLF.
+fn only_crlf(data: &[u8]) -> bool {
+    let mut rest = data;
+    while let Some(i) = rest.iter().position(|&b| b == b'\r') {
+        if rest.get(i + 1) != Some(&b'\n') {
+            return false;
+        }
+        rest = &rest[i + 1..];
+    }
+    true
+}
+
+impl<'a> Rows<'a> {
+    fn new(data: &'a [u8], delimiter: u8) -> Self {
+        let simple = !data.contains(&b'"') && only_crlf(data);
+        Rows {
+            data,
+            delimiter,
+            pos: 0,
+            line: 1,
+            ranges: Vec::new(),
+            parser: (!simple).then(|| (reader(delimiter, data), ByteRecord::new())),
+        }
+    }
+
+    /// The next row, its byte offset and its 1-based line in the chunk.
+    fn next_row(&mut self) -> Option<(Row<'_>, usize, u64)> {
+        if let Some((rdr, record)) = &mut self.parser {
+            // The byte-record reader fails only on I/O, impossible on a slice.
+            if !rdr.read_byte_record(record).unwrap_or(false) {
+                return None;
+            }
+            // Where the record starts (the reader's own position may still
+            // be before a preceding line end).
+            let (mut byte, mut line) = record
+                .position()
+                .map_or((0, 1), |p| (p.byte() as usize, p.line()));
+            // csv counts the line ends before a record as part of it; a
+            // record itself never starts with one (a quoted field starts
+            // with a quote), so skip them for the exact start.
+            while let Some(&c) = self.data.get(byte) {
+                match c {
+                    b'\n' => line += 1,
+                    b'\r' => {}
+                    _ => break,
+                }
+                byte += 1;
+            }
+            self.ranges.clear();
+            for i in 0..record.len() {
+                if let Some(r) = record.range(i) {
+                    self.ranges.push((r.start, r.end));
+                }
+            }
+            let buf = self.parser.as_ref().map_or(&[][..], |(_, r)| r.as_slice());
+            let row = Row {
+                buf,
+                ranges: &self.ranges,
+                raw: false,
+            };
+            return Some((row, byte, line));
+        }
+        let data = self.data;
+        let n = data.len();
+        loop {
+            match data.get(self.pos) {
+                None => return None,
+                Some(b'\n') => self.pos += 1,
+                Some(b'\r') if data.get(self.pos + 1) == Some(&b'\n') => self.pos += 2,
+                Some(_) => break,
+            }
+            self.line += 1;
+        }
+        let start = self.pos;
+        self.ranges.clear();
+        let mut field = start;
+        let mut i = start;
+        while i < n {
+            let b = data[i];
+            if b == self.delimiter {
+                self.ranges.push((field, i));
+                field = i + 1;
+            } else if b == b'\n' {
+                break;
+            }
+            i += 1;
+        }
+        let mut end = i;
+        if end > field && data[end - 1] == b'\r' {
+            end -= 1;
+        }
+        self.ranges.push((field, end));
+        self.pos = (i + 1).min(n);
+        let line = self.line;
+        self.line += 1;
+        let row = Row {
+            buf: data,
+            ranges: &self.ranges,
+            raw: true,
+        };
+        Some((row, start, line))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn both(
+        text: &str,
+        delimiter: u8,
+    ) -> (
+        Vec<(Vec<Vec<u8>>, usize, u64)>,
+        Vec<(Vec<Vec<u8>>, usize, u64)>,
+    ) {
+        let collect = |mut rows: Rows<'_>| {
+            let mut out = Vec::new();
+            while let Some((row, start, line)) = rows.next_row() {
+                out.push((
+                    (0..row.len()).map(|i| row.get(i).to_vec()).collect(),
+                    start,
+                    line,
+                ));
+            }
+            out
+        };
+        let data = text.as_bytes();
+        let simple = Rows::new(data, delimiter);
+        assert!(
+            simple.parser.is_none(),
+            "{text:?} should take the simple path"
+        );
+        let general = Rows {
+            parser: Some((reader(delimiter, data), ByteRecord::new())),
+            ..Rows::new(data, delimiter)
+        };
+        (collect(simple), collect(general))
+    }
+
+    #[test]
+    fn simple_splitter_agrees_with_the_csv_parser() {
+        for text in [
+            "1,2,3\n4,5,6\n",
+            "1,2,3\r\n4,5,6",
+            "a,b\n\n\nc,d\n",
+            "\r\n\na\n,\n,,\n x , y \n",
+            "",
+            "\n\n",
+            "only",
+            "1;2\n3;4\n",
+        ] {
+            let (simple, general) = both(text, if text.contains(';') { b';' } else { b',' });
+            assert_eq!(simple, general, "{text:?}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn simple_splitter_agrees_on_random_input(text in "[a-c0-9,\n ]{0,60}(\r\n[0-9,]{0,5})?") {
+            let (simple, general) = both(&text, b',');
+            proptest::prop_assert_eq!(simple, general);
+        }
+    }
+
+    #[test]
+    fn quotes_and_lone_carriage_returns_take_the_parser() {
+        assert!(Rows::new(b"a,\"b\"\n", b',').parser.is_some());
+        assert!(Rows::new(b"a\rb\n", b',').parser.is_some());
+    }
 }

@@ -200,6 +200,9 @@ pub struct Summary {
     pub schema: Schema,
     /// Wall time of the conversion.
     pub seconds: f64,
+    /// Shards of an earlier conversion with the same prefix but another
+    /// shard count: `PREFIX-*` matches them too. Left alone; worth a warning.
+    pub stale_shards: Vec<PathBuf>,
 }
 
 /// Converts `inputs` in `format` to shards and a schema file, as `output` says.

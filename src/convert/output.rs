@@ -430,6 +430,7 @@ pub(crate) fn finish(
         infos.push((shard.records, shard.bytes));
         let path = shard.pending.persist()?;
         rollback.0.push(path.clone());
+        readable(&path)?;
         paths.push(path);
     }
     for (path, (records, bytes)) in paths.iter().zip(infos) {
@@ -494,9 +495,12 @@ pub(crate) fn finish(
             path: schema_file.clone(),
             source: e.error,
         })?;
+    readable(&schema_file)?;
     // Everything is in place: keep it.
     rollback.0.clear();
+    let stale = stale_shards(&options.prefix, &paths);
     Ok(Summary {
+        stale_shards: stale,
         records,
         rows_skipped: finished.rows_skipped,
         bad_rows: finished.bad_rows,
@@ -507,6 +511,41 @@ pub(crate) fn finish(
         schema: finished.schema,
         seconds: ctx.elapsed_secs(),
     })
+}
+
+/// Shards of an earlier conversion under the same prefix with another shard
+/// count: they would match `PREFIX-*` too, so the caller warns about them
+/// (they are not ours to delete).
+fn stale_shards(prefix: &Path, current: &[PathBuf]) -> Vec<PathBuf> {
+    let pattern = format!(
+        "{}-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9].tfrecord*",
+        glob::Pattern::escape(&prefix.to_string_lossy())
+    );
+    match glob::glob(&pattern) {
+        Ok(paths) => paths
+            .filter_map(Result::ok)
+            .filter(|p| !current.contains(p))
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Temporary files are created owner-only (0600); outputs are data files
+/// meant to be shared like any other, so they get 0644 once in place.
+fn readable(path: &Path) -> Result<(), ConvertError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(path, fs::Permissions::from_mode(0o644)).map_err(|source| {
+            ConvertError::Output {
+                path: path.to_path_buf(),
+                source,
+            }
+        })?;
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
 }
 
 /// Collects bad rows under `--skip-bad-rows`: keeps the first few, counts all.

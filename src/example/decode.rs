@@ -98,136 +98,146 @@ const START_GROUP: u8 = 3;
 const END_GROUP: u8 = 4;
 const FIXED32: u8 = 5;
 
+/// The most values reserved per column before parsing (more grow on demand).
+const MAX_RESERVE: usize = 1 << 24;
+
 /// Nesting limit for skipped groups (protobuf's default recursion limit).
 const MAX_GROUP_DEPTH: u32 = 100;
 
-/// A wire-format problem at a byte offset of the record.
+/// A wire-format problem. `at` is the address of the offending byte until
+/// [`WireError::offset_in`] turns it into an offset into the record.
 #[derive(Debug, Clone, Copy)]
 struct WireError {
     at: usize,
     what: &'static str,
 }
 
-impl std::fmt::Display for WireError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} at byte {}", self.what, self.at)
+impl WireError {
+    /// This error with `at` as an offset into `record` (which holds it).
+    fn offset_in(self, record: &[u8]) -> WireError {
+        WireError {
+            at: self.at.wrapping_sub(record.as_ptr() as usize),
+            what: self.what,
+        }
+    }
+
+    fn describe(self, record: &[u8]) -> String {
+        let e = self.offset_in(record);
+        format!("{} at byte {}", e.what, e.at)
     }
 }
 
 type WireResult<T> = Result<T, WireError>;
 
-/// A cursor over one message: `data[pos..end]`, where `data` is the whole record,
-/// so every position is an offset into the record.
+/// A cursor over one message: `buf` is what is left of it. Sub-messages are
+/// sub-slices of the record, so positions are recovered from addresses.
+///
+/// Two words, so cursors stay in registers on the hot path.
 #[derive(Clone, Copy)]
 struct Wire<'a> {
-    data: &'a [u8],
-    pos: usize,
-    end: usize,
+    buf: &'a [u8],
 }
 
 impl<'a> Wire<'a> {
-    fn new(data: &'a [u8]) -> Wire<'a> {
-        Wire {
-            data,
-            pos: 0,
-            end: data.len(),
-        }
+    #[inline(always)]
+    fn new(buf: &'a [u8]) -> Wire<'a> {
+        Wire { buf }
     }
 
-    #[inline]
-    fn at(data: &'a [u8], start: usize, end: usize) -> Wire<'a> {
-        Wire {
-            data,
-            pos: start,
-            end,
-        }
-    }
-
-    #[inline]
+    #[inline(always)]
     fn done(&self) -> bool {
-        self.pos >= self.end
+        self.buf.is_empty()
     }
 
     #[inline]
     fn err(&self, what: &'static str) -> WireError {
-        WireError { at: self.pos, what }
+        WireError {
+            at: self.buf.as_ptr() as usize,
+            what,
+        }
     }
 
-    #[inline]
+    /// This cursor's position as (offset, len) within `record`, which holds it.
+    #[inline(always)]
+    fn span_in(&self, record: &[u8]) -> (usize, usize) {
+        (
+            (self.buf.as_ptr() as usize).wrapping_sub(record.as_ptr() as usize),
+            self.buf.len(),
+        )
+    }
+
+    #[inline(always)]
     fn varint(&mut self) -> WireResult<u64> {
-        // One-byte varints (tags, short lengths) dominate.
-        if let Some(&b) = self.data[..self.end].get(self.pos)
-            && b < 0x80
-        {
-            self.pos += 1;
-            return Ok(u64::from(b));
+        // One- and two-byte varints (tags, lengths below 16 KiB, small ints) dominate.
+        match *self.buf {
+            [b0, ref rest @ ..] if b0 < 0x80 => {
+                self.buf = rest;
+                Ok(u64::from(b0))
+            }
+            [b0, b1, ref rest @ ..] if b1 < 0x80 => {
+                self.buf = rest;
+                Ok(u64::from(b0 & 0x7f) | u64::from(b1) << 7)
+            }
+            _ => self.varint_slow(),
         }
-        self.varint_slow()
     }
 
     #[cold]
     fn varint_slow(&mut self) -> WireResult<u64> {
-        let start = self.pos;
         let mut value = 0u64;
         for i in 0..10 {
-            let Some(&b) = self.data[..self.end].get(self.pos) else {
-                self.pos = start;
+            let Some(&b) = self.buf.get(i) else {
                 return Err(self.err("truncated varint"));
             };
-            self.pos += 1;
             if i == 9 && b > 1 {
-                self.pos = start;
                 return Err(self.err("varint longer than 64 bits"));
             }
             value |= u64::from(b & 0x7f) << (7 * i);
             if b < 0x80 {
+                self.buf = &self.buf[i + 1..];
                 return Ok(value);
             }
         }
-        self.pos = start;
         Err(self.err("varint longer than 10 bytes"))
     }
 
     /// The next field's number and wire type.
-    #[inline]
+    #[inline(always)]
     fn tag(&mut self) -> WireResult<(u64, u8)> {
-        let start = self.pos;
+        let start = *self;
         let tag = self.varint()?;
         let field = tag >> 3;
         if field == 0 {
-            self.pos = start;
-            return Err(self.err("field number 0"));
+            return Err(start.err("field number 0"));
         }
         Ok((field, (tag & 7) as u8))
     }
 
     /// A length-delimited field's contents, as a cursor.
-    #[inline]
+    #[inline(always)]
     fn sub(&mut self) -> WireResult<Wire<'a>> {
-        let start = self.pos;
+        let start = *self;
         let len = self.varint()?;
-        if len > (self.end - self.pos) as u64 {
-            self.pos = start;
+        if len > self.buf.len() as u64 {
+            *self = start;
             return Err(self.err("length-delimited field runs past the end of its message"));
         }
-        let sub = Wire::at(self.data, self.pos, self.pos + len as usize);
-        self.pos = sub.end;
-        Ok(sub)
+        let (sub, rest) = self.buf.split_at(len as usize);
+        self.buf = rest;
+        Ok(Wire { buf: sub })
     }
 
-    #[inline]
+    #[inline(always)]
     fn bytes(&self) -> &'a [u8] {
-        &self.data[self.pos..self.end]
+        self.buf
     }
 
     #[inline]
     fn fixed<const N: usize>(&mut self) -> WireResult<[u8; N]> {
-        match self.data[..self.end].get(self.pos..self.pos + N) {
-            Some(b) => {
-                self.pos += N;
-                let mut out = [0; N];
-                out.copy_from_slice(b);
-                Ok(out)
+        match self.buf.split_first_chunk::<N>() {
+            Some((b, rest)) => {
+                self.buf = rest;
+                Ok(*b)
             }
             None => Err(self.err("truncated fixed-width field")),
         }
@@ -252,12 +262,11 @@ impl<'a> Wire<'a> {
                     if self.done() {
                         return Err(self.err("unterminated group"));
                     }
-                    let start = self.pos;
+                    let start = *self;
                     let (f, wt) = self.tag()?;
                     if wt == END_GROUP {
                         if f != field {
-                            self.pos = start;
-                            return Err(self.err("mismatched end-group tag"));
+                            return Err(start.err("mismatched end-group tag"));
                         }
                         return Ok(());
                     }
@@ -272,14 +281,13 @@ impl<'a> Wire<'a> {
     /// Reads the next field; returns a cursor over it when it is field `want`
     /// (length-delimited), skips any other field, errors on `want` with another
     /// wire type.
-    #[inline]
+    #[inline(always)]
     fn next_len_field(&mut self, want: u64) -> WireResult<Option<Wire<'a>>> {
-        let start = self.pos;
+        let start = *self;
         let (field, wt) = self.tag()?;
         if field == want {
             if wt != LEN {
-                self.pos = start;
-                return Err(self.err("wrong wire type for a message field"));
+                return Err(start.err("wrong wire type for a message field"));
             }
             return self.sub().map(Some);
         }
@@ -341,12 +349,11 @@ impl<'a> Kinds<'a> {
         loop {
             if let Some(feature) = &mut self.feature {
                 if !feature.done() {
-                    let start = feature.pos;
+                    let start = *feature;
                     let (field, wt) = feature.tag()?;
                     if (KIND_BYTES..=KIND_INT64).contains(&field) {
                         if wt != LEN {
-                            feature.pos = start;
-                            return Err(feature.err("wrong wire type for a Feature list"));
+                            return Err(start.err("wrong wire type for a Feature list"));
                         }
                         return feature.sub().map(|list| Some((field, list)));
                     }
@@ -394,7 +401,7 @@ enum Shape {
     VarSequence,
 }
 
-/// A fixed-length feature's default, expanded to `product(shape)` values.
+/// A fixed-length feature's default: `product(shape)` values, or one to repeat.
 #[derive(Debug, Clone)]
 enum Fill {
     Int64(Vec<i64>),
@@ -412,14 +419,6 @@ struct Plan {
     default: Option<Fill>,
 }
 
-fn expand<T: Clone>(values: &[T], len: usize) -> Vec<T> {
-    if values.len() == 1 {
-        vec![values[0].clone(); len]
-    } else {
-        values.to_vec()
-    }
-}
-
 impl Plan {
     fn new(spec: &FeatureSpec) -> Plan {
         let shape = match spec.layout {
@@ -430,13 +429,11 @@ impl Plan {
         };
         let len = spec.fixed_len().unwrap_or(0);
         let default = spec.default.as_ref().map(|d| match (spec.dtype, d) {
-            (DType::Uint8, Value::Int64(v)) => {
-                // Validated to lie in 0..=255.
-                Fill::Uint8(expand(v, len).into_iter().map(|x| x as u8).collect())
-            }
-            (_, Value::Int64(v)) => Fill::Int64(expand(v, len)),
-            (_, Value::Float32(v)) => Fill::Float32(expand(v, len)),
-            (_, Value::Bytes(v)) => Fill::Bytes(expand(v, len)),
+            // Validated to lie in 0..=255.
+            (DType::Uint8, Value::Int64(v)) => Fill::Uint8(v.iter().map(|&x| x as u8).collect()),
+            (_, Value::Int64(v)) => Fill::Int64(v.clone()),
+            (_, Value::Float32(v)) => Fill::Float32(v.clone()),
+            (_, Value::Bytes(v)) => Fill::Bytes(v.clone()),
         });
         Plan {
             dtype: spec.dtype,
@@ -479,7 +476,7 @@ impl Lookup {
 /// Internal error: malformed outside any feature, or about a feature.
 enum Fail {
     Wire(WireError),
-    Feature(usize, String),
+    Feature(usize, Problem),
 }
 
 impl From<WireError> for Fail {
@@ -526,7 +523,7 @@ pub struct BatchParser {
     lists: Lookup,
     sequence: bool,
     /// Per record: the byte range of each feature's last map entry.
-    slots: Vec<Option<(usize, usize)>>,
+    slots: Vec<Option<Slot>>,
 }
 
 impl BatchParser {
@@ -590,16 +587,17 @@ impl BatchParser {
     ) -> Result<(), ParseError> {
         self.reset(batch, records.len());
         for (index, record) in records.iter().enumerate() {
-            self.parse_record(record.as_ref(), &mut batch.columns)
+            let record = record.as_ref();
+            self.parse_record(record, &mut batch.columns)
                 .map_err(|fail| match fail {
                     Fail::Wire(e) => ParseError::Malformed {
                         record: index,
-                        reason: e.to_string(),
+                        reason: e.describe(record),
                     },
-                    Fail::Feature(feature, reason) => ParseError::Feature {
+                    Fail::Feature(feature, problem) => ParseError::Feature {
                         record: index,
                         feature: self.schema.features[feature].name.clone(),
-                        reason,
+                        reason: problem.describe(record),
                     },
                 })?;
             batch.num_rows = index + 1;
@@ -620,8 +618,9 @@ impl BatchParser {
         }
         batch.num_rows = 0;
         for (column, plan) in batch.columns.iter_mut().zip(&self.plans) {
+            // Bounded: a huge declared shape must not reserve memory up front.
             let fixed_values = if plan.shape == Shape::Fixed {
-                rows * plan.len
+                rows.saturating_mul(plan.len).min(MAX_RESERVE)
             } else {
                 0
             };
@@ -646,7 +645,7 @@ impl BatchParser {
         self.slots.fill(None);
         let mut message = Wire::new(record);
         while !message.done() {
-            let start = message.pos;
+            let start = message;
             let (field, wt) = message.tag()?;
             let lookup = match field {
                 // Example.features and SequenceExample.context: both `Features` in field 1.
@@ -660,24 +659,27 @@ impl BatchParser {
                 }
             };
             if wt != LEN {
-                message.pos = start;
-                return Err(message.err("wrong wire type for a message field").into());
+                return Err(start.err("wrong wire type for a message field").into());
             }
             let mut map = message.sub()?;
             while !map.done() {
                 let Some(entry) = map.next_len_field(1)? else {
                     continue;
                 };
-                if let Some(index) = lookup.get(entry_key(entry)?) {
-                    self.slots[index] = Some((entry.pos, entry.end));
+                let (key, slot) = scan_entry(entry, record)?;
+                if let Some(index) = lookup.get(key) {
+                    // A later entry with the same key replaces it, as in a protobuf map.
+                    self.slots[index] = Some(slot);
                 }
             }
         }
         for (index, (plan, column)) in self.plans.iter().zip(columns.iter_mut()).enumerate() {
-            let entry = self.slots[index].map(|(start, end)| Wire::at(record, start, end));
+            let slot = self.slots[index];
             let result = match plan.shape {
-                Shape::Fixed | Shape::Var => decode_feature(plan, entry, column),
-                Shape::FixedSequence | Shape::VarSequence => decode_list(plan, entry, column),
+                Shape::Fixed | Shape::Var => decode_feature(plan, record, slot, column),
+                Shape::FixedSequence | Shape::VarSequence => {
+                    decode_list(plan, slot.map(|s| s.entry(record)), column)
+                }
             };
             result.map_err(|reason| Fail::Feature(index, reason))?;
         }
@@ -690,16 +692,94 @@ fn reset_vec<T>(v: &mut Vec<T>, capacity: usize) {
     v.reserve(capacity);
 }
 
-/// A map entry's key (field 1; the last one wins; empty when absent).
-#[inline]
-fn entry_key(mut entry: Wire<'_>) -> WireResult<&[u8]> {
+/// Where a schema feature's map entry lies in the record.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    entry: (usize, usize),
+    /// The last value field (field 2) of the entry.
+    value: (usize, usize),
+    /// How many value fields the entry has (protobuf merges them when > 1).
+    values: u32,
+}
+
+impl Slot {
+    fn entry<'a>(&self, record: &'a [u8]) -> Wire<'a> {
+        Wire::new(&record[self.entry.0..self.entry.0 + self.entry.1])
+    }
+
+    fn value<'a>(&self, record: &'a [u8]) -> Wire<'a> {
+        Wire::new(&record[self.value.0..self.value.0 + self.value.1])
+    }
+}
+
+/// A map entry's key (field 1; the last one wins; empty when absent), and its slot.
+#[inline(always)]
+fn scan_entry<'a>(mut entry: Wire<'a>, record: &[u8]) -> WireResult<(&'a [u8], Slot)> {
     let mut key: &[u8] = &[];
+    let mut slot = Slot {
+        entry: entry.span_in(record),
+        value: (0, 0),
+        values: 0,
+    };
     while !entry.done() {
-        if let Some(k) = entry.next_len_field(1)? {
-            key = k.bytes();
+        let start = entry;
+        let (field, wt) = entry.tag()?;
+        match (field, wt) {
+            (1, LEN) => key = entry.sub()?.bytes(),
+            (2, LEN) => {
+                let value = entry.sub()?;
+                slot.value = value.span_in(record);
+                slot.values += 1;
+            }
+            (1 | 2, _) => {
+                return Err(start.err("wrong wire type for a map entry field"));
+            }
+            _ => entry.skip(field, wt)?,
         }
     }
-    Ok(key)
+    Ok((key, slot))
+}
+
+/// What one `Feature` message holds, after protobuf's oneof merging.
+enum Found<'a> {
+    /// No list set.
+    Nothing,
+    /// One list (the usual case).
+    One(u64, Wire<'a>),
+    /// Several lists of the final kind, after skipping the first `.1` lists of
+    /// the message (walk them again with [`Kinds`]).
+    Merged(u64, usize),
+}
+
+#[inline(always)]
+fn resolve_feature(mut feature: Wire<'_>) -> WireResult<Found<'_>> {
+    let mut kind = 0;
+    let mut run_start = 0;
+    let mut index = 0;
+    let mut first = feature;
+    while !feature.done() {
+        let start = feature;
+        let (field, wt) = feature.tag()?;
+        if (KIND_BYTES..=KIND_INT64).contains(&field) {
+            if wt != LEN {
+                return Err(start.err("wrong wire type for a Feature list"));
+            }
+            let list = feature.sub()?;
+            if field != kind {
+                kind = field;
+                run_start = index;
+                first = list;
+            }
+            index += 1;
+        } else {
+            feature.skip(field, wt)?;
+        }
+    }
+    Ok(match index - run_start {
+        _ if kind == 0 => Found::Nothing,
+        1 => Found::One(kind, first),
+        _ => Found::Merged(kind, run_start),
+    })
 }
 
 fn empty_values(dtype: DType) -> Values {
@@ -746,8 +826,30 @@ fn column_fits(column: &Column, spec: &FeatureSpec) -> bool {
         && column.inner_shape == spec.layout.fixed_shape().unwrap_or(&[])
 }
 
-fn malformed(e: WireError) -> String {
-    format!("malformed protobuf: {e}")
+/// Why a feature could not be decoded.
+enum Problem {
+    Wire(WireError),
+    Text(String),
+}
+
+impl Problem {
+    fn in_step(self, index: usize) -> Problem {
+        match self {
+            Problem::Text(t) => Problem::Text(format!("step {index}: {t}")),
+            wire => wire,
+        }
+    }
+
+    fn describe(self, record: &[u8]) -> String {
+        match self {
+            Problem::Wire(e) => format!("malformed protobuf: {}", e.describe(record)),
+            Problem::Text(t) => t,
+        }
+    }
+}
+
+fn text(t: String) -> Problem {
+    Problem::Text(t)
 }
 
 fn wrong_kind(dtype: DType, found: u64) -> String {
@@ -767,67 +869,90 @@ fn append_lists(
     mut kinds: Kinds<'_>,
     skip: usize,
     values: &mut Values,
-) -> Result<usize, String> {
+) -> Result<usize, Problem> {
     let mut index = 0;
     let mut count = 0;
-    // For uint8: the single bytes value (its count is checked after merging).
-    let mut raw: Option<&[u8]> = None;
-    while let Some((_, list)) = kinds.next().map_err(malformed)? {
+    let mut raw: &[u8] = &[];
+    while let Some((_, list)) = kinds.next().map_err(Problem::Wire)? {
         index += 1;
         if index <= skip {
             continue;
         }
-        count += match (plan.dtype, &mut *values) {
-            (DType::Uint8, _) => {
-                let mut n = 0;
-                let mut list = list;
-                while !list.done() {
-                    if let Some(value) = list.next_len_field(1).map_err(malformed)? {
-                        raw = Some(value.bytes());
-                        n += 1;
-                    }
-                }
-                n
-            }
-            (_, Values::Int64(v)) => append_int64(list, v).map_err(malformed)?,
-            (_, Values::Float32(v)) => append_float(list, v).map_err(malformed)?,
-            (_, Values::Bytes { data, offsets }) => {
-                append_bytes(list, data, offsets).map_err(malformed)?
-            }
-            (_, Values::Uint8(_)) => 0,
-        };
+        count += append_list(plan, list, values, &mut raw)?;
     }
+    finish_list(plan, count, raw, values)
+}
+
+/// Appends one list's values; returns how many. For `Uint8` nothing is appended:
+/// the values are counted and the last kept in `raw` for [`finish_list`].
+#[inline(always)]
+fn append_list<'a>(
+    plan: &Plan,
+    list: Wire<'a>,
+    values: &mut Values,
+    raw: &mut &'a [u8],
+) -> Result<usize, Problem> {
+    match (plan.dtype, values) {
+        (DType::Uint8, _) => {
+            let mut n = 0;
+            let mut list = list;
+            while !list.done() {
+                if let Some(value) = list.next_len_field(1).map_err(Problem::Wire)? {
+                    *raw = value.bytes();
+                    n += 1;
+                }
+            }
+            Ok(n)
+        }
+        (_, Values::Int64(v)) => append_int64(list, v).map_err(Problem::Wire),
+        (_, Values::Float32(v)) => append_float(list, v).map_err(Problem::Wire),
+        (_, Values::Bytes { data, offsets }) => {
+            append_bytes(list, data, offsets).map_err(Problem::Wire)
+        }
+        (_, Values::Uint8(_)) => Ok(0),
+    }
+}
+
+/// After a feature's lists: for `Uint8`, checks there was exactly one bytes value
+/// of the right size and copies it raw. Returns the feature's value count.
+#[inline(always)]
+fn finish_list(
+    plan: &Plan,
+    count: usize,
+    raw: &[u8],
+    values: &mut Values,
+) -> Result<usize, Problem> {
     if plan.dtype == DType::Uint8 {
-        if let (1, Some(raw), Values::Uint8(v)) = (count, raw, values) {
+        if let (1, Values::Uint8(v)) = (count, values) {
             if raw.len() != plan.len {
-                return Err(format!(
+                return Err(text(format!(
                     "uint8 value has {} bytes, expected {} (the shape's size)",
                     raw.len(),
                     plan.len
-                ));
+                )));
             }
             v.extend_from_slice(raw);
             return Ok(plan.len);
         }
         if count == 0 {
-            return Err(format!(
+            return Err(text(format!(
                 "present but empty list, expected one bytes value of {} bytes",
                 plan.len
-            ));
+            )));
         }
-        return Err(format!(
+        return Err(text(format!(
             "uint8 needs exactly one bytes value of {} bytes, found {count} values",
             plan.len
-        ));
+        )));
     }
     Ok(count)
 }
 
-#[inline]
+#[inline(always)]
 fn append_int64(mut list: Wire<'_>, out: &mut Vec<i64>) -> WireResult<usize> {
     let before = out.len();
     while !list.done() {
-        let start = list.pos;
+        let start = list;
         let (field, wt) = list.tag()?;
         match (field, wt) {
             (1, LEN) => {
@@ -838,8 +963,7 @@ fn append_int64(mut list: Wire<'_>, out: &mut Vec<i64>) -> WireResult<usize> {
             }
             (1, VARINT) => out.push(list.varint()? as i64),
             (1, _) => {
-                list.pos = start;
-                return Err(list.err("wrong wire type for int64_list values"));
+                return Err(start.err("wrong wire type for int64_list values"));
             }
             _ => list.skip(field, wt)?,
         }
@@ -847,11 +971,11 @@ fn append_int64(mut list: Wire<'_>, out: &mut Vec<i64>) -> WireResult<usize> {
     Ok(out.len() - before)
 }
 
-#[inline]
+#[inline(always)]
 fn append_float(mut list: Wire<'_>, out: &mut Vec<f32>) -> WireResult<usize> {
     let before = out.len();
     while !list.done() {
-        let start = list.pos;
+        let start = list;
         let (field, wt) = list.tag()?;
         match (field, wt) {
             (1, LEN) => {
@@ -868,8 +992,7 @@ fn append_float(mut list: Wire<'_>, out: &mut Vec<f32>) -> WireResult<usize> {
             }
             (1, FIXED32) => out.push(f32::from_le_bytes(list.fixed::<4>()?)),
             (1, _) => {
-                list.pos = start;
-                return Err(list.err("wrong wire type for float_list values"));
+                return Err(start.err("wrong wire type for float_list values"));
             }
             _ => list.skip(field, wt)?,
         }
@@ -877,7 +1000,7 @@ fn append_float(mut list: Wire<'_>, out: &mut Vec<f32>) -> WireResult<usize> {
     Ok(out.len() - before)
 }
 
-#[inline]
+#[inline(always)]
 fn append_bytes(
     mut list: Wire<'_>,
     data: &mut Vec<u8>,
@@ -894,14 +1017,24 @@ fn append_bytes(
     Ok(count)
 }
 
-fn fill_default(fill: &Fill, values: &mut Values) {
-    match (fill, values) {
-        (Fill::Int64(d), Values::Int64(v)) => v.extend_from_slice(d),
-        (Fill::Float32(d), Values::Float32(v)) => v.extend_from_slice(d),
-        (Fill::Uint8(d), Values::Uint8(v)) => v.extend_from_slice(d),
+fn fill<T: Copy>(out: &mut Vec<T>, default: &[T], len: usize) {
+    match default {
+        [one] => out.extend(std::iter::repeat_n(*one, len)),
+        all => out.extend_from_slice(all),
+    }
+}
+
+fn fill_default(fill_with: &Fill, len: usize, values: &mut Values) {
+    match (fill_with, values) {
+        (Fill::Int64(d), Values::Int64(v)) => fill(v, d, len),
+        (Fill::Float32(d), Values::Float32(v)) => fill(v, d, len),
+        (Fill::Uint8(d), Values::Uint8(v)) => fill(v, d, len),
         (Fill::Bytes(d), Values::Bytes { data, offsets }) => {
-            for b in d {
-                data.extend_from_slice(b);
+            for i in 0..len {
+                // One value broadcast, or `len` values (never empty: validated).
+                if let Some(b) = d.get(i % d.len().max(1)) {
+                    data.extend_from_slice(b);
+                }
                 offsets.push(data.len());
             }
         }
@@ -910,50 +1043,83 @@ fn fill_default(fill: &Fill, values: &mut Values) {
     }
 }
 
+/// The values of a present `Feature` (a single message, or the merged values of
+/// an entry), appended to `values`; `None` for a kind-less `Feature`.
+#[inline(always)]
+fn append_feature(
+    plan: &Plan,
+    found: Found<'_>,
+    source: Kinds<'_>,
+    values: &mut Values,
+) -> Result<Option<usize>, Problem> {
+    match found {
+        Found::Nothing => Ok(None),
+        Found::One(kind, _) | Found::Merged(kind, _) if kind != dtype_kind(plan.dtype) => {
+            Err(text(wrong_kind(plan.dtype, kind)))
+        }
+        Found::One(_, list) => {
+            let mut raw: &[u8] = &[];
+            let count = append_list(plan, list, values, &mut raw)?;
+            finish_list(plan, count, raw, values).map(Some)
+        }
+        Found::Merged(_, skip) => append_lists(plan, source, skip, values).map(Some),
+    }
+}
+
 /// A fixed-length or var-length feature of one record, from its map entry.
 #[inline]
-fn decode_feature(plan: &Plan, entry: Option<Wire<'_>>, column: &mut Column) -> Result<(), String> {
-    let resolved = match entry {
-        Some(entry) => Kinds::of_entry(entry)
-            .resolve()
-            .map_err(malformed)?
-            .map(|found| (found, entry)),
+fn decode_feature(
+    plan: &Plan,
+    record: &[u8],
+    slot: Option<Slot>,
+    column: &mut Column,
+) -> Result<(), Problem> {
+    let count = match slot {
         None => None,
-    };
-    let count = match resolved {
-        Some(((kind, skip), entry)) => {
-            if kind != dtype_kind(plan.dtype) {
-                return Err(wrong_kind(plan.dtype, kind));
-            }
-            append_lists(plan, Kinds::of_entry(entry), skip, &mut column.values)?
+        Some(slot) if slot.values == 1 => {
+            let value = slot.value(record);
+            let found = resolve_feature(value).map_err(Problem::Wire)?;
+            append_feature(plan, found, Kinds::of_feature(value), &mut column.values)?
         }
+        Some(slot) => {
+            // No value (an empty Feature), or several that protobuf merges.
+            let entry = slot.entry(record);
+            let found = match Kinds::of_entry(entry).resolve().map_err(Problem::Wire)? {
+                None => Found::Nothing,
+                Some((kind, skip)) => Found::Merged(kind, skip),
+            };
+            append_feature(plan, found, Kinds::of_entry(entry), &mut column.values)?
+        }
+    };
+    let count = match count {
+        Some(count) => count,
         None if plan.shape == Shape::Fixed => match &plan.default {
             Some(fill) => {
-                fill_default(fill, &mut column.values);
+                fill_default(fill, plan.len, &mut column.values);
                 plan.len
             }
             None => {
-                return Err(format!(
+                return Err(text(format!(
                     "missing ({}) and the spec has no default",
-                    if entry.is_some() {
+                    if slot.is_some() {
                         "a Feature with no list set"
                     } else {
                         "no such key"
                     }
-                ));
+                )));
             }
         },
         None => 0,
     };
     match plan.shape {
-        Shape::Fixed if count != plan.len => Err(if count == 0 {
+        Shape::Fixed if count != plan.len => Err(text(if count == 0 {
             format!(
                 "present but empty list, expected {} values (TensorFlow rejects this even with a default)",
                 plan.len
             )
         } else {
             format!("has {count} values, expected {}", plan.len)
-        }),
+        })),
         Shape::Fixed => Ok(()),
         _ => {
             let total = column.values.len();
@@ -966,17 +1132,17 @@ fn decode_feature(plan: &Plan, entry: Option<Wire<'_>>, column: &mut Column) -> 
 }
 
 /// A sequence feature of one record, from its `FeatureLists` map entry.
-fn decode_list(plan: &Plan, entry: Option<Wire<'_>>, column: &mut Column) -> Result<(), String> {
+fn decode_list(plan: &Plan, entry: Option<Wire<'_>>, column: &mut Column) -> Result<(), Problem> {
     let mut steps = 0usize;
     if let Some(mut entry) = entry {
         // Every value field (field 2) of the entry is a partial `FeatureList`; merged,
         // their `feature` fields (field 1) are the steps, in order.
         while !entry.done() {
-            let Some(mut list) = entry.next_len_field(2).map_err(malformed)? else {
+            let Some(mut list) = entry.next_len_field(2).map_err(Problem::Wire)? else {
                 continue;
             };
             while !list.done() {
-                let Some(step) = list.next_len_field(1).map_err(malformed)? else {
+                let Some(step) = list.next_len_field(1).map_err(Problem::Wire)? else {
                     continue;
                 };
                 decode_step(plan, step, steps, column)?;
@@ -1002,22 +1168,16 @@ fn decode_step(
     step: Wire<'_>,
     index: usize,
     column: &mut Column,
-) -> Result<(), String> {
-    let count = match Kinds::of_feature(step).resolve().map_err(malformed)? {
-        Some((kind, skip)) => {
-            if kind != dtype_kind(plan.dtype) {
-                return Err(format!("step {index}: {}", wrong_kind(plan.dtype, kind)));
-            }
-            append_lists(plan, Kinds::of_feature(step), skip, &mut column.values)
-                .map_err(|e| format!("step {index}: {e}"))?
-        }
-        None => 0,
-    };
+) -> Result<(), Problem> {
+    let found = resolve_feature(step).map_err(Problem::Wire)?;
+    let count = append_feature(plan, found, Kinds::of_feature(step), &mut column.values)
+        .map_err(|e| e.in_step(index))?
+        .unwrap_or(0);
     match plan.shape {
-        Shape::FixedSequence if count != plan.len => Err(format!(
+        Shape::FixedSequence if count != plan.len => Err(text(format!(
             "step {index} has {count} values, expected {}",
             plan.len
-        )),
+        ))),
         Shape::VarSequence => {
             let total = column.values.len();
             if let Some(splits) = column.row_splits.get_mut(1) {
@@ -1026,5 +1186,101 @@ fn decode_step(
             Ok(())
         }
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn varint_of(bytes: &[u8]) -> WireResult<u64> {
+        Wire::new(bytes).varint()
+    }
+
+    #[test]
+    fn varints() {
+        assert_eq!(varint_of(&[0x00]).unwrap(), 0);
+        assert_eq!(varint_of(&[0x96, 0x01]).unwrap(), 150);
+        assert_eq!(varint_of(&[0x80, 0x80, 0x01]).unwrap(), 1 << 14);
+        let max = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01];
+        assert_eq!(varint_of(&max).unwrap(), u64::MAX);
+        let mut over = max;
+        over[9] = 0x02;
+        assert_eq!(
+            varint_of(&over).unwrap_err().what,
+            "varint longer than 64 bits"
+        );
+        assert_eq!(
+            varint_of(&[0x80; 11]).unwrap_err().what,
+            "varint longer than 64 bits"
+        );
+        assert_eq!(
+            varint_of(&[0x80, 0x80]).unwrap_err().what,
+            "truncated varint"
+        );
+        assert_eq!(varint_of(&[]).unwrap_err().what, "truncated varint");
+    }
+
+    #[test]
+    fn groups_are_skipped_and_checked() {
+        // Field 3 group holding field 1 varint 7, then the end-group tag.
+        let mut group = Wire::new(&[0x08, 0x07, 0x1c]);
+        assert!(group.skip(3, START_GROUP).is_ok());
+        assert!(group.done());
+        let mut mismatched = Wire::new(&[0x08, 0x07, 0x24]);
+        assert_eq!(
+            mismatched.skip(3, START_GROUP).unwrap_err().what,
+            "mismatched end-group tag"
+        );
+        let mut open = Wire::new(&[0x08, 0x07]);
+        assert_eq!(
+            open.skip(3, START_GROUP).unwrap_err().what,
+            "unterminated group"
+        );
+        // Deep nesting is bounded, not a stack overflow.
+        let deep: Vec<u8> = std::iter::repeat_n(0x1b, 10_000).collect();
+        assert_eq!(
+            Wire::new(&deep).skip(3, START_GROUP).unwrap_err().what,
+            "groups nested too deeply"
+        );
+        assert_eq!(
+            Wire::new(&[]).skip(1, 7).unwrap_err().what,
+            "invalid wire type"
+        );
+    }
+
+    /// More than 8 features use the hash lookup; the result is the same.
+    #[test]
+    fn many_features_use_the_hash_lookup() {
+        use crate::example::proto::{self, feature::Kind};
+        use prost::Message;
+
+        let names: Vec<String> = (0..12).map(|i| format!("f{i}")).collect();
+        let texts: Vec<String> = names.iter().map(|n| format!("{n}:int64")).collect();
+        let mut parser = BatchParser::new(Schema::from_feature_texts(&texts).unwrap()).unwrap();
+        assert!(matches!(parser.context, Lookup::Hash(_)));
+        let example = crate::example::Example {
+            features: Some(proto::Features {
+                feature: names
+                    .iter()
+                    .enumerate()
+                    .map(|(i, n)| {
+                        let list = proto::Int64List {
+                            value: vec![i as i64],
+                        };
+                        (
+                            n.clone(),
+                            proto::Feature {
+                                kind: Some(Kind::Int64List(list)),
+                            },
+                        )
+                    })
+                    .collect(),
+            }),
+        };
+        let batch = parser.parse_one(&example.encode_to_vec()).unwrap();
+        for (i, column) in batch.columns.iter().enumerate() {
+            assert_eq!(column.as_i64(), Some(&[i as i64][..]));
+        }
     }
 }

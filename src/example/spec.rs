@@ -83,6 +83,9 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value as Json};
 
+/// The most elements a fixed shape may have (2^31), so sizes never overflow.
+pub const MAX_SHAPE_SIZE: usize = 1 << 31;
+
 /// The `format` value of a schema file.
 pub const SCHEMA_FORMAT: &str = "tfpipe-schema/1";
 
@@ -273,12 +276,18 @@ impl FeatureSpec {
                 self.name
             )))
         };
-        if let Some(shape) = self.layout.fixed_shape()
-            && shape.contains(&0)
-        {
-            return bad(format!(
-                "shape {shape:?} has a zero dimension (every dimension must be >= 1)"
-            ));
+        if let Some(shape) = self.layout.fixed_shape() {
+            if shape.contains(&0) {
+                return bad(format!(
+                    "shape {shape:?} has a zero dimension (every dimension must be >= 1)"
+                ));
+            }
+            let size = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+            if size.is_none_or(|n| n > MAX_SHAPE_SIZE) {
+                return bad(format!(
+                    "shape {shape:?} has more than {MAX_SHAPE_SIZE} elements"
+                ));
+            }
         }
         if self.dtype == DType::Uint8 && self.layout.fixed_shape().is_none() {
             return bad(
@@ -1084,6 +1093,8 @@ mod tests {
             ("label", "missing `:DTYPE`"),
             ("label:int32", "unknown dtype"),
             ("x:float32:0x3", "zero dimension"),
+            ("x:float32:65536x65536", "more than 2147483648 elements"),
+            ("x:float32:99999999999x99999999999", "more than"),
             ("x:float32:3y", "invalid shape"),
             ("x:uint8:var", "uint8 needs a fixed shape"),
             ("x:uint8:seq:var", "uint8 needs a fixed shape"),

@@ -33,7 +33,7 @@
 //! |---|---|---|
 //! | [`prefetch(n)`](Pipeline::prefetch) | 1 | channel of `n` |
 //! | [`map_parallel(p, ..)`](Pipeline::map_parallel) | `p` (Auto: up to the cores) | reorder window `W = 2 * max(p) + 2` |
-//! | [`interleave`](Pipeline::interleave) with parallelism `p` | one per open input (`cycle_length`), at most `p` computing at once | `cycle_length * 2 * block_length` |
+//! | [`interleave`](Pipeline::interleave) with parallelism `p` | one per open input (`cycle_length`), at most `p` computing at once | `cycle_length` channels of 2 chunks (>= 256 elements each) |
 //!
 //! Every edge between threads is a bounded crossbeam channel carrying
 //! `Result<T, PipelineError>` (plus epoch markers). Thread counts are explicit:
@@ -60,7 +60,9 @@
 //!       + batch_size                                 (per batch, the one being filled)
 //!       + prefetch_n + 2                             (per prefetch: channel + one in each hand)
 //!       + W + p                                      (per map_parallel: window + one per worker)
-//!       + cycle_length * (3 * block_length + 1)      (per parallel interleave)
+//!       + cycle_length * 4 * chunk                  (per parallel interleave: 2 chunks queued,
+//!                                                   one being read, one being consumed;
+//!                                                   chunk = block_length rounded up to >= 256)
 //!       + cycle_length                               (per sequential interleave)
 //!       + 1                                          (in the consumer's hand)
 //! ```

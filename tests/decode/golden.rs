@@ -2,7 +2,7 @@
 
 use serde_json::Value as Json;
 use tfpipe::example::{BatchParser, Schema};
-use tfpipe::{Batch, Values};
+use tfpipe::{Batch, Column, Values};
 
 use super::common::*;
 
@@ -40,6 +40,27 @@ fn parse_expected_in_batches_of_8() {
         for (name, tensor) in features {
             let column = reused.column(name).unwrap();
             assert_tensor(&format!("batch {b} {name}"), column, tensor, false);
+            if tensor["sparse"] == true {
+                // And back: TensorFlow's sparse view rebuilds the same column.
+                let indices: Vec<[usize; 2]> = tensor["indices"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|i| {
+                        let i = usizes(i);
+                        [i[0], i[1]]
+                    })
+                    .collect();
+                let rows = usizes(&tensor["dense_shape"])[0];
+                let rebuilt =
+                    Column::from_sparse(name, column.values.clone(), &indices, rows).unwrap();
+                // (Debug, not ==: NaN != NaN.)
+                assert_eq!(
+                    format!("{rebuilt:?}"),
+                    format!("{column:?}"),
+                    "batch {b} {name}"
+                );
+            }
         }
     }
 }

@@ -76,6 +76,11 @@ struct Encoding {
     unknown_fields: bool,
     split_features: bool,
     duplicate_keys: bool,
+    /// 0: one list; 1: the values split over two value fields of the map entry
+    /// (protobuf merges them); 2: over two lists of one `Feature` (the oneof merges).
+    split: u8,
+    /// A list of another kind before the real one in the same `Feature` (replaced).
+    decoy_kind: bool,
 }
 
 fn varint(out: &mut Vec<u8>, mut v: u64) {
@@ -109,6 +114,51 @@ fn unknown(out: &mut Vec<u8>) {
     tag(out, 1, 0);
     varint(out, 7);
     tag(out, 19, 4);
+}
+
+fn split_list(list: &List) -> (List, List) {
+    fn halves<T: Clone>(v: &[T]) -> (Vec<T>, Vec<T>) {
+        let (a, b) = v.split_at(v.len() / 2);
+        (a.to_vec(), b.to_vec())
+    }
+    match list {
+        List::Bytes(v) => {
+            let (a, b) = halves(v);
+            (List::Bytes(a), List::Bytes(b))
+        }
+        List::Float(v) => {
+            let (a, b) = halves(v);
+            (List::Float(a), List::Float(b))
+        }
+        List::Int(v) => {
+            let (a, b) = halves(v);
+            (List::Int(a), List::Int(b))
+        }
+    }
+}
+
+/// The value fields of a map entry holding `list` (several when split).
+fn encode_values(list: &List, e: Encoding) -> Vec<Vec<u8>> {
+    let (first, second) = split_list(list);
+    let mut features = match e.split {
+        1 => vec![encode_list(&first, e), encode_list(&second, e)],
+        2 => {
+            let mut both = encode_list(&first, e);
+            both.extend(encode_list(&second, e));
+            vec![both]
+        }
+        _ => vec![encode_list(list, e)],
+    };
+    if e.decoy_kind {
+        let decoy = match list {
+            List::Int(_) => List::Float(vec![1.5]),
+            _ => List::Int(vec![42]),
+        };
+        let mut with_decoy = encode_list(&decoy, e);
+        with_decoy.extend(features.remove(0));
+        features.insert(0, with_decoy);
+    }
+    features
 }
 
 fn encode_list(list: &List, e: Encoding) -> Vec<u8> {
@@ -149,17 +199,17 @@ fn encode_list(list: &List, e: Encoding) -> Vec<u8> {
     feature
 }
 
-fn encode_entry(key: &str, feature: &[u8], e: Encoding) -> Vec<u8> {
+fn encode_entry(key: &str, features: &[Vec<u8>], e: Encoding) -> Vec<u8> {
     let mut entry = Vec::new();
     if e.value_first {
-        len_field(&mut entry, 2, feature);
+        features.iter().for_each(|f| len_field(&mut entry, 2, f));
         if e.unknown_fields {
             unknown(&mut entry);
         }
         len_field(&mut entry, 1, key.as_bytes());
     } else {
         len_field(&mut entry, 1, key.as_bytes());
-        len_field(&mut entry, 2, feature);
+        features.iter().for_each(|f| len_field(&mut entry, 2, f));
     }
     entry
 }
@@ -174,9 +224,9 @@ fn encode_example(features: &BTreeMap<String, List>, e: Encoding) -> Vec<u8> {
         if e.duplicate_keys {
             // A first entry for the same key, of another kind: the last one wins.
             let decoy = encode_list(&List::Bytes(vec![b"decoy".to_vec()]), e);
-            len_field(map, 1, &encode_entry(key, &decoy, e));
+            len_field(map, 1, &encode_entry(key, &[decoy], e));
         }
-        len_field(map, 1, &encode_entry(key, &encode_list(list, e), e));
+        len_field(map, 1, &encode_entry(key, &encode_values(list, e), e));
         if e.unknown_fields {
             unknown(map);
         }
@@ -192,22 +242,28 @@ fn encode_example(features: &BTreeMap<String, List>, e: Encoding) -> Vec<u8> {
 }
 
 fn encoding() -> impl Strategy<Value = Encoding> {
-    (
+    let flags = (
         any::<bool>(),
         any::<bool>(),
         any::<bool>(),
         any::<bool>(),
         any::<bool>(),
+    );
+    (flags, 0u8..3, any::<bool>()).prop_map(
+        |(
+            (unpacked, value_first, unknown_fields, split_features, duplicate_keys),
+            split,
+            decoy_kind,
+        )| Encoding {
+            unpacked,
+            value_first,
+            unknown_fields,
+            split_features,
+            duplicate_keys,
+            split,
+            decoy_kind,
+        },
     )
-        .prop_map(
-            |(unpacked, value_first, unknown_fields, split_features, duplicate_keys)| Encoding {
-                unpacked,
-                value_first,
-                unknown_fields,
-                split_features,
-                duplicate_keys,
-            },
-        )
 }
 
 /// Checks row `row` of `batch`'s column `index` against `list`.

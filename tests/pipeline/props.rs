@@ -178,7 +178,7 @@ fn take_after_forever_repeat_ends() {
 
 #[test]
 fn one_shot_iterator_runs_once_under_repeat() {
-    let got = collect(Pipeline::from_iter(vec![1, 2]).repeat(Some(3)));
+    let got = collect(Pipeline::from_iterator(vec![1, 2]).repeat(Some(3)));
     assert_eq!(got, [1, 2]);
 }
 
