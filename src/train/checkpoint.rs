@@ -37,8 +37,11 @@ pub const FORMAT: &str = "tfpipe-checkpoint-1";
 /// One fixed-shape feature of a [`SchemaMeta`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FeatureMeta {
+    /// The feature's key in the records.
     pub name: String,
+    /// Its element type.
     pub dtype: DType,
+    /// Its fixed shape (`[]` for a scalar).
     pub shape: Vec<usize>,
 }
 
@@ -47,7 +50,9 @@ pub struct FeatureMeta {
 /// this stores.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SchemaMeta {
+    /// The fixed-shape features, label included, in schema order.
     pub features: Vec<FeatureMeta>,
+    /// The label feature's name.
     pub label: Option<String>,
 }
 
@@ -114,8 +119,11 @@ pub struct CheckpointMeta {
 
 /// A loaded checkpoint: the model, its variables and its metadata.
 pub struct Checkpoint {
+    /// What `checkpoint.json` says.
     pub meta: CheckpointMeta,
+    /// The model, built on the loaded variables.
     pub model: Model,
+    /// The variables (trainable: `--resume` continues from them).
     pub varmap: VarMap,
 }
 
