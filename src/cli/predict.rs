@@ -156,17 +156,15 @@ enum Sink {
         path: PathBuf,
     },
     /// TFRecord `Example`s with `prediction` (and `label`) int64 features.
-    Records(FileRecordWriter),
+    Records(Box<FileRecordWriter>),
 }
 
 impl Sink {
     fn create(path: &Path) -> anyhow::Result<Sink> {
         let name = path.to_string_lossy();
         if name.contains(".tfrecord") {
-            return Ok(Sink::Records(FileRecordWriter::create(
-                path,
-                Compression::from_path(path),
-            )?));
+            let writer = FileRecordWriter::create(path, Compression::from_path(path))?;
+            return Ok(Sink::Records(Box::new(writer)));
         }
         let dir = match path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,
