@@ -99,7 +99,7 @@ impl SchemaMeta {
 /// The JSON half of a checkpoint.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckpointMeta {
-    /// Always [`FORMAT`].
+    /// Always `"tfpipe-checkpoint-1"`.
     pub format: String,
     /// The global step the weights are at.
     pub step: u64,
