@@ -15,4 +15,4 @@ mod spec;
 
 pub use decode::{BatchParser, ParseError};
 pub use proto::{Example, SequenceExample};
-pub use spec::{DType, FeatureSpec, Layout, Schema, SchemaError, Value};
+pub use spec::{DType, FeatureSpec, Layout, SCHEMA_FORMAT, Schema, SchemaError, Value};

@@ -1,1 +1,611 @@
-//! The pipeline engine (being built).
+//! The pipeline engine: a streaming dataset in the spirit of `tf.data`.
+//!
+//! A [`Pipeline<T>`] is a lazy plan: building one does no work. [`Pipeline::start`]
+//! turns it into a [`PipelineIter`], an `Iterator<Item = Result<T, PipelineError>>`.
+//!
+//! ```
+//! use tfpipe::pipeline::{Parallelism, Pipeline};
+//!
+//! let mut it = Pipeline::from_vec((0..1000u32).collect())
+//!     .shuffle(100, 7)
+//!     .batch(32)
+//!     .map_parallel(Parallelism::Auto, |b: Vec<u32>| Ok::<_, std::convert::Infallible>(b.len()))
+//!     .prefetch(2)
+//!     .start()?;
+//! let rows: usize = it.by_ref().map(|n| n.unwrap()).sum();
+//! assert_eq!(rows, 1000);
+//! println!("{}", it.metrics()); // one row per stage, names the bottleneck
+//! # Ok::<(), tfpipe::pipeline::PipelineError>(())
+//! ```
+//!
+//! For TFRecord files, [`Pipeline::tfrecord_files`] (paths or globs, compression
+//! per file) gives a file-level builder whose [`TfRecordFiles::shard`] and
+//! [`TfRecordFiles::interleave`] work on whole files, as `tf.data` recommends.
+//!
+//! # Threading model
+//!
+//! Sequential stages (`filter`, `map`, `shuffle`, `batch`, `take`, `skip`,
+//! `repeat`, `cache`, `ignore_errors`, sequential `interleave`) are fused: they
+//! run as iterator adapters on whichever thread pulls them, with no channel hop.
+//! Threads start only where you ask for concurrency:
+//!
+//! | operator | threads | buffer between threads |
+//! |---|---|---|
+//! | [`prefetch(n)`](Pipeline::prefetch) | 1 | channel of `n` |
+//! | [`map_parallel(p, ..)`](Pipeline::map_parallel) | `p` (Auto: up to the cores) | reorder window `W = 2 * max(p) + 2` |
+//! | [`interleave`](Pipeline::interleave) with parallelism `p` | one per open input (`cycle_length`), at most `p` computing at once | `cycle_length` channels of 2 chunks (>= 256 elements each) |
+//!
+//! Every edge between threads is a bounded crossbeam channel carrying
+//! `Result<T, PipelineError>` (plus epoch markers). Thread counts are explicit:
+//! fixed parallelism is what you pass; `Parallelism::Auto` never exceeds
+//! `std::thread::available_parallelism()`.
+//!
+//! **Keeping the consumer fed on a 2-core machine.** A training loop needs its
+//! core. Three things keep the pipeline from taking it: (1) bounded channels
+//! make producers sleep (not spin) once they are `n` elements ahead, so a
+//! pipeline faster than its consumer uses only the CPU the consumer's pace
+//! needs; (2) the autotuner adds a worker only while the consumer is actually
+//! waiting on the stage *and* the workers are busy, and removes one while the
+//! workers are mostly blocked on a full output (the consumer is busy), so a
+//! compute-bound trainer keeps its core; (3) parked workers sleep on a condition
+//! variable, not in a spin loop.
+//!
+//! # Memory bound
+//!
+//! Live elements are bounded by the buffers you chose. Counting in elements of
+//! each stage's own type (a batch of 256 records counts 256 source elements):
+//!
+//! ```text
+//! live <= shuffle_buffer + 1                        (per shuffle)
+//!       + batch_size                                 (per batch, the one being filled)
+//!       + prefetch_n + 2                             (per prefetch: channel + one in each hand)
+//!       + W + p                                      (per map_parallel: window + one per worker)
+//!       + cycle_length * 4 * chunk                  (per parallel interleave: 2 chunks queued,
+//!                                                   one being read, one being consumed;
+//!                                                   chunk = block_length rounded up to >= 256)
+//!       + cycle_length                               (per sequential interleave)
+//!       + 1                                          (in the consumer's hand)
+//! ```
+//!
+//! `cache()` is the exception: it holds the whole dataset in memory by design.
+//! `tests/pipeline/memory.rs` checks the bound with a drop-counting element.
+//!
+//! # Determinism
+//!
+//! With `deterministic = true` (the default) and a seed, the output is identical
+//! for every parallelism setting and every run: parallel map tags elements with
+//! sequence numbers and restores their order in the bounded reorder window;
+//! parallel interleave visits its inputs round robin. With `false`, fast
+//! elements may overtake slow ones (never across an epoch boundary).
+//!
+//! # Epochs
+//!
+//! [`Pipeline::repeat`] ends each pass with an epoch marker that every stage
+//! forwards in order. `shuffle` and `batch` flush at a marker, so each epoch is
+//! a permutation of the data and no batch straddles two epochs (unlike
+//! `tf.data`, where `repeat().batch()` mixes epochs). The consumer sees markers
+//! through [`PipelineIter::next_event`] or [`PipelineIter::epoch`].
+//!
+//! # Errors and shutdown
+//!
+//! An I/O or corruption error (with file, record and offset), a user function
+//! returning `Err`, or a panic in a user function arrives as an `Err` item
+//! naming the stage. The pipeline continues after an `Err` where it can (a
+//! corrupt file ends that file), so [`Pipeline::ignore_errors`] can skip and
+//! count them; a consumer that wants `tf.data`'s behaviour stops at the first.
+//! Dropping the [`PipelineIter`] sets a cancel flag, drops the channels and
+//! joins every thread; loops that can run long (filling a shuffle buffer,
+//! reading a file) check the flag. A thread stuck inside a user function is
+//! joined when that function returns.
+
+use std::any::Any;
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::batch::{Batch, Values};
+use crate::error::Location;
+use crate::example::{ParseError, SchemaError};
+use crate::metrics::{MetricsRegistry, PipelineMetrics, StageCounters};
+use crate::tfrecord::RecordError;
+
+mod autotune;
+mod batch;
+mod cache;
+mod filter;
+mod ignore_errors;
+mod interleave;
+mod map;
+mod padded_batch;
+mod parallel_map;
+mod parse;
+mod prefetch;
+mod repeat;
+mod shard;
+mod shuffle;
+mod skip;
+mod source;
+mod take;
+mod tfrecord;
+mod worker;
+
+pub use interleave::Interleave;
+pub use padded_batch::{PaddedBatch, PaddedShape};
+pub use parallel_map::MapOptions;
+pub use shuffle::ShuffleOptions;
+pub use tfrecord::TfRecordFiles;
+pub use worker::{LiveThreads, live_worker_threads};
+
+/// A serialized record, as read from a TFRecord file.
+pub type Record = Vec<u8>;
+
+/// A boxed error from a user function.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why the pipeline could not deliver an element. Every variant names the
+/// stage; source errors also carry file, record and offset.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PipelineError {
+    /// Reading a TFRecord file failed (I/O, corruption; with the location).
+    #[error("stage {stage}: {source}")]
+    Record {
+        stage: String,
+        #[source]
+        source: RecordError,
+    },
+    /// A path or glob names no file.
+    #[error("{pattern}: no such file (or no file matches the pattern)")]
+    NoFiles { pattern: String },
+    /// A glob pattern is malformed.
+    #[error("{pattern}: bad glob pattern: {reason}")]
+    BadGlob { pattern: String, reason: String },
+    /// A user function returned `Err`.
+    #[error("stage {stage}: {source}")]
+    User {
+        stage: String,
+        #[source]
+        source: BoxError,
+    },
+    /// A user function panicked.
+    #[error("stage {stage}: panicked: {message}")]
+    Panic { stage: String, message: String },
+    /// Parsing records under a schema failed.
+    #[error("stage {stage}: {source}")]
+    Parse {
+        stage: String,
+        #[source]
+        source: ParseError,
+    },
+    /// The schema given to a parse stage is invalid.
+    #[error("invalid schema: {0}")]
+    Schema(#[from] SchemaError),
+    /// An element does not fit the stage (e.g. longer than a padded shape).
+    #[error("stage {stage}: {message}")]
+    Element { stage: String, message: String },
+    /// A cache file could not be written or read.
+    #[error("stage {stage}: cache file: {source}")]
+    Cache {
+        stage: String,
+        #[source]
+        source: RecordError,
+    },
+    /// A worker thread could not be started.
+    #[error("stage {stage}: cannot start a thread: {source}")]
+    Spawn {
+        stage: String,
+        #[source]
+        source: io::Error,
+    },
+    /// The pipeline was built with a setting that makes no sense.
+    #[error("invalid pipeline: {0}")]
+    Config(String),
+}
+
+impl PipelineError {
+    /// The stage the error arose in, where there is one.
+    pub fn stage(&self) -> Option<&str> {
+        match self {
+            PipelineError::Record { stage, .. }
+            | PipelineError::User { stage, .. }
+            | PipelineError::Panic { stage, .. }
+            | PipelineError::Parse { stage, .. }
+            | PipelineError::Element { stage, .. }
+            | PipelineError::Cache { stage, .. }
+            | PipelineError::Spawn { stage, .. } => Some(stage),
+            _ => None,
+        }
+    }
+
+    /// File, record index and byte offset, for errors reading records.
+    pub fn location(&self) -> Option<&Location> {
+        match self {
+            PipelineError::Record { source, .. } | PipelineError::Cache { source, .. } => {
+                source.location()
+            }
+            _ => None,
+        }
+    }
+}
+
+/// How many workers a parallel stage uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parallelism {
+    /// Exactly this many (at least 1).
+    Fixed(usize),
+    /// Tuned while running from the stage metrics, between 1 and the cores
+    /// available (`tf.data.AUTOTUNE`).
+    Auto,
+}
+
+impl From<usize> for Parallelism {
+    fn from(n: usize) -> Parallelism {
+        Parallelism::Fixed(n)
+    }
+}
+
+impl std::str::FromStr for Parallelism {
+    type Err = String;
+
+    /// `auto` or a positive number.
+    fn from_str(s: &str) -> Result<Parallelism, String> {
+        if s.eq_ignore_ascii_case("auto") {
+            return Ok(Parallelism::Auto);
+        }
+        match s.parse::<usize>() {
+            Ok(n) if n > 0 => Ok(Parallelism::Fixed(n)),
+            _ => Err(format!("{s:?}: expected `auto` or a positive number")),
+        }
+    }
+}
+
+impl Parallelism {
+    /// The most workers this setting can use on `cores` cores.
+    pub(crate) fn max_workers(self, cores: usize) -> usize {
+        match self {
+            Parallelism::Fixed(n) => n.max(1),
+            Parallelism::Auto => cores.max(1),
+        }
+    }
+}
+
+/// What a pipeline yields: an element (or error), or the end of an epoch.
+#[derive(Debug)]
+pub enum Event<T> {
+    /// An element or the error that took its place.
+    Item(Result<T, PipelineError>),
+    /// Epoch `n` (zero-based) of a [`Pipeline::repeat`] is complete.
+    EpochEnd(u64),
+}
+
+/// A started stage: events in order, `None` at the end.
+pub(crate) type Stream<T> = Box<dyn Iterator<Item = Event<T>> + Send>;
+
+type BuildFn<T> = dyn Fn(&Env) -> Stream<T> + Send + Sync;
+
+/// What every stage of one started pipeline shares.
+pub(crate) struct Shared {
+    pub(crate) cancel: AtomicBool,
+    pub(crate) metrics: MetricsRegistry,
+    pub(crate) live: LiveThreads,
+    pub(crate) cores: usize,
+}
+
+/// The context a stage is built in: the shared state, the epoch being built
+/// (so `shuffle` can reseed), and a key prefix for stages inside an
+/// `interleave`'s inputs.
+#[derive(Clone)]
+pub(crate) struct Env {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) epoch: u64,
+    prefix: Arc<str>,
+}
+
+impl Env {
+    /// The counters of the stage at `depth` of the plan.
+    pub(crate) fn stage(&self, depth: usize, name: &str) -> Arc<StageCounters> {
+        self.shared
+            .metrics
+            .stage(&format!("{}{depth}", self.prefix), name)
+    }
+
+    pub(crate) fn cancelled(&self) -> bool {
+        self.shared.cancel.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn with_epoch(&self, epoch: u64) -> Env {
+        Env {
+            epoch,
+            ..self.clone()
+        }
+    }
+
+    /// The context for pipelines nested in the stage at `depth`.
+    pub(crate) fn nested(&self, depth: usize) -> Env {
+        Env {
+            prefix: format!("{}{depth}/", self.prefix).into(),
+            ..self.clone()
+        }
+    }
+
+    pub(crate) fn live(&self) -> &LiveThreads {
+        &self.shared.live
+    }
+}
+
+/// A lazy, re-runnable plan of stages producing elements of type `T`.
+///
+/// Cloning is cheap (the plan is shared). See the [module docs](self).
+pub struct Pipeline<T> {
+    build: Arc<BuildFn<T>>,
+    depth: usize,
+    error: Option<String>,
+}
+
+impl<T> Clone for Pipeline<T> {
+    fn clone(&self) -> Self {
+        Pipeline {
+            build: Arc::clone(&self.build),
+            depth: self.depth,
+            error: self.error.clone(),
+        }
+    }
+}
+
+impl<T: Send + 'static> Pipeline<T> {
+    /// A pipeline from a build function (the source stage).
+    pub(crate) fn from_build(build: impl Fn(&Env) -> Stream<T> + Send + Sync + 'static) -> Self {
+        Pipeline {
+            build: Arc::new(build),
+            depth: 0,
+            error: None,
+        }
+    }
+
+    /// Appends a stage named `name`: `f` gets the upstream stream and the
+    /// stage's counters when the pipeline starts (and again each epoch under
+    /// `repeat`).
+    pub(crate) fn then<U: Send + 'static>(
+        self,
+        name: &'static str,
+        f: impl Fn(&Env, Stream<T>, Arc<StageCounters>) -> Stream<U> + Send + Sync + 'static,
+    ) -> Pipeline<U> {
+        let depth = self.depth + 1;
+        let up = self.build;
+        Pipeline {
+            build: Arc::new(move |env: &Env| {
+                let stream = up(env);
+                let counters = env.stage(depth, name);
+                f(env, stream, counters)
+            }),
+            depth,
+            error: self.error,
+        }
+    }
+
+    /// Like [`then`](Self::then), but `f` decides whether to build the
+    /// upstream at all (a cache replaying its copy does not).
+    pub(crate) fn then_lazy<U: Send + 'static>(
+        self,
+        name: &'static str,
+        f: impl Fn(&Env, &dyn Fn() -> Stream<T>, Arc<StageCounters>) -> Stream<U>
+        + Send
+        + Sync
+        + 'static,
+    ) -> Pipeline<U> {
+        let depth = self.depth + 1;
+        let up = self.build;
+        Pipeline {
+            build: Arc::new(move |env: &Env| {
+                let counters = env.stage(depth, name);
+                f(env, &|| up(env), counters)
+            }),
+            depth,
+            error: self.error,
+        }
+    }
+
+    /// Records a configuration error, reported by [`start`](Self::start).
+    pub(crate) fn invalid(mut self, message: impl FnOnce() -> String) -> Self {
+        if self.error.is_none() {
+            self.error = Some(message());
+        }
+        self
+    }
+
+    pub(crate) fn depth(&self) -> usize {
+        self.depth
+    }
+
+    pub(crate) fn build_stream(&self, env: &Env) -> Stream<T> {
+        (self.build)(env)
+    }
+
+    /// Starts the pipeline: spawns its threads and returns the iterator.
+    /// Fails if an operator was given a setting that makes no sense.
+    pub fn start(&self) -> Result<PipelineIter<T>, PipelineError> {
+        if let Some(message) = &self.error {
+            return Err(PipelineError::Config(message.clone()));
+        }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let shared = Arc::new(Shared {
+            cancel: AtomicBool::new(false),
+            metrics: MetricsRegistry::new(),
+            live: LiveThreads::default(),
+            cores,
+        });
+        let env = Env {
+            shared: Arc::clone(&shared),
+            epoch: 0,
+            prefix: "".into(),
+        };
+        let stream = (self.build)(&env);
+        Ok(PipelineIter {
+            stream: Some(stream),
+            shared,
+            epoch: 0,
+        })
+    }
+}
+
+/// A running pipeline: an iterator of elements (or errors naming their stage).
+///
+/// Dropping it cancels the pipeline and joins every thread.
+pub struct PipelineIter<T> {
+    stream: Option<Stream<T>>,
+    shared: Arc<Shared>,
+    epoch: u64,
+}
+
+impl<T> PipelineIter<T> {
+    /// The next element, error or epoch marker.
+    pub fn next_event(&mut self) -> Option<Event<T>> {
+        let event = self.stream.as_mut()?.next();
+        match &event {
+            Some(Event::EpochEnd(_)) => self.epoch += 1,
+            Some(Event::Item(_)) => {}
+            // Finished: drop the stages now, joining their threads.
+            None => self.stream = None,
+        }
+        event
+    }
+
+    /// Epochs completed so far (the epoch of the next element).
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// A snapshot of every stage's metrics, taken without stopping anything.
+    pub fn metrics(&self) -> PipelineMetrics {
+        self.shared.metrics.snapshot()
+    }
+
+    /// A handle to read the metrics from another thread, or after the
+    /// iterator is gone.
+    pub fn metrics_handle(&self) -> MetricsHandle {
+        MetricsHandle(Arc::clone(&self.shared))
+    }
+
+    /// The count of this pipeline's live worker threads.
+    pub fn live_threads(&self) -> LiveThreads {
+        self.shared.live.clone()
+    }
+}
+
+impl<T> Iterator for PipelineIter<T> {
+    type Item = Result<T, PipelineError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            match self.next_event()? {
+                Event::Item(item) => return Some(item),
+                Event::EpochEnd(_) => continue,
+            }
+        }
+    }
+}
+
+impl<T> Drop for PipelineIter<T> {
+    fn drop(&mut self) {
+        self.shared.cancel.store(true, Ordering::SeqCst);
+        // Dropping the stream drops every receiver before joining its worker.
+        self.stream = None;
+    }
+}
+
+/// Reads a pipeline's metrics from anywhere (`Send + Sync + Clone`).
+#[derive(Clone)]
+pub struct MetricsHandle(Arc<Shared>);
+
+impl MetricsHandle {
+    /// A snapshot of every stage.
+    pub fn snapshot(&self) -> PipelineMetrics {
+        self.0.metrics.snapshot()
+    }
+}
+
+/// The payload size of an element, for the byte counters: records, record
+/// batches, strings and [`Batch`]es are measured; other types count 0.
+pub(crate) fn byte_size<T: 'static>(element: &T) -> u64 {
+    let any = element as &dyn Any;
+    if let Some(v) = any.downcast_ref::<Vec<u8>>() {
+        v.len() as u64
+    } else if let Some(v) = any.downcast_ref::<Vec<Vec<u8>>>() {
+        v.iter().map(|r| r.len() as u64).sum()
+    } else if let Some(b) = any.downcast_ref::<Batch>() {
+        b.columns
+            .iter()
+            .map(|c| match &c.values {
+                Values::Int64(v) => 8 * v.len() as u64,
+                Values::Float32(v) => 4 * v.len() as u64,
+                Values::Uint8(v) => v.len() as u64,
+                Values::Bytes { data, .. } => data.len() as u64,
+            })
+            .sum()
+    } else if let Some(s) = any.downcast_ref::<String>() {
+        s.len() as u64
+    } else {
+        0
+    }
+}
+
+/// Splits a fused stage's time into busy and waiting-for-input.
+pub(crate) struct Clock {
+    start: Instant,
+    /// The last time read: where a [`pull_next`](Self::pull_next) starts.
+    last: Instant,
+    waited: Duration,
+}
+
+impl Clock {
+    pub(crate) fn start() -> Clock {
+        let now = Instant::now();
+        Clock {
+            start: now,
+            last: now,
+            waited: Duration::ZERO,
+        }
+    }
+
+    /// Pulls from upstream, counting the time as waiting for input.
+    pub(crate) fn pull<T>(&mut self, upstream: &mut Stream<T>) -> Option<Event<T>> {
+        let t = Instant::now();
+        let event = upstream.next();
+        self.last = Instant::now();
+        self.waited += self.last - t;
+        event
+    }
+
+    /// Like [`pull`](Self::pull) with one clock read instead of two: the
+    /// wait is counted from the previous reading, so the stage's own work
+    /// since then counts as waiting. Only for stages whose work between pulls
+    /// is trivial (batch's push, shuffle's buffer insert): on the hot path a
+    /// clock read costs about as much as that work.
+    pub(crate) fn pull_next<T>(&mut self, upstream: &mut Stream<T>) -> Option<Event<T>> {
+        let event = upstream.next();
+        let now = Instant::now();
+        self.waited += now - self.last;
+        self.last = now;
+        event
+    }
+
+    /// Time since the clock started.
+    pub(crate) fn elapsed(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    pub(crate) fn finish(self, counters: &StageCounters) {
+        let total = self.start.elapsed();
+        counters.add_wait_in(self.waited);
+        counters.add_busy(total.saturating_sub(self.waited));
+    }
+}
+
+/// The error a stage reports for a user function's `Err`.
+pub(crate) fn user_error(stage: &StageCounters, err: impl Into<BoxError>) -> PipelineError {
+    PipelineError::User {
+        stage: stage.name().to_string(),
+        source: err.into(),
+    }
+}

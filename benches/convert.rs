@@ -1,0 +1,95 @@
+//! Conversion throughput: a generated numeric CSV (10 int64 + 10 float32
+//! columns) and the bundled MNIST IDX files, on 1 thread and on all cores.
+//!
+//! `cargo bench --bench convert -- --warm-up-time 1 --measurement-time 3`
+//! The full-size CSV (1,000,000 rows, ~148 MB) is measured through the CLI;
+//! see README.md for the commands.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use tfpipe::convert::{self, CsvOptions, Format, IdxOptions, OutputOptions, Sharding};
+
+/// Writes `rows` rows of 10 int and 10 float columns, like the Python baseline's CSV.
+fn generate_csv(path: &Path, rows: usize) {
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let header: Vec<String> = (0..10)
+        .map(|i| format!("i{i}"))
+        .chain((0..10).map(|i| format!("f{i}")))
+        .collect();
+    writeln!(out, "{}", header.join(",")).unwrap();
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    for _ in 0..rows {
+        let mut line = String::with_capacity(160);
+        for c in 0..20 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if c < 10 {
+                line.push_str(&((x % 100_000) as i64 - 50_000).to_string());
+            } else {
+                line.push_str(&format!("{:.4}", (x % 1_000_000) as f64 / 1000.0));
+            }
+            line.push(if c == 19 { '\n' } else { ',' });
+        }
+        out.write_all(line.as_bytes()).unwrap();
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("numbers.csv");
+    generate_csv(&csv, 100_000);
+    let csv_bytes = std::fs::metadata(&csv).unwrap().len();
+    let mnist =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/mnist/train-images-idx3-ubyte.gz");
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+
+    let mut group = c.benchmark_group("convert_csv_100k_rows");
+    group.sample_size(10);
+    group.throughput(Throughput::Bytes(csv_bytes));
+    for threads in [1, cores] {
+        group.bench_function(format!("threads_{threads}"), |b| {
+            b.iter(|| {
+                let output = OutputOptions {
+                    sharding: Sharding::Shards(8),
+                    threads,
+                    ..OutputOptions::new(dir.path().join("csv"))
+                };
+                convert::convert(
+                    &Format::Csv(CsvOptions::default()),
+                    std::slice::from_ref(&csv),
+                    &output,
+                )
+                .unwrap()
+            })
+        });
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("convert_mnist_8000");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(8000));
+    for threads in [1, cores] {
+        group.bench_function(format!("threads_{threads}"), |b| {
+            b.iter(|| {
+                let output = OutputOptions {
+                    sharding: Sharding::Shards(4),
+                    threads,
+                    ..OutputOptions::new(dir.path().join("mnist"))
+                };
+                convert::convert(
+                    &Format::Idx(IdxOptions::default()),
+                    std::slice::from_ref(&mnist),
+                    &output,
+                )
+                .unwrap()
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,630 @@
+//! The shared machinery of every converter: loading inputs, the ordered
+//! parallel driver, sharding, and the all-or-nothing finish.
+//!
+//! Determinism: work is cut into tasks (chunks of rows, ranges of images) in
+//! input order; a window of tasks is encoded in parallel on the rayon pool,
+//! and the results are handed on in task order to the writer threads, each of
+//! which owns a fixed set of shards and writes record `i` if it belongs to
+//! shard `i % shards`. So the bytes written never depend on the thread count
+//! or on scheduling.
+//!
+//! Safety: every shard is written through [`FileRecordWriter`] under a
+//! temporary name and closed with `finish_pending`; only when all shards are
+//! complete are they renamed into place, then the schema file last. On any
+//! error (or cancellation) the pending files are dropped, which deletes them,
+//! and names that were already renamed are removed again.
+
+use std::fs;
+use std::io::Read;
+use std::ops::Deref;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use rayon::prelude::*;
+use serde_json::{Map, Value as Json, json};
+
+use super::error::ConvertError;
+use super::{OutputOptions, Phase, Progress, Sharding, Summary};
+use crate::example::Schema;
+use crate::tfrecord::{Compression, FileRecordWriter, PendingFile};
+
+/// How many bad-row errors a conversion keeps to report (the rest are counted).
+pub(crate) const BAD_ROWS_KEPT: usize = 5;
+
+/// A whole input file in memory: mapped when it is a plain file, decompressed
+/// when it starts with the gzip magic bytes.
+pub(crate) enum Input {
+    Mapped(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl Deref for Input {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Input::Mapped(m) => m,
+            Input::Owned(v) => v,
+        }
+    }
+}
+
+impl Input {
+    /// Loads `path`; gzip input (by its magic bytes, not its name) is
+    /// decompressed, so byte offsets in errors are in the uncompressed data.
+    pub(crate) fn load(path: &Path) -> Result<Input, ConvertError> {
+        let mut file = fs::File::open(path).map_err(|e| ConvertError::read(path, e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| ConvertError::read(path, e))?
+            .len();
+        let mut magic = [0u8; 2];
+        let n = file
+            .read(&mut magic)
+            .map_err(|e| ConvertError::read(path, e))?;
+        if n == 2 && magic == [0x1f, 0x8b] {
+            let file = fs::File::open(path).map_err(|e| ConvertError::read(path, e))?;
+            let mut out = Vec::with_capacity((len as usize).saturating_mul(4));
+            flate2::read::MultiGzDecoder::new(std::io::BufReader::new(file))
+                .read_to_end(&mut out)
+                .map_err(|e| ConvertError::read(path, e))?;
+            return Ok(Input::Owned(out));
+        }
+        if len == 0 {
+            return Ok(Input::Owned(Vec::new()));
+        }
+        // SAFETY: the map is read-only and lives only for this conversion; as
+        // with every mmap, a file truncated under us by another process could
+        // fault. Inputs are not expected to change while being converted.
+        match unsafe { memmap2::Mmap::map(&file) } {
+            Ok(map) => Ok(Input::Mapped(map)),
+            // Not mappable (a pipe, /dev/stdin): read it.
+            Err(_) => {
+                let mut out = Vec::new();
+                fs::File::open(path)
+                    .and_then(|mut f| f.read_to_end(&mut out))
+                    .map_err(|e| ConvertError::read(path, e))?;
+                Ok(Input::Owned(out))
+            }
+        }
+    }
+}
+
+/// What a conversion shares with its workers: the pool, the cancel flag, and
+/// the progress counters.
+pub(crate) struct Ctx<'a> {
+    pub(crate) options: &'a OutputOptions,
+    pool: rayon::ThreadPool,
+    pub(crate) threads: usize,
+    started: Instant,
+    bytes_done: AtomicU64,
+    records_done: AtomicU64,
+}
+
+impl<'a> Ctx<'a> {
+    pub(crate) fn new(options: &'a OutputOptions) -> Result<Self, ConvertError> {
+        let threads = if options.threads == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            options.threads
+        };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("tfpipe-convert-{i}"))
+            .build()
+            .map_err(|e| ConvertError::Options(format!("cannot start {threads} threads: {e}")))?;
+        Ok(Ctx {
+            options,
+            pool,
+            threads,
+            started: Instant::now(),
+            bytes_done: AtomicU64::new(0),
+            records_done: AtomicU64::new(0),
+        })
+    }
+
+    pub(crate) fn check_cancel(&self) -> Result<(), ConvertError> {
+        match &self.options.cancel {
+            Some(flag) if flag.load(Ordering::Relaxed) => Err(ConvertError::Interrupted),
+            _ => Ok(()),
+        }
+    }
+
+    /// Starts a phase of `bytes_total` input bytes.
+    pub(crate) fn begin_phase(&self, phase: Phase, bytes_total: u64) {
+        self.bytes_done.store(0, Ordering::Relaxed);
+        self.records_done.store(0, Ordering::Relaxed);
+        self.report(phase, bytes_total);
+    }
+
+    /// Counts work done and tells the progress callback.
+    pub(crate) fn advance(&self, phase: Phase, bytes_total: u64, bytes: u64, records: u64) {
+        self.bytes_done.fetch_add(bytes, Ordering::Relaxed);
+        self.records_done.fetch_add(records, Ordering::Relaxed);
+        self.report(phase, bytes_total);
+    }
+
+    fn report(&self, phase: Phase, bytes_total: u64) {
+        if let Some(callback) = &self.options.progress {
+            callback(&Progress {
+                phase,
+                bytes_done: self.bytes_done.load(Ordering::Relaxed),
+                bytes_total,
+                records: self.records_done.load(Ordering::Relaxed),
+            });
+        }
+    }
+
+    pub(crate) fn elapsed_secs(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
+    /// Runs `work` over `tasks` on the pool, a window at a time, and hands
+    /// the results to `consume` in task order on one consumer thread, which
+    /// overlaps with the encoding of the next window. Stops at the first
+    /// error (from `work`, in task order, or from `consume`) or on cancel.
+    pub(crate) fn run_ordered<T, R, F, C>(
+        &self,
+        tasks: Vec<T>,
+        work: F,
+        mut consume: C,
+    ) -> Result<(), ConvertError>
+    where
+        T: Send,
+        R: Send,
+        F: Fn(T) -> Result<R, ConvertError> + Sync + Send,
+        C: FnMut(R) -> Result<(), ConvertError> + Send,
+    {
+        let window = (self.threads * 2).max(2);
+        std::thread::scope(|scope| {
+            let (tx, rx) = crossbeam_channel::bounded::<R>(window);
+            let consumer = scope.spawn(move || -> Result<(), ConvertError> {
+                for item in rx {
+                    consume(item)?;
+                }
+                Ok(())
+            });
+            let mut produced = Ok(());
+            let mut tasks = tasks.into_iter();
+            'windows: loop {
+                if let Err(e) = self.check_cancel() {
+                    produced = Err(e);
+                    break;
+                }
+                let batch: Vec<T> = tasks.by_ref().take(window).collect();
+                if batch.is_empty() {
+                    break;
+                }
+                let results: Vec<Result<R, ConvertError>> = self
+                    .pool
+                    .install(|| batch.into_par_iter().map(&work).collect());
+                for result in results {
+                    match result {
+                        Ok(item) => {
+                            // A closed channel means the consumer failed; its
+                            // error is returned below.
+                            if tx.send(item).is_err() {
+                                break 'windows;
+                            }
+                        }
+                        Err(e) => {
+                            produced = Err(e);
+                            break 'windows;
+                        }
+                    }
+                }
+            }
+            drop(tx);
+            let consumed = match consumer.join() {
+                Ok(result) => result,
+                Err(panic) => std::panic::resume_unwind(panic),
+            };
+            produced.and(consumed)
+        })
+    }
+}
+
+impl Ctx<'_> {
+    /// Encodes `tasks` with `work` (in parallel, see [`Ctx::run_ordered`])
+    /// and writes the records to the shards of `plan`: record `i` to shard
+    /// `i % shards`. Writer threads (up to one per encoding thread) each own
+    /// some shards and compress and write them in parallel; each gets every
+    /// chunk, in order, and writes the records of its shards. Returns the
+    /// closed shards, in shard order, still under temporary names.
+    pub(crate) fn write_shards<T, F>(
+        &self,
+        plan: &[u64],
+        bytes_total: u64,
+        tasks: Vec<T>,
+        work: F,
+    ) -> Result<Vec<ShardDone>, ConvertError>
+    where
+        T: Send,
+        F: Fn(T) -> Result<Chunk, ConvertError> + Sync + Send,
+    {
+        let shards = plan.len();
+        let writers = self.threads.clamp(1, shards.max(1));
+        std::thread::scope(|scope| {
+            let mut senders = Vec::with_capacity(writers);
+            let mut handles = Vec::with_capacity(writers);
+            for w in 0..writers {
+                let (tx, rx) = crossbeam_channel::bounded::<(u64, Arc<Chunk>)>(4);
+                senders.push(tx);
+                let options = self.options;
+                handles.push(scope.spawn(move || write_worker(options, shards, writers, w, rx)));
+            }
+            let mut next = 0u64;
+            let encoded = self.run_ordered(tasks, work, |chunk: Chunk| {
+                let (records, bytes) = (chunk.ends.len() as u64, chunk.bytes_in);
+                let chunk = Arc::new(chunk);
+                for tx in &senders {
+                    // A closed channel means that writer failed; its error wins below.
+                    tx.send((next, chunk.clone()))
+                        .map_err(|_| ConvertError::Options("a shard writer stopped".into()))?;
+                }
+                next += records;
+                self.advance(Phase::Encoding, bytes_total, bytes, records);
+                Ok(())
+            });
+            drop(senders);
+            let mut done: Vec<Option<ShardDone>> = (0..shards).map(|_| None).collect();
+            let mut failed = None;
+            for handle in handles {
+                match handle.join() {
+                    Ok(Ok(list)) => {
+                        for (k, shard) in list {
+                            done[k] = Some(shard);
+                        }
+                    }
+                    Ok(Err(e)) => {
+                        failed.get_or_insert(e);
+                    }
+                    Err(panic) => std::panic::resume_unwind(panic),
+                }
+            }
+            match (encoded, failed) {
+                (Err(ConvertError::Interrupted), _) => return Err(ConvertError::Interrupted),
+                (_, Some(e)) => return Err(e),
+                (Err(e), None) => return Err(e),
+                (Ok(()), None) => {}
+            }
+            let mut out = Vec::with_capacity(shards);
+            for (k, shard) in done.into_iter().enumerate() {
+                match shard {
+                    Some(shard) if shard.records == plan[k] => out.push(shard),
+                    _ => {
+                        return Err(ConvertError::Options(
+                            "the record count differs from the first pass: did the input change during the conversion?"
+                                .into(),
+                        ));
+                    }
+                }
+            }
+            Ok(out)
+        })
+    }
+}
+
+/// One writer thread: owns shards `w, w + writers, ...` and writes, from
+/// every chunk, the records that fall in them.
+fn write_worker(
+    options: &OutputOptions,
+    shards: usize,
+    writers: usize,
+    w: usize,
+    rx: crossbeam_channel::Receiver<(u64, Arc<Chunk>)>,
+) -> Result<Vec<(usize, ShardDone)>, ConvertError> {
+    let mine: Vec<usize> = (w..shards).step_by(writers).collect();
+    let mut files = Vec::with_capacity(mine.len());
+    for &k in &mine {
+        let path = shard_path(&options.prefix, k, shards, options.compression);
+        files.push(FileRecordWriter::create(&path, options.compression)?);
+    }
+    let n = shards as u64;
+    for (first, chunk) in rx {
+        if let Some(flag) = &options.cancel
+            && flag.load(Ordering::Relaxed)
+        {
+            return Err(ConvertError::Interrupted);
+        }
+        for (j, record) in chunk.records().enumerate() {
+            let k = ((first + j as u64) % n) as usize;
+            if k % writers == w {
+                files[k / writers].write_record(record)?;
+            }
+        }
+    }
+    let mut done = Vec::with_capacity(mine.len());
+    for (k, file) in mine.into_iter().zip(files) {
+        let (records, bytes) = (file.records(), file.bytes());
+        let pending = file.finish_pending()?;
+        done.push((
+            k,
+            ShardDone {
+                pending,
+                records,
+                bytes,
+            },
+        ));
+    }
+    Ok(done)
+}
+
+/// Encoded records of one task, in order: `data[ends[i-1]..ends[i]]` is record i.
+#[derive(Debug, Default)]
+pub(crate) struct Chunk {
+    pub(crate) data: Vec<u8>,
+    pub(crate) ends: Vec<usize>,
+    /// Input bytes this chunk covered (for progress).
+    pub(crate) bytes_in: u64,
+}
+
+impl Chunk {
+    pub(crate) fn records(&self) -> impl Iterator<Item = &[u8]> {
+        let mut start = 0;
+        self.ends.iter().map(move |&end| {
+            let record = &self.data[start..end];
+            start = end;
+            record
+        })
+    }
+
+    /// Takes the records an encoder produced.
+    pub(crate) fn fill(&mut self, encoder: super::encode::ExampleEncoder) {
+        (self.data, self.ends) = encoder.into_parts();
+    }
+}
+
+/// Records per shard for `total` records. Record `i` goes to shard
+/// `i % shards` (as `tf.data.Dataset.shard` splits), so the counts differ by
+/// at most one.
+pub(crate) fn plan_shards(total: u64, sharding: Sharding, bytes_in: u64) -> Vec<u64> {
+    let shards = match sharding {
+        Sharding::Shards(n) => n.max(1) as u64,
+        Sharding::RecordsPerShard(r) => total.div_ceil(r.max(1)).max(1),
+        // About 128 MiB of input per shard, at least 1 shard.
+        Sharding::Auto => bytes_in.div_ceil(128 << 20).clamp(1, 1024),
+    };
+    (0..shards)
+        .map(|k| total / shards + u64::from(k < total % shards))
+        .collect()
+}
+
+/// The name of shard `index` of `count`: `PREFIX-00003-of-00008.tfrecord[.gz]`.
+pub fn shard_path(prefix: &Path, index: usize, count: usize, compression: Compression) -> PathBuf {
+    let mut name = prefix.as_os_str().to_os_string();
+    name.push(format!(
+        "-{index:05}-of-{count:05}.tfrecord{}",
+        compression.suffix()
+    ));
+    PathBuf::from(name)
+}
+
+/// The schema file's name: `PREFIX.features.json`.
+pub fn schema_path(prefix: &Path) -> PathBuf {
+    let mut name = prefix.as_os_str().to_os_string();
+    name.push(".features.json");
+    PathBuf::from(name)
+}
+
+/// A shard closed under its temporary name.
+pub(crate) struct ShardDone {
+    pending: PendingFile,
+    records: u64,
+    bytes: u64,
+}
+
+/// Removes already-renamed outputs when a later rename fails.
+struct Rollback(Vec<PathBuf>);
+
+impl Drop for Rollback {
+    fn drop(&mut self) {
+        for path in &self.0 {
+            let _ = fs::remove_file(path);
+        }
+    }
+}
+
+/// What a format hands to [`finish`] besides the shards.
+pub(crate) struct Finished {
+    pub(crate) schema: Schema,
+    pub(crate) format: &'static str,
+    pub(crate) inputs: Vec<PathBuf>,
+    pub(crate) bytes_in: u64,
+    pub(crate) rows_skipped: u64,
+    pub(crate) bad_rows: Vec<ConvertError>,
+    /// Format-specific metadata (missing counts, label vocabulary, ...).
+    pub(crate) extra: Map<String, Json>,
+}
+
+/// Renames every shard into place, then writes the schema file with the
+/// counts as metadata. All or nothing: on any failure nothing final remains.
+pub(crate) fn finish(
+    ctx: &Ctx<'_>,
+    shards: Vec<ShardDone>,
+    finished: Finished,
+) -> Result<Summary, ConvertError> {
+    ctx.check_cancel()?;
+    let options = ctx.options;
+    let records: u64 = shards.iter().map(|s| s.records).sum();
+    let mut rollback = Rollback(Vec::new());
+    let mut shard_meta = Vec::with_capacity(shards.len());
+    let mut paths = Vec::with_capacity(shards.len());
+    let mut bytes_out = 0;
+    // Rename only when all shards are complete: `shards` holds them all now.
+    let mut infos = Vec::with_capacity(shards.len());
+    for shard in shards {
+        infos.push((shard.records, shard.bytes));
+        let path = shard.pending.persist()?;
+        rollback.0.push(path.clone());
+        readable(&path)?;
+        paths.push(path);
+    }
+    for (path, (records, bytes)) in paths.iter().zip(infos) {
+        let size = fs::metadata(path)
+            .map_err(|source| ConvertError::Output {
+                path: path.clone(),
+                source,
+            })?
+            .len();
+        bytes_out += size;
+        shard_meta.push(json!({
+            "file": path.file_name().map(|n| n.to_string_lossy().into_owned()),
+            "records": records,
+            "bytes": bytes,
+            "file_bytes": size,
+        }));
+    }
+    let uncompressed: u64 = shard_meta.iter().filter_map(|m| m["bytes"].as_u64()).sum();
+    let mut metadata = Map::new();
+    metadata.insert("records".into(), json!(records));
+    metadata.insert("bytes".into(), json!(uncompressed));
+    metadata.insert("file_bytes".into(), json!(bytes_out));
+    metadata.insert("compression".into(), json!(options.compression.to_string()));
+    metadata.insert("shards".into(), Json::Array(shard_meta));
+    let mut source = Map::new();
+    source.insert("format".into(), json!(finished.format));
+    source.insert(
+        "inputs".into(),
+        json!(
+            finished
+                .inputs
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+        ),
+    );
+    source.insert("bytes".into(), json!(finished.bytes_in));
+    source.insert("rows_skipped".into(), json!(finished.rows_skipped));
+    for (key, value) in finished.extra {
+        source.insert(key, value);
+    }
+    metadata.insert("source".into(), Json::Object(source));
+
+    let schema_file = schema_path(&options.prefix);
+    let dir = match schema_file.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let temp = tempfile::Builder::new()
+        .prefix(".features.")
+        .suffix(".json.tmp")
+        .tempfile_in(&dir)
+        .map_err(|source| ConvertError::Output {
+            path: schema_file.clone(),
+            source,
+        })?
+        .into_temp_path();
+    finished.schema.save(&temp, &metadata)?;
+    ctx.check_cancel()?;
+    temp.persist(&schema_file)
+        .map_err(|e| ConvertError::Output {
+            path: schema_file.clone(),
+            source: e.error,
+        })?;
+    readable(&schema_file)?;
+    // Everything is in place: keep it.
+    rollback.0.clear();
+    let stale = stale_shards(&options.prefix, &paths);
+    Ok(Summary {
+        stale_shards: stale,
+        records,
+        rows_skipped: finished.rows_skipped,
+        bad_rows: finished.bad_rows,
+        bytes_in: finished.bytes_in,
+        bytes_out,
+        shards: paths,
+        schema_path: schema_file,
+        schema: finished.schema,
+        seconds: ctx.elapsed_secs(),
+    })
+}
+
+/// Shards of an earlier conversion under the same prefix with another shard
+/// count: they would match `PREFIX-*` too, so the caller warns about them
+/// (they are not ours to delete).
+fn stale_shards(prefix: &Path, current: &[PathBuf]) -> Vec<PathBuf> {
+    let pattern = format!(
+        "{}-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9].tfrecord*",
+        glob::Pattern::escape(&prefix.to_string_lossy())
+    );
+    match glob::glob(&pattern) {
+        Ok(paths) => paths
+            .filter_map(Result::ok)
+            .filter(|p| !current.contains(p))
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Temporary files are created owner-only (0600); outputs are data files
+/// meant to be shared like any other, so they get 0644 once in place.
+fn readable(path: &Path) -> Result<(), ConvertError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(path, fs::Permissions::from_mode(0o644)).map_err(|source| {
+            ConvertError::Output {
+                path: path.to_path_buf(),
+                source,
+            }
+        })?;
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
+}
+
+/// Collects bad rows under `--skip-bad-rows`: keeps the first few, counts all.
+#[derive(Debug, Default)]
+pub(crate) struct BadRows {
+    pub(crate) count: u64,
+    pub(crate) kept: Vec<ConvertError>,
+}
+
+impl BadRows {
+    pub(crate) fn push(&mut self, error: ConvertError) {
+        self.count += 1;
+        if self.kept.len() < BAD_ROWS_KEPT {
+            self.kept.push(error);
+        }
+    }
+
+    pub(crate) fn merge(&mut self, other: BadRows) {
+        self.count += other.count;
+        for e in other.kept {
+            if self.kept.len() < BAD_ROWS_KEPT {
+                self.kept.push(e);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_plans_cover_every_record() {
+        assert_eq!(plan_shards(10, Sharding::Shards(3), 0), vec![4, 3, 3]);
+        assert_eq!(plan_shards(2, Sharding::Shards(3), 0), vec![1, 1, 0]);
+        assert_eq!(
+            plan_shards(10, Sharding::RecordsPerShard(4), 0),
+            vec![4, 3, 3]
+        );
+        assert_eq!(plan_shards(8, Sharding::RecordsPerShard(4), 0), vec![4, 4]);
+        assert_eq!(plan_shards(5, Sharding::Auto, 1000), vec![5]);
+        assert_eq!(plan_shards(0, Sharding::Shards(2), 0), vec![0, 0]);
+    }
+
+    #[test]
+    fn shard_names() {
+        let p = shard_path(Path::new("out/mnist"), 3, 8, Compression::Gzip);
+        assert_eq!(p, PathBuf::from("out/mnist-00003-of-00008.tfrecord.gz"));
+        assert_eq!(
+            schema_path(Path::new("out/mnist")),
+            PathBuf::from("out/mnist.features.json")
+        );
+    }
+}

@@ -1,0 +1,521 @@
+//! `interleave`: read several inner pipelines (files) at once, a block at a time.
+//!
+//! Up to `cycle_length` inputs are open at once, each in a *slot*. Output
+//! visits the slots round robin, `block_length` elements from each in turn;
+//! an exhausted slot is refilled from the next input element (in slot order,
+//! as soon as it is found exhausted), so the order depends only on the data,
+//! never on timing, in deterministic mode.
+//!
+//! Sequentially (no parallelism), slots are plain streams pulled on the
+//! consumer's thread. With parallelism `p`, each open slot has a producer
+//! thread filling a bounded channel of two chunks (`chunk` = whole blocks,
+//! at least 256 elements: one channel operation per chunk, not per
+//! element), and a
+//! counting semaphore lets at most `p` of them compute at once (a producer
+//! holds a permit only while pulling a block, never while blocked on a full
+//! channel, so a slow consumer cannot deadlock the others). Non-deterministic
+//! mode takes from whichever slot is ready first.
+//!
+//! An epoch marker from the input pauses refilling until the open slots are
+//! drained, then passes; markers inside an inner pipeline are dropped.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Select, TrySendError, bounded};
+
+use super::autotune::Autotuner;
+use super::worker::{Worker, call_user};
+use super::{Env, Event, Parallelism, Pipeline, PipelineError, Stream};
+use crate::metrics::StageCounters;
+
+/// How [`Pipeline::interleave`] reads its inputs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Interleave {
+    /// Inputs open at once. By default 4.
+    pub cycle_length: usize,
+    /// Consecutive elements taken from one input. By default 16.
+    pub block_length: usize,
+    /// Producer threads computing at once; `None` reads on the consumer's
+    /// thread. By default `None`.
+    pub parallelism: Option<Parallelism>,
+    /// Keep the round-robin order. By default `true`.
+    pub deterministic: bool,
+}
+
+impl Default for Interleave {
+    fn default() -> Self {
+        Interleave {
+            cycle_length: 4,
+            block_length: 16,
+            parallelism: None,
+            deterministic: true,
+        }
+    }
+}
+
+impl Interleave {
+    /// `cycle_length` inputs, `block_length` elements each, sequential.
+    pub fn new(cycle_length: usize, block_length: usize) -> Interleave {
+        Interleave {
+            cycle_length,
+            block_length,
+            ..Interleave::default()
+        }
+    }
+
+    /// Read the inputs on producer threads, `parallelism` at once.
+    pub fn parallel(mut self, parallelism: impl Into<Parallelism>) -> Interleave {
+        self.parallelism = Some(parallelism.into());
+        self
+    }
+
+    /// Whether to keep the round-robin order (by default `true`).
+    pub fn deterministic(mut self, deterministic: bool) -> Interleave {
+        self.deterministic = deterministic;
+        self
+    }
+}
+
+impl<T: Send + 'static> Pipeline<T> {
+    /// Maps each element to an inner pipeline and interleaves their outputs
+    /// (`tf.data`'s `interleave`; for TFRecord files see
+    /// [`TfRecordFiles::interleave`](super::TfRecordFiles::interleave)).
+    ///
+    /// ```
+    /// use tfpipe::pipeline::{Interleave, Pipeline};
+    /// let v: Vec<u32> = Pipeline::from_vec(vec![0u32, 10, 20])
+    ///     .interleave(Interleave::new(2, 2), |base| Pipeline::from_vec(vec![base, base + 1, base + 2]))
+    ///     .start()?
+    ///     .collect::<Result<_, _>>()?;
+    /// assert_eq!(v, [0, 1, 10, 11, 2, 12, 20, 21, 22]);
+    /// # Ok::<(), tfpipe::pipeline::PipelineError>(())
+    /// ```
+    pub fn interleave<U, F>(self, options: Interleave, f: F) -> Pipeline<U>
+    where
+        U: Send + 'static,
+        F: Fn(T) -> Pipeline<U> + Send + Sync + 'static,
+    {
+        let bad = options.cycle_length == 0
+            || options.block_length == 0
+            || matches!(options.parallelism, Some(Parallelism::Fixed(0)));
+        let depth = self.depth() + 1;
+        let f = Arc::new(f);
+        self.invalid_if(bad, || {
+            "interleave: cycle_length, block_length and parallelism must be positive".into()
+        })
+        .then("interleave", move |env, input, counters| {
+            let permits = options.parallelism.map(|p| {
+                let max = p.max_workers(env.shared.cores).min(options.cycle_length);
+                let initial = match p {
+                    Parallelism::Fixed(n) => n.min(options.cycle_length),
+                    Parallelism::Auto => 1,
+                };
+                counters.set_parallelism(initial);
+                let tuner = matches!(p, Parallelism::Auto).then(|| Autotuner::new(max));
+                (Arc::new(Permits::new(initial)), tuner)
+            });
+            let (permits, autotuner) = match permits {
+                Some((p, t)) => (Some(p), t),
+                None => (None, None),
+            };
+            let f = Arc::clone(&f);
+            let open: OpenFn<T, U> = Box::new(move |x: T| f(x));
+            Box::new(InterleaveStream {
+                input: Some(input),
+                paused: None,
+                slots: (0..options.cycle_length).map(|_| None).collect(),
+                current: 0,
+                in_block: 0,
+                options,
+                open,
+                nested: env.nested(depth),
+                env: env.clone(),
+                counters,
+                permits,
+                autotuner,
+                stop: Arc::new(AtomicBool::new(false)),
+                waited: Duration::ZERO,
+            }) as Stream<U>
+        })
+    }
+}
+
+/// Producers send whole blocks, at least `CHUNK_MIN` events per message: one
+/// channel operation per chunk, not per element.
+type Chunk<U> = Vec<Event<U>>;
+
+/// The smallest chunk a producer sends (fewer at the end of an input).
+const CHUNK_MIN: usize = 256;
+
+type OpenFn<T, U> = Box<dyn Fn(T) -> Pipeline<U> + Send + Sync>;
+
+/// A counting semaphore whose limit the autotuner can change.
+struct Permits {
+    state: Mutex<(usize, usize)>,
+    changed: Condvar,
+}
+
+impl Permits {
+    fn new(limit: usize) -> Permits {
+        Permits {
+            state: Mutex::new((0, limit.max(1))),
+            changed: Condvar::new(),
+        }
+    }
+
+    /// Waits for a permit; `false` if `stop()` turned true meanwhile.
+    fn acquire(&self, stop: impl Fn() -> bool) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        while state.0 >= state.1 {
+            if stop() {
+                return false;
+            }
+            state = self
+                .changed
+                .wait_timeout(state, Duration::from_millis(50))
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        state.0 += 1;
+        true
+    }
+
+    fn release(&self) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.0 = state.0.saturating_sub(1);
+        self.changed.notify_one();
+    }
+
+    fn set_limit(&self, limit: usize) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.1 = limit.max(1);
+        self.changed.notify_all();
+    }
+}
+
+/// An open input: pulled in place, or by a producer thread. Field order in
+/// `Remote`: the receiver drops before the worker is joined.
+enum Slot<U> {
+    Local(Stream<U>),
+    Remote {
+        rx: Receiver<Chunk<U>>,
+        /// The rest of the chunk being consumed.
+        pending: std::vec::IntoIter<Event<U>>,
+        _worker: Worker,
+    },
+}
+
+struct InterleaveStream<T, U> {
+    input: Option<Stream<T>>,
+    /// An input epoch marker waiting for the open slots to drain.
+    paused: Option<u64>,
+    slots: Vec<Option<Slot<U>>>,
+    current: usize,
+    in_block: usize,
+    options: Interleave,
+    open: OpenFn<T, U>,
+    nested: Env,
+    env: Env,
+    counters: Arc<StageCounters>,
+    permits: Option<Arc<Permits>>,
+    autotuner: Option<Autotuner>,
+    stop: Arc<AtomicBool>,
+    waited: Duration,
+}
+
+impl<T: Send + 'static, U: Send + 'static> InterleaveStream<T, U> {
+    /// Opens inputs into empty slots, in slot order. Returns an error item
+    /// from the input, if one came.
+    fn fill(&mut self) -> Option<Event<U>> {
+        if self.paused.is_some() {
+            return None;
+        }
+        for index in 0..self.slots.len() {
+            if self.slots[index].is_some() {
+                continue;
+            }
+            let input = self.input.as_mut()?;
+            match input.next() {
+                Some(Event::Item(Ok(x))) => {
+                    self.counters.add_in(1, 0);
+                    match call_user(self.counters.name(), || (self.open)(x)) {
+                        Ok(pipeline) => match self.start_slot(pipeline) {
+                            Ok(slot) => self.slots[index] = Some(slot),
+                            Err(err) => return Some(Event::Item(Err(err))),
+                        },
+                        Err(err) => return Some(Event::Item(Err(err))),
+                    }
+                }
+                Some(Event::Item(Err(err))) => return Some(Event::Item(Err(err))),
+                Some(Event::EpochEnd(e)) => {
+                    self.paused = Some(e);
+                    return None;
+                }
+                None => {
+                    self.input = None;
+                    return None;
+                }
+            }
+        }
+        None
+    }
+
+    fn start_slot(&self, pipeline: Pipeline<U>) -> Result<Slot<U>, PipelineError> {
+        if let Some(message) = &pipeline.error {
+            return Err(PipelineError::Config(message.clone()));
+        }
+        let Some(permits) = &self.permits else {
+            return Ok(Slot::Local(pipeline.build_stream(&self.nested)));
+        };
+        let (tx, rx) = bounded::<Chunk<U>>(2);
+        let panic_tx = tx.clone();
+        let stage = self.counters.name().to_string();
+        // Whole blocks per chunk, at least CHUNK_MIN elements: a handoff
+        // between threads can cost a scheduler time slice on a busy machine,
+        // so each one should move plenty of work.
+        let block = self.options.block_length * CHUNK_MIN.div_ceil(self.options.block_length);
+        let (nested, permits, stop, counters) = (
+            self.nested.clone(),
+            Arc::clone(permits),
+            Arc::clone(&self.stop),
+            Arc::clone(&self.counters),
+        );
+        let body = move || {
+            let stopping = || stop.load(Ordering::Relaxed) || nested.cancelled();
+            let mut stream = pipeline.build_stream(&nested);
+            let mut chunk = Vec::with_capacity(block);
+            let mut ended = false;
+            while !ended {
+                let t = Instant::now();
+                if !permits.acquire(stopping) {
+                    return;
+                }
+                let t1 = Instant::now();
+                counters.add_wait_in(t1 - t);
+                while chunk.len() < block {
+                    match stream.next() {
+                        Some(Event::EpochEnd(_)) => {}
+                        Some(event) => chunk.push(event),
+                        None => {
+                            ended = true;
+                            break;
+                        }
+                    }
+                }
+                permits.release();
+                counters.add_busy(t1.elapsed());
+                if chunk.is_empty() {
+                    continue;
+                }
+                let full = std::mem::replace(&mut chunk, Vec::with_capacity(block));
+                match tx.try_send(full) {
+                    Ok(()) => {}
+                    Err(TrySendError::Full(full)) => {
+                        let t = Instant::now();
+                        let sent = tx.send(full);
+                        counters.add_blocked_out(t.elapsed());
+                        if sent.is_err() {
+                            return;
+                        }
+                    }
+                    Err(TrySendError::Disconnected(_)) => return,
+                }
+            }
+        };
+        let on_panic = move |message| {
+            let _ = panic_tx.send(vec![Event::Item(Err(PipelineError::Panic {
+                stage,
+                message,
+            }))]);
+        };
+        let worker = Worker::spawn(self.env.live(), "interleave", body, on_panic)?;
+        Ok(Slot::Remote {
+            rx,
+            pending: Vec::new().into_iter(),
+            _worker: worker,
+        })
+    }
+
+    /// The next element of slot `index`; `None` when it is exhausted.
+    fn pull_slot(&mut self, index: usize) -> Option<Event<U>> {
+        loop {
+            let event = match self.slots[index].as_mut()? {
+                Slot::Local(stream) => {
+                    let t = Instant::now();
+                    let e = stream.next();
+                    self.counters.add_busy(t.elapsed());
+                    e
+                }
+                Slot::Remote { rx, pending, .. } => match pending.next() {
+                    Some(e) => Some(e),
+                    None => {
+                        let chunk = match rx.try_recv() {
+                            Ok(c) => Ok(c),
+                            Err(_) => {
+                                let t = Instant::now();
+                                let c = rx.recv();
+                                self.waited += t.elapsed();
+                                c
+                            }
+                        };
+                        match chunk {
+                            Ok(chunk) => {
+                                *pending = chunk.into_iter();
+                                continue;
+                            }
+                            Err(_) => None,
+                        }
+                    }
+                },
+            };
+            match event {
+                Some(Event::EpochEnd(_)) => continue,
+                Some(event) => return Some(event),
+                None => {
+                    self.slots[index] = None; // joins a producer thread
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// Non-deterministic: the first ready element of any slot (all slots
+    /// are remote in parallel mode).
+    fn pull_any(&mut self) -> Option<Event<U>> {
+        loop {
+            // First what was already received, from the current slot on.
+            let n = self.slots.len();
+            for k in 0..n {
+                let i = (self.current + k) % n;
+                if let Some(Slot::Remote { pending, .. }) = &mut self.slots[i] {
+                    for event in pending.by_ref() {
+                        if !matches!(event, Event::EpochEnd(_)) {
+                            self.current = i;
+                            return Some(event);
+                        }
+                    }
+                }
+            }
+            let open: Vec<(usize, Receiver<Chunk<U>>)> = self
+                .slots
+                .iter()
+                .enumerate()
+                .filter_map(|(i, slot)| match slot {
+                    Some(Slot::Remote { rx, .. }) => Some((i, rx.clone())),
+                    _ => None,
+                })
+                .collect();
+            if open.is_empty() {
+                return None;
+            }
+            let mut select = Select::new();
+            for (_, rx) in &open {
+                select.recv(rx);
+            }
+            let t = Instant::now();
+            let op = select.select();
+            self.waited += t.elapsed();
+            let (index, rx) = &open[op.index()];
+            let index = *index;
+            match op.recv(rx) {
+                Ok(chunk) => {
+                    if let Some(Slot::Remote { pending, .. }) = &mut self.slots[index] {
+                        *pending = chunk.into_iter();
+                    }
+                    self.current = index;
+                }
+                Err(_) => {
+                    drop(open);
+                    self.slots[index] = None; // joins the producer
+                    if let Some(err) = self.fill() {
+                        return Some(err);
+                    }
+                }
+            }
+        }
+    }
+
+    fn tune(&mut self) {
+        if let (Some(tuner), Some(permits)) = (self.autotuner.as_mut(), &self.permits) {
+            let current = permits
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .1;
+            if let Some(new) = tuner.tick(&self.counters, self.waited, current) {
+                permits.set_limit(new);
+                self.counters.set_parallelism(new);
+            }
+        }
+    }
+
+    fn step(&mut self) -> Option<Event<U>> {
+        loop {
+            if let Some(err) = self.fill() {
+                return Some(err);
+            }
+            if self.slots.iter().all(Option::is_none) {
+                if let Some(marker) = self.paused.take() {
+                    return Some(Event::EpochEnd(marker));
+                }
+                self.input.as_ref()?;
+                continue;
+            }
+            if self.permits.is_some() && !self.options.deterministic {
+                match self.pull_any() {
+                    Some(event) => return Some(event),
+                    None => continue,
+                }
+            }
+            let index = self.current;
+            if self.slots[index].is_none() {
+                self.current = (index + 1) % self.slots.len();
+                self.in_block = 0;
+                continue;
+            }
+            match self.pull_slot(index) {
+                Some(event) => {
+                    self.in_block += 1;
+                    if self.in_block >= self.options.block_length {
+                        self.current = (index + 1) % self.slots.len();
+                        self.in_block = 0;
+                    }
+                    return Some(event);
+                }
+                None => {
+                    self.current = (index + 1) % self.slots.len();
+                    self.in_block = 0;
+                }
+            }
+        }
+    }
+}
+
+impl<T: Send + 'static, U: Send + 'static> Iterator for InterleaveStream<T, U> {
+    type Item = Event<U>;
+
+    fn next(&mut self) -> Option<Event<U>> {
+        if self.env.cancelled() {
+            return None;
+        }
+        let event = self.step();
+        if let Some(Event::Item(Ok(_))) = &event {
+            self.counters.add_out(1, 0);
+        }
+        self.tune();
+        event
+    }
+}
+
+impl<T, U> Drop for InterleaveStream<T, U> {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(permits) = &self.permits {
+            permits.set_limit(usize::MAX);
+        }
+        // Each slot drops its receiver, then joins its producer.
+        self.slots.clear();
+    }
+}

@@ -1,0 +1,474 @@
+//! `map_parallel`: a user function on several worker threads.
+//!
+//! Workers share the upstream behind a mutex: each takes the lock, pulls one
+//! element and tags it with a sequence number (and the epoch it belongs to),
+//! releases the lock and applies the function. Before pulling, a worker takes
+//! a token from a bounded channel of `W` tokens; the consumer returns a token
+//! each time the front of its reorder ring advances. So at most `W` elements
+//! are in flight (in workers, in the output channel, or waiting in the ring),
+//! and the output channel (capacity `W`) never blocks.
+//!
+//! Deterministic mode emits strictly by sequence number. Otherwise an element
+//! is emitted as soon as it arrives, unless it belongs to a later epoch than
+//! the last marker emitted: markers are barriers, so no element crosses an
+//! epoch boundary.
+//!
+//! Invariant: `ring[i]` holds sequence number `base + i`; every sequence number
+//! below `base` has been emitted (or was a `Done` slot).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError, bounded};
+
+use super::autotune::Autotuner;
+use super::worker::{Worker, call_user};
+use super::{
+    BoxError, Env, Event, Parallelism, Pipeline, PipelineError, Stream, byte_size, user_error,
+};
+use crate::metrics::StageCounters;
+
+/// How [`Pipeline::map_parallel_with`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MapOptions {
+    /// Workers. By default [`Parallelism::Auto`].
+    pub parallelism: Parallelism,
+    /// Keep the input order. By default `true`.
+    pub deterministic: bool,
+}
+
+impl Default for MapOptions {
+    fn default() -> Self {
+        MapOptions {
+            parallelism: Parallelism::Auto,
+            deterministic: true,
+        }
+    }
+}
+
+impl<T: Send + 'static> Pipeline<T> {
+    /// Applies a fallible `f` on `parallelism` worker threads, keeping the
+    /// input order. An `Err` or a panic becomes an `Err` item naming the stage.
+    ///
+    /// ```
+    /// use tfpipe::pipeline::{Parallelism, Pipeline};
+    /// let v: Vec<u64> = Pipeline::from_vec((0..100u64).collect())
+    ///     .map_parallel(Parallelism::Fixed(4), |x| Ok::<_, std::convert::Infallible>(x * 2))
+    ///     .start()?
+    ///     .collect::<Result<_, _>>()?;
+    /// assert_eq!(v, (0..100).map(|x| x * 2).collect::<Vec<_>>());
+    /// # Ok::<(), tfpipe::pipeline::PipelineError>(())
+    /// ```
+    pub fn map_parallel<U, E, F>(self, parallelism: impl Into<Parallelism>, f: F) -> Pipeline<U>
+    where
+        U: Send + 'static,
+        E: Into<BoxError>,
+        F: Fn(T) -> Result<U, E> + Send + Sync + 'static,
+    {
+        let options = MapOptions {
+            parallelism: parallelism.into(),
+            deterministic: true,
+        };
+        self.map_parallel_with(options, || (), move |_, x| f(x))
+    }
+
+    /// The general form: each worker builds its own state with `init` (on its
+    /// own thread, so the state need not be `Send`: a reusable parser, a
+    /// scratch buffer) and calls `f(&mut state, element)`.
+    pub fn map_parallel_with<S, U, E, I, F>(self, options: MapOptions, init: I, f: F) -> Pipeline<U>
+    where
+        S: 'static,
+        U: Send + 'static,
+        E: Into<BoxError>,
+        I: Fn() -> S + Send + Sync + 'static,
+        F: Fn(&mut S, T) -> Result<U, E> + Send + Sync + 'static,
+    {
+        let bad = matches!(options.parallelism, Parallelism::Fixed(0));
+        let job = Arc::new(Job { init, f });
+        self.invalid_if(bad, || {
+            "map_parallel: parallelism must be positive (or Auto)".into()
+        })
+        .then("map", move |env, up, counters| {
+            start_map(env, up, counters, options, Arc::clone(&job))
+        })
+    }
+}
+
+struct Job<I, F> {
+    init: I,
+    f: F,
+}
+
+/// The upstream and its sequence numbering, shared by the workers.
+struct Upstream<T> {
+    stream: Stream<T>,
+    next_seq: u64,
+    epoch: u64,
+}
+
+struct Shared<T> {
+    upstream: Mutex<Upstream<T>>,
+    /// Workers allowed to pull; the others park.
+    target: AtomicUsize,
+    /// The consumer is gone, or the upstream is exhausted.
+    stop: AtomicBool,
+    exhausted: AtomicBool,
+    park: Mutex<()>,
+    wake: Condvar,
+}
+
+impl<T> Shared<T> {
+    fn wake_all(&self) {
+        let _guard = self.park.lock().unwrap_or_else(PoisonError::into_inner);
+        self.wake.notify_all();
+    }
+}
+
+/// `(sequence number, epoch, event)`.
+type Tagged<U> = (u64, u64, Event<U>);
+
+/// The sequence number of an engine error that belongs to no element.
+const UNTAGGED: u64 = u64::MAX;
+
+fn start_map<T, S, U, E, I, F>(
+    env: &Env,
+    up: Stream<T>,
+    counters: Arc<StageCounters>,
+    options: MapOptions,
+    job: Arc<Job<I, F>>,
+) -> Stream<U>
+where
+    T: Send + 'static,
+    S: 'static,
+    U: Send + 'static,
+    E: Into<BoxError>,
+    I: Fn() -> S + Send + Sync + 'static,
+    F: Fn(&mut S, T) -> Result<U, E> + Send + Sync + 'static,
+{
+    let max = options.parallelism.max_workers(env.shared.cores);
+    let initial = match options.parallelism {
+        Parallelism::Fixed(n) => n.max(1),
+        Parallelism::Auto => 1,
+    };
+    let window = 2 * max + 2;
+    let shared = Arc::new(Shared {
+        upstream: Mutex::new(Upstream {
+            stream: up,
+            next_seq: 0,
+            epoch: 0,
+        }),
+        target: AtomicUsize::new(initial),
+        stop: AtomicBool::new(false),
+        exhausted: AtomicBool::new(false),
+        park: Mutex::new(()),
+        wake: Condvar::new(),
+    });
+    counters.set_parallelism(initial);
+    let (out_tx, out_rx) = bounded::<Tagged<U>>(window);
+    let (token_tx, token_rx) = bounded::<()>(window);
+    let mut workers = Vec::with_capacity(max);
+    let mut spawn_error = None;
+    for index in 0..max {
+        let ctx = WorkerCtx {
+            index,
+            env: env.clone(),
+            shared: Arc::clone(&shared),
+            counters: Arc::clone(&counters),
+            out: out_tx.clone(),
+            tokens: token_tx.clone(),
+        };
+        let panic_tx = out_tx.clone();
+        let stage = counters.name().to_string();
+        let job = Arc::clone(&job);
+        let on_panic = move |message| {
+            // A bug in the engine, not in the user function: report it first.
+            let error = PipelineError::Panic { stage, message };
+            let _ = panic_tx.send((UNTAGGED, 0, Event::Item(Err(error))));
+        };
+        match Worker::spawn(env.live(), "map", move || ctx.run(&job), on_panic) {
+            Ok(w) => workers.push(w),
+            Err(err) => {
+                spawn_error = Some(err);
+                break;
+            }
+        }
+    }
+    drop(out_tx);
+    drop(token_tx);
+    let autotuner = matches!(options.parallelism, Parallelism::Auto).then(|| Autotuner::new(max));
+    let stream = MapStream {
+        out: Some(out_rx),
+        tokens: Some(token_rx),
+        ring: VecDeque::with_capacity(window),
+        untagged: VecDeque::new(),
+        base: 0,
+        epoch: 0,
+        deterministic: options.deterministic,
+        disconnected: false,
+        shared,
+        counters,
+        autotuner,
+        waited: Duration::ZERO,
+        workers,
+    };
+    match spawn_error {
+        Some(err) => Box::new(std::iter::once(Event::Item(Err(err))).chain(stream)),
+        None => Box::new(stream),
+    }
+}
+
+struct WorkerCtx<T, U> {
+    index: usize,
+    env: Env,
+    shared: Arc<Shared<T>>,
+    counters: Arc<StageCounters>,
+    out: Sender<Tagged<U>>,
+    tokens: Sender<()>,
+}
+
+impl<T: Send + 'static, U: Send + 'static> WorkerCtx<T, U> {
+    fn stopping(&self) -> bool {
+        self.shared.stop.load(Ordering::Relaxed)
+            || self.shared.exhausted.load(Ordering::Relaxed)
+            || self.env.cancelled()
+    }
+
+    fn run<S, E, I, F>(&self, job: &Job<I, F>)
+    where
+        E: Into<BoxError>,
+        I: Fn() -> S,
+        F: Fn(&mut S, T) -> Result<U, E>,
+    {
+        // If the state cannot be built, every element this worker takes
+        // becomes an error saying why.
+        let mut state = call_user(self.counters.name(), &job.init).map_err(|e| e.to_string());
+        loop {
+            if self.stopping() {
+                return;
+            }
+            if self.index >= self.shared.target.load(Ordering::Relaxed) {
+                let guard = self
+                    .shared
+                    .park
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                if self.index >= self.shared.target.load(Ordering::Relaxed) && !self.stopping() {
+                    let _ = self
+                        .shared
+                        .wake
+                        .wait_timeout(guard, Duration::from_millis(50))
+                        .unwrap_or_else(PoisonError::into_inner);
+                }
+                continue;
+            }
+            // Take a window slot.
+            match self.tokens.try_send(()) {
+                Ok(()) => {}
+                Err(TrySendError::Full(())) => {
+                    let t = Instant::now();
+                    let sent = self.tokens.send(());
+                    self.counters.add_blocked_out(t.elapsed());
+                    if sent.is_err() {
+                        return;
+                    }
+                }
+                Err(TrySendError::Disconnected(())) => return,
+            }
+            let t = Instant::now();
+            let (seq, epoch, event) = {
+                let mut up = self
+                    .shared
+                    .upstream
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                if self.shared.exhausted.load(Ordering::Relaxed) {
+                    return;
+                }
+                let Some(event) = up.stream.next() else {
+                    self.shared.exhausted.store(true, Ordering::Relaxed);
+                    drop(up);
+                    self.shared.wake_all();
+                    return;
+                };
+                let tag = (up.next_seq, up.epoch);
+                up.next_seq += 1;
+                if let Event::EpochEnd(_) = event {
+                    up.epoch += 1;
+                }
+                (tag.0, tag.1, event)
+            };
+            self.counters.add_wait_in(t.elapsed());
+            let event = match event {
+                Event::Item(Ok(item)) => {
+                    let t = Instant::now();
+                    self.counters.add_in(1, byte_size(&item));
+                    let result = match state.as_mut() {
+                        Ok(state) => match call_user(self.counters.name(), || (job.f)(state, item))
+                        {
+                            Ok(Ok(value)) => {
+                                self.counters.add_out(1, byte_size(&value));
+                                Ok(value)
+                            }
+                            Ok(Err(err)) => {
+                                self.counters.add_error();
+                                Err(user_error(&self.counters, err))
+                            }
+                            Err(panic) => {
+                                self.counters.add_error();
+                                Err(panic)
+                            }
+                        },
+                        Err(why) => {
+                            self.counters.add_error();
+                            Err(PipelineError::Element {
+                                stage: self.counters.name().to_string(),
+                                message: format!("worker state could not be built: {why}"),
+                            })
+                        }
+                    };
+                    self.counters.add_busy(t.elapsed());
+                    Event::Item(result)
+                }
+                Event::Item(Err(err)) => Event::Item(Err(err)),
+                Event::EpochEnd(e) => Event::EpochEnd(e),
+            };
+            if self.out.send((seq, epoch, event)).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+enum Slot<U> {
+    Pending,
+    Ready(u64, Event<U>),
+    Done,
+}
+
+/// The consumer's end: restores order, returns window tokens, runs the
+/// autotuner. Field order matters for drop: channels before workers.
+struct MapStream<T, U> {
+    out: Option<Receiver<Tagged<U>>>,
+    tokens: Option<Receiver<()>>,
+    ring: VecDeque<Slot<U>>,
+    untagged: VecDeque<Event<U>>,
+    base: u64,
+    /// Markers emitted so far.
+    epoch: u64,
+    deterministic: bool,
+    disconnected: bool,
+    shared: Arc<Shared<T>>,
+    counters: Arc<StageCounters>,
+    autotuner: Option<Autotuner>,
+    /// Time this consumer spent waiting for the workers.
+    waited: Duration,
+    workers: Vec<Worker>,
+}
+
+impl<T, U> MapStream<T, U> {
+    fn advance(&mut self) {
+        self.ring.pop_front();
+        self.base += 1;
+        if let Some(tokens) = &self.tokens {
+            let _ = tokens.try_recv();
+        }
+    }
+
+    fn pop(&mut self) -> Option<Event<U>> {
+        if let Some(event) = self.untagged.pop_front() {
+            return Some(event);
+        }
+        while let Some(Slot::Done) = self.ring.front() {
+            self.advance();
+        }
+        if let Some(Slot::Ready(..)) = self.ring.front() {
+            let slot = self.ring.pop_front();
+            self.ring.push_front(Slot::Pending);
+            self.advance();
+            if let Some(Slot::Ready(_, event)) = slot {
+                if let Event::EpochEnd(_) = event {
+                    self.epoch += 1;
+                }
+                return Some(event);
+            }
+        }
+        if !self.deterministic {
+            let epoch = self.epoch;
+            let found = self
+                .ring
+                .iter()
+                .position(|slot| matches!(slot, Slot::Ready(e, Event::Item(_)) if *e == epoch))?;
+            if let Slot::Ready(_, event) = std::mem::replace(&mut self.ring[found], Slot::Done) {
+                return Some(event);
+            }
+        }
+        None
+    }
+
+    fn insert(&mut self, (seq, epoch, event): Tagged<U>) {
+        if seq == UNTAGGED {
+            self.untagged.push_back(event);
+            return;
+        }
+        let index = (seq - self.base) as usize;
+        while self.ring.len() <= index {
+            self.ring.push_back(Slot::Pending);
+        }
+        self.ring[index] = Slot::Ready(epoch, event);
+    }
+
+    fn tune(&mut self) {
+        if let Some(tuner) = self.autotuner.as_mut() {
+            let current = self.shared.target.load(Ordering::Relaxed);
+            if let Some(new) = tuner.tick(&self.counters, self.waited, current) {
+                self.shared.target.store(new, Ordering::Relaxed);
+                self.counters.set_parallelism(new);
+                self.shared.wake_all();
+            }
+        }
+    }
+}
+
+impl<T, U> Iterator for MapStream<T, U> {
+    type Item = Event<U>;
+
+    fn next(&mut self) -> Option<Event<U>> {
+        loop {
+            if let Some(event) = self.pop() {
+                return Some(event);
+            }
+            if self.disconnected {
+                return None;
+            }
+            let out = self.out.as_ref()?;
+            let message = match out.try_recv() {
+                Ok(m) => Ok(m),
+                Err(TryRecvError::Disconnected) => Err(()),
+                Err(TryRecvError::Empty) => {
+                    let t = Instant::now();
+                    let m = out.recv().map_err(|_| ());
+                    self.waited += t.elapsed();
+                    m
+                }
+            };
+            match message {
+                Ok(m) => self.insert(m),
+                Err(()) => self.disconnected = true,
+            }
+            self.tune();
+        }
+    }
+}
+
+impl<T, U> Drop for MapStream<T, U> {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.out = None;
+        self.tokens = None;
+        self.shared.wake_all();
+        // Workers are joined as `workers` drops, after the channels.
+        self.workers.clear();
+    }
+}

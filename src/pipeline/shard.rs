@@ -1,0 +1,52 @@
+//! `shard`: keep every `num_shards`-th element, starting at `index`.
+
+use super::{Event, Pipeline};
+
+impl<T: Send + 'static> Pipeline<T> {
+    /// Keeps elements `index`, `index + num_shards`, ... of each epoch: the
+    /// shards for `0..num_shards` are disjoint and together cover the input.
+    /// Errors pass through to every shard. Needs `index < num_shards`.
+    ///
+    /// For TFRecord files, shard the files instead ([`TfRecordFiles::shard`](super::TfRecordFiles::shard)):
+    /// each worker then reads only its own files.
+    ///
+    /// ```
+    /// use tfpipe::pipeline::Pipeline;
+    /// let v: Vec<u32> = Pipeline::from_vec((0..10).collect()).shard(3, 1).start()?.collect::<Result<_, _>>()?;
+    /// assert_eq!(v, [1, 4, 7]);
+    /// # Ok::<(), tfpipe::pipeline::PipelineError>(())
+    /// ```
+    pub fn shard(self, num_shards: usize, index: usize) -> Pipeline<T> {
+        let checked = self.invalid_if(num_shards == 0 || index >= num_shards, || {
+            format!("shard({num_shards}, {index}): needs num_shards > 0 and index < num_shards")
+        });
+        checked.then("shard", move |_env, mut up, counters| {
+            let mut position = 0usize;
+            Box::new(std::iter::from_fn(move || {
+                loop {
+                    match up.next()? {
+                        Event::Item(Ok(item)) => {
+                            counters.add_in(1, 0);
+                            let keep = position % num_shards == index;
+                            position += 1;
+                            if keep {
+                                counters.add_out(1, 0);
+                                return Some(Event::Item(Ok(item)));
+                            }
+                        }
+                        Event::EpochEnd(e) => {
+                            position = 0;
+                            return Some(Event::EpochEnd(e));
+                        }
+                        err @ Event::Item(Err(_)) => return Some(err),
+                    }
+                }
+            }))
+        })
+    }
+
+    /// Records a configuration error when `bad`.
+    pub(crate) fn invalid_if(self, bad: bool, message: impl FnOnce() -> String) -> Pipeline<T> {
+        if bad { self.invalid(message) } else { self }
+    }
+}

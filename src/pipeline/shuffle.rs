@@ -1,0 +1,253 @@
+//! `shuffle`: a uniformly random pick from a bounded buffer (`tf.data`'s
+//! algorithm), seeded, reshuffled each epoch.
+//!
+//! Normal mode fills the buffer with `buffer_size` elements before the first
+//! output, as `tf.data` does; the fill time is this stage's `first_output_ns`
+//! metric, so a slow start is visible. Early-start mode emits one element for
+//! every two it reads until the buffer is full: the first output comes after
+//! two reads instead of `buffer_size`, and the buffer reaches full size after
+//! `2 * buffer_size` reads. The cost is weaker mixing at the start of each
+//! epoch: output `k < buffer_size` is drawn from about `k + 2` candidates
+//! rather than `buffer_size`, so the first elements of the input stay near the
+//! front. After that the two modes behave alike.
+
+use std::sync::Arc;
+
+use super::{Clock, Env, Event, Pipeline, Stream};
+use crate::metrics::StageCounters;
+
+/// How [`Pipeline::shuffle_with`] shuffles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShuffleOptions {
+    /// Elements held to pick from. By default 10,000.
+    pub buffer_size: usize,
+    /// The seed: the same seed gives the same order. By default 0.
+    pub seed: u64,
+    /// Use a different order each epoch (derived from the seed and the epoch
+    /// number). By default `true`.
+    pub reshuffle_each_epoch: bool,
+    /// Start emitting before the buffer is full (see the module docs for the
+    /// effect on randomness). By default `false`.
+    pub early_start: bool,
+}
+
+impl Default for ShuffleOptions {
+    fn default() -> Self {
+        ShuffleOptions {
+            buffer_size: 10_000,
+            seed: 0,
+            reshuffle_each_epoch: true,
+            early_start: false,
+        }
+    }
+}
+
+impl<T: Send + 'static> Pipeline<T> {
+    /// Shuffles with a buffer of `buffer_size` elements and `seed`,
+    /// reshuffling each epoch. Each epoch's output is a permutation of its
+    /// input: an epoch marker drains the buffer before passing.
+    ///
+    /// ```
+    /// use tfpipe::pipeline::Pipeline;
+    /// let mut v: Vec<u32> = Pipeline::from_vec((0..100).collect()).shuffle(10, 42).start()?.collect::<Result<_, _>>()?;
+    /// assert_ne!(v, (0..100).collect::<Vec<_>>());
+    /// v.sort();
+    /// assert_eq!(v, (0..100).collect::<Vec<_>>());
+    /// # Ok::<(), tfpipe::pipeline::PipelineError>(())
+    /// ```
+    pub fn shuffle(self, buffer_size: usize, seed: u64) -> Pipeline<T> {
+        self.shuffle_with(ShuffleOptions {
+            buffer_size,
+            seed,
+            ..ShuffleOptions::default()
+        })
+    }
+
+    /// Shuffles with all the options.
+    pub fn shuffle_with(self, options: ShuffleOptions) -> Pipeline<T> {
+        self.invalid_if(options.buffer_size == 0, || {
+            "shuffle: the buffer size must be positive".into()
+        })
+        .then("shuffle", move |env, up, counters| {
+            Box::new(Shuffle::new(env, up, counters, options)) as Stream<T>
+        })
+    }
+}
+
+struct Shuffle<T> {
+    up: Stream<T>,
+    counters: Arc<StageCounters>,
+    env: Env,
+    options: ShuffleOptions,
+    buffer: Vec<T>,
+    rng: SplitMix64,
+    /// Epochs seen by this stage (the build epoch plus markers passed).
+    epoch: u64,
+    /// The buffer has been full this epoch (early start stops emitting early).
+    reached_full: bool,
+    read_this_epoch: u64,
+    emitted_this_epoch: u64,
+    /// Draining: upstream ended (`marker` None) or sent this marker.
+    draining: bool,
+    marker: Option<u64>,
+    finished: bool,
+    first_output: bool,
+}
+
+impl<T> Shuffle<T> {
+    fn new(
+        env: &Env,
+        up: Stream<T>,
+        counters: Arc<StageCounters>,
+        options: ShuffleOptions,
+    ) -> Self {
+        let mut s = Shuffle {
+            up,
+            counters,
+            env: env.clone(),
+            options,
+            buffer: Vec::new(),
+            rng: SplitMix64(0),
+            epoch: env.epoch,
+            reached_full: false,
+            read_this_epoch: 0,
+            emitted_this_epoch: 0,
+            draining: false,
+            marker: None,
+            finished: false,
+            first_output: true,
+        };
+        s.reseed();
+        s
+    }
+
+    fn reseed(&mut self) {
+        let epoch = if self.options.reshuffle_each_epoch {
+            self.epoch
+        } else {
+            0
+        };
+        let mut mix = SplitMix64(self.options.seed ^ epoch.wrapping_mul(0xA076_1D64_78BD_642F));
+        self.rng = SplitMix64(mix.next_u64());
+        self.reached_full = false;
+        self.read_this_epoch = 0;
+        self.emitted_this_epoch = 0;
+    }
+
+    fn pick(&mut self) -> T {
+        let i = self.rng.below(self.buffer.len());
+        self.emitted_this_epoch += 1;
+        self.buffer.swap_remove(i)
+    }
+
+    fn step(&mut self, clock: &mut Clock) -> Option<Event<T>> {
+        loop {
+            if self.draining {
+                if !self.buffer.is_empty() {
+                    return Some(Event::Item(Ok(self.pick())));
+                }
+                self.draining = false;
+                match self.marker.take() {
+                    Some(marker) => {
+                        self.epoch += 1;
+                        self.reseed();
+                        return Some(Event::EpochEnd(marker));
+                    }
+                    None => {
+                        self.finished = true;
+                        self.buffer = Vec::new();
+                        return None;
+                    }
+                }
+            }
+            if self.read_this_epoch % 4096 == 4095 && self.env.cancelled() {
+                self.finished = true;
+                return None;
+            }
+            match clock.pull_next(&mut self.up) {
+                Some(Event::Item(Ok(item))) => {
+                    self.read_this_epoch += 1;
+                    let cap = self.options.buffer_size;
+                    if self.buffer.len() < cap {
+                        if self.buffer.capacity() == 0 {
+                            // Grow to the first fill's needs only, up to the buffer size.
+                            self.buffer.reserve(cap.min(1024));
+                        }
+                        self.buffer.push(item);
+                        if self.buffer.len() == cap {
+                            self.reached_full = true;
+                        }
+                        if self.options.early_start
+                            && !self.reached_full
+                            && self.read_this_epoch >= 2 * self.emitted_this_epoch + 2
+                        {
+                            return Some(Event::Item(Ok(self.pick())));
+                        }
+                    } else {
+                        let i = self.rng.below(cap);
+                        self.emitted_this_epoch += 1;
+                        return Some(Event::Item(Ok(std::mem::replace(
+                            &mut self.buffer[i],
+                            item,
+                        ))));
+                    }
+                }
+                Some(Event::Item(Err(err))) => return Some(Event::Item(Err(err))),
+                Some(Event::EpochEnd(marker)) => {
+                    self.draining = true;
+                    self.marker = Some(marker);
+                }
+                None => {
+                    self.draining = true;
+                    self.marker = None;
+                }
+            }
+        }
+    }
+}
+
+impl<T: Send + 'static> Iterator for Shuffle<T> {
+    type Item = Event<T>;
+
+    fn next(&mut self) -> Option<Event<T>> {
+        if self.finished {
+            return None;
+        }
+        let mut clock = Clock::start();
+        let out = self.step(&mut clock);
+        if let Some(Event::Item(Ok(_))) = &out {
+            self.counters.add_in(1, 0);
+            self.counters.add_out(1, 0);
+            if self.first_output {
+                self.first_output = false;
+                self.counters.set_first_output(clock_elapsed(&clock));
+            }
+        }
+        clock.finish(&self.counters);
+        out
+    }
+}
+
+fn clock_elapsed(clock: &Clock) -> std::time::Duration {
+    clock.elapsed()
+}
+
+/// SplitMix64 (Steele, Lea and Flood, "Fast splittable pseudorandom number
+/// generators", OOPSLA 2014): small, fast, and good enough to pick indices.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (Lemire's multiply-shift; the bias is below 2^-40
+    /// for any buffer that fits in memory).
+    fn below(&mut self, n: usize) -> usize {
+        ((u128::from(self.next_u64()) * n as u128) >> 64) as usize
+    }
+}

@@ -1,0 +1,21 @@
+//! Integration tests of the pipeline engine, `tfpipe bench` and their
+//! invariants. Every wait is bounded: each test body runs under
+//! [`common::watchdog`], so a deadlock fails the test instead of hanging CI.
+
+#[path = "pipeline/common.rs"]
+mod common;
+
+#[path = "pipeline/cli.rs"]
+mod cli;
+#[path = "pipeline/errors.rs"]
+mod errors;
+#[path = "pipeline/files.rs"]
+mod files;
+#[path = "pipeline/memory.rs"]
+mod memory;
+#[path = "pipeline/metrics.rs"]
+mod metrics;
+#[path = "pipeline/props.rs"]
+mod props;
+#[path = "pipeline/shutdown.rs"]
+mod shutdown;

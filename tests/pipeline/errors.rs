@@ -1,0 +1,192 @@
+//! Errors arrive as `Err` items naming their stage; nothing hangs or aborts.
+
+use std::io::Write;
+
+use tfpipe::pipeline::{Parallelism, Pipeline, PipelineError};
+use tfpipe::tfrecord::{Compression, OnCorruption, ReaderOptions};
+
+use crate::common::{index_record, record_index, watchdog, write_shards};
+
+#[test]
+fn user_error_in_parallel_map_names_the_stage_and_the_rest_goes_on() {
+    let got = watchdog(10, || {
+        Pipeline::from_vec((0..20u32).collect())
+            .map_parallel(Parallelism::Fixed(3), |x: u32| {
+                if x == 7 {
+                    Err(format!("bad element {x}"))
+                } else {
+                    Ok(x)
+                }
+            })
+            .start()
+            .unwrap()
+            .collect::<Vec<_>>()
+    });
+    assert_eq!(got.len(), 20);
+    let err = got[7].as_ref().unwrap_err();
+    assert!(matches!(err, PipelineError::User { .. }));
+    assert_eq!(err.stage(), Some("map"));
+    assert_eq!(err.to_string(), "stage map: bad element 7");
+    assert_eq!(*got[8].as_ref().unwrap(), 8, "order kept after an error");
+}
+
+#[test]
+fn panic_in_map_arrives_as_err_naming_the_stage() {
+    for par in [None, Some(Parallelism::Fixed(2)), Some(Parallelism::Auto)] {
+        let got = watchdog(10, move || {
+            let p = Pipeline::from_vec((0..10u32).collect());
+            let p = match par {
+                None => p.try_map(|x: u32| {
+                    assert!(x != 4, "boom at {x}");
+                    Ok::<_, std::convert::Infallible>(x)
+                }),
+                Some(par) => p.map_parallel(par, |x: u32| {
+                    assert!(x != 4, "boom at {x}");
+                    Ok::<_, std::convert::Infallible>(x)
+                }),
+            };
+            p.start().unwrap().collect::<Vec<_>>()
+        });
+        assert_eq!(got.len(), 10);
+        match &got[4] {
+            Err(PipelineError::Panic { stage, message }) => {
+                assert_eq!(stage, "map");
+                assert!(message.contains("boom at 4"), "{message}");
+            }
+            other => panic!("expected a panic error, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn panic_in_filter_and_generator_are_errors_too() {
+    let got = watchdog(10, || {
+        Pipeline::from_generator(|| (0..5u32).map(|x| if x == 3 { panic!("gen died") } else { x }))
+            .filter(|x| {
+                assert!(*x != 1, "filter died");
+                true
+            })
+            .start()
+            .unwrap()
+            .collect::<Vec<_>>()
+    });
+    assert_eq!(got.len(), 4);
+    assert_eq!(got[1].as_ref().unwrap_err().stage(), Some("filter"));
+    assert_eq!(got[3].as_ref().unwrap_err().stage(), Some("generator"));
+}
+
+#[test]
+fn corrupt_file_reports_file_record_and_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = write_shards(dir.path(), 2, 10, Compression::None, index_record);
+    // Flip a data byte of record 3 of the first file (each record is 8 + 16 bytes).
+    let mut bytes = std::fs::read(&paths[0]).unwrap();
+    bytes[3 * 24 + 12] ^= 0xFF;
+    std::fs::File::create(&paths[0])
+        .unwrap()
+        .write_all(&bytes)
+        .unwrap();
+
+    let pattern = dir.path().join("part-*.tfrecord").display().to_string();
+    let got = watchdog(10, move || {
+        Pipeline::tfrecord_files([pattern])
+            .unwrap()
+            .records()
+            .start()
+            .unwrap()
+            .collect::<Vec<_>>()
+    });
+    // 3 good records, the error (the corrupt file ends there), then file 2.
+    assert_eq!(got.len(), 3 + 1 + 10);
+    let err = got[3].as_ref().unwrap_err();
+    assert_eq!(err.stage(), Some("tfrecord"));
+    let loc = err.location().expect("a location");
+    assert_eq!(loc.path.as_deref(), Some(paths[0].as_path()));
+    assert_eq!(loc.record, 3);
+    assert_eq!(loc.offset, 3 * 24 + 12);
+    assert!(err.to_string().contains("record 3 at byte 84"), "{err}");
+    assert_eq!(record_index(got[4].as_ref().unwrap()), 10);
+}
+
+#[test]
+fn ignore_errors_counts_with_locations() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = write_shards(dir.path(), 1, 10, Compression::None, index_record);
+    let mut bytes = std::fs::read(&paths[0]).unwrap();
+    bytes[5 * 24 + 12] ^= 0xFF;
+    std::fs::write(&paths[0], &bytes).unwrap();
+    let path = paths[0].display().to_string();
+    let (got, metrics) = watchdog(10, move || {
+        let mut it = Pipeline::tfrecord_files([path])
+            .unwrap()
+            .records()
+            .try_map(|r: Vec<u8>| {
+                let i = u64::from_le_bytes(r.try_into().unwrap());
+                if i == 1 { Err("one is odd") } else { Ok(i) }
+            })
+            .ignore_errors()
+            .start()
+            .unwrap();
+        let got: Vec<u64> = it.by_ref().map(|r| r.unwrap()).collect();
+        (got, it.metrics())
+    });
+    assert_eq!(got, [0, 2, 3, 4]);
+    let stage = metrics.stage("ignore_errors").unwrap();
+    assert_eq!(stage.skipped, 2);
+    assert!(stage.skipped_samples[0].contains("one is odd"));
+    assert!(
+        stage.skipped_samples[1].contains("record 5 at byte 132"),
+        "{:?}",
+        stage.skipped_samples
+    );
+}
+
+#[test]
+fn reader_skip_policy_counts_corruptions_on_the_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = write_shards(dir.path(), 1, 10, Compression::None, index_record);
+    let mut bytes = std::fs::read(&paths[0]).unwrap();
+    bytes[2 * 24 + 12] ^= 0xFF;
+    std::fs::write(&paths[0], &bytes).unwrap();
+    let path = paths[0].display().to_string();
+    let (n, metrics) = watchdog(10, move || {
+        let options = ReaderOptions {
+            on_corruption: OnCorruption::Skip,
+            ..ReaderOptions::default()
+        };
+        let mut it = Pipeline::tfrecord_files([path])
+            .unwrap()
+            .reader_options(options)
+            .records()
+            .start()
+            .unwrap();
+        let mut n = 0;
+        for r in it.by_ref() {
+            r.unwrap();
+            n += 1;
+        }
+        (n, it.metrics())
+    });
+    assert_eq!(n, 9);
+    let source = metrics.stage("tfrecord").unwrap();
+    assert_eq!(source.skipped, 1);
+    assert!(
+        source.skipped_samples[0].contains("record 2"),
+        "{:?}",
+        source.skipped_samples
+    );
+}
+
+#[test]
+fn missing_files_and_bad_globs_fail_up_front() {
+    let err = Pipeline::tfrecord_files(["/nonexistent/x.tfrecord"])
+        .err()
+        .unwrap();
+    assert!(matches!(err, PipelineError::NoFiles { .. }), "{err}");
+    let err = Pipeline::tfrecord_files(["/nonexistent/*.tfrecord"])
+        .err()
+        .unwrap();
+    assert!(matches!(err, PipelineError::NoFiles { .. }), "{err}");
+    let err = Pipeline::tfrecord_files(["[z-a"]).err().unwrap();
+    assert!(matches!(err, PipelineError::BadGlob { .. }), "{err}");
+}

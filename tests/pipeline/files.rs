@@ -1,0 +1,107 @@
+//! TFRecord sources: compression per file, globs, file sharding, interleave,
+//! the file cache.
+
+use tfpipe::pipeline::{Interleave, Parallelism, Pipeline};
+use tfpipe::tfrecord::Compression;
+
+use crate::common::{index_record, record_index, watchdog, write_shards};
+
+fn indices(p: Pipeline<Vec<u8>>) -> Vec<u64> {
+    watchdog(20, move || {
+        p.start()
+            .unwrap()
+            .map(|r| record_index(&r.unwrap()))
+            .collect()
+    })
+}
+
+#[test]
+fn mixed_compression_glob_reads_every_record() {
+    let dir = tempfile::tempdir().unwrap();
+    write_shards(&dir.path().join(""), 2, 50, Compression::None, index_record);
+    let gz = dir.path().join("gz");
+    std::fs::create_dir(&gz).unwrap();
+    write_shards(&gz, 2, 50, Compression::Gzip, |i| index_record(i + 100));
+    let patterns = [
+        dir.path().join("*.tfrecord").display().to_string(),
+        gz.join("*.tfrecord.gz").display().to_string(),
+    ];
+    let files = Pipeline::tfrecord_files(patterns).unwrap();
+    assert_eq!(files.paths().len(), 4);
+    let got = indices(files.records());
+    assert_eq!(got, (0..200).collect::<Vec<_>>());
+}
+
+#[test]
+fn interleave_is_round_robin_and_parallel_matches_sequential() {
+    let dir = tempfile::tempdir().unwrap();
+    write_shards(dir.path(), 5, 7, Compression::None, index_record);
+    let pattern = dir.path().join("part-*").display().to_string();
+    let files = Pipeline::tfrecord_files([pattern]).unwrap();
+    let sequential = indices(files.clone().interleave_with(Interleave::new(2, 3)));
+    assert_eq!(&sequential[..9], [0, 1, 2, 7, 8, 9, 3, 4, 5]);
+    let mut sorted = sequential.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, (0..35).collect::<Vec<_>>());
+    for par in [
+        Parallelism::Fixed(1),
+        Parallelism::Fixed(2),
+        Parallelism::Auto,
+    ] {
+        let parallel = indices(
+            files
+                .clone()
+                .interleave_with(Interleave::new(2, 3).parallel(par)),
+        );
+        assert_eq!(parallel, sequential, "parallelism {par:?}");
+    }
+}
+
+#[test]
+fn file_shards_are_disjoint_and_cover() {
+    let dir = tempfile::tempdir().unwrap();
+    write_shards(dir.path(), 7, 3, Compression::Zlib, index_record);
+    let pattern = dir.path().join("part-*").display().to_string();
+    let mut all = Vec::new();
+    for i in 0..3 {
+        let files = Pipeline::tfrecord_files([&pattern]).unwrap().shard(3, i);
+        let part = indices(files.interleave(2, 4));
+        all.extend(part);
+    }
+    all.sort_unstable();
+    assert_eq!(all, (0..21).collect::<Vec<_>>());
+}
+
+#[test]
+fn file_cache_is_written_once_then_replayed() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = write_shards(dir.path(), 1, 20, Compression::None, index_record);
+    let cache = dir.path().join("cache.tfrecord");
+    let path = paths[0].display().to_string();
+    let p = Pipeline::tfrecord_files([path])
+        .unwrap()
+        .records()
+        .cache_file(&cache)
+        .repeat(Some(2));
+    assert_eq!(indices(p.clone()), (0..20).chain(0..20).collect::<Vec<_>>());
+    assert!(cache.is_file());
+    // The source is gone; the cache still serves.
+    std::fs::remove_file(&paths[0]).unwrap();
+    let replay = Pipeline::from_vec(vec![b"unused".to_vec()])
+        .take(0)
+        .cache_file(&cache);
+    assert_eq!(indices(replay), (0..20).collect::<Vec<_>>());
+}
+
+#[test]
+fn an_interrupted_pass_leaves_no_cache_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache.tfrecord");
+    let p = Pipeline::from_generator(|| (0..1000u64).map(index_record))
+        .cache_file(&cache)
+        .take(10);
+    assert_eq!(indices(p).len(), 10);
+    assert!(!cache.exists());
+    let leftovers = std::fs::read_dir(dir.path()).unwrap().count();
+    assert_eq!(leftovers, 0, "no temporary file left behind");
+}
