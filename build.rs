@@ -3,7 +3,12 @@
 
 use std::error::Error;
 
-const PROTOS: &[&str] = &["proto/feature.proto", "proto/example.proto"];
+const PROTOS: &[&str] = &[
+    "proto/feature.proto",
+    "proto/example.proto",
+    "proto/summary.proto",
+    "proto/event.proto",
+];
 
 fn main() -> Result<(), Box<dyn Error>> {
     println!("cargo:rerun-if-changed=proto");

@@ -42,7 +42,8 @@ fn bench(c: &mut Criterion) {
     let csv = dir.path().join("numbers.csv");
     generate_csv(&csv, 100_000);
     let csv_bytes = std::fs::metadata(&csv).unwrap().len();
-    let mnist = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/mnist/train-images-idx3-ubyte.gz");
+    let mnist =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/mnist/train-images-idx3-ubyte.gz");
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
 
     let mut group = c.benchmark_group("convert_csv_100k_rows");
@@ -56,7 +57,12 @@ fn bench(c: &mut Criterion) {
                     threads,
                     ..OutputOptions::new(dir.path().join("csv"))
                 };
-                convert::convert(&Format::Csv(CsvOptions::default()), std::slice::from_ref(&csv), &output).unwrap()
+                convert::convert(
+                    &Format::Csv(CsvOptions::default()),
+                    std::slice::from_ref(&csv),
+                    &output,
+                )
+                .unwrap()
             })
         });
     }
@@ -73,7 +79,12 @@ fn bench(c: &mut Criterion) {
                     threads,
                     ..OutputOptions::new(dir.path().join("mnist"))
                 };
-                convert::convert(&Format::Idx(IdxOptions::default()), std::slice::from_ref(&mnist), &output).unwrap()
+                convert::convert(
+                    &Format::Idx(IdxOptions::default()),
+                    std::slice::from_ref(&mnist),
+                    &output,
+                )
+                .unwrap()
             })
         });
     }

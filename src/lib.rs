@@ -1,4 +1,74 @@
-//! tfpipe: a streaming dataset engine with first-class TFRecord support.
+//! tfpipe: a streaming dataset engine with first-class TFRecord support, the
+//! input pipeline ML people wish `tf.data` were: fast, bounded, and honest
+//! about where the time goes.
+//!
+//! # The map
+//!
+//! Data flows through these modules, each a layer on the one before:
+//!
+//! | module | what lives there |
+//! |---|---|
+//! | [`tfrecord`] | framing, masked CRC32C, GZIP/ZLIB, [`RecordReader`] / [`RecordWriter`] |
+//! | [`example`] | `tf.train.Example` / `SequenceExample` from `proto/`, feature specs ([`Schema`]), the schema-driven [`BatchParser`] |
+//! | [`batch`] | columnar [`Batch`]es: dense, bytes (data + offsets), ragged (values + row splits) |
+//! | [`pipeline`] | the streaming engine: sources, interleave, shard, map, shuffle, batch, prefetch, ... on bounded channels |
+//! | [`metrics`] | per-stage counters and timers, readable while the pipeline runs; the bottleneck stage |
+//! | [`train`] | the candle training loop, stall-versus-compute and start-up reports, checkpoints, prediction |
+//! | [`convert`] | CSV, JSON, MNIST IDX and image folders to sharded TFRecord with a schema file |
+//!
+//! # An example
+//!
+//! Write a few `tf.train.Example`s, then read them back as shuffled, parsed batches:
+//!
+//! ```
+//! use prost::Message;
+//! use tfpipe::example::proto::{feature, Example, Feature, Features, Int64List};
+//! use tfpipe::pipeline::{Parallelism, Pipeline};
+//! use tfpipe::tfrecord::{Compression, FileRecordWriter};
+//! use tfpipe::Schema;
+//!
+//! let dir = tempfile::tempdir()?;
+//! let path = dir.path().join("data.tfrecord");
+//! let mut writer = FileRecordWriter::create(&path, Compression::None)?;
+//! for i in 0..100i64 {
+//!     let value = Feature { kind: Some(feature::Kind::Int64List(Int64List { value: vec![i] })) };
+//!     let features = Features { feature: [("id".to_string(), value)].into() };
+//!     writer.write_record(&Example { features: Some(features) }.encode_to_vec())?;
+//! }
+//! writer.finish()?;
+//!
+//! let schema = Schema::from_feature_texts(&["id:int64"])?;
+//! let batches = Pipeline::tfrecord_files([path.to_string_lossy()])?
+//!     .records()
+//!     .shuffle(50, 42)
+//!     .batch(32)
+//!     .parse_batches(schema, Parallelism::Auto)
+//!     .prefetch(2)
+//!     .start()?;
+//! let mut rows = 0;
+//! for batch in batches {
+//!     rows += batch?.num_rows;
+//! }
+//! assert_eq!(rows, 100);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Threads, memory and errors
+//!
+//! Threads start only where a stage asks for concurrency (parallel map and
+//! interleave, prefetch, device prefetch, checkpoint loading); each is joined
+//! when its owner is dropped, and every edge between threads is a bounded
+//! channel, so memory is bounded by the buffers you chose (the formula is in
+//! [`pipeline`]). Errors carry their position ([`Location`]: file, record,
+//! byte offset) and arrive as `Err` items; a panic in user code becomes an
+//! error, never an abort. Each area has its own error enum
+//! ([`RecordError`], [`example::ParseError`], [`PipelineError`],
+//! [`train::TrainError`], [`convert::ConvertError`]).
+//!
+//! # Features
+//!
+//! - `cuda`: train and predict on NVIDIA GPUs through candle's CUDA backend.
+//! - `images`: decoding and resizing images in `tfpipe convert images --resize`.
 
 pub mod batch;
 pub mod convert;

@@ -242,11 +242,27 @@ impl MetricsRegistry {
 
     pub(crate) fn snapshot(&self) -> PipelineMetrics {
         let stages = self.stages.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut ordered: Vec<&(String, Arc<StageCounters>)> = stages.iter().collect();
+        ordered.sort_by(|a, b| upstream_first(&a.0, &b.0));
         PipelineMetrics {
             elapsed_ns: nanos(self.start.elapsed()),
-            stages: stages.iter().map(|(_, c)| c.snapshot()).collect(),
+            stages: ordered.iter().map(|(_, c)| c.snapshot()).collect(),
         }
     }
+}
+
+/// Orders stage keys (`depth`, or `depth/depth/...` inside an interleave's
+/// inputs) upstream first: by depth, and a stage nested in another before it.
+fn upstream_first(a: &str, b: &str) -> std::cmp::Ordering {
+    let parse = |k: &str| -> Vec<u64> { k.split('/').filter_map(|d| d.parse().ok()).collect() };
+    let (a, b) = (parse(a), parse(b));
+    for (x, y) in a.iter().zip(&b) {
+        if x != y {
+            return x.cmp(y);
+        }
+    }
+    // One is nested in the other: the nested (longer) key comes first.
+    b.len().cmp(&a.len())
 }
 
 fn base_name(name: &str) -> &str {
@@ -363,6 +379,21 @@ mod tests {
         assert_eq!(snap.bottleneck_stage(), Some("map.2"));
         let table = snap.to_string();
         assert!(table.contains("bottleneck: map.2"), "{table}");
+    }
+
+    #[test]
+    fn snapshot_lists_stages_upstream_first() {
+        let r = MetricsRegistry::new();
+        for (key, name) in [
+            ("2", "map"),
+            ("1", "interleave"),
+            ("0", "files"),
+            ("1/0", "tfrecord"),
+        ] {
+            r.stage(key, name);
+        }
+        let names: Vec<String> = r.snapshot().stages.into_iter().map(|s| s.name).collect();
+        assert_eq!(names, ["files", "tfrecord", "interleave", "map"]);
     }
 
     #[test]

@@ -19,8 +19,8 @@ use super::Status;
 /// Arguments of `tfpipe cat`.
 #[derive(Debug, Default, clap::Args)]
 pub struct Args {
-    /// The message in each record. `auto` looks at the first records of each
-    /// file: a top-level field 2 (`feature_lists`) means SequenceExample.
+    /// The message in each record. `auto` looks at the first 64 records of
+    /// each file: a top-level field 2 (`feature_lists`) means SequenceExample.
     #[arg(long = "type", value_enum, default_value_t = TypeArg::Auto)]
     pub record_type: TypeArg,
     /// Compression of the files; `auto` infers it from the name (.gz, .zlib/.zz).
@@ -37,7 +37,7 @@ pub struct Args {
 /// `--type`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
 pub enum TypeArg {
-    /// Decide per file from its first records.
+    /// Decide per file from its records (field 2 means SequenceExample).
     #[default]
     Auto,
     /// `tf.train.Example`.
@@ -52,8 +52,11 @@ pub enum CompressionArg {
     /// From the file name.
     #[default]
     Auto,
+    /// Plain framed records.
     None,
+    /// One gzip stream (several members read fully).
     Gzip,
+    /// One zlib stream.
     Zlib,
 }
 
@@ -192,7 +195,9 @@ fn print(
 ) -> anyhow::Result<Status> {
     match RecordJson::decode(index, record, record_type) {
         Ok(json) => {
-            serde_json::to_writer(&mut *out, &json).context("writing to stdout")?;
+            serde_json::to_writer(&mut *out, &json)
+                .map_err(io::Error::from)
+                .context("writing to stdout")?;
             out.write_all(b"\n").context("writing to stdout")?;
             Ok(Status::Ok)
         }

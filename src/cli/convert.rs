@@ -3,7 +3,7 @@
 //! [`tfpipe::convert`]; this file turns flags into options, shows progress,
 //! handles Ctrl-C and prints the summary.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,7 +15,6 @@ use tfpipe::convert::{
     self, ConvertError, CsvOptions, Format, IdxOptions, ImagesOptions, JsonOptions, Missing,
     OutputOptions, Phase, Sharding, Summary,
 };
-use tfpipe::example::Layout;
 use tfpipe::tfrecord::Compression;
 
 use super::Status;
@@ -227,11 +226,20 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     bar.finish_and_clear();
     match result {
         Ok(summary) => {
-            if args.json {
-                println!("{}", summary_json(&summary));
-            } else {
-                print_summary(&summary);
+            if !summary.stale_shards.is_empty() {
+                eprintln!(
+                    "tfpipe: warning: {} shard(s) of an earlier conversion share this prefix and match PREFIX-* (e.g. {}); remove them before reading with a glob",
+                    summary.stale_shards.len(),
+                    summary.stale_shards[0].display()
+                );
             }
+            let mut out = std::io::stdout().lock();
+            if args.json {
+                writeln!(out, "{}", summary_json(&summary))?;
+            } else {
+                print_summary(&mut out, &summary)?;
+            }
+            out.flush()?;
             Ok(Status::Ok)
         }
         Err(ConvertError::Interrupted) => {
@@ -260,32 +268,17 @@ fn mb(bytes: u64) -> f64 {
 }
 
 fn features_text(summary: &Summary) -> Vec<String> {
+    // The `--feature` text form, so the lines can be pasted into other commands.
     summary
         .schema
         .features
         .iter()
         .map(|f| {
-            let dtype = format!("{:?}", f.dtype).to_lowercase();
-            let shape = match &f.layout {
-                Layout::Fixed(s) if s.is_empty() => String::new(),
-                Layout::Fixed(s) => format!(
-                    ":{}",
-                    s.iter()
-                        .map(|d| d.to_string())
-                        .collect::<Vec<_>>()
-                        .join("x")
-                ),
-                Layout::Var => ":var".into(),
-                other => format!(":{other:?}"),
-            };
-            let mut text = format!("{}:{dtype}{shape}", f.name);
             if summary.schema.label.as_deref() == Some(f.name.as_str()) {
-                text.push_str(" (label)");
+                format!("{f} (label)")
+            } else {
+                f.to_string()
             }
-            if f.default.is_some() {
-                text.push_str(" (missing in some records: default)");
-            }
-            text
         })
         .collect()
 }
@@ -301,14 +294,16 @@ fn summary_json(s: &Summary) -> serde_json::Value {
         "schema": s.schema_path.display().to_string(),
         "features": features_text(s),
         "seconds": s.seconds,
+        "stale_shards": s.stale_shards.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
         "mb_per_sec_in": mb(s.bytes_in) / s.seconds.max(1e-9),
         "records_per_sec": s.records as f64 / s.seconds.max(1e-9),
     })
 }
 
-fn print_summary(s: &Summary) {
+fn print_summary(out: &mut impl Write, s: &Summary) -> std::io::Result<()> {
     let secs = s.seconds.max(1e-9);
-    println!(
+    writeln!(
+        out,
         "converted {} records in {:.3} s: {:.1} MB in ({:.1} MB/s, {:.0} records/s), {:.1} MB out",
         s.records,
         s.seconds,
@@ -316,24 +311,26 @@ fn print_summary(s: &Summary) {
         mb(s.bytes_in) / secs,
         s.records as f64 / secs,
         mb(s.bytes_out)
-    );
+    )?;
     match (s.shards.first(), s.shards.len()) {
-        (Some(first), 1) => println!("  shards       1: {}", first.display()),
-        (Some(first), n) => println!("  shards       {n}: {} ...", first.display()),
+        (Some(first), 1) => writeln!(out, "  shards       1: {}", first.display())?,
+        (Some(first), n) => writeln!(out, "  shards       {n}: {} ...", first.display())?,
         (None, _) => {}
     }
-    println!("  schema       {}", s.schema_path.display());
+    writeln!(out, "  schema       {}", s.schema_path.display())?;
     for (i, f) in features_text(s).iter().enumerate() {
-        println!("  {:<12} {f}", if i == 0 { "features" } else { "" });
+        writeln!(out, "  {:<12} {f}", if i == 0 { "features" } else { "" })?;
     }
-    println!("  rows skipped {}", s.rows_skipped);
+    writeln!(out, "  rows skipped {}", s.rows_skipped)?;
     for e in &s.bad_rows {
-        println!("    {e}");
+        writeln!(out, "    {e}")?;
     }
     if s.rows_skipped > s.bad_rows.len() as u64 {
-        println!(
+        writeln!(
+            out,
             "    ... and {} more",
             s.rows_skipped - s.bad_rows.len() as u64
-        );
+        )?;
     }
+    Ok(())
 }

@@ -1,12 +1,637 @@
-//! `tfpipe inspect`.
+//! `tfpipe inspect`: validate every record of each file and infer its schema.
+//!
+//! Each file is read to the end under [`OnCorruption::Skip`], so a record with
+//! a bad data CRC is counted and passed over, and lost framing (bad length CRC,
+//! truncation, a corrupt compressed stream) ends that file. Every record is
+//! also decoded; one that is not a valid protobuf message counts as corrupt.
+//! Problems go to stderr as `PATH: record N at byte M: <what>`.
+//!
+//! Record type: every record is decoded as a `SequenceExample`, whose field 1
+//! (`context`) has the same number and type as an `Example`'s `features`. A
+//! file is a `SequenceExample` file when any record has a top-level field 2
+//! (`feature_lists`), which an `Example` never has; otherwise it is an
+//! `Example` file and `context` is reported as `features`. `--type` overrides.
+//!
+//! The inferred schema gives each feature in the `--feature NAME:DTYPE[:SHAPE]`
+//! text form: the shape is omitted when every record holding the feature has
+//! exactly one value, is `N` when all have exactly N, and `var` otherwise; the
+//! comment says in how many records it is present (a feature missing from some
+//! records needs a default, or a `var` spec). Feature lists of a
+//! `SequenceExample` are listed with their step and value counts.
+//!
+//! Files are inspected in parallel (rayon); the report keeps the input order.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{self, Write};
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use prost::Message;
+use rayon::prelude::*;
+use serde::Serialize;
+use tfpipe::example::json::RecordType;
+use tfpipe::example::proto::{Feature, SequenceExample, feature};
+use tfpipe::tfrecord::{Compression, OnCorruption, ReaderOptions};
 
 use super::Status;
+use super::cat::{CompressionArg, TypeArg, open};
 
 /// Arguments of `tfpipe inspect`.
 #[derive(Debug, Default, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    /// The message in each record (`auto`: SequenceExample when any record has
+    /// feature lists).
+    #[arg(long = "type", value_enum, default_value_t = TypeArg::Auto)]
+    pub record_type: TypeArg,
+    /// Compression of the files; `auto` infers it from the name (.gz, .zlib/.zz).
+    #[arg(long, value_enum, default_value_t = CompressionArg::Auto)]
+    pub compression: CompressionArg,
+    /// TFRecord files (`-` reads standard input).
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+}
 
 /// Runs `tfpipe inspect`.
-pub fn run(_args: Args) -> anyhow::Result<Status> {
-    anyhow::bail!("inspect: not yet built")
+pub fn run(args: Args) -> anyhow::Result<Status> {
+    let reports: Vec<Result<FileReport, String>> = args
+        .files
+        .par_iter()
+        .map(|path| inspect_file(path, &args).map_err(|err| format!("{err:#}")))
+        .collect();
+
+    let mut status = Status::Ok;
+    let mut files = Vec::new();
+    for report in reports {
+        match report {
+            Ok(report) => {
+                for problem in &report.problems {
+                    eprintln!("{problem}");
+                }
+                if !report.problems.is_empty() && status == Status::Ok {
+                    status = Status::Problems;
+                }
+                files.push(report);
+            }
+            Err(err) => {
+                eprintln!("tfpipe: {err}");
+                status = Status::Error;
+            }
+        }
+    }
+    let total = Total::of(&files);
+
+    let stdout = io::stdout();
+    let mut out = stdout.lock();
+    if args.json {
+        let report = JsonReport {
+            files: files.iter().map(FileReport::json).collect(),
+            total: total.json(),
+        };
+        serde_json::to_writer_pretty(&mut out, &report)
+            .map_err(io::Error::from)
+            .context("writing to stdout")?;
+        writeln!(out).context("writing to stdout")?;
+    } else {
+        let mut text = String::new();
+        for file in &files {
+            file.write_text(&mut text);
+        }
+        if files.len() > 1 {
+            total.write_text(&mut text);
+        }
+        out.write_all(text.as_bytes())
+            .context("writing to stdout")?;
+    }
+    out.flush().context("writing to stdout")?;
+    Ok(status)
+}
+
+/// What one file holds.
+struct FileReport {
+    path: PathBuf,
+    compression: Compression,
+    record_type: RecordType,
+    /// Good records (valid framing and protobuf).
+    records: u64,
+    /// Bytes on disk (`None` for stdin).
+    file_bytes: Option<u64>,
+    /// Bytes of the uncompressed record stream that were read.
+    uncompressed_bytes: u64,
+    /// Records passed over for a bad data CRC.
+    skipped: u64,
+    /// Every problem, as `PATH: record N at byte M: <what>`.
+    problems: Vec<String>,
+    schema: SchemaStats,
+}
+
+/// Inspects one file; `Err` only for I/O errors that stop it from being read.
+fn inspect_file(path: &PathBuf, args: &Args) -> anyhow::Result<FileReport> {
+    let compression = args
+        .compression
+        .explicit()
+        .unwrap_or_else(|| Compression::from_path(path));
+    let options = ReaderOptions {
+        compression: Some(compression),
+        on_corruption: OnCorruption::Skip,
+        ..ReaderOptions::default()
+    };
+    let file_bytes = if path.as_os_str() == "-" {
+        None
+    } else {
+        let metadata =
+            std::fs::metadata(path).with_context(|| format!("{}: cannot open", path.display()))?;
+        Some(metadata.len())
+    };
+    let mut reader = open(path, options)?;
+    let mut schema = SchemaStats::default();
+    let mut problems = Vec::new();
+    let mut records = 0;
+    let mut has_lists = false;
+    loop {
+        let position = reader.position();
+        match reader.next_record() {
+            Ok(Some(raw)) => match SequenceExample::decode(raw) {
+                Ok(message) => {
+                    records += 1;
+                    has_lists |= RecordType::sniff(raw) == RecordType::Sequence;
+                    schema.add(&message);
+                }
+                Err(err) => problems.push((
+                    position.offset,
+                    format!(
+                        "{}: record {} at byte {}: not a valid tf.train.Example or SequenceExample: {err}",
+                        path.display(),
+                        position.record,
+                        position.offset
+                    ),
+                )),
+            },
+            Ok(None) => break,
+            Err(err) if err.is_corruption() => {
+                let offset = err.location().map_or(u64::MAX, |l| l.offset);
+                problems.push((offset, err.to_string()));
+                break;
+            }
+            Err(err) => return Err(err.into()),
+        }
+    }
+    let skipped = reader
+        .corruptions()
+        .iter()
+        .filter(|c| matches!(c.kind, tfpipe::tfrecord::CorruptionKind::DataCrc { .. }))
+        .count() as u64;
+    // The reader's corruptions (skipped records, the one that ended the file)
+    // and the records that did not decode, in stream order.
+    problems.extend(
+        reader
+            .corruptions()
+            .iter()
+            .map(|c| (c.location.offset, c.to_string())),
+    );
+    problems.sort_by_key(|(offset, _)| *offset);
+    let record_type = match args.record_type {
+        TypeArg::Example => RecordType::Example,
+        TypeArg::Sequence => RecordType::Sequence,
+        TypeArg::Auto if has_lists => RecordType::Sequence,
+        TypeArg::Auto => RecordType::Example,
+    };
+    Ok(FileReport {
+        path: path.clone(),
+        compression,
+        record_type,
+        records,
+        file_bytes,
+        uncompressed_bytes: reader.position().offset,
+        skipped,
+        problems: problems.into_iter().map(|(_, p)| p).collect(),
+        schema,
+    })
+}
+
+/// Counts over the features of many records.
+#[derive(Debug, Default, Clone)]
+struct SchemaStats {
+    records: u64,
+    /// `features` of an Example, `context` of a SequenceExample.
+    features: BTreeMap<String, FeatureStats>,
+    lists: BTreeMap<String, ListStats>,
+}
+
+impl SchemaStats {
+    fn add(&mut self, message: &SequenceExample) {
+        self.records += 1;
+        if let Some(context) = &message.context {
+            for (name, feature) in &context.feature {
+                self.features.entry(name.clone()).or_default().add(feature);
+            }
+        }
+        if let Some(lists) = &message.feature_lists {
+            for (name, list) in &lists.feature_list {
+                let stats = self.lists.entry(name.clone()).or_default();
+                stats.present += 1;
+                stats.steps.add(list.feature.len() as u64);
+                for step in &list.feature {
+                    stats.step.add(step);
+                }
+            }
+        }
+    }
+
+    fn merge(&mut self, other: &SchemaStats) {
+        self.records += other.records;
+        for (name, stats) in &other.features {
+            self.features.entry(name.clone()).or_default().merge(stats);
+        }
+        for (name, stats) in &other.lists {
+            let mine = self.lists.entry(name.clone()).or_default();
+            mine.present += stats.present;
+            mine.steps.merge(&stats.steps);
+            mine.step.merge(&stats.step);
+        }
+    }
+}
+
+/// A running min/max.
+#[derive(Debug, Default, Clone, Copy)]
+struct Range {
+    min: Option<u64>,
+    max: u64,
+}
+
+impl Range {
+    fn add(&mut self, n: u64) {
+        self.min = Some(self.min.map_or(n, |m| m.min(n)));
+        self.max = self.max.max(n);
+    }
+
+    fn merge(&mut self, other: &Range) {
+        if let Some(min) = other.min {
+            self.add(min);
+            self.add(other.max);
+        }
+    }
+
+    fn text(&self) -> String {
+        match self.min {
+            None => "no".into(),
+            Some(min) if min == self.max => min.to_string(),
+            Some(min) => format!("{min}-{}", self.max),
+        }
+    }
+}
+
+/// One feature key across records (or one feature list's steps).
+#[derive(Debug, Default, Clone)]
+struct FeatureStats {
+    /// Records (or steps) holding the key.
+    present: u64,
+    /// How many of those have a bytes, float, int64 list, or none.
+    kinds: [u64; 4],
+    /// Values per record, over those with a list set.
+    values: Range,
+}
+
+const KIND_NAMES: [&str; 3] = ["bytes_list", "float_list", "int64_list"];
+const DTYPES: [&str; 3] = ["bytes", "float32", "int64"];
+
+impl FeatureStats {
+    fn add(&mut self, feature: &Feature) {
+        self.present += 1;
+        let (kind, count) = match &feature.kind {
+            Some(feature::Kind::BytesList(l)) => (0, l.value.len()),
+            Some(feature::Kind::FloatList(l)) => (1, l.value.len()),
+            Some(feature::Kind::Int64List(l)) => (2, l.value.len()),
+            None => (3, 0),
+        };
+        self.kinds[kind] += 1;
+        if kind < 3 {
+            self.values.add(count as u64);
+        }
+    }
+
+    fn merge(&mut self, other: &FeatureStats) {
+        self.present += other.present;
+        for (mine, theirs) in self.kinds.iter_mut().zip(other.kinds) {
+            *mine += theirs;
+        }
+        self.values.merge(&other.values);
+    }
+
+    /// The one list kind seen, if exactly one was.
+    fn kind(&self) -> Option<usize> {
+        let seen: Vec<usize> = (0..3).filter(|&k| self.kinds[k] > 0).collect();
+        match seen[..] {
+            [k] => Some(k),
+            _ => None,
+        }
+    }
+
+    fn kind_name(&self) -> String {
+        let seen: Vec<&str> = (0..3)
+            .filter(|&k| self.kinds[k] > 0)
+            .map(|k| KIND_NAMES[k])
+            .collect();
+        match seen.len() {
+            0 => "no list set".into(),
+            _ => seen.join("+"),
+        }
+    }
+
+    /// The `--feature` spec, when one kind was seen.
+    fn spec(&self, name: &str) -> Option<String> {
+        let dtype = DTYPES[self.kind()?];
+        Some(match (self.values.min, self.values.max) {
+            (Some(1), 1) => format!("{name}:{dtype}"),
+            (Some(min), max) if min == max && min > 0 => format!("{name}:{dtype}:{min}"),
+            _ => format!("{name}:{dtype}:var"),
+        })
+    }
+
+    fn json(&self, name: &str) -> FeatureJson {
+        FeatureJson {
+            name: name.to_string(),
+            spec: self.spec(name),
+            kind: self.kind().map(|k| KIND_NAMES[k]),
+            present: self.present,
+            no_list_set: self.kinds[3],
+            min_values: self.values.min,
+            max_values: self.values.min.map(|_| self.values.max),
+        }
+    }
+}
+
+/// `3 values`, `0-6 values`, `1 value`.
+fn values_text(range: &Range) -> String {
+    let text = range.text();
+    if text == "1" {
+        "1 value".into()
+    } else {
+        format!("{text} values")
+    }
+}
+
+/// One feature list of a SequenceExample.
+#[derive(Debug, Default, Clone)]
+struct ListStats {
+    /// Records holding the list.
+    present: u64,
+    /// Steps per record.
+    steps: Range,
+    /// The steps' features.
+    step: FeatureStats,
+}
+
+impl FileReport {
+    fn write_text(&self, out: &mut String) {
+        let bytes = match self.file_bytes {
+            Some(n) if self.compression != Compression::None => {
+                format!("{n} bytes ({} uncompressed)", self.uncompressed_bytes)
+            }
+            Some(n) => format!("{n} bytes"),
+            None => format!("{} bytes uncompressed", self.uncompressed_bytes),
+        };
+        let _ = writeln!(
+            out,
+            "{}: {}, {} records, {bytes}, compression {}, {} skipped, {} corrupt",
+            self.path.display(),
+            self.record_type.message_name(),
+            self.records,
+            self.compression,
+            self.skipped,
+            self.problems.len(),
+        );
+        write_schema(out, &self.schema, self.record_type);
+    }
+
+    fn json(&self) -> FileJson {
+        FileJson {
+            path: self.path.display().to_string(),
+            record_type: self.record_type.message_name(),
+            compression: self.compression.to_string(),
+            records: self.records,
+            file_bytes: self.file_bytes,
+            uncompressed_bytes: self.uncompressed_bytes,
+            skipped: self.skipped,
+            corrupt: self.problems.len() as u64,
+            problems: self.problems.clone(),
+            schema: schema_json(&self.schema, self.record_type),
+        }
+    }
+}
+
+fn write_schema(out: &mut String, schema: &SchemaStats, record_type: RecordType) {
+    let records = schema.records;
+    if record_type == RecordType::Sequence {
+        let _ = writeln!(out, "  context:");
+    }
+    let width = schema
+        .features
+        .iter()
+        .map(|(name, f)| f.spec(name).map_or(0, |s| s.len()))
+        .max()
+        .unwrap_or(0);
+    for (name, stats) in &schema.features {
+        let with_list = stats.present - stats.kinds[3];
+        let mut note = match stats.spec(name) {
+            Some(spec) => format!(
+                "--feature {spec:width$}  # {} in {with_list}/{records} records, {}",
+                stats.kind_name(),
+                values_text(&stats.values)
+            ),
+            None if with_list == 0 => format!("# {name}: no dtype to infer"),
+            None => format!(
+                "# {name}: mixed kinds ({}) in {with_list}/{records} records, {}",
+                stats.kind_name(),
+                values_text(&stats.values)
+            ),
+        };
+        if stats.kinds[3] > 0 {
+            let _ = write!(note, ", no list set in {}/{records}", stats.kinds[3]);
+        }
+        let _ = writeln!(out, "  {note}");
+    }
+    if record_type == RecordType::Sequence {
+        let _ = writeln!(out, "  feature lists:");
+        for (name, stats) in &schema.lists {
+            let _ = writeln!(
+                out,
+                "  {name}: {} in {}/{records} records, {} steps, {} per step",
+                if stats.step.present == 0 {
+                    "no steps".to_string()
+                } else {
+                    stats.step.kind_name()
+                },
+                stats.present,
+                stats.steps.text(),
+                values_text(&stats.step.values)
+            );
+        }
+    }
+}
+
+fn schema_json(schema: &SchemaStats, record_type: RecordType) -> SchemaJson {
+    let features = schema
+        .features
+        .iter()
+        .map(|(name, stats)| stats.json(name))
+        .collect();
+    let feature_lists = (record_type == RecordType::Sequence).then(|| {
+        schema
+            .lists
+            .iter()
+            .map(|(name, stats)| ListJson {
+                name: name.clone(),
+                kind: stats.step.kind().map(|k| KIND_NAMES[k]),
+                present: stats.present,
+                min_steps: stats.steps.min,
+                max_steps: stats.steps.min.map(|_| stats.steps.max),
+                min_values_per_step: stats.step.values.min,
+                max_values_per_step: stats.step.values.min.map(|_| stats.step.values.max),
+            })
+            .collect()
+    });
+    SchemaJson {
+        records: schema.records,
+        features,
+        feature_lists,
+    }
+}
+
+/// All files together.
+struct Total {
+    files: usize,
+    records: u64,
+    file_bytes: u64,
+    uncompressed_bytes: u64,
+    skipped: u64,
+    corrupt: u64,
+    record_type: Option<RecordType>,
+    schema: SchemaStats,
+}
+
+impl Total {
+    fn of(files: &[FileReport]) -> Total {
+        let mut schema = SchemaStats::default();
+        for file in files {
+            schema.merge(&file.schema);
+        }
+        let mut types = files.iter().map(|f| f.record_type);
+        let first = types.next();
+        let record_type = if types.all(|t| Some(t) == first) {
+            first
+        } else {
+            None
+        };
+        Total {
+            files: files.len(),
+            records: files.iter().map(|f| f.records).sum(),
+            file_bytes: files.iter().filter_map(|f| f.file_bytes).sum(),
+            uncompressed_bytes: files.iter().map(|f| f.uncompressed_bytes).sum(),
+            skipped: files.iter().map(|f| f.skipped).sum(),
+            corrupt: files.iter().map(|f| f.problems.len() as u64).sum(),
+            record_type,
+            schema,
+        }
+    }
+
+    fn write_text(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "total: {} files, {} records, {} bytes ({} uncompressed), {} skipped, {} corrupt",
+            self.files,
+            self.records,
+            self.file_bytes,
+            self.uncompressed_bytes,
+            self.skipped,
+            self.corrupt
+        );
+        match self.record_type {
+            Some(record_type) => write_schema(out, &self.schema, record_type),
+            None => {
+                let _ = writeln!(
+                    out,
+                    "  (files hold different record types; no merged schema)"
+                );
+            }
+        }
+    }
+
+    fn json(&self) -> TotalJson {
+        TotalJson {
+            files: self.files,
+            records: self.records,
+            file_bytes: self.file_bytes,
+            uncompressed_bytes: self.uncompressed_bytes,
+            skipped: self.skipped,
+            corrupt: self.corrupt,
+            record_type: self.record_type.map(RecordType::message_name),
+            schema: self.record_type.map(|t| schema_json(&self.schema, t)),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct JsonReport {
+    files: Vec<FileJson>,
+    total: TotalJson,
+}
+
+#[derive(Serialize)]
+struct FileJson {
+    path: String,
+    record_type: &'static str,
+    compression: String,
+    records: u64,
+    file_bytes: Option<u64>,
+    uncompressed_bytes: u64,
+    skipped: u64,
+    corrupt: u64,
+    problems: Vec<String>,
+    schema: SchemaJson,
+}
+
+#[derive(Serialize)]
+struct TotalJson {
+    files: usize,
+    records: u64,
+    file_bytes: u64,
+    uncompressed_bytes: u64,
+    skipped: u64,
+    corrupt: u64,
+    record_type: Option<&'static str>,
+    schema: Option<SchemaJson>,
+}
+
+#[derive(Serialize)]
+struct SchemaJson {
+    records: u64,
+    features: Vec<FeatureJson>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    feature_lists: Option<Vec<ListJson>>,
+}
+
+#[derive(Serialize)]
+struct FeatureJson {
+    name: String,
+    spec: Option<String>,
+    kind: Option<&'static str>,
+    present: u64,
+    no_list_set: u64,
+    min_values: Option<u64>,
+    max_values: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct ListJson {
+    name: String,
+    kind: Option<&'static str>,
+    present: u64,
+    min_steps: Option<u64>,
+    max_steps: Option<u64>,
+    min_values_per_step: Option<u64>,
+    max_values_per_step: Option<u64>,
 }

@@ -18,7 +18,7 @@ use csv::{ByteRecord, ReaderBuilder};
 use super::encode::ExampleEncoder;
 use super::error::{ConvertError, SourceLocation, quote};
 use super::infer::{self, Column, Kind, classify, fits, parse_f32, parse_i64, trim};
-use super::output::{BadRows, Chunk, Ctx, Finished, Input, ShardSink, finish, plan_shards};
+use super::output::{BadRows, Chunk, Ctx, Finished, Input, finish, plan_shards};
 use super::{Missing, Phase, Summary};
 use crate::example::DType;
 
@@ -87,6 +87,8 @@ struct Shape<'a> {
     label: Option<usize>,
     na: &'a [Vec<u8>],
     delimiter: u8,
+    /// The columns `check` looks at: declared ones and the label.
+    checked: Vec<usize>,
 }
 
 impl Shape<'_> {
@@ -97,12 +99,10 @@ impl Shape<'_> {
 
     /// Judges a row; the same verdict in both passes. `Err` carries the
     /// field index (or none for a ragged row) and the problem.
-    fn check(&self, record: &ByteRecord) -> Result<(), (Option<usize>, String)> {
-        if record.len() != self.names.len() {
-            let shown = record
-                .iter()
-                .take(3)
-                .map(quote)
+    fn check(&self, row: &Row<'_>) -> Result<(), (Option<usize>, String)> {
+        if row.len() != self.names.len() {
+            let shown = (0..row.len().min(3))
+                .map(|i| quote(row.get(i)))
                 .collect::<Vec<_>>()
                 .join(", ");
             return Err((
@@ -110,13 +110,14 @@ impl Shape<'_> {
                 format!(
                     "ragged row: expected {} fields (as the header), found {} (row starts {shown}{})",
                     self.names.len(),
-                    record.len(),
-                    if record.len() > 3 { ", ..." } else { "" }
+                    row.len(),
+                    if row.len() > 3 { ", ..." } else { "" }
                 ),
             ));
         }
-        for (i, declared) in self.declared.iter().enumerate() {
-            let raw = &record[i];
+        // Only declared columns and the label can make a row bad.
+        for &i in &self.checked {
+            let raw = row.get(i);
             let value = trim(raw);
             if self.is_missing(value) {
                 if Some(i) == self.label {
@@ -130,7 +131,7 @@ impl Shape<'_> {
                 }
                 continue;
             }
-            if let Some(dtype) = declared
+            if let Some(dtype) = &self.declared[i]
                 && !fits(classify(value), *dtype)
             {
                 let example = match dtype {
@@ -336,6 +337,9 @@ pub(crate) fn convert(
         label,
         na: &na,
         delimiter: d,
+        checked: (0..names.len())
+            .filter(|&i| declared[i].is_some() || Some(i) == label)
+            .collect(),
     };
 
     let mut tasks = Vec::new();
@@ -432,33 +436,20 @@ pub(crate) fn convert(
     let mut order: Vec<usize> = (0..ncols).collect();
     order.sort_by(|&a, &b| names[a].as_bytes().cmp(names[b].as_bytes()));
     let plan = plan_shards(rows, ctx.options.sharding, bytes_total);
-    let mut sink = ShardSink::new(ctx.options, plan);
     ctx.begin_phase(Phase::Encoding, bytes_total);
+    let any_bad = bad.count > 0;
     let encode_tasks: Vec<(usize, &Task)> = tasks.iter().enumerate().collect();
-    ctx.run_ordered(
-        encode_tasks,
-        |(i, task)| {
-            encode(
-                &files[task.file],
-                task,
-                line_base[i],
-                &shape,
-                &columns,
-                &order,
-            )
-        },
-        |chunk: Chunk| {
-            sink.write_chunk(&chunk)?;
-            ctx.advance(
-                Phase::Encoding,
-                bytes_total,
-                chunk.bytes_in,
-                chunk.ends.len() as u64,
-            );
-            Ok(())
-        },
-    )?;
-    let shards = sink.finish()?;
+    let shards = ctx.write_shards(&plan, bytes_total, encode_tasks, |(i, task)| {
+        encode(
+            &files[task.file],
+            task,
+            line_base[i],
+            &shape,
+            &columns,
+            &order,
+            any_bad,
+        )
+    })?;
 
     let schema = infer::tabular_schema(&columns, options.label.as_deref(), options.missing);
     let extra = infer::columns_metadata(&columns);
@@ -505,7 +496,7 @@ fn scan(file: &File, task: &Task, shape: &Shape<'_>, skip: bool) -> Result<Scan,
     let data = &file.data[task.start..task.end];
     let mut s = Scan {
         rows: 0,
-        newlines: data.iter().filter(|&&b| b == b'\n').count() as u64,
+        newlines: memchr::memchr_iter(b'\n', data).count() as u64,
         kinds: vec![Kind::Empty; n],
         present: vec![0; n],
         missing: vec![0; n],
@@ -513,23 +504,12 @@ fn scan(file: &File, task: &Task, shape: &Shape<'_>, skip: bool) -> Result<Scan,
         bad: BadRows::default(),
         bytes: data.len() as u64,
     };
-    let mut rdr = reader(shape.delimiter, data);
-    let mut record = ByteRecord::new();
-    loop {
-        let pos = rdr.position().clone();
-        match rdr.read_byte_record(&mut record) {
-            Ok(true) => {}
-            Ok(false) | Err(_) => break,
-        }
-        if let Err((field, problem)) = shape.check(&record) {
+    let mut rows = Rows::new(data, shape.delimiter);
+    while let Some((row, start, line)) = rows.next_row() {
+        if let Err((field, problem)) = shape.check(&row) {
             // Lines are chunk-relative here; the caller makes them absolute.
-            let e = shape.bad_row(
-                &file.path,
-                pos.line(),
-                (task.start as u64) + pos.byte(),
-                field,
-                problem,
-            );
+            let at = field.and_then(|f| row.offset(f)).unwrap_or(start);
+            let e = shape.bad_row(&file.path, line, (task.start + at) as u64, field, problem);
             if !skip {
                 return Err(e);
             }
@@ -542,7 +522,7 @@ fn scan(file: &File, task: &Task, shape: &Shape<'_>, skip: bool) -> Result<Scan,
         }
         s.rows += 1;
         for c in 0..n {
-            let value = trim(&record[c]);
+            let value = trim(row.get(c));
             if shape.is_missing(value) {
                 s.missing[c] += 1;
                 continue;
@@ -567,28 +547,30 @@ fn encode(
     shape: &Shape<'_>,
     columns: &[Column],
     order: &[usize],
+    any_bad: bool,
 ) -> Result<Chunk, ConvertError> {
     let data = &file.data[task.start..task.end];
     let mut chunk = Chunk {
-        data: Vec::with_capacity(data.len() + data.len() / 2),
-        ends: Vec::new(),
         bytes_in: data.len() as u64,
+        ..Chunk::default()
     };
-    let mut rdr = reader(shape.delimiter, data);
-    let mut record = ByteRecord::new();
-    let mut enc = ExampleEncoder::default();
-    loop {
-        let pos = rdr.position().clone();
-        match rdr.read_byte_record(&mut record) {
-            Ok(true) => {}
-            Ok(false) | Err(_) => break,
-        }
-        if shape.check(&record).is_err() {
-            continue; // counted (or fatal) in the first pass
+    let mut rows = Rows::new(data, shape.delimiter);
+    // Numeric rows grow about 2.5x as Examples.
+    let mut enc = ExampleEncoder::with_capacity(data.len() * 5 / 2);
+    while let Some((row, start, line)) = rows.next_row() {
+        // Bad rows were counted (or were fatal) in the first pass; when it
+        // found none, only the cheap field count is checked here.
+        let bad = if any_bad {
+            shape.check(&row).is_err()
+        } else {
+            row.len() != shape.names.len()
+        };
+        if bad {
+            continue;
         }
         enc.begin();
         for &c in order {
-            let raw = &record[c];
+            let raw = row.get(c);
             let value = trim(raw);
             if shape.is_missing(value) {
                 continue;
@@ -614,8 +596,8 @@ fn encode(
                 // Only if the input changed between the passes.
                 return Err(shape.bad_row(
                     &file.path,
-                    line_base + pos.line() - 1,
-                    task.start as u64 + pos.byte(),
+                    line_base + line - 1,
+                    (task.start + row.offset(c).unwrap_or(start)) as u64,
                     Some(c),
                     format!(
                         "{} does not parse as {} although the first pass said it would: did the file change?",
@@ -625,8 +607,296 @@ fn encode(
                 ));
             }
         }
-        enc.finish_into(&mut chunk.data);
-        chunk.end_record();
+        enc.end();
     }
+    chunk.fill(enc);
     Ok(chunk)
+}
+
+/// One row's fields, as ranges into `buf`.
+struct Row<'r> {
+    buf: &'r [u8],
+    ranges: &'r [(usize, usize)],
+    /// Whether `buf` is the chunk itself (so ranges are input offsets).
+    raw: bool,
+}
+
+impl<'r> Row<'r> {
+    fn len(&self) -> usize {
+        self.ranges.len()
+    }
+
+    #[inline]
+    fn get(&self, i: usize) -> &'r [u8] {
+        self.ranges
+            .get(i)
+            .map_or(&[][..], |&(a, b)| &self.buf[a..b])
+    }
+
+    /// The chunk offset of field `i`, when known exactly.
+    fn offset(&self, i: usize) -> Option<usize> {
+        self.raw.then(|| self.ranges.get(i).map(|r| r.0)).flatten()
+    }
+}
+
+/// Reads the rows of a chunk. A chunk without quotes and without lone
+/// carriage returns is split by a simple byte loop (several times faster than
+/// the general parser, and the common case for numeric data); any other
+/// chunk goes through the `csv` crate. Both give the same rows (a test feeds
+/// the same inputs through both), skipping blank lines as `csv` does.
+struct Rows<'a> {
+    data: &'a [u8],
+    /// Simple path: finds delimiters and line ends eight bytes at a time.
+    hits: Hits,
+    pos: usize,
+    /// 1-based line of the next row (simple path).
+    line: u64,
+    ranges: Vec<(usize, usize)>,
+    parser: Option<(csv::Reader<&'a [u8]>, ByteRecord)>,
+}
+
+/// Finds every delimiter and line end with SWAR (eight bytes per step in a
+/// u64; a set high bit marks a matching byte), so a hit costs a few
+/// instructions: fields in numeric CSV are short, and a search that restarts
+/// at every hit (memchr2) spent more time restarting than searching.
+struct Hits {
+    delimiter: u64,
+    /// Start of the word `mask` describes.
+    word: usize,
+    /// Start of the next word to load.
+    next_word: usize,
+    /// High bit of byte k set: `word + k` is a hit not yet returned.
+    mask: u64,
+    pad: u8,
+}
+
+impl Hits {
+    const LO7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    const NEWLINES: u64 = 0x0a0a_0a0a_0a0a_0a0a;
+
+    fn new(delimiter: u8) -> Self {
+        Hits {
+            delimiter: u64::from_ne_bytes([delimiter; 8]),
+            word: 0,
+            next_word: 0,
+            mask: 0,
+            // Padding for the last partial word must match neither byte.
+            pad: if delimiter == 0 { 1 } else { 0 },
+        }
+    }
+
+    /// High bit set in each zero byte of `x`, exactly (no false positives).
+    #[inline]
+    fn zero_bytes(x: u64) -> u64 {
+        !(((x & Self::LO7).wrapping_add(Self::LO7)) | x | Self::LO7)
+    }
+
+    #[inline]
+    fn next(&mut self, data: &[u8]) -> Option<usize> {
+        loop {
+            if self.mask != 0 {
+                let k = self.mask.trailing_zeros() as usize / 8;
+                self.mask &= self.mask - 1;
+                return Some(self.word + k);
+            }
+            let at = self.next_word;
+            let w = match data.get(at..at + 8) {
+                Some(bytes) => {
+                    let mut b = [0u8; 8];
+                    b.copy_from_slice(bytes);
+                    u64::from_le_bytes(b)
+                }
+                None if at < data.len() => {
+                    let mut b = [self.pad; 8];
+                    b[..data.len() - at].copy_from_slice(&data[at..]);
+                    u64::from_le_bytes(b)
+                }
+                None => return None,
+            };
+            self.word = at;
+            self.next_word = at + 8;
+            self.mask = Self::zero_bytes(w ^ self.delimiter) | Self::zero_bytes(w ^ Self::NEWLINES);
+        }
+    }
+}
+
+/// Whether every carriage return is part of a CRLF.
+fn only_crlf(data: &[u8]) -> bool {
+    memchr::memchr_iter(b'\r', data).all(|i| data.get(i + 1) == Some(&b'\n'))
+}
+
+impl<'a> Rows<'a> {
+    fn new(data: &'a [u8], delimiter: u8) -> Self {
+        let simple = memchr::memchr(b'"', data).is_none() && only_crlf(data);
+        Rows {
+            data,
+            hits: Hits::new(delimiter),
+            pos: 0,
+            line: 1,
+            ranges: Vec::new(),
+            parser: (!simple).then(|| (reader(delimiter, data), ByteRecord::new())),
+        }
+    }
+
+    /// The next row, its byte offset and its 1-based line in the chunk.
+    fn next_row(&mut self) -> Option<(Row<'_>, usize, u64)> {
+        if let Some((rdr, record)) = &mut self.parser {
+            // The byte-record reader fails only on I/O, impossible on a slice.
+            if !rdr.read_byte_record(record).unwrap_or(false) {
+                return None;
+            }
+            // Where the record starts (the reader's own position may still
+            // be before a preceding line end).
+            let (mut byte, mut line) = record
+                .position()
+                .map_or((0, 1), |p| (p.byte() as usize, p.line()));
+            // csv counts the line ends before a record as part of it; a
+            // record itself never starts with one (a quoted field starts
+            // with a quote), so skip them for the exact start.
+            while let Some(&c) = self.data.get(byte) {
+                match c {
+                    b'\n' => line += 1,
+                    b'\r' => {}
+                    _ => break,
+                }
+                byte += 1;
+            }
+            self.ranges.clear();
+            for i in 0..record.len() {
+                if let Some(r) = record.range(i) {
+                    self.ranges.push((r.start, r.end));
+                }
+            }
+            let buf = self.parser.as_ref().map_or(&[][..], |(_, r)| r.as_slice());
+            let row = Row {
+                buf,
+                ranges: &self.ranges,
+                raw: false,
+            };
+            return Some((row, byte, line));
+        }
+        let data = self.data;
+        let n = data.len();
+        loop {
+            match data.get(self.pos) {
+                None => return None,
+                Some(b'\n') => self.pos += 1,
+                Some(b'\r') if data.get(self.pos + 1) == Some(&b'\n') => self.pos += 2,
+                Some(_) => break,
+            }
+            self.line += 1;
+        }
+        let start = self.pos;
+        self.ranges.clear();
+        let mut field = start;
+        let mut i = n;
+        while let Some(hit) = self.hits.next(data) {
+            if hit < start {
+                continue; // a blank line skipped above
+            }
+            if data[hit] == b'\n' {
+                i = hit;
+                break;
+            }
+            self.ranges.push((field, hit));
+            field = hit + 1;
+        }
+        let mut end = i;
+        if end > field && data[end - 1] == b'\r' {
+            end -= 1;
+        }
+        self.ranges.push((field, end));
+        self.pos = (i + 1).min(n);
+        let line = self.line;
+        self.line += 1;
+        let row = Row {
+            buf: data,
+            ranges: &self.ranges,
+            raw: true,
+        };
+        Some((row, start, line))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Split = Vec<(Vec<Vec<u8>>, usize, u64)>;
+
+    fn both(text: &str, delimiter: u8) -> (Split, Split) {
+        let collect = |mut rows: Rows<'_>| {
+            let mut out = Vec::new();
+            while let Some((row, start, line)) = rows.next_row() {
+                out.push((
+                    (0..row.len()).map(|i| row.get(i).to_vec()).collect(),
+                    start,
+                    line,
+                ));
+            }
+            out
+        };
+        let data = text.as_bytes();
+        let simple = Rows::new(data, delimiter);
+        assert!(
+            simple.parser.is_none(),
+            "{text:?} should take the simple path"
+        );
+        let general = Rows {
+            parser: Some((reader(delimiter, data), ByteRecord::new())),
+            ..Rows::new(data, delimiter)
+        };
+        (collect(simple), collect(general))
+    }
+
+    #[test]
+    fn simple_splitter_agrees_with_the_csv_parser() {
+        for text in [
+            "1,2,3\n4,5,6\n",
+            "1,2,3\r\n4,5,6",
+            "a,b\n\n\nc,d\n",
+            "\r\n\na\n,\n,,\n x , y \n",
+            "",
+            "\n\n",
+            "only",
+            "1;2\n3;4\n",
+        ] {
+            let (simple, general) = both(text, if text.contains(';') { b';' } else { b',' });
+            assert_eq!(simple, general, "{text:?}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn simple_splitter_agrees_on_random_input(text in "[a-c0-9,\n ]{0,60}(\r\n[0-9,]{0,5})?") {
+            let (simple, general) = both(&text, b',');
+            proptest::prop_assert_eq!(simple, general);
+        }
+    }
+
+    #[test]
+    fn swar_hits_find_every_delimiter_and_line_end() {
+        for delimiter in [b',', b'\t', 0u8, 0x8a] {
+            let data: Vec<u8> = (0..=255u8)
+                .chain([b',', b'\n', 0, 0x8a, b'\t'])
+                .cycle()
+                .take(1000)
+                .collect();
+            let expected: Vec<usize> = (0..data.len())
+                .filter(|&i| data[i] == delimiter || data[i] == b'\n')
+                .collect();
+            for len in [0, 1, 7, 8, 9, 100, 1000] {
+                let mut hits = Hits::new(delimiter);
+                let got: Vec<usize> = std::iter::from_fn(|| hits.next(&data[..len])).collect();
+                let want: Vec<usize> = expected.iter().copied().filter(|&i| i < len).collect();
+                assert_eq!(got, want, "delimiter {delimiter} len {len}");
+            }
+        }
+    }
+
+    #[test]
+    fn quotes_and_lone_carriage_returns_take_the_parser() {
+        assert!(Rows::new(b"a,\"b\"\n", b',').parser.is_some());
+        assert!(Rows::new(b"a\rb\n", b',').parser.is_some());
+    }
 }

@@ -97,7 +97,44 @@ pub(crate) fn parse_i64(b: &[u8]) -> Option<i64> {
 /// Parses a number as float32 (correctly rounded; also `inf`, `nan`).
 #[inline]
 pub(crate) fn parse_f32(b: &[u8]) -> Option<f32> {
-    std::str::from_utf8(b).ok()?.parse::<f32>().ok()
+    fast_f32(b).or_else(|| std::str::from_utf8(b).ok()?.parse::<f32>().ok())
+}
+
+/// Clinger's fast path: a plain decimal `[+-]digits[.digits]` whose digits,
+/// as an integer m, are at most 2^24 with at most 10 decimals. Then m and
+/// 10^k are exact in f32 and one IEEE division rounds correctly, so the
+/// result equals the correctly rounded parse. `None` for anything else.
+#[inline]
+fn fast_f32(b: &[u8]) -> Option<f32> {
+    const POW10: [f32; 11] = [1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10];
+    let (neg, digits) = match b {
+        [b'-', rest @ ..] => (true, rest),
+        [b'+', rest @ ..] => (false, rest),
+        _ => (false, b),
+    };
+    if digits.is_empty() || digits.len() > 12 {
+        return None;
+    }
+    let mut m: u64 = 0;
+    let mut n = 0;
+    let mut decimals = None;
+    for (i, &c) in digits.iter().enumerate() {
+        let d = c.wrapping_sub(b'0');
+        if d <= 9 {
+            m = m * 10 + u64::from(d);
+            n += 1;
+        } else if c == b'.' && decimals.is_none() {
+            decimals = Some(digits.len() - i - 1);
+        } else {
+            return None;
+        }
+    }
+    let k = decimals.unwrap_or(0);
+    if n == 0 || m > (1 << 24) || k > 10 {
+        return None;
+    }
+    let v = m as f32 / POW10[k];
+    Some(if neg { -v } else { v })
 }
 
 /// Classifies a trimmed, non-missing value.
@@ -358,6 +395,12 @@ mod tests {
     }
 
     proptest::proptest! {
+        #[test]
+        fn fast_float_parse_equals_std(text in "[-+]?[0-9]{0,9}(\\.[0-9]{0,10})?") {
+            let std = std::str::from_utf8(text.as_bytes()).unwrap().parse::<f32>().ok();
+            proptest::prop_assert_eq!(parse_f32(text.as_bytes()).map(f32::to_bits), std.map(f32::to_bits));
+        }
+
         #[test]
         fn classification_agrees_with_parsers(text in "[-+]?[0-9]{0,20}(\\.[0-9]{0,5})?([eE][-+]?[0-9]{0,3})?") {
             let kind = classify(text.as_bytes());

@@ -22,6 +22,9 @@ pub(crate) const TICK: Duration = Duration::from_millis(20);
 
 pub(crate) struct Autotuner {
     max: usize,
+    /// Calls since the clock was last read: the clock is read every 16th
+    /// call only, since a per-element stage calls this per element.
+    calls: u32,
     last: Instant,
     busy_ns: u64,
     wait_in_ns: u64,
@@ -33,6 +36,7 @@ impl Autotuner {
     pub(crate) fn new(max: usize) -> Autotuner {
         Autotuner {
             max: max.max(1),
+            calls: 0,
             last: Instant::now(),
             busy_ns: 0,
             wait_in_ns: 0,
@@ -49,6 +53,11 @@ impl Autotuner {
         downstream_wait: Duration,
         current: usize,
     ) -> Option<usize> {
+        self.calls += 1;
+        if self.calls < 16 {
+            return None;
+        }
+        self.calls = 0;
         let now = Instant::now();
         let interval = now.duration_since(self.last);
         if interval < TICK {

@@ -37,7 +37,7 @@ impl<T: Send + 'static> Pipeline<T> {
                 }
                 let mut clock = Clock::start();
                 let out = loop {
-                    match clock.pull(&mut up) {
+                    match clock.pull_next(&mut up) {
                         Some(Event::Item(Ok(item))) => {
                             batch.push(item);
                             if batch.len() == size {

@@ -8,7 +8,9 @@
 //!
 //! Sequentially (no parallelism), slots are plain streams pulled on the
 //! consumer's thread. With parallelism `p`, each open slot has a producer
-//! thread filling a bounded channel of `2 * block_length` elements, and a
+//! thread filling a bounded channel of two chunks (`chunk` = whole blocks,
+//! at least 256 elements: one channel operation per chunk, not per
+//! element), and a
 //! counting semaphore lets at most `p` of them compute at once (a producer
 //! holds a permit only while pulling a block, never while blocked on a full
 //! channel, so a slow consumer cannot deadlock the others). Non-deterministic
@@ -140,6 +142,13 @@ impl<T: Send + 'static> Pipeline<T> {
     }
 }
 
+/// Producers send whole blocks, at least `CHUNK_MIN` events per message: one
+/// channel operation per chunk, not per element.
+type Chunk<U> = Vec<Event<U>>;
+
+/// The smallest chunk a producer sends (fewer at the end of an input).
+const CHUNK_MIN: usize = 256;
+
 type OpenFn<T, U> = Box<dyn Fn(T) -> Pipeline<U> + Send + Sync>;
 
 /// A counting semaphore whose limit the autotuner can change.
@@ -191,7 +200,9 @@ impl Permits {
 enum Slot<U> {
     Local(Stream<U>),
     Remote {
-        rx: Receiver<Event<U>>,
+        rx: Receiver<Chunk<U>>,
+        /// The rest of the chunk being consumed.
+        pending: std::vec::IntoIter<Event<U>>,
         _worker: Worker,
     },
 }
@@ -258,11 +269,13 @@ impl<T: Send + 'static, U: Send + 'static> InterleaveStream<T, U> {
         let Some(permits) = &self.permits else {
             return Ok(Slot::Local(pipeline.build_stream(&self.nested)));
         };
-        let capacity = 2 * self.options.block_length;
-        let (tx, rx) = bounded(capacity);
+        let (tx, rx) = bounded::<Chunk<U>>(2);
         let panic_tx = tx.clone();
         let stage = self.counters.name().to_string();
-        let block = self.options.block_length;
+        // Whole blocks per chunk, at least CHUNK_MIN elements: a handoff
+        // between threads can cost a scheduler time slice on a busy machine,
+        // so each one should move plenty of work.
+        let block = self.options.block_length * CHUNK_MIN.div_ceil(self.options.block_length);
         let (nested, permits, stop, counters) = (
             self.nested.clone(),
             Arc::clone(permits),
@@ -293,28 +306,34 @@ impl<T: Send + 'static, U: Send + 'static> InterleaveStream<T, U> {
                 }
                 permits.release();
                 counters.add_busy(t1.elapsed());
-                for event in chunk.drain(..) {
-                    match tx.try_send(event) {
-                        Ok(()) => {}
-                        Err(TrySendError::Full(event)) => {
-                            let t = Instant::now();
-                            let sent = tx.send(event);
-                            counters.add_blocked_out(t.elapsed());
-                            if sent.is_err() {
-                                return;
-                            }
+                if chunk.is_empty() {
+                    continue;
+                }
+                let full = std::mem::replace(&mut chunk, Vec::with_capacity(block));
+                match tx.try_send(full) {
+                    Ok(()) => {}
+                    Err(TrySendError::Full(full)) => {
+                        let t = Instant::now();
+                        let sent = tx.send(full);
+                        counters.add_blocked_out(t.elapsed());
+                        if sent.is_err() {
+                            return;
                         }
-                        Err(TrySendError::Disconnected(_)) => return,
                     }
+                    Err(TrySendError::Disconnected(_)) => return,
                 }
             }
         };
         let on_panic = move |message| {
-            let _ = panic_tx.send(Event::Item(Err(PipelineError::Panic { stage, message })));
+            let _ = panic_tx.send(vec![Event::Item(Err(PipelineError::Panic {
+                stage,
+                message,
+            }))]);
         };
         let worker = Worker::spawn(self.env.live(), "interleave", body, on_panic)?;
         Ok(Slot::Remote {
             rx,
+            pending: Vec::new().into_iter(),
             _worker: worker,
         })
     }
@@ -329,13 +348,25 @@ impl<T: Send + 'static, U: Send + 'static> InterleaveStream<T, U> {
                     self.counters.add_busy(t.elapsed());
                     e
                 }
-                Slot::Remote { rx, .. } => match rx.try_recv() {
-                    Ok(e) => Some(e),
-                    Err(_) => {
-                        let t = Instant::now();
-                        let e = rx.recv().ok();
-                        self.waited += t.elapsed();
-                        e
+                Slot::Remote { rx, pending, .. } => match pending.next() {
+                    Some(e) => Some(e),
+                    None => {
+                        let chunk = match rx.try_recv() {
+                            Ok(c) => Ok(c),
+                            Err(_) => {
+                                let t = Instant::now();
+                                let c = rx.recv();
+                                self.waited += t.elapsed();
+                                c
+                            }
+                        };
+                        match chunk {
+                            Ok(chunk) => {
+                                *pending = chunk.into_iter();
+                                continue;
+                            }
+                            Err(_) => None,
+                        }
                     }
                 },
             };
@@ -354,7 +385,20 @@ impl<T: Send + 'static, U: Send + 'static> InterleaveStream<T, U> {
     /// are remote in parallel mode).
     fn pull_any(&mut self) -> Option<Event<U>> {
         loop {
-            let open: Vec<(usize, Receiver<Event<U>>)> = self
+            // First what was already received, from the current slot on.
+            let n = self.slots.len();
+            for k in 0..n {
+                let i = (self.current + k) % n;
+                if let Some(Slot::Remote { pending, .. }) = &mut self.slots[i] {
+                    for event in pending.by_ref() {
+                        if !matches!(event, Event::EpochEnd(_)) {
+                            self.current = i;
+                            return Some(event);
+                        }
+                    }
+                }
+            }
+            let open: Vec<(usize, Receiver<Chunk<U>>)> = self
                 .slots
                 .iter()
                 .enumerate()
@@ -374,11 +418,15 @@ impl<T: Send + 'static, U: Send + 'static> InterleaveStream<T, U> {
             let op = select.select();
             self.waited += t.elapsed();
             let (index, rx) = &open[op.index()];
-            match op.recv(rx).ok() {
-                Some(Event::EpochEnd(_)) => {}
-                Some(event) => return Some(event),
-                None => {
-                    let index = *index;
+            let index = *index;
+            match op.recv(rx) {
+                Ok(chunk) => {
+                    if let Some(Slot::Remote { pending, .. }) = &mut self.slots[index] {
+                        *pending = chunk.into_iter();
+                    }
+                    self.current = index;
+                }
+                Err(_) => {
                     drop(open);
                     self.slots[index] = None; // joins the producer
                     if let Some(err) = self.fill() {
@@ -412,9 +460,7 @@ impl<T: Send + 'static, U: Send + 'static> InterleaveStream<T, U> {
                 if let Some(marker) = self.paused.take() {
                     return Some(Event::EpochEnd(marker));
                 }
-                if self.input.is_none() {
-                    return None;
-                }
+                self.input.as_ref()?;
                 continue;
             }
             if self.permits.is_some() && !self.options.deterministic {

@@ -33,7 +33,7 @@
 //! |---|---|---|
 //! | [`prefetch(n)`](Pipeline::prefetch) | 1 | channel of `n` |
 //! | [`map_parallel(p, ..)`](Pipeline::map_parallel) | `p` (Auto: up to the cores) | reorder window `W = 2 * max(p) + 2` |
-//! | [`interleave`](Pipeline::interleave) with parallelism `p` | one per open input (`cycle_length`), at most `p` computing at once | `cycle_length * 2 * block_length` |
+//! | [`interleave`](Pipeline::interleave) with parallelism `p` | one per open input (`cycle_length`), at most `p` computing at once | `cycle_length` channels of 2 chunks (>= 256 elements each) |
 //!
 //! Every edge between threads is a bounded crossbeam channel carrying
 //! `Result<T, PipelineError>` (plus epoch markers). Thread counts are explicit:
@@ -60,7 +60,9 @@
 //!       + batch_size                                 (per batch, the one being filled)
 //!       + prefetch_n + 2                             (per prefetch: channel + one in each hand)
 //!       + W + p                                      (per map_parallel: window + one per worker)
-//!       + cycle_length * (3 * block_length + 1)      (per parallel interleave)
+//!       + cycle_length * 4 * chunk                  (per parallel interleave: 2 chunks queued,
+//!                                                   one being read, one being consumed;
+//!                                                   chunk = block_length rounded up to >= 256)
 //!       + cycle_length                               (per sequential interleave)
 //!       + 1                                          (in the consumer's hand)
 //! ```
@@ -551,13 +553,17 @@ pub(crate) fn byte_size<T: 'static>(element: &T) -> u64 {
 /// Splits a fused stage's time into busy and waiting-for-input.
 pub(crate) struct Clock {
     start: Instant,
+    /// The last time read: where a [`pull_next`](Self::pull_next) starts.
+    last: Instant,
     waited: Duration,
 }
 
 impl Clock {
     pub(crate) fn start() -> Clock {
+        let now = Instant::now();
         Clock {
-            start: Instant::now(),
+            start: now,
+            last: now,
             waited: Duration::ZERO,
         }
     }
@@ -566,7 +572,21 @@ impl Clock {
     pub(crate) fn pull<T>(&mut self, upstream: &mut Stream<T>) -> Option<Event<T>> {
         let t = Instant::now();
         let event = upstream.next();
-        self.waited += t.elapsed();
+        self.last = Instant::now();
+        self.waited += self.last - t;
+        event
+    }
+
+    /// Like [`pull`](Self::pull) with one clock read instead of two: the
+    /// wait is counted from the previous reading, so the stage's own work
+    /// since then counts as waiting. Only for stages whose work between pulls
+    /// is trivial (batch's push, shuffle's buffer insert): on the hot path a
+    /// clock read costs about as much as that work.
+    pub(crate) fn pull_next<T>(&mut self, upstream: &mut Stream<T>) -> Option<Event<T>> {
+        let event = upstream.next();
+        let now = Instant::now();
+        self.waited += now - self.last;
+        self.last = now;
         event
     }
 

@@ -27,12 +27,17 @@ impl<T: Send + 'static> Pipeline<T> {
         let inner = self.clone();
         let error = self.error.clone();
         let mut out = Pipeline::from_build(move |env: &Env| {
-            let mut counters = None;
             let inner = inner.clone();
             let env = env.clone();
             let mut epoch = 0u64;
-            let mut current: Option<Stream<T>> = None;
+            // The first pass is built now, at start, like every other stage
+            // (its threads start prefetching at once).
+            let mut current: Option<Stream<T>> =
+                (count != Some(0)).then(|| inner.build_stream(&env.with_epoch(0)));
             let mut produced = false;
+            // Registered after the first pass is built, so the metrics table
+            // lists stages upstream first.
+            let counters = env.stage(depth, "repeat");
             Box::new(std::iter::from_fn(move || {
                 loop {
                     if current.is_none() {
@@ -40,18 +45,15 @@ impl<T: Send + 'static> Pipeline<T> {
                             return None;
                         }
                         current = Some(inner.build_stream(&env.with_epoch(epoch)));
-                        // Registered after the first pass is built, so the
-                        // metrics table lists stages upstream first.
-                        counters.get_or_insert_with(|| env.stage(depth, "repeat"));
                         produced = false;
                     }
                     match current.as_mut()?.next() {
                         Some(Event::EpochEnd(_)) => continue,
                         Some(item) => {
                             produced = true;
-                            if let (Some(c), Event::Item(Ok(_))) = (&counters, &item) {
-                                c.add_in(1, 0);
-                                c.add_out(1, 0);
+                            if let Event::Item(Ok(_)) = &item {
+                                counters.add_in(1, 0);
+                                counters.add_out(1, 0);
                             }
                             return Some(item);
                         }

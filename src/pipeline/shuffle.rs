@@ -164,7 +164,7 @@ impl<T> Shuffle<T> {
                 self.finished = true;
                 return None;
             }
-            match clock.pull(&mut self.up) {
+            match clock.pull_next(&mut self.up) {
                 Some(Event::Item(Ok(item))) => {
                     self.read_this_epoch += 1;
                     let cap = self.options.buffer_size;

@@ -34,7 +34,7 @@ impl<T: Send + 'static> Pipeline<T> {
     /// The elements of a one-shot iterator. It can be consumed once: under
     /// [`repeat`](Self::repeat), later epochs are empty (use
     /// [`from_generator`](Self::from_generator) to re-run a source).
-    pub fn from_iter<I>(iter: I) -> Pipeline<T>
+    pub fn from_iterator<I>(iter: I) -> Pipeline<T>
     where
         I: IntoIterator<Item = T>,
         I::IntoIter: Send + 'static,

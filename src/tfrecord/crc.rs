@@ -23,7 +23,7 @@ mod tests {
     use super::*;
 
     #[test]
-    // Spelled as TensorFlow's crc32c.h writes it, on purpose.
+    // The formula exactly as TensorFlow's `crc32c.h` writes it.
     #[allow(clippy::manual_rotate)]
     fn mask_matches_reference_formula() {
         for crc in [0u32, 1, 0xdead_beef, u32::MAX, 0x8000_0000] {

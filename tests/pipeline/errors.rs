@@ -12,7 +12,11 @@ fn user_error_in_parallel_map_names_the_stage_and_the_rest_goes_on() {
     let got = watchdog(10, || {
         Pipeline::from_vec((0..20u32).collect())
             .map_parallel(Parallelism::Fixed(3), |x: u32| {
-                if x == 7 { Err(format!("bad element {x}")) } else { Ok(x) }
+                if x == 7 {
+                    Err(format!("bad element {x}"))
+                } else {
+                    Ok(x)
+                }
             })
             .start()
             .unwrap()
@@ -78,7 +82,10 @@ fn corrupt_file_reports_file_record_and_offset() {
     // Flip a data byte of record 3 of the first file (each record is 8 + 16 bytes).
     let mut bytes = std::fs::read(&paths[0]).unwrap();
     bytes[3 * 24 + 12] ^= 0xFF;
-    std::fs::File::create(&paths[0]).unwrap().write_all(&bytes).unwrap();
+    std::fs::File::create(&paths[0])
+        .unwrap()
+        .write_all(&bytes)
+        .unwrap();
 
     let pattern = dir.path().join("part-*.tfrecord").display().to_string();
     let got = watchdog(10, move || {
@@ -127,7 +134,11 @@ fn ignore_errors_counts_with_locations() {
     let stage = metrics.stage("ignore_errors").unwrap();
     assert_eq!(stage.skipped, 2);
     assert!(stage.skipped_samples[0].contains("one is odd"));
-    assert!(stage.skipped_samples[1].contains("record 5 at byte 132"), "{:?}", stage.skipped_samples);
+    assert!(
+        stage.skipped_samples[1].contains("record 5 at byte 132"),
+        "{:?}",
+        stage.skipped_samples
+    );
 }
 
 #[test]
@@ -149,20 +160,32 @@ fn reader_skip_policy_counts_corruptions_on_the_source() {
             .records()
             .start()
             .unwrap();
-        let n = it.by_ref().map(|r| r.unwrap()).count();
+        let mut n = 0;
+        for r in it.by_ref() {
+            r.unwrap();
+            n += 1;
+        }
         (n, it.metrics())
     });
     assert_eq!(n, 9);
     let source = metrics.stage("tfrecord").unwrap();
     assert_eq!(source.skipped, 1);
-    assert!(source.skipped_samples[0].contains("record 2"), "{:?}", source.skipped_samples);
+    assert!(
+        source.skipped_samples[0].contains("record 2"),
+        "{:?}",
+        source.skipped_samples
+    );
 }
 
 #[test]
 fn missing_files_and_bad_globs_fail_up_front() {
-    let err = Pipeline::tfrecord_files(["/nonexistent/x.tfrecord"]).err().unwrap();
+    let err = Pipeline::tfrecord_files(["/nonexistent/x.tfrecord"])
+        .err()
+        .unwrap();
     assert!(matches!(err, PipelineError::NoFiles { .. }), "{err}");
-    let err = Pipeline::tfrecord_files(["/nonexistent/*.tfrecord"]).err().unwrap();
+    let err = Pipeline::tfrecord_files(["/nonexistent/*.tfrecord"])
+        .err()
+        .unwrap();
     assert!(matches!(err, PipelineError::NoFiles { .. }), "{err}");
     let err = Pipeline::tfrecord_files(["[z-a"]).err().unwrap();
     assert!(matches!(err, PipelineError::BadGlob { .. }), "{err}");

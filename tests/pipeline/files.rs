@@ -7,7 +7,12 @@ use tfpipe::tfrecord::Compression;
 use crate::common::{index_record, record_index, watchdog, write_shards};
 
 fn indices(p: Pipeline<Vec<u8>>) -> Vec<u64> {
-    watchdog(20, move || p.start().unwrap().map(|r| record_index(&r.unwrap())).collect())
+    watchdog(20, move || {
+        p.start()
+            .unwrap()
+            .map(|r| record_index(&r.unwrap()))
+            .collect()
+    })
 }
 
 #[test]
@@ -38,8 +43,16 @@ fn interleave_is_round_robin_and_parallel_matches_sequential() {
     let mut sorted = sequential.clone();
     sorted.sort_unstable();
     assert_eq!(sorted, (0..35).collect::<Vec<_>>());
-    for par in [Parallelism::Fixed(1), Parallelism::Fixed(2), Parallelism::Auto] {
-        let parallel = indices(files.clone().interleave_with(Interleave::new(2, 3).parallel(par)));
+    for par in [
+        Parallelism::Fixed(1),
+        Parallelism::Fixed(2),
+        Parallelism::Auto,
+    ] {
+        let parallel = indices(
+            files
+                .clone()
+                .interleave_with(Interleave::new(2, 3).parallel(par)),
+        );
         assert_eq!(parallel, sequential, "parallelism {par:?}");
     }
 }
@@ -65,12 +78,18 @@ fn file_cache_is_written_once_then_replayed() {
     let paths = write_shards(dir.path(), 1, 20, Compression::None, index_record);
     let cache = dir.path().join("cache.tfrecord");
     let path = paths[0].display().to_string();
-    let p = Pipeline::tfrecord_files([path]).unwrap().records().cache_file(&cache).repeat(Some(2));
+    let p = Pipeline::tfrecord_files([path])
+        .unwrap()
+        .records()
+        .cache_file(&cache)
+        .repeat(Some(2));
     assert_eq!(indices(p.clone()), (0..20).chain(0..20).collect::<Vec<_>>());
     assert!(cache.is_file());
     // The source is gone; the cache still serves.
     std::fs::remove_file(&paths[0]).unwrap();
-    let replay = Pipeline::from_vec(vec![b"unused".to_vec()]).take(0).cache_file(&cache);
+    let replay = Pipeline::from_vec(vec![b"unused".to_vec()])
+        .take(0)
+        .cache_file(&cache);
     assert_eq!(indices(replay), (0..20).collect::<Vec<_>>());
 }
 
@@ -78,7 +97,9 @@ fn file_cache_is_written_once_then_replayed() {
 fn an_interrupted_pass_leaves_no_cache_file() {
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache.tfrecord");
-    let p = Pipeline::from_generator(|| (0..1000u64).map(index_record)).cache_file(&cache).take(10);
+    let p = Pipeline::from_generator(|| (0..1000u64).map(index_record))
+        .cache_file(&cache)
+        .take(10);
     assert_eq!(indices(p).len(), 10);
     assert!(!cache.exists());
     let leftovers = std::fs::read_dir(dir.path()).unwrap().count();

@@ -48,7 +48,9 @@ fn live_elements_stay_within_the_documented_bound() {
         (0..5_000).map(move |_| Counted::new(&c))
     })
     .shuffle(shuffle, 9)
-    .map_parallel(Parallelism::Fixed(workers), |x: Counted| Ok::<_, std::convert::Infallible>(x))
+    .map_parallel(Parallelism::Fixed(workers), |x: Counted| {
+        Ok::<_, std::convert::Infallible>(x)
+    })
     .batch(batch)
     .prefetch(prefetch);
     let count = watchdog(20, move || {
@@ -68,7 +70,11 @@ fn live_elements_stay_within_the_documented_bound() {
     let peak = census.peak.load(Ordering::SeqCst);
     assert!(peak <= bound, "peak {peak} live elements > bound {bound}");
     assert!(peak > shuffle, "the buffers did fill (peak {peak})");
-    assert_eq!(census.live.load(Ordering::SeqCst), 0, "every element dropped exactly once");
+    assert_eq!(
+        census.live.load(Ordering::SeqCst),
+        0,
+        "every element dropped exactly once"
+    );
     assert_eq!(census.created.load(Ordering::SeqCst), 5_000);
 }
 
@@ -81,7 +87,9 @@ fn dropping_mid_stream_drops_every_buffered_element() {
         (0..100_000).map(move |_| Counted::new(&c))
     })
     .shuffle(500, 1)
-    .map_parallel(Parallelism::Auto, |x: Counted| Ok::<_, std::convert::Infallible>(x))
+    .map_parallel(Parallelism::Auto, |x: Counted| {
+        Ok::<_, std::convert::Infallible>(x)
+    })
     .prefetch(10);
     watchdog(20, move || {
         let mut it = p.start().unwrap();

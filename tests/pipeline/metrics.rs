@@ -53,14 +53,20 @@ fn metrics_are_readable_while_running_and_after() {
         assert!(during.stage("map").unwrap().elements_out >= 1000);
         drop(it);
         let after = handle.snapshot();
-        assert!(after.stage("map").unwrap().elements_out >= during.stage("map").unwrap().elements_out);
+        assert!(
+            after.stage("map").unwrap().elements_out >= during.stage("map").unwrap().elements_out
+        );
     });
 }
 
 #[test]
 fn duplicate_stage_names_are_numbered() {
     let metrics = watchdog(10, || {
-        let mut it = Pipeline::from_vec(vec![1u8]).map(|x| x).map(|x| x).start().unwrap();
+        let mut it = Pipeline::from_vec(vec![1u8])
+            .map(|x| x)
+            .map(|x| x)
+            .start()
+            .unwrap();
         it.by_ref().for_each(drop);
         it.metrics()
     });
@@ -85,6 +91,9 @@ fn auto_parallelism_grows_for_a_slow_map() {
     assert!(parallelism as usize <= cores.max(1));
     if cores >= 2 {
         // The consumer always waits on a sleeping map: Auto must add workers.
-        assert!(parallelism >= 2, "autotuned to {parallelism} on {cores} cores");
+        assert!(
+            parallelism >= 2,
+            "autotuned to {parallelism} on {cores} cores"
+        );
     }
 }

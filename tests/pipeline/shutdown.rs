@@ -15,7 +15,9 @@ fn dropping_mid_epoch_joins_every_thread() {
             })
             .prefetch(4)
             .shuffle(1000, 3)
-            .map_parallel(Parallelism::Fixed(3), |x: u64| Ok::<_, std::convert::Infallible>(x))
+            .map_parallel(Parallelism::Fixed(3), |x: u64| {
+                Ok::<_, std::convert::Infallible>(x)
+            })
             .batch(32)
             .prefetch(2)
             .repeat(None);
@@ -29,7 +31,11 @@ fn dropping_mid_epoch_joins_every_thread() {
         let t = Instant::now();
         drop(it);
         assert_eq!(live.get(), 0, "every thread joined");
-        assert!(t.elapsed() < Duration::from_secs(5), "drop took {:?}", t.elapsed());
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "drop took {:?}",
+            t.elapsed()
+        );
     });
 }
 
@@ -47,7 +53,11 @@ fn dropping_during_a_long_shuffle_fill_is_prompt() {
         let t = Instant::now();
         drop(it);
         assert_eq!(live.get(), 0);
-        assert!(t.elapsed() < Duration::from_secs(5), "drop took {:?}", t.elapsed());
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "drop took {:?}",
+            t.elapsed()
+        );
     });
 }
 
@@ -67,7 +77,11 @@ fn dropping_with_blocked_producers_and_slow_map_is_prompt() {
         let t = Instant::now();
         drop(it);
         assert_eq!(live.get(), 0);
-        assert!(t.elapsed() < Duration::from_secs(5), "drop took {:?}", t.elapsed());
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "drop took {:?}",
+            t.elapsed()
+        );
     });
 }
 

@@ -66,6 +66,7 @@ pub fn crc32c_bitwise(data: &[u8]) -> u32 {
 }
 
 /// TFRecord's mask, from its definition.
+#[allow(clippy::manual_rotate)] // written as the format's definition states it
 pub fn masked(crc: u32) -> u32 {
     ((crc >> 15) | (crc << 17)).wrapping_add(0xa282_ead8)
 }

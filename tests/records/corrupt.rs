@@ -151,3 +151,59 @@ fn data_crc_check_can_be_turned_off() {
     assert_eq!(records.len(), 20);
     assert!(end.is_err());
 }
+
+/// Yields `data`, then fails.
+struct FailingRead<'a> {
+    data: &'a [u8],
+}
+
+impl std::io::Read for FailingRead<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.data.is_empty() {
+            return Err(std::io::Error::other("disk on fire"));
+        }
+        let n = buf.len().min(self.data.len());
+        buf[..n].copy_from_slice(&self.data[..n]);
+        self.data = &self.data[n..];
+        Ok(n)
+    }
+}
+
+#[test]
+fn read_errors_name_the_position_and_fuse_the_reader() {
+    let bytes = std::fs::read(golden("examples.tfrecord")).unwrap();
+    // Cut inside record 3 (records 0-2 end at byte 546 in this file).
+    let good = read_all(&golden("examples.tfrecord"), ReaderOptions::default());
+    let end_of_2: usize = good[..3].iter().map(|r| r.len() + 16).sum();
+    let source = FailingRead {
+        data: &bytes[..end_of_2 + 20],
+    };
+    let options = ReaderOptions {
+        buffer_size: 64,
+        ..ReaderOptions::default()
+    };
+    let mut reader = tfpipe::tfrecord::RecordReader::new(source, options).with_path("in.tfrecord");
+    let (records, end) = drain(&mut reader);
+    assert_eq!(records, good[..3]);
+    let err = end.unwrap_err();
+    assert!(matches!(err, RecordError::Io { .. }));
+    assert!(!err.is_corruption());
+    let location = err.location().unwrap();
+    assert_eq!((location.record, location.offset), (3, end_of_2 as u64));
+    assert!(
+        err.to_string().starts_with(&format!(
+            "in.tfrecord: record 3 at byte {end_of_2}: read failed: disk on fire"
+        )),
+        "{err}"
+    );
+    assert!(matches!(reader.next_record(), Ok(None)));
+}
+
+#[test]
+fn owned_record_iterator_stops_after_an_error() {
+    let reader = open("corrupt/length_crc_mismatch.tfrecord", OnCorruption::Fail);
+    let results: Vec<_> = reader.into_records().collect();
+    assert_eq!(results.len(), 21);
+    assert!(results[..20].iter().all(Result::is_ok));
+    assert!(results[20].as_ref().unwrap_err().is_corruption());
+}

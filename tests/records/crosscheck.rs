@@ -21,7 +21,6 @@ fn records_written_by_the_tfrecord_crate_read_back_through_ours() {
         writer.send(record.clone()).unwrap();
     }
     writer.flush().unwrap();
-    drop(writer);
     let mut reader = RecordReader::new(&bytes[..], ReaderOptions::default());
     let (ours, end) = drain(&mut reader);
     end.unwrap();

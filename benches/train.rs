@@ -1,0 +1,293 @@
+//! Trainer benchmarks: an MLP 784-256-10 step at batch 256 fed from memory
+//! versus fed by the tfpipe pipeline, SGD versus AdamW, candle's AdamW update
+//! versus a fused loop, checkpoint load, first versus steady prediction.
+//!
+//! `cargo bench --bench train -- --warm-up-time 1 --measurement-time 3`
+
+use std::time::Duration;
+
+use candle_core::{Device, Tensor};
+use candle_nn::{AdamW, Optimizer, ParamsAdamW, SGD};
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use prost::Message;
+use tfpipe::Batch;
+use tfpipe::batch::{Column, Values};
+use tfpipe::example::proto::{BytesList, Feature, Features, Int64List, feature};
+use tfpipe::example::{DType, Example, FeatureSpec, Layout, Schema};
+use tfpipe::pipeline::{Parallelism, Pipeline};
+use tfpipe::tfrecord::{Compression, FileRecordWriter};
+use tfpipe::train::{
+    BatchStream, BatchTensors, BoxError, Checkpoint, InputSpec, IterStream, Model, ModelConfig,
+    OptimizerConfig, OptimizerKind, Predictor, TrainConfig, Trainer, batch_to_tensors,
+};
+
+const BATCH: usize = 256;
+const PIXELS: usize = 784;
+
+fn mnist_like_batch(seed: u64) -> Batch {
+    let mut state = seed | 1;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let image: Vec<u8> = (0..BATCH * PIXELS).map(|_| next() as u8).collect();
+    let label: Vec<i64> = (0..BATCH).map(|_| (next() % 10) as i64).collect();
+    Batch {
+        num_rows: BATCH,
+        columns: vec![
+            Column {
+                name: "image_raw".into(),
+                values: Values::Uint8(image),
+                row_splits: vec![],
+                inner_shape: vec![28, 28],
+            },
+            Column {
+                name: "label".into(),
+                values: Values::Int64(label),
+                row_splits: vec![],
+                inner_shape: vec![],
+            },
+        ],
+    }
+}
+
+fn schema() -> Schema {
+    Schema {
+        features: vec![
+            FeatureSpec {
+                name: "image_raw".into(),
+                dtype: DType::Uint8,
+                layout: Layout::Fixed(vec![28, 28]),
+                default: None,
+            },
+            FeatureSpec {
+                name: "label".into(),
+                dtype: DType::Int64,
+                layout: Layout::Fixed(vec![]),
+                default: None,
+            },
+        ],
+        label: Some("label".into()),
+    }
+}
+
+fn input() -> InputSpec {
+    InputSpec::from_schema(&schema(), 10).expect("valid schema")
+}
+
+fn config(kind: OptimizerKind) -> TrainConfig {
+    let model = ModelConfig::Mlp {
+        inputs: PIXELS,
+        hidden: vec![256],
+        classes: 10,
+    };
+    TrainConfig::new(model, OptimizerConfig::default_for(kind), input())
+}
+
+/// Writes `records` MNIST-like examples into 4 shards; returns the glob.
+fn write_shards(dir: &std::path::Path, records: usize) -> String {
+    let batch = mnist_like_batch(42);
+    let Values::Uint8(pixels) = &batch.columns[0].values else {
+        unreachable!()
+    };
+    let mut buf = Vec::new();
+    for shard in 0..4 {
+        let path = dir.join(format!("bench-{shard:05}-of-00004.tfrecord"));
+        let mut w = FileRecordWriter::create(&path, Compression::None).expect("create shard");
+        for i in (shard..records).step_by(4) {
+            let row = i % BATCH;
+            let mut f = std::collections::BTreeMap::new();
+            f.insert(
+                "image_raw".to_string(),
+                Feature {
+                    kind: Some(feature::Kind::BytesList(BytesList {
+                        value: vec![pixels[row * PIXELS..(row + 1) * PIXELS].to_vec()],
+                    })),
+                },
+            );
+            f.insert(
+                "label".to_string(),
+                Feature {
+                    kind: Some(feature::Kind::Int64List(Int64List {
+                        value: vec![(i % 10) as i64],
+                    })),
+                },
+            );
+            buf.clear();
+            Example {
+                features: Some(Features { feature: f }),
+            }
+            .encode(&mut buf)
+            .expect("encode");
+            w.write_record(&buf).expect("write");
+        }
+        w.finish().expect("finish");
+    }
+    dir.join("bench-*.tfrecord").to_string_lossy().into_owned()
+}
+
+/// Steady-state time of `iters` steps through `fit` (start-up and the first
+/// step excluded: data wait + compute of the later steps, scaled).
+fn fit_steps<S, F>(kind: OptimizerKind, iters: u64, open: F) -> Duration
+where
+    S: BatchStream + 'static,
+    F: FnMut(u64) -> Result<S, BoxError>,
+{
+    let mut cfg = config(kind);
+    cfg.steps = Some(iters + 1);
+    let mut trainer = Trainer::new(cfg).expect("config");
+    let report = trainer.fit(open, None).expect("fit");
+    let steady_ms = report.data_wait_ms.total + report.compute_ms.total - report.first_step_ms;
+    Duration::from_secs_f64(steady_ms.max(0.0) / 1e3)
+}
+
+fn step(c: &mut Criterion) {
+    let mut group = c.benchmark_group("mlp_784_256_10_step_b256");
+    group.throughput(Throughput::Elements(BATCH as u64));
+    let tensors: BatchTensors =
+        batch_to_tensors(mnist_like_batch(1), &input(), 0, &Device::Cpu).expect("tensors");
+    for kind in [OptimizerKind::Sgd, OptimizerKind::AdamW] {
+        let name = format!("{kind:?}").to_lowercase();
+        let mut trainer = Trainer::new(config(kind)).expect("config");
+        group.bench_function(format!("{name}/memory_tensors"), |b| {
+            b.iter(|| trainer.step(&tensors).expect("step"))
+        });
+        let batches: Vec<Batch> = (0..8).map(mnist_like_batch).collect();
+        group.bench_function(format!("{name}/memory_batches_fit"), |b| {
+            b.iter_custom(|iters| {
+                let batches = batches.clone();
+                fit_steps(kind, iters, move |_| {
+                    let n = iters as usize + 1;
+                    Ok(IterStream(
+                        batches
+                            .clone()
+                            .into_iter()
+                            .cycle()
+                            .take(n)
+                            .map(Ok::<_, BoxError>),
+                    ))
+                })
+            })
+        });
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let glob = write_shards(dir.path(), 60_000);
+    for kind in [OptimizerKind::Sgd, OptimizerKind::AdamW] {
+        let name = format!("{kind:?}").to_lowercase();
+        let glob = glob.clone();
+        group.bench_function(format!("{name}/tfpipe_pipeline_fit"), |b| {
+            b.iter_custom(|iters| {
+                let glob = glob.clone();
+                fit_steps(kind, iters, move |epoch| {
+                    let it = Pipeline::tfrecord_files([glob.as_str()])?
+                        .interleave(4, 16)
+                        .shuffle(10_000, epoch)
+                        .batch(BATCH)
+                        .parse_batches(schema(), Parallelism::Auto)
+                        .prefetch(2)
+                        .start()?;
+                    Ok(it)
+                })
+            })
+        });
+    }
+    group.finish();
+}
+
+/// The optimizer update alone, on the gradients of one step: candle's
+/// AdamW and SGD versus one fused pass over the same parameters.
+fn optimizer_update(c: &mut Criterion) {
+    let mut group = c.benchmark_group("optimizer_update_mlp_784_256_10");
+    let (model, varmap) =
+        Model::init(config(OptimizerKind::AdamW).model, 0, &Device::Cpu).expect("model");
+    let tensors =
+        batch_to_tensors(mnist_like_batch(3), &input(), 0, &Device::Cpu).expect("tensors");
+    let logits = model.forward(&tensors.features).expect("forward");
+    let labels = tensors.labels.expect("labels");
+    let loss = candle_nn::loss::cross_entropy(&logits, &labels).expect("loss");
+    let grads = loss.backward().expect("backward");
+    let params: usize = varmap.all_vars().iter().map(|v| v.elem_count()).sum();
+    group.throughput(Throughput::Elements(params as u64));
+    let mut adamw = AdamW::new(varmap.all_vars(), ParamsAdamW::default()).expect("adamw");
+    group.bench_function("candle_adamw", |b| {
+        b.iter(|| adamw.step(&grads).expect("step"))
+    });
+    let mut sgd = SGD::new(varmap.all_vars(), 0.01).expect("sgd");
+    group.bench_function("candle_sgd", |b| b.iter(|| sgd.step(&grads).expect("step")));
+
+    // The same AdamW arithmetic as one pass per parameter tensor: no
+    // intermediate tensors, no allocation.
+    let mut theta: Vec<Vec<f32>> = Vec::new();
+    let mut g: Vec<Vec<f32>> = Vec::new();
+    for var in varmap.all_vars() {
+        theta.push(var.flatten_all().and_then(|t| t.to_vec1()).expect("vec"));
+        g.push(
+            grads
+                .get(&var)
+                .map(|t| t.flatten_all().and_then(|t| t.to_vec1()).expect("vec"))
+                .unwrap_or_else(|| vec![0.0; var.elem_count()]),
+        );
+    }
+    let mut m: Vec<Vec<f32>> = theta.iter().map(|t| vec![0.0; t.len()]).collect();
+    let mut v = m.clone();
+    let mut t = 0i32;
+    group.bench_function("fused_adamw_loop", |b| {
+        b.iter(|| {
+            t += 1;
+            let (lr, b1, b2, eps, wd) = (1e-3f32, 0.9f32, 0.999f32, 1e-8f32, 0.01f32);
+            let (s1, s2) = (1.0 / (1.0 - b1.powi(t)), 1.0 / (1.0 - b2.powi(t)));
+            for i in 0..theta.len() {
+                for (((p, g), m), v) in theta[i]
+                    .iter_mut()
+                    .zip(&g[i])
+                    .zip(m[i].iter_mut())
+                    .zip(v[i].iter_mut())
+                {
+                    *m = b1 * *m + (1.0 - b1) * g;
+                    *v = b2 * *v + (1.0 - b2) * g * g;
+                    *p = *p * (1.0 - lr * wd) - lr * (*m * s1) / ((*v * s2).sqrt() + eps);
+                }
+            }
+        })
+    });
+    group.finish();
+}
+
+fn checkpoint_and_predict(c: &mut Criterion) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut trainer = Trainer::new(config(OptimizerKind::AdamW)).expect("config");
+    trainer.prepare().expect("model");
+    trainer.save(dir.path()).expect("save");
+    let features = batch_to_tensors(mnist_like_batch(5), &input(), 0, &Device::Cpu)
+        .expect("tensors")
+        .features;
+    let one: Tensor = features.narrow(0, 0, 32).expect("narrow");
+
+    let mut group = c.benchmark_group("checkpoint");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("load_mlp_784_256_10", |b| {
+        b.iter(|| Checkpoint::load(dir.path(), &Device::Cpu).expect("load"))
+    });
+    group.finish();
+
+    let mut group = c.benchmark_group("predict_b32");
+    group.throughput(Throughput::Elements(32));
+    group.bench_function("first_after_load", |b| {
+        b.iter_batched(
+            || Predictor::load(dir.path(), &Device::Cpu).expect("load"),
+            |p| p.predict(&one).expect("predict"),
+            BatchSize::PerIteration,
+        )
+    });
+    let warm = Predictor::load(dir.path(), &Device::Cpu).expect("load");
+    warm.predict(&one).expect("predict");
+    group.bench_function("steady", |b| {
+        b.iter(|| warm.predict(&one).expect("predict"))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, step, optimizer_update, checkpoint_and_predict);
+criterion_main!(benches);

@@ -1,0 +1,295 @@
+//! Models: an MLP with hidden sizes from flags and a LeNet-like CNN for 28x28
+//! inputs. Plain structs built from a `VarBuilder`, as candle-nn does it.
+//!
+//! Weights are initialised from our own seeded generator (candle's CPU
+//! generator cannot be seeded), so the same seed gives the same model.
+
+use candle_core::{D, DType, Device, Module, Tensor};
+use candle_nn::{Conv2d, Conv2dConfig, Linear, VarBuilder, VarMap};
+use serde::{Deserialize, Serialize};
+
+use super::TrainError;
+
+/// Which model, and its sizes. Stored in checkpoints.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum ModelConfig {
+    /// `inputs -> hidden[0] -> ... -> classes`, ReLU between layers.
+    Mlp {
+        inputs: usize,
+        hidden: Vec<usize>,
+        classes: usize,
+    },
+    /// LeNet-5-like for 1x28x28 inputs: conv 5x5 (6, padded) -> pool ->
+    /// conv 5x5 (16) -> pool -> 400 -> 120 -> 84 -> classes.
+    Cnn { classes: usize },
+}
+
+impl ModelConfig {
+    /// The number of input values per example.
+    pub fn inputs(&self) -> usize {
+        match self {
+            ModelConfig::Mlp { inputs, .. } => *inputs,
+            ModelConfig::Cnn { .. } => 28 * 28,
+        }
+    }
+
+    /// The number of classes.
+    pub fn classes(&self) -> usize {
+        match self {
+            ModelConfig::Mlp { classes, .. } | ModelConfig::Cnn { classes } => *classes,
+        }
+    }
+
+    /// Checks the sizes before any work starts.
+    pub fn validate(&self) -> Result<(), TrainError> {
+        let classes = self.classes();
+        if classes < 2 {
+            return Err(TrainError::Config(format!(
+                "{classes} classes: a classifier needs at least 2 (check --label and the data's label range)"
+            )));
+        }
+        if let ModelConfig::Mlp { inputs, hidden, .. } = self {
+            if *inputs == 0 {
+                return Err(TrainError::Config("the MLP has no input features".into()));
+            }
+            if hidden.contains(&0) {
+                return Err(TrainError::Config(format!(
+                    "hidden sizes {hidden:?} contain 0 (use e.g. --hidden 256,128)"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// A one-line description, e.g. `mlp 784-256-10`.
+    pub fn describe(&self) -> String {
+        match self {
+            ModelConfig::Mlp {
+                inputs,
+                hidden,
+                classes,
+            } => {
+                let mut sizes = vec![inputs.to_string()];
+                sizes.extend(hidden.iter().map(|h| h.to_string()));
+                sizes.push(classes.to_string());
+                format!("mlp {}", sizes.join("-"))
+            }
+            ModelConfig::Cnn { classes } => format!("cnn lenet 1x28x28-{classes}"),
+        }
+    }
+}
+
+enum Net {
+    Mlp(Vec<Linear>),
+    Cnn {
+        conv1: Conv2d,
+        conv2: Conv2d,
+        fc1: Linear,
+        fc2: Linear,
+        fc3: Linear,
+    },
+}
+
+/// A classifier producing logits `[batch, classes]` from `[batch, inputs]` float32.
+pub struct Model {
+    config: ModelConfig,
+    net: Net,
+}
+
+impl Model {
+    /// Builds the model's variables in `vb` (created when missing).
+    pub fn new(config: ModelConfig, vb: VarBuilder) -> Result<Model, TrainError> {
+        config.validate()?;
+        let net = match &config {
+            ModelConfig::Mlp {
+                inputs,
+                hidden,
+                classes,
+            } => {
+                let mut layers = Vec::with_capacity(hidden.len() + 1);
+                let mut width = *inputs;
+                for (i, &h) in hidden.iter().chain(std::iter::once(classes)).enumerate() {
+                    layers.push(
+                        candle_nn::linear(width, h, vb.pp(format!("fc{i}")))
+                            .map_err(TrainError::candle("building the model"))?,
+                    );
+                    width = h;
+                }
+                Net::Mlp(layers)
+            }
+            ModelConfig::Cnn { classes } => {
+                let padded = Conv2dConfig {
+                    padding: 2,
+                    ..Default::default()
+                };
+                let e = TrainError::candle;
+                Net::Cnn {
+                    conv1: candle_nn::conv2d(1, 6, 5, padded, vb.pp("conv1"))
+                        .map_err(e("building conv1"))?,
+                    conv2: candle_nn::conv2d(6, 16, 5, Default::default(), vb.pp("conv2"))
+                        .map_err(e("building conv2"))?,
+                    fc1: candle_nn::linear(400, 120, vb.pp("fc1")).map_err(e("building fc1"))?,
+                    fc2: candle_nn::linear(120, 84, vb.pp("fc2")).map_err(e("building fc2"))?,
+                    fc3: candle_nn::linear(84, *classes, vb.pp("fc3"))
+                        .map_err(e("building fc3"))?,
+                }
+            }
+        };
+        Ok(Model { config, net })
+    }
+
+    /// A fresh model in a new `VarMap` with weights drawn from `seed`.
+    pub fn init(
+        config: ModelConfig,
+        seed: u64,
+        device: &Device,
+    ) -> Result<(Model, VarMap), TrainError> {
+        let varmap = VarMap::new();
+        let model = Model::new(config, VarBuilder::from_varmap(&varmap, DType::F32, device))?;
+        seed_vars(&varmap, seed, device)?;
+        Ok((model, varmap))
+    }
+
+    /// The model's configuration.
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// Logits `[batch, classes]` for `xs` of shape `[batch, inputs]`.
+    pub fn forward(&self, xs: &Tensor) -> candle_core::Result<Tensor> {
+        match &self.net {
+            Net::Mlp(layers) => {
+                let mut h = xs.clone();
+                let last = layers.len() - 1;
+                for (i, layer) in layers.iter().enumerate() {
+                    h = layer.forward(&h)?;
+                    if i < last {
+                        h = h.relu()?;
+                    }
+                }
+                Ok(h)
+            }
+            Net::Cnn {
+                conv1,
+                conv2,
+                fc1,
+                fc2,
+                fc3,
+            } => {
+                let b = xs.dim(0)?;
+                let h = xs.reshape((b, 1, 28, 28))?;
+                let h = conv1.forward(&h)?.relu()?.max_pool2d(2)?;
+                let h = conv2.forward(&h)?.relu()?.max_pool2d(2)?;
+                let h = h.flatten_from(1)?;
+                let h = fc1.forward(&h)?.relu()?;
+                let h = fc2.forward(&h)?.relu()?;
+                fc3.forward(&h)
+            }
+        }
+    }
+
+    /// Predicted class ids `[batch]` (u32) for `xs`.
+    pub fn predict(&self, xs: &Tensor) -> candle_core::Result<Tensor> {
+        self.forward(xs)?.argmax(D::Minus1)
+    }
+}
+
+/// Overwrites every variable with He-uniform weights (bound `sqrt(6 / fan_in)`)
+/// and zero biases, from a SplitMix64 stream seeded by `seed` and the
+/// variable's name, so the result does not depend on `HashMap` order.
+fn seed_vars(varmap: &VarMap, seed: u64, device: &Device) -> Result<(), TrainError> {
+    let data = varmap
+        .data()
+        .lock()
+        .map_err(|_| TrainError::Config("variable map lock poisoned".into()))?;
+    for (name, var) in data.iter() {
+        let dims = var.dims().to_vec();
+        let count: usize = dims.iter().product();
+        let values: Vec<f32> = if dims.len() < 2 {
+            vec![0.0; count]
+        } else {
+            let fan_in: usize = dims[1..].iter().product();
+            let bound = (6.0 / fan_in as f64).sqrt();
+            let mut rng = SplitMix64(seed ^ fnv1a(name.as_bytes()));
+            (0..count)
+                .map(|_| ((rng.next_f64() * 2.0 - 1.0) * bound) as f32)
+                .collect()
+        };
+        let t = Tensor::from_vec(values, dims, device)
+            .map_err(TrainError::candle("initialising weights"))?;
+        var.set(&t)
+            .map_err(TrainError::candle("initialising weights"))?;
+    }
+    Ok(())
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// SplitMix64 (Steele, Lea, Flood 2014): tiny, fast, good enough for init.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mlp_shapes_and_seeded_init() {
+        let config = ModelConfig::Mlp {
+            inputs: 4,
+            hidden: vec![8],
+            classes: 3,
+        };
+        let (a, _) = Model::init(config.clone(), 7, &Device::Cpu).unwrap();
+        let (b, _) = Model::init(config.clone(), 7, &Device::Cpu).unwrap();
+        let (c, _) = Model::init(config, 8, &Device::Cpu).unwrap();
+        let xs = Tensor::arange(0f32, 8.0, &Device::Cpu)
+            .unwrap()
+            .reshape((2, 4))
+            .unwrap();
+        let ya: Vec<Vec<f32>> = a.forward(&xs).unwrap().to_vec2().unwrap();
+        let yb: Vec<Vec<f32>> = b.forward(&xs).unwrap().to_vec2().unwrap();
+        let yc: Vec<Vec<f32>> = c.forward(&xs).unwrap().to_vec2().unwrap();
+        assert_eq!(ya.len(), 2);
+        assert_eq!(ya[0].len(), 3);
+        assert_eq!(ya, yb);
+        assert_ne!(ya, yc);
+    }
+
+    #[test]
+    fn cnn_takes_784_inputs() {
+        let (m, vars) = Model::init(ModelConfig::Cnn { classes: 10 }, 1, &Device::Cpu).unwrap();
+        let xs = Tensor::zeros((3, 784), DType::F32, &Device::Cpu).unwrap();
+        assert_eq!(m.forward(&xs).unwrap().dims(), &[3, 10]);
+        assert_eq!(vars.all_vars().len(), 10);
+    }
+
+    #[test]
+    fn bad_configs_are_refused() {
+        let bad = ModelConfig::Mlp {
+            inputs: 4,
+            hidden: vec![0],
+            classes: 3,
+        };
+        assert!(matches!(bad.validate(), Err(TrainError::Config(_))));
+        assert!(ModelConfig::Cnn { classes: 1 }.validate().is_err());
+    }
+}

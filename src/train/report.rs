@@ -1,0 +1,245 @@
+//! The training report: what the user reads after `tfpipe train`, as a table
+//! (`Display`) and as JSON (`serde`, the keys `--report-json` promises).
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::checkpoint::CheckpointLoad;
+use super::timing::PhaseSummary;
+
+/// TensorFlow profiler's input-bound verdict from the stall fraction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Verdict {
+    /// Under 5% of step time waiting for input.
+    #[serde(rename = "not input-bound")]
+    NotInputBound,
+    /// 5% to 20%.
+    #[serde(rename = "moderately input-bound")]
+    ModeratelyInputBound,
+    /// 20% or more.
+    #[serde(rename = "highly input-bound")]
+    HighlyInputBound,
+}
+
+impl Verdict {
+    /// The verdict for a stall fraction (data wait over step time, 0..=1).
+    pub fn from_stall(fraction: f64) -> Verdict {
+        if fraction < 0.05 {
+            Verdict::NotInputBound
+        } else if fraction < 0.20 {
+            Verdict::ModeratelyInputBound
+        } else {
+            Verdict::HighlyInputBound
+        }
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Verdict::NotInputBound => "not input-bound",
+            Verdict::ModeratelyInputBound => "moderately input-bound",
+            Verdict::HighlyInputBound => "highly input-bound",
+        })
+    }
+}
+
+/// Start-up milestones in milliseconds from process start (or from the
+/// trainer's origin instant).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Startup {
+    /// The pipeline (first epoch's stream) constructed.
+    pub pipeline_built: f64,
+    /// The first batch arrived as tensors on the device.
+    pub first_batch: f64,
+    /// The model initialised or loaded from the checkpoint.
+    pub model_ready: f64,
+    /// The first training step finished.
+    pub first_step: f64,
+}
+
+/// One epoch's numbers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EpochReport {
+    /// The epoch number (continues after `--resume`).
+    pub epoch: u64,
+    /// Steps in this epoch.
+    pub steps: u64,
+    /// Examples trained on in this epoch.
+    pub examples: u64,
+    /// Mean training loss over the epoch's steps.
+    pub train_loss: f64,
+    /// Training accuracy over the epoch (fraction).
+    pub train_accuracy: f64,
+    /// Data wait over step time in this epoch.
+    pub stall_fraction: f64,
+    /// Loss on the test data after this epoch.
+    pub test_loss: Option<f64>,
+    /// Accuracy on the test data after this epoch (fraction).
+    pub test_accuracy: Option<f64>,
+    /// Wall time of the epoch (training and evaluation), ms.
+    pub wall_ms: f64,
+}
+
+/// Everything `tfpipe train` reports. Times in milliseconds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainReport {
+    /// The model, e.g. `mlp 784-256-10`.
+    pub model: String,
+    /// The optimizer, e.g. `adamw lr=0.001`.
+    pub optimizer: String,
+    /// The device, e.g. `cpu` or `cuda:0`.
+    pub device: String,
+    /// Examples trained on in this run.
+    pub examples: u64,
+    /// Steps in this run.
+    pub steps: u64,
+    /// The global step after this run (continues after `--resume`).
+    pub global_step: u64,
+    /// Wall time of the whole `fit`: start-up, steps, evaluation.
+    pub wall_ms: f64,
+    /// `examples` over `wall_ms`.
+    pub examples_per_sec: f64,
+    /// Data wait over step time (data wait + copy + compute), 0..=1.
+    pub stall_fraction: f64,
+    /// TensorFlow profiler's verdict for `stall_fraction`.
+    pub verdict: Verdict,
+    /// The pipeline's slowest stage, from its metrics (when the source has them).
+    pub bottleneck_stage: Option<String>,
+    /// Time blocked on the next batch, per step.
+    pub data_wait_ms: PhaseSummary,
+    /// Batch-to-tensor conversion and host-to-device copy, per step.
+    pub copy_ms: PhaseSummary,
+    /// Whether the copy ran on the prefetch thread, overlapped with compute
+    /// (then it is not part of the step time).
+    pub copy_overlapped: bool,
+    /// Forward, backward and optimizer update, per step.
+    pub compute_ms: PhaseSummary,
+    /// Time spent evaluating on the test data.
+    pub eval_ms: f64,
+    /// The rest of the wall time: waiting for the model at start-up,
+    /// checkpoint and event-file writes, progress callbacks.
+    pub other_ms: f64,
+    /// Start-up milestones from process start.
+    pub startup_ms: Startup,
+    /// The first (warm-up) step: copy + compute.
+    pub first_step_ms: f64,
+    /// The median of the later steps' copy + compute.
+    pub steady_step_ms_p50: f64,
+    /// Test loss after the last epoch.
+    pub test_loss: Option<f64>,
+    /// Test accuracy after the last epoch (fraction).
+    pub test_accuracy: Option<f64>,
+    /// Checkpoint loading overlapped with pipeline warm-up (`--resume`).
+    pub checkpoint_load: Option<CheckpointLoad>,
+    /// Per-epoch numbers.
+    pub epochs: Vec<EpochReport>,
+}
+
+impl fmt::Display for TrainReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "model      {} ({}, {})",
+            self.model, self.optimizer, self.device
+        )?;
+        writeln!(
+            f,
+            "trained    {} examples in {} steps (global step {}) in {:.0} ms: {:.0} examples/s",
+            self.examples, self.steps, self.global_step, self.wall_ms, self.examples_per_sec
+        )?;
+        for e in &self.epochs {
+            write!(
+                f,
+                "epoch {:<4} loss {:.4}  acc {:.2}%  stall {:.1}%",
+                e.epoch,
+                e.train_loss,
+                e.train_accuracy * 100.0,
+                e.stall_fraction * 100.0
+            )?;
+            if let (Some(l), Some(a)) = (e.test_loss, e.test_accuracy) {
+                write!(f, "  test loss {l:.4}  test acc {:.2}%", a * 100.0)?;
+            }
+            writeln!(f, "  ({:.0} ms)", e.wall_ms)?;
+        }
+        writeln!(f)?;
+        writeln!(
+            f,
+            "{:<18} {:>10} {:>9} {:>9} {:>9} {:>9}",
+            "per step (ms)", "total", "p50", "p90", "p99", "max"
+        )?;
+        let copy_name = if self.copy_overlapped {
+            "copy (overlapped)"
+        } else {
+            "copy"
+        };
+        for (name, p) in [
+            ("data wait", &self.data_wait_ms),
+            (copy_name, &self.copy_ms),
+            ("compute", &self.compute_ms),
+        ] {
+            writeln!(
+                f,
+                "{:<18} {:>10.1} {:>9.3} {:>9.3} {:>9.3} {:>9.3}",
+                name, p.total, p.p50, p.p90, p.p99, p.max
+            )?;
+        }
+        writeln!(f, "{:<18} {:>10.1}", "evaluation", self.eval_ms)?;
+        writeln!(f, "{:<18} {:>10.1}", "other", self.other_ms)?;
+        writeln!(f)?;
+        write!(
+            f,
+            "stall      {:.1}% of step time waiting for input: {}",
+            self.stall_fraction * 100.0,
+            self.verdict
+        )?;
+        match &self.bottleneck_stage {
+            Some(stage) if self.verdict != Verdict::NotInputBound => {
+                writeln!(f, "; the pipeline's bottleneck stage is {stage:?}")?
+            }
+            Some(stage) => writeln!(f, " (pipeline's slowest stage: {stage:?})")?,
+            None => writeln!(f)?,
+        }
+        let s = &self.startup_ms;
+        writeln!(
+            f,
+            "start-up   process start -> pipeline built {:.1} ms -> first batch {:.1} ms -> model ready {:.1} ms -> first step {:.1} ms",
+            s.pipeline_built, s.first_batch, s.model_ready, s.first_step
+        )?;
+        writeln!(
+            f,
+            "steps      first (warm-up) {:.3} ms, steady median {:.3} ms",
+            self.first_step_ms, self.steady_step_ms_p50
+        )?;
+        if let Some(c) = &self.checkpoint_load {
+            writeln!(
+                f,
+                "checkpoint loaded in {:.1} ms while the pipeline warmed up for {:.1} ms: {:.1} ms overlapped",
+                c.load_ms, c.pipeline_warmup_ms, c.overlap_ms
+            )?;
+        }
+        if let (Some(l), Some(a)) = (self.test_loss, self.test_accuracy) {
+            writeln!(f, "test       loss {l:.4}, accuracy {:.2}%", a * 100.0)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdict_thresholds_are_tensorflows() {
+        assert_eq!(Verdict::from_stall(0.0), Verdict::NotInputBound);
+        assert_eq!(Verdict::from_stall(0.0499), Verdict::NotInputBound);
+        assert_eq!(Verdict::from_stall(0.05), Verdict::ModeratelyInputBound);
+        assert_eq!(Verdict::from_stall(0.1999), Verdict::ModeratelyInputBound);
+        assert_eq!(Verdict::from_stall(0.20), Verdict::HighlyInputBound);
+        assert_eq!(
+            serde_json::to_string(&Verdict::HighlyInputBound).unwrap(),
+            "\"highly input-bound\""
+        );
+    }
+}

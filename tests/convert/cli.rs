@@ -1,0 +1,201 @@
+//! The command line: exit codes, messages, files.
+
+use assert_cmd::Command;
+
+use super::common::*;
+
+fn stdout(assert: &assert_cmd::assert::Assert) -> String {
+    String::from_utf8_lossy(&assert.get_output().stdout).into_owned()
+}
+
+fn stderr(assert: &assert_cmd::assert::Assert) -> String {
+    String::from_utf8_lossy(&assert.get_output().stderr).into_owned()
+}
+
+fn tfpipe() -> Command {
+    Command::cargo_bin("tfpipe").unwrap()
+}
+
+#[test]
+fn converts_csv_and_prints_a_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("peng");
+    let out = tfpipe()
+        .args(["convert", "csv"])
+        .arg(testdata("tabular/penguins.csv"))
+        .arg("--output")
+        .arg(&prefix)
+        .args([
+            "--shards",
+            "2",
+            "--label",
+            "species",
+            "--threads",
+            "2",
+            "--json",
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let report: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(report["records"], 344);
+    assert_eq!(report["rows_skipped"], 0);
+    assert_eq!(report["shards"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        files_in(dir.path()),
+        [
+            "peng-00000-of-00002.tfrecord",
+            "peng-00001-of-00002.tfrecord",
+            "peng.features.json"
+        ]
+    );
+}
+
+#[test]
+fn bad_row_exits_1_with_the_location_and_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("bad.csv");
+    std::fs::write(&input, "a,b\n1,2\n3\n").unwrap();
+    let assert = tfpipe()
+        .args(["convert", "csv"])
+        .arg(&input)
+        .arg("-o")
+        .arg(dir.path().join("out"))
+        .assert()
+        .code(1);
+    let stderr = String::from_utf8_lossy(&assert.get_output().stderr).into_owned();
+    assert!(
+        stderr.contains("bad.csv: line 3 (byte 8): ragged row"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("no output was written"), "{stderr}");
+    assert_eq!(files_in(dir.path()), ["bad.csv"]);
+}
+
+#[test]
+fn idx_conversion_with_gzip_shards() {
+    let dir = tempfile::tempdir().unwrap();
+    let assert = tfpipe()
+        .args(["convert", "idx"])
+        .arg(testdata("mnist/test-images-idx3-ubyte.gz"))
+        .arg("-o")
+        .arg(dir.path().join("mnist"))
+        .args(["--records-per-shard", "1000", "--compression", "gzip"])
+        .assert()
+        .success();
+    assert!(stdout(&assert).contains("converted 2000 records"));
+    assert_eq!(
+        files_in(dir.path()),
+        [
+            "mnist-00000-of-00002.tfrecord.gz",
+            "mnist-00001-of-00002.tfrecord.gz",
+            "mnist.features.json"
+        ]
+    );
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let assert = tfpipe()
+        .args(["convert", "csv"])
+        .arg(testdata("tabular/penguins.csv"))
+        .arg("-o")
+        .arg(dir.path().join("x"))
+        .args(["--labels", "y"])
+        .assert()
+        .code(2);
+    assert!(
+        stderr(&assert).contains("--labels does not apply to the \"csv\" format"),
+        "{}",
+        stderr(&assert)
+    );
+    let assert = tfpipe()
+        .args(["convert", "csv"])
+        .arg(testdata("tabular/penguins.csv"))
+        .arg("-o")
+        .arg(dir.path().join("x"))
+        .args(["--label", "nope"])
+        .assert()
+        .code(2);
+    assert!(
+        stderr(&assert).contains("--label \"nope\": no such column"),
+        "{}",
+        stderr(&assert)
+    );
+    assert!(files_in(dir.path()).is_empty());
+}
+
+#[cfg(not(feature = "images"))]
+#[test]
+fn resize_without_the_feature_says_which_feature() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("root/a")).unwrap();
+    let assert = tfpipe()
+        .args(["convert", "images"])
+        .arg(dir.path().join("root"))
+        .arg("-o")
+        .arg(dir.path().join("x"))
+        .args(["--resize", "8x8"])
+        .assert()
+        .code(2);
+    assert!(
+        stderr(&assert).contains("--features images"),
+        "{}",
+        stderr(&assert)
+    );
+}
+
+#[test]
+fn csv_read_back_through_tfpipe_cat_equals_the_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = testdata("tabular/seattle-weather.csv");
+    tfpipe()
+        .args(["convert", "csv"])
+        .arg(&input)
+        .arg("-o")
+        .arg(dir.path().join("sw"))
+        .args(["--shards", "2", "--compression", "zlib"])
+        .assert()
+        .success();
+    let mut shards: Vec<_> = files_in(dir.path())
+        .into_iter()
+        .filter(|n| n.ends_with(".tfrecord.zlib"))
+        .map(|n| dir.path().join(n))
+        .collect();
+    shards.sort();
+    assert_eq!(shards.len(), 2);
+    // Record i is in shard i % 2: read them round-robin.
+    let texts: Vec<String> = shards
+        .iter()
+        .map(|shard| stdout(&tfpipe().arg("cat").arg(shard).assert().success()))
+        .collect();
+    let mut per_shard: Vec<_> = texts.iter().map(|t| t.lines()).collect();
+    let mut source = csv::Reader::from_path(&input).unwrap();
+    let header: Vec<String> = source.headers().unwrap().iter().map(String::from).collect();
+    for (i, row) in source.records().enumerate() {
+        let row = row.unwrap();
+        let line = per_shard[i % 2].next().unwrap();
+        let record: serde_json::Value = serde_json::from_str(line).unwrap();
+        let features = &record["features"];
+        for (name, value) in header.iter().zip(row.iter()) {
+            let feature = &features[name.as_str()];
+            match name.as_str() {
+                "date" | "weather" => {
+                    assert_eq!(feature["kind"], "bytes_list");
+                    use base64::Engine;
+                    let b64 = base64::engine::general_purpose::STANDARD.encode(value);
+                    assert_eq!(feature["values"][0], b64.as_str());
+                }
+                _ => {
+                    assert_eq!(feature["kind"], "float_list", "{name}");
+                    let bits = format!("{:#010x}", value.parse::<f32>().unwrap().to_bits());
+                    assert_eq!(feature["bits"][0], bits.as_str(), "{name} {value}");
+                }
+            }
+        }
+    }
+    assert!(per_shard.iter_mut().all(|l| l.next().is_none()));
+}
