@@ -605,6 +605,7 @@ impl Trainer {
 fn describe_optimizer(o: &OptimizerConfig) -> String {
     match o.kind {
         OptimizerKind::AdamW => format!("adamw lr={} wd={}", o.lr, o.weight_decay),
+        OptimizerKind::AdamWFused => format!("adamw-fused lr={} wd={}", o.lr, o.weight_decay),
         OptimizerKind::Sgd => format!("sgd lr={}", o.lr),
     }
 }
