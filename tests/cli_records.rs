@@ -449,3 +449,34 @@ fn inferred_specs_parse_and_decode_the_files_they_came_from() {
         assert_eq!(batch.num_rows, records.len());
     }
 }
+
+#[test]
+fn cat_auto_never_drops_feature_lists_that_appear_late() {
+    use prost::Message;
+    use tfpipe::example::proto::{FeatureList, FeatureLists, SequenceExample};
+    let mut writer = tfpipe::tfrecord::RecordWriter::new(Vec::new(), Default::default());
+    // 70 records with context only (wire-identical to Examples), then one with lists.
+    for _ in 0..70 {
+        writer
+            .write_record(&SequenceExample::default().encode_to_vec())
+            .unwrap();
+    }
+    let mut lists = FeatureLists::default();
+    lists
+        .feature_list
+        .insert("steps".into(), FeatureList { feature: vec![] });
+    let last = SequenceExample {
+        context: None,
+        feature_lists: Some(lists),
+    };
+    writer.write_record(&last.encode_to_vec()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("late.tfrecord");
+    std::fs::write(&file, writer.finish().unwrap()).unwrap();
+    let out = run(&["cat", file.to_str().unwrap()]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let got = lines(&out.stdout);
+    assert_eq!(got.len(), 71);
+    assert_eq!(got[0]["features"], serde_json::json!({}));
+    assert_eq!(got[70]["feature_lists"], serde_json::json!({"steps": []}));
+}
