@@ -9,6 +9,12 @@
 //!   downstream's thread this includes the upstream stages' work);
 //! - `blocked_out_ns`: blocked on a full output buffer (downstream is slower).
 //!
+//! To keep the clock off the hot path, `batch` and `shuffle` read it once per
+//! pull: their trivial work between two pulls (a push) counts as waiting.
+//! Cheap pass-through stages (`shard`, `take`, `skip`, `repeat`,
+//! `ignore_errors`) count elements only; their time lands in their
+//! downstream's wait. The autotuner reads the clock every 16th element.
+//!
 //! The bottleneck is the stage with the most busy time per worker: the one that
 //! limits throughput when everything upstream blocks on output and everything
 //! downstream waits for input. [`PipelineMetrics::bottleneck_stage`] names it.

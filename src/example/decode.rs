@@ -34,6 +34,9 @@
 //!   feature list is zero steps (TensorFlow's `allow_missing=True`). Each step of a
 //!   fixed sequence must hold exactly `product(shape)` values; steps of a var
 //!   sequence hold any number (a kind-less step holds none).
+//! * A schema without sequence features reads field 1 of each record: that is
+//!   `Example.features`, and equally `SequenceExample.context`, so such a schema
+//!   also reads the context of `SequenceExample`s.
 //!
 //! Errors carry the record's index within the batch; malformed protobuf is
 //! reported with the byte offset inside the record and never panics. After an

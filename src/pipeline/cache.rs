@@ -33,7 +33,7 @@ impl<T: Clone + Send + Sync + 'static> Pipeline<T> {
     /// ```
     pub fn cache(self) -> Pipeline<T> {
         let kept: Arc<Mutex<Option<Arc<Vec<T>>>>> = Arc::new(Mutex::new(None));
-        self.then_lazy("cache", move |_env, upstream, counters| {
+        self.then_lazy("cache", move |env, upstream, counters| {
             let full = kept.lock().unwrap_or_else(PoisonError::into_inner).clone();
             if let Some(items) = full {
                 let mut i = 0;
@@ -46,6 +46,7 @@ impl<T: Clone + Send + Sync + 'static> Pipeline<T> {
             }
             let mut up = upstream();
             let kept = Arc::clone(&kept);
+            let env = env.clone();
             let mut recording = Some(Vec::new());
             Box::new(std::iter::from_fn(move || {
                 let event = up.next();
@@ -59,6 +60,8 @@ impl<T: Clone + Send + Sync + 'static> Pipeline<T> {
                     }
                     Some(Event::Item(Err(_))) => recording = None,
                     Some(Event::EpochEnd(_)) => {}
+                    // A pass cut short by cancellation ends early too: not kept.
+                    None if env.cancelled() => recording = None,
                     None => {
                         if let Some(r) = recording.take() {
                             *kept.lock().unwrap_or_else(PoisonError::into_inner) =
@@ -118,6 +121,7 @@ impl Pipeline<Record> {
                 }));
             }
             let mut up = upstream();
+            let env = env.clone();
             let mut writer = match FileRecordWriter::create(&path, Compression::None) {
                 Ok(w) => Some(w),
                 Err(source) => {
@@ -147,6 +151,8 @@ impl Pipeline<Record> {
                     // removes its temporary file.
                     Some(Event::Item(Err(_))) => writer = None,
                     Some(Event::EpochEnd(_)) => {}
+                    // A pass cut short by cancellation ends early too.
+                    None if env.cancelled() => writer = None,
                     None => {
                         if let Some(w) = writer.take() {
                             if let Err(source) = w.finish() {

@@ -458,6 +458,10 @@ impl<T: Send + 'static, U: Send + 'static> InterleaveStream<T, U> {
             }
             if self.slots.iter().all(Option::is_none) {
                 if let Some(marker) = self.paused.take() {
+                    // Each epoch starts the round robin afresh, so every
+                    // epoch comes out in the same order.
+                    self.current = 0;
+                    self.in_block = 0;
                     return Some(Event::EpochEnd(marker));
                 }
                 self.input.as_ref()?;

@@ -105,3 +105,23 @@ fn an_interrupted_pass_leaves_no_cache_file() {
     let leftovers = std::fs::read_dir(dir.path()).unwrap().count();
     assert_eq!(leftovers, 0, "no temporary file left behind");
 }
+
+#[test]
+fn a_cancelled_pass_leaves_no_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache.tfrecord");
+    // The prefetch thread is inside an endless `skip` when the iterator is
+    // dropped; the skip sees the cancel flag and ends early, and the cache
+    // below it must not take that for a complete pass.
+    let p = Pipeline::from_generator(|| (0u64..).map(index_record))
+        .skip(u64::MAX)
+        .cache_file(&cache)
+        .prefetch(1);
+    watchdog(20, move || {
+        let it = p.start().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        drop(it);
+    });
+    assert!(!cache.exists());
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}

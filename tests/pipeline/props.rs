@@ -272,3 +272,26 @@ fn early_start_shuffle_emits_before_the_buffer_is_full() {
         assert_eq!(all, 5000);
     }
 }
+
+#[test]
+fn interleave_after_repeat_keeps_epochs_apart() {
+    for parallelism in [None, Some(Parallelism::Fixed(2)), Some(Parallelism::Auto)] {
+        let mut options = Interleave::new(3, 2);
+        options.parallelism = parallelism;
+        let p = Pipeline::from_vec((0..5u32).collect())
+            .repeat(Some(3))
+            .interleave(options, |f| {
+                Pipeline::from_vec((0..7).map(|k| f * 10 + k).collect())
+            })
+            .map_parallel(2, |x: u32| Ok::<_, std::convert::Infallible>(x));
+        let got = epochs(p);
+        assert_eq!(got.len(), 3, "{parallelism:?}");
+        assert!(got.iter().all(|e| e == &got[0]), "every epoch alike");
+        let mut first = got[0].clone();
+        first.sort_unstable();
+        let want: Vec<u32> = (0..5)
+            .flat_map(|f| (0..7).map(move |k| f * 10 + k))
+            .collect();
+        assert_eq!(first, want);
+    }
+}
