@@ -458,7 +458,6 @@ pub(crate) fn finish(
         infos.push((shard.records, shard.bytes));
         let path = shard.pending.persist()?;
         rollback.0.push(path.clone());
-        readable(&path)?;
         paths.push(path);
     }
     for (path, (records, bytes)) in paths.iter().zip(infos) {
@@ -503,14 +502,7 @@ pub(crate) fn finish(
     metadata.insert("source".into(), Json::Object(source));
 
     let schema_file = schema_path(&options.prefix);
-    let dir = match schema_file.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let temp = tempfile::Builder::new()
-        .prefix(".features.")
-        .suffix(".json.tmp")
-        .tempfile_in(&dir)
+    let temp = crate::atomic_file::temp_file_for(&schema_file)
         .map_err(|source| ConvertError::Output {
             path: schema_file.clone(),
             source,
@@ -523,7 +515,6 @@ pub(crate) fn finish(
             path: schema_file.clone(),
             source: e.error,
         })?;
-    readable(&schema_file)?;
     // Everything is in place: keep it.
     rollback.0.clear();
     let stale = stale_shards(&options.prefix, &paths);
@@ -556,24 +547,6 @@ fn stale_shards(prefix: &Path, current: &[PathBuf]) -> Vec<PathBuf> {
             .collect(),
         Err(_) => Vec::new(),
     }
-}
-
-/// Temporary files are created owner-only (0600); outputs are data files
-/// meant to be shared like any other, so they get 0644 once in place.
-fn readable(path: &Path) -> Result<(), ConvertError> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        fs::set_permissions(path, fs::Permissions::from_mode(0o644)).map_err(|source| {
-            ConvertError::Output {
-                path: path.to_path_buf(),
-                source,
-            }
-        })?;
-    }
-    #[cfg(not(unix))]
-    let _ = path;
-    Ok(())
 }
 
 /// Collects bad rows under `--skip-bad-rows`: keeps the first few, counts all.
