@@ -8,12 +8,18 @@
 //! `buffer_size`. Throughput is in uncompressed bytes. `crc32c_only` is the
 //! ceiling: CRC32C alone over the same bytes already in memory.
 //!
+//! Time is the benchmark thread's CPU time (user + system, so the kernel's
+//! copy out of the page cache counts), not wall time: this measures one
+//! core's throughput and stays meaningful on a shared, busy machine. Set
+//! `TFPIPE_BENCH_WALL=1` for wall time.
+//!
 //! ```text
 //! cargo bench --bench tfrecord_read -- --warm-up-time 1 --measurement-time 3
 //! ```
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use tfpipe::tfrecord::{Compression, FileRecordReader, ReaderOptions, RecordWriter};
@@ -68,6 +74,63 @@ fn read_all_buffered(path: &Path, options: &ReaderOptions) -> u64 {
     bytes
 }
 
+/// This thread's CPU time so far (wall time where unsupported or asked for).
+#[derive(Clone, Copy)]
+enum Clock {
+    ThreadCpu,
+    Wall(Instant),
+}
+
+impl Clock {
+    fn now() -> Clock {
+        if std::env::var_os("TFPIPE_BENCH_WALL").is_some() || thread_cpu_time().is_none() {
+            Clock::Wall(Instant::now())
+        } else {
+            Clock::ThreadCpu
+        }
+    }
+
+    fn elapsed_since(self, start: Duration) -> Duration {
+        match self {
+            Clock::ThreadCpu => thread_cpu_time().unwrap_or_default() - start,
+            Clock::Wall(t) => t.elapsed(),
+        }
+    }
+
+    fn start(self) -> Duration {
+        match self {
+            Clock::ThreadCpu => thread_cpu_time().unwrap_or_default(),
+            Clock::Wall(_) => Duration::ZERO,
+        }
+    }
+}
+
+#[cfg(unix)]
+fn thread_cpu_time() -> Option<Duration> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for the call to fill.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    (rc == 0).then(|| Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
+}
+
+#[cfg(not(unix))]
+fn thread_cpu_time() -> Option<Duration> {
+    None
+}
+
+/// Runs `work` `iters` times and returns the time it took by [`Clock`].
+fn timed(iters: u64, mut work: impl FnMut()) -> Duration {
+    let clock = Clock::now();
+    let start = clock.start();
+    for _ in 0..iters {
+        work();
+    }
+    clock.elapsed_since(start)
+}
+
 fn size_mb() -> usize {
     std::env::var("TFPIPE_BENCH_MB")
         .ok()
@@ -95,16 +158,28 @@ fn bench(c: &mut Criterion) {
         group.throughput(Throughput::Bytes(file_len));
         group.sample_size(10);
         group.bench_function("next_record", |b| {
-            b.iter(|| read_all_zero_copy(&path, &options))
+            b.iter_custom(|n| {
+                timed(n, || {
+                    black_box(read_all_zero_copy(&path, &options));
+                })
+            })
         });
         group.bench_function("read_record", |b| {
-            b.iter(|| read_all_buffered(&path, &options))
+            b.iter_custom(|n| {
+                timed(n, || {
+                    black_box(read_all_buffered(&path, &options));
+                })
+            })
         });
         if record_len > 1000 {
             // The ceiling: CRC32C alone over the file's bytes in memory.
             let bytes = std::fs::read(&path).unwrap();
             group.bench_function("crc32c_only", |b| {
-                b.iter(|| crc32c::crc32c(black_box(&bytes)))
+                b.iter_custom(|n| {
+                    timed(n, || {
+                        black_box(crc32c::crc32c(black_box(&bytes)));
+                    })
+                })
             });
         }
         group.finish();
@@ -119,18 +194,24 @@ fn bench(c: &mut Criterion) {
     group.sample_size(10);
     group.throughput(Throughput::Bytes(uncompressed));
     group.bench_function("read", |b| {
-        b.iter(|| read_all_zero_copy(&gz_path, &options))
+        b.iter_custom(|n| {
+            timed(n, || {
+                black_box(read_all_zero_copy(&gz_path, &options));
+            })
+        })
     });
     let mut record = vec![0u8; 826];
     fill(&mut record, &mut 1);
     let count = uncompressed as usize / (826 + 16);
     group.bench_function("write", |b| {
-        b.iter(|| {
-            let mut writer = RecordWriter::new(std::io::sink(), Compression::Gzip);
-            for _ in 0..count {
-                writer.write_record(&record).unwrap();
-            }
-            writer.finish().unwrap();
+        b.iter_custom(|n| {
+            timed(n, || {
+                let mut writer = RecordWriter::new(std::io::sink(), Compression::Gzip);
+                for _ in 0..count {
+                    writer.write_record(&record).unwrap();
+                }
+                writer.finish().unwrap();
+            })
         })
     });
     group.finish();

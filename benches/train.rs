@@ -148,7 +148,11 @@ fn step(c: &mut Criterion) {
     group.throughput(Throughput::Elements(BATCH as u64));
     let tensors: BatchTensors =
         batch_to_tensors(mnist_like_batch(1), &input(), 0, &Device::Cpu).expect("tensors");
-    for kind in [OptimizerKind::Sgd, OptimizerKind::AdamW] {
+    for kind in [
+        OptimizerKind::Sgd,
+        OptimizerKind::AdamW,
+        OptimizerKind::AdamWFused,
+    ] {
         let name = format!("{kind:?}").to_lowercase();
         let mut trainer = Trainer::new(config(kind)).expect("config");
         group.bench_function(format!("{name}/memory_tensors"), |b| {

@@ -302,11 +302,13 @@ fn inspect_detects_sequence_examples() {
     );
     assert!(text.contains("--feature seq_id:int64 "), "{text}");
     assert!(
-        text.contains("frames: float_list in 14/20 records, 1-5 steps, 2 values per step"),
+        text.contains(
+            "--feature frames:float32:seq:2  # float_list in 14/20 records, 1-5 steps, 2 values per step"
+        ),
         "{text}"
     );
     assert!(
-        text.contains("empty_list: no steps in 1/20 records, 0 steps"),
+        text.contains("# empty_list: no steps in 1/20 records, 0 steps"),
         "{text}"
     );
 }
@@ -401,4 +403,80 @@ fn inspect_io_errors_exit_2() {
     // The readable file is still reported.
     assert!(out.stdout.contains("50 records"));
     assert_eq!(run(&["inspect"]).code, 2);
+}
+
+/// The `--feature` texts `inspect` printed, with their "in N/M records" counts.
+fn printed_specs(text: &str) -> Vec<(String, u64, u64)> {
+    text.lines()
+        .filter_map(|line| {
+            let rest = line.trim().strip_prefix("--feature ")?;
+            let (spec, note) = rest.split_once("  # ")?;
+            let counts = note.split(" in ").nth(1)?.split(' ').next()?;
+            let (n, m) = counts.split_once('/')?;
+            Some((spec.trim().to_string(), n.parse().ok()?, m.parse().ok()?))
+        })
+        .collect()
+}
+
+#[test]
+fn inferred_specs_parse_and_decode_the_files_they_came_from() {
+    for (name, expected) in [("examples.tfrecord", 8), ("sequence.tfrecord", 6)] {
+        let out = run(&["inspect", &path(name)]);
+        let specs = printed_specs(&out.stdout);
+        assert_eq!(specs.len(), expected, "{}", out.stdout);
+        for (spec, _, _) in &specs {
+            let parsed: tfpipe::FeatureSpec = spec.parse().unwrap();
+            assert_eq!(&parsed.to_string(), spec);
+        }
+        // A fixed-length feature missing from some records would need a
+        // default; the others decode every record as they are.
+        let usable: Vec<&str> = specs
+            .iter()
+            .filter(|(spec, n, m)| n == m || spec.ends_with(":var"))
+            .map(|(spec, _, _)| spec.as_str())
+            .collect();
+        assert!(usable.len() >= 3, "{usable:?}");
+        let schema = tfpipe::Schema::from_feature_texts(&usable).unwrap();
+        let mut parser = tfpipe::BatchParser::new(schema).unwrap();
+        let mut reader =
+            tfpipe::tfrecord::FileRecordReader::open(golden(name), Default::default()).unwrap();
+        let mut records = Vec::new();
+        let mut record = Vec::new();
+        while reader.read_record(&mut record).unwrap() {
+            records.push(record.clone());
+        }
+        let batch = parser.parse(&records).unwrap();
+        assert_eq!(batch.num_rows, records.len());
+    }
+}
+
+#[test]
+fn cat_auto_never_drops_feature_lists_that_appear_late() {
+    use prost::Message;
+    use tfpipe::example::proto::{FeatureList, FeatureLists, SequenceExample};
+    let mut writer = tfpipe::tfrecord::RecordWriter::new(Vec::new(), Default::default());
+    // 70 records with context only (wire-identical to Examples), then one with lists.
+    for _ in 0..70 {
+        writer
+            .write_record(&SequenceExample::default().encode_to_vec())
+            .unwrap();
+    }
+    let mut lists = FeatureLists::default();
+    lists
+        .feature_list
+        .insert("steps".into(), FeatureList { feature: vec![] });
+    let last = SequenceExample {
+        context: None,
+        feature_lists: Some(lists),
+    };
+    writer.write_record(&last.encode_to_vec()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("late.tfrecord");
+    std::fs::write(&file, writer.finish().unwrap()).unwrap();
+    let out = run(&["cat", file.to_str().unwrap()]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let got = lines(&out.stdout);
+    assert_eq!(got.len(), 71);
+    assert_eq!(got[0]["features"], serde_json::json!({}));
+    assert_eq!(got[70]["feature_lists"], serde_json::json!({"steps": []}));
 }

@@ -93,9 +93,13 @@ fn memory(batches: Vec<Batch>) -> impl FnMut(u64) -> Result<Stream, BoxError> {
 
 #[test]
 fn loss_falls_over_a_few_steps() {
-    for kind in [OptimizerKind::Sgd, OptimizerKind::AdamW] {
+    for kind in [
+        OptimizerKind::Sgd,
+        OptimizerKind::AdamW,
+        OptimizerKind::AdamWFused,
+    ] {
         let mut cfg = config(kind);
-        if kind == OptimizerKind::AdamW {
+        if kind != OptimizerKind::Sgd {
             cfg.optimizer.lr = 0.01;
         }
         let mut trainer = Trainer::new(cfg).unwrap();

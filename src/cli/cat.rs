@@ -20,7 +20,8 @@ use super::Status;
 #[derive(Debug, Default, clap::Args)]
 pub struct Args {
     /// The message in each record. `auto` looks at the first 64 records of
-    /// each file: a top-level field 2 (`feature_lists`) means SequenceExample.
+    /// each file: a top-level field 2 (`feature_lists`) means SequenceExample
+    /// (and any later record with one is printed as a SequenceExample).
     #[arg(long = "type", value_enum, default_value_t = TypeArg::Auto)]
     pub record_type: TypeArg,
     /// Compression of the files; `auto` infers it from the name (.gz, .zlib/.zz).
@@ -122,6 +123,7 @@ fn cat_file(
     // Records read ahead to decide `auto`, with their index and offset.
     let mut lookahead: Vec<(u64, u64, Vec<u8>)> = Vec::new();
     let mut failure = None;
+    let auto = record_type == TypeArg::Auto;
     let record_type = match record_type {
         TypeArg::Example => RecordType::Example,
         TypeArg::Sequence => RecordType::Sequence,
@@ -166,6 +168,14 @@ fn cat_file(
         let position = reader.position();
         match reader.next_record() {
             Ok(Some(record)) => {
+                // A SequenceExample with feature lists after a first stretch
+                // without any: print it as one rather than drop its lists
+                // (an Example decoder skips field 2).
+                let record_type = if auto && record_type == RecordType::Example {
+                    RecordType::sniff(record)
+                } else {
+                    record_type
+                };
                 let printed = print(
                     path.as_deref(),
                     position.record,

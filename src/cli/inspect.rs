@@ -17,7 +17,8 @@
 //! exactly one value, is `N` when all have exactly N, and `var` otherwise; the
 //! comment says in how many records it is present (a feature missing from some
 //! records needs a default, or a `var` spec). Feature lists of a
-//! `SequenceExample` are listed with their step and value counts.
+//! `SequenceExample` are given as `NAME:DTYPE:seq[:N]` (every step has N
+//! values, or one when omitted) or `NAME:DTYPE:seq:var`, with their step counts.
 //!
 //! Files are inspected in parallel (rayon); the report keeps the input order.
 
@@ -32,6 +33,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 use tfpipe::example::json::RecordType;
 use tfpipe::example::proto::{Feature, SequenceExample, feature};
+use tfpipe::example::{DType, FeatureSpec, Layout};
 use tfpipe::tfrecord::{Compression, OnCorruption, ReaderOptions};
 
 use super::Status;
@@ -296,7 +298,7 @@ struct FeatureStats {
 }
 
 const KIND_NAMES: [&str; 3] = ["bytes_list", "float_list", "int64_list"];
-const DTYPES: [&str; 3] = ["bytes", "float32", "int64"];
+const DTYPES: [DType; 3] = [DType::Bytes, DType::Float32, DType::Int64];
 
 impl FeatureStats {
     fn add(&mut self, feature: &Feature) {
@@ -341,20 +343,34 @@ impl FeatureStats {
         }
     }
 
-    /// The `--feature` spec, when one kind was seen.
-    fn spec(&self, name: &str) -> Option<String> {
+    /// The `--feature` spec, when one kind was seen: for a feature, or (with
+    /// `steps`) for the steps of a feature list.
+    fn spec(&self, name: &str, steps: bool) -> Option<String> {
         let dtype = DTYPES[self.kind()?];
-        Some(match (self.values.min, self.values.max) {
-            (Some(1), 1) => format!("{name}:{dtype}"),
-            (Some(min), max) if min == max && min > 0 => format!("{name}:{dtype}:{min}"),
-            _ => format!("{name}:{dtype}:var"),
-        })
+        let shape = match (self.values.min, self.values.max) {
+            (Some(1), 1) => Some(vec![]),
+            (Some(min), max) if min == max && min > 0 => Some(vec![min as usize]),
+            _ => None,
+        };
+        let layout = match (steps, shape) {
+            (false, Some(shape)) => Layout::Fixed(shape),
+            (false, None) => Layout::Var,
+            (true, Some(shape)) => Layout::FixedSequence(shape),
+            (true, None) => Layout::VarSequence,
+        };
+        let spec = FeatureSpec {
+            name: name.to_string(),
+            dtype,
+            layout,
+            default: None,
+        };
+        Some(spec.to_string())
     }
 
     fn json(&self, name: &str) -> FeatureJson {
         FeatureJson {
             name: name.to_string(),
-            spec: self.spec(name),
+            spec: self.spec(name, false),
             kind: self.kind().map(|k| KIND_NAMES[k]),
             present: self.present,
             no_list_set: self.kinds[3],
@@ -431,12 +447,12 @@ fn write_schema(out: &mut String, schema: &SchemaStats, record_type: RecordType)
     let width = schema
         .features
         .iter()
-        .map(|(name, f)| f.spec(name).map_or(0, |s| s.len()))
+        .map(|(name, f)| f.spec(name, false).map_or(0, |s| s.len()))
         .max()
         .unwrap_or(0);
     for (name, stats) in &schema.features {
         let with_list = stats.present - stats.kinds[3];
-        let mut note = match stats.spec(name) {
+        let mut note = match stats.spec(name, false) {
             Some(spec) => format!(
                 "--feature {spec:width$}  # {} in {with_list}/{records} records, {}",
                 stats.kind_name(),
@@ -456,19 +472,28 @@ fn write_schema(out: &mut String, schema: &SchemaStats, record_type: RecordType)
     }
     if record_type == RecordType::Sequence {
         let _ = writeln!(out, "  feature lists:");
+        let width = schema
+            .lists
+            .iter()
+            .map(|(name, l)| l.step.spec(name, true).map_or(0, |s| s.len()))
+            .max()
+            .unwrap_or(0);
         for (name, stats) in &schema.lists {
-            let _ = writeln!(
-                out,
-                "  {name}: {} in {}/{records} records, {} steps, {} per step",
-                if stats.step.present == 0 {
-                    "no steps".to_string()
-                } else {
-                    stats.step.kind_name()
-                },
+            let counts = format!(
+                "in {}/{records} records, {} steps, {} per step",
                 stats.present,
                 stats.steps.text(),
                 values_text(&stats.step.values)
             );
+            let line = match stats.step.spec(name, true) {
+                Some(spec) => format!(
+                    "--feature {spec:width$}  # {} {counts}",
+                    stats.step.kind_name()
+                ),
+                None if stats.step.present == 0 => format!("# {name}: no steps {counts}"),
+                None => format!("# {name}: {} {counts}", stats.step.kind_name()),
+            };
+            let _ = writeln!(out, "  {line}");
         }
     }
 }
@@ -485,6 +510,7 @@ fn schema_json(schema: &SchemaStats, record_type: RecordType) -> SchemaJson {
             .iter()
             .map(|(name, stats)| ListJson {
                 name: name.clone(),
+                spec: stats.step.spec(name, true),
                 kind: stats.step.kind().map(|k| KIND_NAMES[k]),
                 present: stats.present,
                 min_steps: stats.steps.min,
@@ -628,6 +654,7 @@ struct FeatureJson {
 #[derive(Serialize)]
 struct ListJson {
     name: String,
+    spec: Option<String>,
     kind: Option<&'static str>,
     present: u64,
     min_steps: Option<u64>,

@@ -39,7 +39,7 @@ enum Command {
     /// Run the input pipeline to the end and report its throughput.
     Bench(bench::Args),
     /// Train a model fed by the pipeline, reporting stall versus compute.
-    Train(train::Args),
+    Train(Box<train::Args>),
     /// Load a checkpoint and predict, reporting latency.
     Predict(predict::Args),
     /// The end-to-end demo on the bundled MNIST sample (the default).
@@ -89,7 +89,7 @@ pub fn main() -> ExitCode {
         Some(Command::Inspect(args)) => inspect::run(args),
         Some(Command::Convert(args)) => convert::run(*args),
         Some(Command::Bench(args)) => bench::run(args),
-        Some(Command::Train(args)) => train::run(args),
+        Some(Command::Train(args)) => train::run(*args),
         Some(Command::Predict(args)) => predict::run(args),
         Some(Command::Demo(args)) => demo::run(args),
         None => demo::run(demo::Args::default()),

@@ -156,17 +156,15 @@ enum Sink {
         path: PathBuf,
     },
     /// TFRecord `Example`s with `prediction` (and `label`) int64 features.
-    Records(FileRecordWriter),
+    Records(Box<FileRecordWriter>),
 }
 
 impl Sink {
     fn create(path: &Path) -> anyhow::Result<Sink> {
         let name = path.to_string_lossy();
         if name.contains(".tfrecord") {
-            return Ok(Sink::Records(FileRecordWriter::create(
-                path,
-                Compression::from_path(path),
-            )?));
+            let writer = FileRecordWriter::create(path, Compression::from_path(path))?;
+            return Ok(Sink::Records(Box::new(writer)));
         }
         let dir = match path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,
@@ -191,8 +189,8 @@ impl Sink {
         match self {
             Sink::Json { out, path } => {
                 for (i, p) in predicted.iter().enumerate() {
-                    match labels {
-                        Some(l) => writeln!(out, "{{\"prediction\":{p},\"label\":{}}}", l[i]),
+                    match labels.and_then(|l| l.get(i)) {
+                        Some(l) => writeln!(out, "{{\"prediction\":{p},\"label\":{l}}}"),
                         None => writeln!(out, "{{\"prediction\":{p}}}"),
                     }
                     .with_context(|| format!("{}: cannot write", path.display()))?;
@@ -203,8 +201,8 @@ impl Sink {
                 for (i, p) in predicted.iter().enumerate() {
                     let mut features = std::collections::BTreeMap::new();
                     features.insert("prediction".to_string(), int64(i64::from(*p)));
-                    if let Some(l) = labels {
-                        features.insert("label".to_string(), int64(i64::from(l[i])));
+                    if let Some(l) = labels.and_then(|l| l.get(i)) {
+                        features.insert("label".to_string(), int64(i64::from(*l)));
                     }
                     let example = Example {
                         features: Some(Features { feature: features }),

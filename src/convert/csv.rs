@@ -18,7 +18,7 @@ use csv::{ByteRecord, ReaderBuilder};
 use super::encode::ExampleEncoder;
 use super::error::{ConvertError, SourceLocation, quote};
 use super::infer::{self, Column, Kind, classify, fits, parse_f32, parse_i64, trim};
-use super::output::{BadRows, Chunk, Ctx, Finished, Input, ShardSink, finish, plan_shards};
+use super::output::{BadRows, Chunk, Ctx, Finished, Input, finish, plan_shards};
 use super::{Missing, Phase, Summary};
 use crate::example::DType;
 
@@ -436,35 +436,20 @@ pub(crate) fn convert(
     let mut order: Vec<usize> = (0..ncols).collect();
     order.sort_by(|&a, &b| names[a].as_bytes().cmp(names[b].as_bytes()));
     let plan = plan_shards(rows, ctx.options.sharding, bytes_total);
-    let mut sink = ShardSink::new(ctx.options, plan);
     ctx.begin_phase(Phase::Encoding, bytes_total);
     let any_bad = bad.count > 0;
     let encode_tasks: Vec<(usize, &Task)> = tasks.iter().enumerate().collect();
-    ctx.run_ordered(
-        encode_tasks,
-        |(i, task)| {
-            encode(
-                &files[task.file],
-                task,
-                line_base[i],
-                &shape,
-                &columns,
-                &order,
-                any_bad,
-            )
-        },
-        |chunk: Chunk| {
-            sink.write_chunk(&chunk)?;
-            ctx.advance(
-                Phase::Encoding,
-                bytes_total,
-                chunk.bytes_in,
-                chunk.ends.len() as u64,
-            );
-            Ok(())
-        },
-    )?;
-    let shards = sink.finish()?;
+    let shards = ctx.write_shards(&plan, bytes_total, encode_tasks, |(i, task)| {
+        encode(
+            &files[task.file],
+            task,
+            line_base[i],
+            &shape,
+            &columns,
+            &order,
+            any_bad,
+        )
+    })?;
 
     let schema = infer::tabular_schema(&columns, options.label.as_deref(), options.missing);
     let extra = infer::columns_metadata(&columns);
@@ -511,7 +496,7 @@ fn scan(file: &File, task: &Task, shape: &Shape<'_>, skip: bool) -> Result<Scan,
     let data = &file.data[task.start..task.end];
     let mut s = Scan {
         rows: 0,
-        newlines: data.iter().filter(|&&b| b == b'\n').count() as u64,
+        newlines: memchr::memchr_iter(b'\n', data).count() as u64,
         kinds: vec![Kind::Empty; n],
         present: vec![0; n],
         missing: vec![0; n],
@@ -566,12 +551,12 @@ fn encode(
 ) -> Result<Chunk, ConvertError> {
     let data = &file.data[task.start..task.end];
     let mut chunk = Chunk {
-        data: Vec::with_capacity(data.len() + data.len() / 2),
-        ends: Vec::new(),
         bytes_in: data.len() as u64,
+        ..Chunk::default()
     };
     let mut rows = Rows::new(data, shape.delimiter);
-    let mut enc = ExampleEncoder::default();
+    // Numeric rows grow about 2.5x as Examples.
+    let mut enc = ExampleEncoder::with_capacity(data.len() * 5 / 2);
     while let Some((row, start, line)) = rows.next_row() {
         // Bad rows were counted (or were fatal) in the first pass; when it
         // found none, only the cheap field count is checked here.
@@ -622,9 +607,9 @@ fn encode(
                 ));
             }
         }
-        enc.finish_into(&mut chunk.data);
-        chunk.end_record();
+        enc.end();
     }
+    chunk.fill(enc);
     Ok(chunk)
 }
 
@@ -661,7 +646,8 @@ impl<'r> Row<'r> {
 /// the same inputs through both), skipping blank lines as `csv` does.
 struct Rows<'a> {
     data: &'a [u8],
-    delimiter: u8,
+    /// Simple path: finds delimiters and line ends eight bytes at a time.
+    hits: Hits,
     pos: usize,
     /// 1-based line of the next row (simple path).
     line: u64,
@@ -669,24 +655,82 @@ struct Rows<'a> {
     parser: Option<(csv::Reader<&'a [u8]>, ByteRecord)>,
 }
 
+/// Finds every delimiter and line end with SWAR (eight bytes per step in a
+/// u64; a set high bit marks a matching byte), so a hit costs a few
+/// instructions: fields in numeric CSV are short, and a search that restarts
+/// at every hit (memchr2) spent more time restarting than searching.
+struct Hits {
+    delimiter: u64,
+    /// Start of the word `mask` describes.
+    word: usize,
+    /// Start of the next word to load.
+    next_word: usize,
+    /// High bit of byte k set: `word + k` is a hit not yet returned.
+    mask: u64,
+    pad: u8,
+}
+
+impl Hits {
+    const LO7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    const NEWLINES: u64 = 0x0a0a_0a0a_0a0a_0a0a;
+
+    fn new(delimiter: u8) -> Self {
+        Hits {
+            delimiter: u64::from_ne_bytes([delimiter; 8]),
+            word: 0,
+            next_word: 0,
+            mask: 0,
+            // Padding for the last partial word must match neither byte.
+            pad: if delimiter == 0 { 1 } else { 0 },
+        }
+    }
+
+    /// High bit set in each zero byte of `x`, exactly (no false positives).
+    #[inline]
+    fn zero_bytes(x: u64) -> u64 {
+        !(((x & Self::LO7).wrapping_add(Self::LO7)) | x | Self::LO7)
+    }
+
+    #[inline]
+    fn next(&mut self, data: &[u8]) -> Option<usize> {
+        loop {
+            if self.mask != 0 {
+                let k = self.mask.trailing_zeros() as usize / 8;
+                self.mask &= self.mask - 1;
+                return Some(self.word + k);
+            }
+            let at = self.next_word;
+            let w = match data.get(at..at + 8) {
+                Some(bytes) => {
+                    let mut b = [0u8; 8];
+                    b.copy_from_slice(bytes);
+                    u64::from_le_bytes(b)
+                }
+                None if at < data.len() => {
+                    let mut b = [self.pad; 8];
+                    b[..data.len() - at].copy_from_slice(&data[at..]);
+                    u64::from_le_bytes(b)
+                }
+                None => return None,
+            };
+            self.word = at;
+            self.next_word = at + 8;
+            self.mask = Self::zero_bytes(w ^ self.delimiter) | Self::zero_bytes(w ^ Self::NEWLINES);
+        }
+    }
+}
+
 /// Whether every carriage return is part of a CRLF.
 fn only_crlf(data: &[u8]) -> bool {
-    let mut rest = data;
-    while let Some(i) = rest.iter().position(|&b| b == b'\r') {
-        if rest.get(i + 1) != Some(&b'\n') {
-            return false;
-        }
-        rest = &rest[i + 1..];
-    }
-    true
+    memchr::memchr_iter(b'\r', data).all(|i| data.get(i + 1) == Some(&b'\n'))
 }
 
 impl<'a> Rows<'a> {
     fn new(data: &'a [u8], delimiter: u8) -> Self {
-        let simple = !data.contains(&b'"') && only_crlf(data);
+        let simple = memchr::memchr(b'"', data).is_none() && only_crlf(data);
         Rows {
             data,
-            delimiter,
+            hits: Hits::new(delimiter),
             pos: 0,
             line: 1,
             ranges: Vec::new(),
@@ -745,16 +789,17 @@ impl<'a> Rows<'a> {
         let start = self.pos;
         self.ranges.clear();
         let mut field = start;
-        let mut i = start;
-        while i < n {
-            let b = data[i];
-            if b == self.delimiter {
-                self.ranges.push((field, i));
-                field = i + 1;
-            } else if b == b'\n' {
+        let mut i = n;
+        while let Some(hit) = self.hits.next(data) {
+            if hit < start {
+                continue; // a blank line skipped above
+            }
+            if data[hit] == b'\n' {
+                i = hit;
                 break;
             }
-            i += 1;
+            self.ranges.push((field, hit));
+            field = hit + 1;
         }
         let mut end = i;
         if end > field && data[end - 1] == b'\r' {
@@ -777,13 +822,9 @@ impl<'a> Rows<'a> {
 mod tests {
     use super::*;
 
-    fn both(
-        text: &str,
-        delimiter: u8,
-    ) -> (
-        Vec<(Vec<Vec<u8>>, usize, u64)>,
-        Vec<(Vec<Vec<u8>>, usize, u64)>,
-    ) {
+    type Split = Vec<(Vec<Vec<u8>>, usize, u64)>;
+
+    fn both(text: &str, delimiter: u8) -> (Split, Split) {
         let collect = |mut rows: Rows<'_>| {
             let mut out = Vec::new();
             while let Some((row, start, line)) = rows.next_row() {
@@ -830,6 +871,26 @@ mod tests {
         fn simple_splitter_agrees_on_random_input(text in "[a-c0-9,\n ]{0,60}(\r\n[0-9,]{0,5})?") {
             let (simple, general) = both(&text, b',');
             proptest::prop_assert_eq!(simple, general);
+        }
+    }
+
+    #[test]
+    fn swar_hits_find_every_delimiter_and_line_end() {
+        for delimiter in [b',', b'\t', 0u8, 0x8a] {
+            let data: Vec<u8> = (0..=255u8)
+                .chain([b',', b'\n', 0, 0x8a, b'\t'])
+                .cycle()
+                .take(1000)
+                .collect();
+            let expected: Vec<usize> = (0..data.len())
+                .filter(|&i| data[i] == delimiter || data[i] == b'\n')
+                .collect();
+            for len in [0, 1, 7, 8, 9, 100, 1000] {
+                let mut hits = Hits::new(delimiter);
+                let got: Vec<usize> = std::iter::from_fn(|| hits.next(&data[..len])).collect();
+                let want: Vec<usize> = expected.iter().copied().filter(|&i| i < len).collect();
+                assert_eq!(got, want, "delimiter {delimiter} len {len}");
+            }
         }
     }
 

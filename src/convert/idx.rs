@@ -13,7 +13,7 @@ use serde_json::{Map, json};
 
 use super::encode::ExampleEncoder;
 use super::error::{ConvertError, SourceLocation};
-use super::output::{Chunk, Ctx, Finished, Input, ShardSink, finish, plan_shards};
+use super::output::{Chunk, Ctx, Finished, Input, finish, plan_shards};
 use super::{Phase, Summary};
 use crate::example::{DType, FeatureSpec, Layout, Schema};
 
@@ -235,24 +235,11 @@ pub(crate) fn convert(
     }
 
     let plan = plan_shards(total, ctx.options.sharding, bytes_in);
-    let mut sink = ShardSink::new(ctx.options, plan);
     ctx.begin_phase(Phase::Encoding, bytes_in);
     let as_float = options.as_float;
-    ctx.run_ordered(
-        tasks,
-        |(i, from, to)| Ok(encode(&pairs[i], from, to, as_float)),
-        |chunk: Chunk| {
-            sink.write_chunk(&chunk)?;
-            ctx.advance(
-                Phase::Encoding,
-                bytes_in,
-                chunk.bytes_in,
-                chunk.ends.len() as u64,
-            );
-            Ok(())
-        },
-    )?;
-    let shards = sink.finish()?;
+    let shards = ctx.write_shards(&plan, bytes_in, tasks, |(i, from, to)| {
+        Ok(encode(&pairs[i], from, to, as_float))
+    })?;
 
     let schema = Schema {
         features: vec![
@@ -317,11 +304,10 @@ fn encode(pair: &Pair, from: usize, to: usize, as_float: bool) -> Chunk {
     let labels = &pair.labels.data[pair.labels.start..];
     let per_record = if as_float { 4 * item + 32 } else { item + 32 };
     let mut chunk = Chunk {
-        data: Vec::with_capacity((to - from) * per_record),
-        ends: Vec::with_capacity(to - from),
         bytes_in: ((to - from) * (item + 1)) as u64,
+        ..Chunk::default()
     };
-    let mut enc = ExampleEncoder::default();
+    let mut enc = ExampleEncoder::with_capacity((to - from) * per_record);
     for i in from..to {
         let pixels = &images[i * item..(i + 1) * item];
         enc.begin();
@@ -335,8 +321,8 @@ fn encode(pair: &Pair, from: usize, to: usize, as_float: bool) -> Chunk {
             enc.bytes(b"image_raw", pixels);
         }
         enc.int64(b"label", i64::from(labels[i]));
-        enc.finish_into(&mut chunk.data);
-        chunk.end_record();
+        enc.end();
     }
+    chunk.fill(enc);
     chunk
 }

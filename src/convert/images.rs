@@ -18,7 +18,7 @@ use serde_json::{Map, json};
 
 use super::encode::ExampleEncoder;
 use super::error::{ConvertError, SourceLocation};
-use super::output::{BadRows, Chunk, Ctx, Finished, ShardSink, finish, plan_shards};
+use super::output::{BadRows, Chunk, Ctx, Finished, finish, plan_shards};
 use super::{Phase, Summary};
 use crate::example::{DType, FeatureSpec, Layout, Schema};
 
@@ -277,63 +277,48 @@ pub(crate) fn convert(
 
     // Pass 2: encode.
     let plan = plan_shards(total, ctx.options.sharding, bytes_in);
-    let mut sink = ShardSink::new(ctx.options, plan);
     ctx.begin_phase(Phase::Encoding, bytes_in);
     let indexed: Vec<(usize, &[Item])> = tasks
         .iter()
         .enumerate()
         .map(|(i, t)| (i * FILES_PER_TASK, *t))
         .collect();
-    ctx.run_ordered(
-        indexed,
-        |(first, task)| {
-            let mut chunk = Chunk::default();
-            let mut enc = ExampleEncoder::default();
-            for (k, item) in task.iter().enumerate() {
-                if !good[first + k] {
-                    continue;
-                }
-                let data = fs::read(&item.path).map_err(|e| ConvertError::read(&item.path, e))?;
-                chunk.bytes_in += data.len() as u64;
-                let header = read_header(&data).map_err(|(at, problem)| ConvertError::BadRow {
-                    location: SourceLocation::at_byte(&item.path, at as u64),
-                    problem: format!("{problem} (the file changed during the conversion?)"),
-                })?;
-                let class = &classes[item.class];
-                enc.begin();
-                enc.int64(b"image/class/label", item.class as i64);
-                enc.bytes(b"image/class/text", class.as_bytes());
-                match resize {
-                    None => {
-                        enc.bytes(b"image/encoded", &data);
-                        enc.bytes(b"image/format", header.format.as_bytes());
-                        enc.int64(b"image/height", i64::from(header.height));
-                        enc.int64(b"image/width", i64::from(header.width));
-                    }
-                    Some((w, h)) => {
-                        let raw = pixels(&item.path, &data, w, h)?;
-                        enc.int64(b"image/height", i64::from(h));
-                        enc.bytes(b"image/raw", &raw);
-                        enc.int64(b"image/width", i64::from(w));
-                    }
-                }
-                enc.finish_into(&mut chunk.data);
-                chunk.end_record();
+    let shards = ctx.write_shards(&plan, bytes_in, indexed, |(first, task)| {
+        let mut chunk = Chunk::default();
+        let mut enc = ExampleEncoder::default();
+        for (k, item) in task.iter().enumerate() {
+            if !good[first + k] {
+                continue;
             }
-            Ok(chunk)
-        },
-        |chunk: Chunk| {
-            sink.write_chunk(&chunk)?;
-            ctx.advance(
-                Phase::Encoding,
-                bytes_in,
-                chunk.bytes_in,
-                chunk.ends.len() as u64,
-            );
-            Ok(())
-        },
-    )?;
-    let shards = sink.finish()?;
+            let data = fs::read(&item.path).map_err(|e| ConvertError::read(&item.path, e))?;
+            chunk.bytes_in += data.len() as u64;
+            let header = read_header(&data).map_err(|(at, problem)| ConvertError::BadRow {
+                location: SourceLocation::at_byte(&item.path, at as u64),
+                problem: format!("{problem} (the file changed during the conversion?)"),
+            })?;
+            let class = &classes[item.class];
+            enc.begin();
+            enc.int64(b"image/class/label", item.class as i64);
+            enc.bytes(b"image/class/text", class.as_bytes());
+            match resize {
+                None => {
+                    enc.bytes(b"image/encoded", &data);
+                    enc.bytes(b"image/format", header.format.as_bytes());
+                    enc.int64(b"image/height", i64::from(header.height));
+                    enc.int64(b"image/width", i64::from(header.width));
+                }
+                Some((w, h)) => {
+                    let raw = pixels(&item.path, &data, w, h)?;
+                    enc.int64(b"image/height", i64::from(h));
+                    enc.bytes(b"image/raw", &raw);
+                    enc.int64(b"image/width", i64::from(w));
+                }
+            }
+            enc.end();
+        }
+        chunk.fill(enc);
+        Ok(chunk)
+    })?;
 
     let scalar = |name: &str, dtype| FeatureSpec {
         name: name.into(),

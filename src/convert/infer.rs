@@ -46,6 +46,12 @@ impl Kind {
 /// Strips ASCII spaces and tabs around a value (numbers may be padded).
 #[inline]
 pub(crate) fn trim(mut b: &[u8]) -> &[u8] {
+    // Fast path: nothing to trim (the common case, two compares).
+    match (b.first(), b.last()) {
+        (Some(&f), Some(&l)) if f != b' ' && f != b'\t' && l != b' ' && l != b'\t' => return b,
+        (None, _) => return b,
+        _ => {}
+    }
     while let [b' ' | b'\t', rest @ ..] = b {
         b = rest;
     }

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use super::encode::ExampleEncoder;
 use super::error::{ConvertError, SourceLocation, quote};
 use super::infer::{self, Column, Kind, parse_f32, parse_i64};
-use super::output::{BadRows, Chunk, Ctx, Finished, Input, ShardSink, finish, plan_shards};
+use super::output::{BadRows, Chunk, Ctx, Finished, Input, finish, plan_shards};
 use super::{Missing, Phase, Summary};
 use crate::example::DType;
 
@@ -805,24 +805,11 @@ pub(crate) fn convert(
         .map(|(i, c)| (c.name.as_str(), i))
         .collect();
     let plan = plan_shards(total, ctx.options.sharding, bytes_total);
-    let mut sink = ShardSink::new(ctx.options, plan);
     ctx.begin_phase(Phase::Encoding, bytes_total);
     let tasks: Vec<&[(usize, usize, usize)]> = records.chunks(RECORDS_PER_TASK).collect();
-    ctx.run_ordered(
-        tasks,
-        |task| encode(task, inputs, &files, &columns, &index),
-        |chunk: Chunk| {
-            sink.write_chunk(&chunk)?;
-            ctx.advance(
-                Phase::Encoding,
-                bytes_total,
-                chunk.bytes_in,
-                chunk.ends.len() as u64,
-            );
-            Ok(())
-        },
-    )?;
-    let shards = sink.finish()?;
+    let shards = ctx.write_shards(&plan, bytes_total, tasks, |task| {
+        encode(task, inputs, &files, &columns, &index)
+    })?;
     let schema = infer::tabular_schema(&columns, options.label.as_deref(), options.missing);
     let extra = infer::columns_metadata(&columns);
     finish(
@@ -1011,9 +998,9 @@ fn encode(
                 }
             }
         }
-        enc.finish_into(&mut chunk.data);
-        chunk.end_record();
+        enc.end();
     }
+    chunk.fill(enc);
     Ok(chunk)
 }
 

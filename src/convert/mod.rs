@@ -13,6 +13,13 @@
 //! nothing else.
 //!
 //! Invariants:
+//! - Record `i` (in input order) goes to shard `i % shards`, as
+//!   `tf.data.Dataset.shard` splits, so shard sizes differ by at most one,
+//!   every shard holds a spread of the input (images sorted by class are not
+//!   one class per shard), and reading the shards round-robin
+//!   (`interleave(cycle_length=shards, block_length=1)`) restores the input
+//!   order. It also lets one writer thread per group of shards compress in
+//!   parallel.
 //! - Output is deterministic: the same input and options give byte-identical
 //!   shards for any thread count (tasks are encoded in parallel, written in order).
 //! - Example keys are written in sorted order, so each record equals prost's
@@ -77,9 +84,11 @@ pub enum Sharding {
     /// About one shard per 128 MiB of input, at least one.
     #[default]
     Auto,
-    /// Exactly this many shards (records spread evenly, the first ones one larger).
+    /// Exactly this many shards (record `i` in shard `i % n`; the first ones
+    /// may hold one record more).
     Shards(usize),
-    /// This many records per shard (the last one may hold fewer).
+    /// At most this many records per shard: `ceil(records / n)` shards,
+    /// filled round-robin.
     RecordsPerShard(u64),
 }
 

@@ -3,8 +3,10 @@
 //!
 //! Determinism: work is cut into tasks (chunks of rows, ranges of images) in
 //! input order; a window of tasks is encoded in parallel on the rayon pool,
-//! and the results are handed to the single writer thread in task order. So
-//! the bytes written never depend on the thread count or on scheduling.
+//! and the results are handed on in task order to the writer threads, each of
+//! which owns a fixed set of shards and writes record `i` if it belongs to
+//! shard `i % shards`. So the bytes written never depend on the thread count
+//! or on scheduling.
 //!
 //! Safety: every shard is written through [`FileRecordWriter`] under a
 //! temporary name and closed with `finish_pending`; only when all shards are
@@ -17,7 +19,7 @@ use std::io::Read;
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use rayon::prelude::*;
@@ -223,6 +225,132 @@ impl<'a> Ctx<'a> {
     }
 }
 
+impl Ctx<'_> {
+    /// Encodes `tasks` with `work` (in parallel, see [`Ctx::run_ordered`])
+    /// and writes the records to the shards of `plan`: record `i` to shard
+    /// `i % shards`. Writer threads (up to one per encoding thread) each own
+    /// some shards and compress and write them in parallel; each gets every
+    /// chunk, in order, and writes the records of its shards. Returns the
+    /// closed shards, in shard order, still under temporary names.
+    pub(crate) fn write_shards<T, F>(
+        &self,
+        plan: &[u64],
+        bytes_total: u64,
+        tasks: Vec<T>,
+        work: F,
+    ) -> Result<Vec<ShardDone>, ConvertError>
+    where
+        T: Send,
+        F: Fn(T) -> Result<Chunk, ConvertError> + Sync + Send,
+    {
+        let shards = plan.len();
+        let writers = self.threads.clamp(1, shards.max(1));
+        std::thread::scope(|scope| {
+            let mut senders = Vec::with_capacity(writers);
+            let mut handles = Vec::with_capacity(writers);
+            for w in 0..writers {
+                let (tx, rx) = crossbeam_channel::bounded::<(u64, Arc<Chunk>)>(4);
+                senders.push(tx);
+                let options = self.options;
+                handles.push(scope.spawn(move || write_worker(options, shards, writers, w, rx)));
+            }
+            let mut next = 0u64;
+            let encoded = self.run_ordered(tasks, work, |chunk: Chunk| {
+                let (records, bytes) = (chunk.ends.len() as u64, chunk.bytes_in);
+                let chunk = Arc::new(chunk);
+                for tx in &senders {
+                    // A closed channel means that writer failed; its error wins below.
+                    tx.send((next, chunk.clone()))
+                        .map_err(|_| ConvertError::Options("a shard writer stopped".into()))?;
+                }
+                next += records;
+                self.advance(Phase::Encoding, bytes_total, bytes, records);
+                Ok(())
+            });
+            drop(senders);
+            let mut done: Vec<Option<ShardDone>> = (0..shards).map(|_| None).collect();
+            let mut failed = None;
+            for handle in handles {
+                match handle.join() {
+                    Ok(Ok(list)) => {
+                        for (k, shard) in list {
+                            done[k] = Some(shard);
+                        }
+                    }
+                    Ok(Err(e)) => {
+                        failed.get_or_insert(e);
+                    }
+                    Err(panic) => std::panic::resume_unwind(panic),
+                }
+            }
+            match (encoded, failed) {
+                (Err(ConvertError::Interrupted), _) => return Err(ConvertError::Interrupted),
+                (_, Some(e)) => return Err(e),
+                (Err(e), None) => return Err(e),
+                (Ok(()), None) => {}
+            }
+            let mut out = Vec::with_capacity(shards);
+            for (k, shard) in done.into_iter().enumerate() {
+                match shard {
+                    Some(shard) if shard.records == plan[k] => out.push(shard),
+                    _ => {
+                        return Err(ConvertError::Options(
+                            "the record count differs from the first pass: did the input change during the conversion?"
+                                .into(),
+                        ));
+                    }
+                }
+            }
+            Ok(out)
+        })
+    }
+}
+
+/// One writer thread: owns shards `w, w + writers, ...` and writes, from
+/// every chunk, the records that fall in them.
+fn write_worker(
+    options: &OutputOptions,
+    shards: usize,
+    writers: usize,
+    w: usize,
+    rx: crossbeam_channel::Receiver<(u64, Arc<Chunk>)>,
+) -> Result<Vec<(usize, ShardDone)>, ConvertError> {
+    let mine: Vec<usize> = (w..shards).step_by(writers).collect();
+    let mut files = Vec::with_capacity(mine.len());
+    for &k in &mine {
+        let path = shard_path(&options.prefix, k, shards, options.compression);
+        files.push(FileRecordWriter::create(&path, options.compression)?);
+    }
+    let n = shards as u64;
+    for (first, chunk) in rx {
+        if let Some(flag) = &options.cancel
+            && flag.load(Ordering::Relaxed)
+        {
+            return Err(ConvertError::Interrupted);
+        }
+        for (j, record) in chunk.records().enumerate() {
+            let k = ((first + j as u64) % n) as usize;
+            if k % writers == w {
+                files[k / writers].write_record(record)?;
+            }
+        }
+    }
+    let mut done = Vec::with_capacity(mine.len());
+    for (k, file) in mine.into_iter().zip(files) {
+        let (records, bytes) = (file.records(), file.bytes());
+        let pending = file.finish_pending()?;
+        done.push((
+            k,
+            ShardDone {
+                pending,
+                records,
+                bytes,
+            },
+        ));
+    }
+    Ok(done)
+}
+
 /// Encoded records of one task, in order: `data[ends[i-1]..ends[i]]` is record i.
 #[derive(Debug, Default)]
 pub(crate) struct Chunk {
@@ -242,14 +370,15 @@ impl Chunk {
         })
     }
 
-    /// Marks the end of a record just appended to `data`.
-    #[inline]
-    pub(crate) fn end_record(&mut self) {
-        self.ends.push(self.data.len());
+    /// Takes the records an encoder produced.
+    pub(crate) fn fill(&mut self, encoder: super::encode::ExampleEncoder) {
+        (self.data, self.ends) = encoder.into_parts();
     }
 }
 
-/// Records per shard for `total` records.
+/// Records per shard for `total` records. Record `i` goes to shard
+/// `i % shards` (as `tf.data.Dataset.shard` splits), so the counts differ by
+/// at most one.
 pub(crate) fn plan_shards(total: u64, sharding: Sharding, bytes_in: u64) -> Vec<u64> {
     let shards = match sharding {
         Sharding::Shards(n) => n.max(1) as u64,
@@ -257,14 +386,9 @@ pub(crate) fn plan_shards(total: u64, sharding: Sharding, bytes_in: u64) -> Vec<
         // About 128 MiB of input per shard, at least 1 shard.
         Sharding::Auto => bytes_in.div_ceil(128 << 20).clamp(1, 1024),
     };
-    match sharding {
-        Sharding::RecordsPerShard(r) => (0..shards)
-            .map(|k| (total - k * r.max(1)).min(r.max(1)))
-            .collect(),
-        _ => (0..shards)
-            .map(|k| total / shards + u64::from(k < total % shards))
-            .collect(),
-    }
+    (0..shards)
+        .map(|k| total / shards + u64::from(k < total % shards))
+        .collect()
 }
 
 /// The name of shard `index` of `count`: `PREFIX-00003-of-00008.tfrecord[.gz]`.
@@ -289,102 +413,6 @@ pub(crate) struct ShardDone {
     pending: PendingFile,
     records: u64,
     bytes: u64,
-}
-
-/// Writes records, in order, across the planned shards.
-pub(crate) struct ShardSink {
-    prefix: PathBuf,
-    compression: Compression,
-    plan: Vec<u64>,
-    current: Option<FileRecordWriter>,
-    /// Records the current shard still takes.
-    remaining: u64,
-    next: usize,
-    done: Vec<ShardDone>,
-    cancel: Option<Arc<AtomicBool>>,
-}
-
-impl ShardSink {
-    pub(crate) fn new(options: &OutputOptions, plan: Vec<u64>) -> Self {
-        ShardSink {
-            prefix: options.prefix.clone(),
-            compression: options.compression,
-            plan,
-            current: None,
-            remaining: 0,
-            next: 0,
-            done: Vec::new(),
-            cancel: options.cancel.clone(),
-        }
-    }
-
-    fn close_current(&mut self) -> Result<(), ConvertError> {
-        if let Some(writer) = self.current.take() {
-            let (records, bytes) = (writer.records(), writer.bytes());
-            let pending = writer.finish_pending()?;
-            self.done.push(ShardDone {
-                pending,
-                records,
-                bytes,
-            });
-        }
-        Ok(())
-    }
-
-    fn open_next(&mut self) -> Result<(), ConvertError> {
-        self.close_current()?;
-        let Some(&count) = self.plan.get(self.next) else {
-            return Err(ConvertError::Options(
-                "more records than counted in the first pass: did the input change during the conversion?"
-                    .into(),
-            ));
-        };
-        let path = shard_path(&self.prefix, self.next, self.plan.len(), self.compression);
-        self.current = Some(FileRecordWriter::create(&path, self.compression)?);
-        self.remaining = count;
-        self.next += 1;
-        Ok(())
-    }
-
-    /// Writes every record of `chunk`.
-    pub(crate) fn write_chunk(&mut self, chunk: &Chunk) -> Result<(), ConvertError> {
-        if let Some(flag) = &self.cancel
-            && flag.load(Ordering::Relaxed)
-        {
-            return Err(ConvertError::Interrupted);
-        }
-        for record in chunk.records() {
-            while self.current.is_none() || self.remaining == 0 {
-                self.open_next()?;
-            }
-            if let Some(writer) = self.current.as_mut() {
-                writer.write_record(record)?;
-            }
-            self.remaining -= 1;
-        }
-        Ok(())
-    }
-
-    /// Closes the last shard (and creates any planned empty ones).
-    pub(crate) fn finish(mut self) -> Result<Vec<ShardDone>, ConvertError> {
-        if self.remaining != 0 {
-            return Err(ConvertError::Options(
-                "fewer records than counted in the first pass: did the input change during the conversion?"
-                    .into(),
-            ));
-        }
-        while self.next < self.plan.len() {
-            self.open_next()?;
-            if self.remaining != 0 {
-                return Err(ConvertError::Options(
-                    "fewer records than counted in the first pass: did the input change during the conversion?"
-                        .into(),
-                ));
-            }
-        }
-        self.close_current()?;
-        Ok(self.done)
-    }
 }
 
 /// Removes already-renamed outputs when a later rename fails.
@@ -430,7 +458,6 @@ pub(crate) fn finish(
         infos.push((shard.records, shard.bytes));
         let path = shard.pending.persist()?;
         rollback.0.push(path.clone());
-        readable(&path)?;
         paths.push(path);
     }
     for (path, (records, bytes)) in paths.iter().zip(infos) {
@@ -475,14 +502,7 @@ pub(crate) fn finish(
     metadata.insert("source".into(), Json::Object(source));
 
     let schema_file = schema_path(&options.prefix);
-    let dir = match schema_file.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let temp = tempfile::Builder::new()
-        .prefix(".features.")
-        .suffix(".json.tmp")
-        .tempfile_in(&dir)
+    let temp = crate::atomic_file::temp_file_for(&schema_file)
         .map_err(|source| ConvertError::Output {
             path: schema_file.clone(),
             source,
@@ -495,7 +515,6 @@ pub(crate) fn finish(
             path: schema_file.clone(),
             source: e.error,
         })?;
-    readable(&schema_file)?;
     // Everything is in place: keep it.
     rollback.0.clear();
     let stale = stale_shards(&options.prefix, &paths);
@@ -528,24 +547,6 @@ fn stale_shards(prefix: &Path, current: &[PathBuf]) -> Vec<PathBuf> {
             .collect(),
         Err(_) => Vec::new(),
     }
-}
-
-/// Temporary files are created owner-only (0600); outputs are data files
-/// meant to be shared like any other, so they get 0644 once in place.
-fn readable(path: &Path) -> Result<(), ConvertError> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        fs::set_permissions(path, fs::Permissions::from_mode(0o644)).map_err(|source| {
-            ConvertError::Output {
-                path: path.to_path_buf(),
-                source,
-            }
-        })?;
-    }
-    #[cfg(not(unix))]
-    let _ = path;
-    Ok(())
 }
 
 /// Collects bad rows under `--skip-bad-rows`: keeps the first few, counts all.
@@ -583,7 +584,7 @@ mod tests {
         assert_eq!(plan_shards(2, Sharding::Shards(3), 0), vec![1, 1, 0]);
         assert_eq!(
             plan_shards(10, Sharding::RecordsPerShard(4), 0),
-            vec![4, 4, 2]
+            vec![4, 3, 3]
         );
         assert_eq!(plan_shards(8, Sharding::RecordsPerShard(4), 0), vec![4, 4]);
         assert_eq!(plan_shards(5, Sharding::Auto, 1000), vec![5]);

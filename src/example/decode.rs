@@ -34,6 +34,9 @@
 //!   feature list is zero steps (TensorFlow's `allow_missing=True`). Each step of a
 //!   fixed sequence must hold exactly `product(shape)` values; steps of a var
 //!   sequence hold any number (a kind-less step holds none).
+//! * A schema without sequence features reads field 1 of each record: that is
+//!   `Example.features`, and equally `SequenceExample.context`, so such a schema
+//!   also reads the context of `SequenceExample`s.
 //!
 //! Errors carry the record's index within the batch; malformed protobuf is
 //! reported with the byte offset inside the record and never panics. After an
@@ -445,6 +448,7 @@ impl Plan {
 }
 
 /// Schema feature names -> index, matched on key bytes without allocating.
+/// (Comparing 8-byte words instead of slices measured no faster.)
 #[derive(Debug, Clone)]
 enum Lookup {
     /// Few names: a linear scan beats hashing.
@@ -1247,6 +1251,40 @@ mod tests {
             Wire::new(&[]).skip(1, 7).unwrap_err().what,
             "invalid wire type"
         );
+    }
+
+    #[test]
+    fn name_lookup_compares_every_byte() {
+        let names = [
+            "",
+            "a",
+            "abcdefgh",
+            "abcdefghi",
+            "abcdefghijklmnop",
+            "abcdefghijklmnopq",
+            "abcdefghXjklmnopq",
+        ];
+        let lookup = Lookup::new(
+            names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.as_bytes().into(), i))
+                .collect(),
+        );
+        for (i, n) in names.iter().enumerate() {
+            assert_eq!(lookup.get(n.as_bytes()), Some(i), "{n:?}");
+        }
+        for miss in [
+            "b",
+            "abcdefgi",
+            "abcdefghj",
+            "abcdefghijklmnoq",
+            "abcdefghijklmnopr",
+            "abcdefghYjklmnopq",
+            "a\0",
+        ] {
+            assert_eq!(lookup.get(miss.as_bytes()), None, "{miss:?}");
+        }
     }
 
     /// More than 8 features use the hash lookup; the result is the same.

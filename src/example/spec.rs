@@ -995,11 +995,7 @@ impl Schema {
         let mut text = serde_json::to_string_pretty(&Json::Object(obj))
             .map_err(|e| file_error(e.to_string()))?;
         text.push('\n');
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        };
-        let mut tmp = tempfile::NamedTempFile::new_in(dir)
+        let mut tmp = crate::atomic_file::temp_file_for(path)
             .map_err(|e| file_error(format!("cannot create a temporary file: {e}")))?;
         std::io::Write::write_all(&mut tmp, text.as_bytes())
             .map_err(|e| file_error(e.to_string()))?;

@@ -118,19 +118,8 @@ impl FileRecordWriter {
     /// Starts writing `path` (which appears only on `finish`).
     pub fn create(path: impl AsRef<Path>, compression: Compression) -> Result<Self, RecordError> {
         let path = path.as_ref().to_path_buf();
-        let dir = match path.parent() {
-            Some(dir) if !dir.as_os_str().is_empty() => dir,
-            _ => Path::new("."),
-        };
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let temp = tempfile::Builder::new()
-            .prefix(&format!(".{name}."))
-            .suffix(".tmp")
-            .tempfile_in(dir)
-            .map_err(|source| RecordError::Create {
+        let temp =
+            crate::atomic_file::temp_file_for(&path).map_err(|source| RecordError::Create {
                 path: path.clone(),
                 source,
             })?;

@@ -37,8 +37,11 @@ pub const FORMAT: &str = "tfpipe-checkpoint-1";
 /// One fixed-shape feature of a [`SchemaMeta`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FeatureMeta {
+    /// The feature's key in the records.
     pub name: String,
+    /// Its element type.
     pub dtype: DType,
+    /// Its fixed shape (`[]` for a scalar).
     pub shape: Vec<usize>,
 }
 
@@ -47,7 +50,9 @@ pub struct FeatureMeta {
 /// this stores.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SchemaMeta {
+    /// The fixed-shape features, label included, in schema order.
     pub features: Vec<FeatureMeta>,
+    /// The label feature's name.
     pub label: Option<String>,
 }
 
@@ -94,7 +99,7 @@ impl SchemaMeta {
 /// The JSON half of a checkpoint.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckpointMeta {
-    /// Always [`FORMAT`].
+    /// Always `"tfpipe-checkpoint-1"`.
     pub format: String,
     /// The global step the weights are at.
     pub step: u64,
@@ -114,8 +119,11 @@ pub struct CheckpointMeta {
 
 /// A loaded checkpoint: the model, its variables and its metadata.
 pub struct Checkpoint {
+    /// What `checkpoint.json` says.
     pub meta: CheckpointMeta,
+    /// The model, built on the loaded variables.
     pub model: Model,
+    /// The variables (trainable: `--resume` continues from them).
     pub varmap: VarMap,
 }
 
@@ -230,7 +238,7 @@ impl Checkpoint {
 pub struct CheckpointLoad {
     /// Checkpoint load time (read, build the model), ms.
     pub load_ms: f64,
-    /// Pipeline construction to first batch, ms.
+    /// From the start of training (pipeline construction) to the first batch, ms.
     pub pipeline_warmup_ms: f64,
     /// How long both ran at once, ms.
     pub overlap_ms: f64,

@@ -2,7 +2,7 @@
 //!
 //! Data flow of [`Trainer::fit`]: a [`BatchStream`] (usually a
 //! [`pipeline`](crate::pipeline)) yields [`Batch`](crate::Batch)es; a
-//! device-prefetch thread ([`prefetch`]) turns each into tensors on the target
+//! device-prefetch thread (`prefetch.rs`) turns each into tensors on the target
 //! device while the current step computes; the loop times every step in three
 //! phases (data wait, host-to-device copy, compute) into hdrhistograms and ends
 //! with a [`TrainReport`]: throughput, the stall fraction with a verdict in

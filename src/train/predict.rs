@@ -17,7 +17,9 @@ use super::timing::Phase;
 /// Steady-state latency per batch, ms.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct PredictionLatency {
+    /// Median.
     pub p50: f64,
+    /// 99th percentile.
     pub p99: f64,
 }
 

@@ -83,10 +83,15 @@ impl Phase {
 /// A phase in milliseconds, as the report prints it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct PhaseSummary {
+    /// The sum over all steps.
     pub total: f64,
+    /// Median.
     pub p50: f64,
+    /// 90th percentile.
     pub p90: f64,
+    /// 99th percentile.
     pub p99: f64,
+    /// The longest.
     pub max: f64,
 }
 

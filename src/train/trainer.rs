@@ -429,11 +429,10 @@ impl Trainer {
                     if let Some(l) = loader.take() {
                         let (checkpoint, load_start, load_end) = l.join()?;
                         if self.config.resume.is_some() {
+                            // Both start with `fit`: the load on its thread,
+                            // the pipeline's construction and first batch here.
                             checkpoint_load = Some(CheckpointLoad::between(
-                                load_start,
-                                load_end,
-                                epoch_start,
-                                arrived,
+                                load_start, load_end, fit_start, arrived,
                             ));
                         }
                         self.state = Some(self.state_from(checkpoint)?);
@@ -606,6 +605,7 @@ impl Trainer {
 fn describe_optimizer(o: &OptimizerConfig) -> String {
     match o.kind {
         OptimizerKind::AdamW => format!("adamw lr={} wd={}", o.lr, o.weight_decay),
+        OptimizerKind::AdamWFused => format!("adamw-fused lr={} wd={}", o.lr, o.weight_decay),
         OptimizerKind::Sgd => format!("sgd lr={}", o.lr),
     }
 }

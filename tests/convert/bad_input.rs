@@ -263,3 +263,87 @@ fn empty_and_header_only_inputs() {
         ConvertError::NoRecords { skipped: 0 }
     ));
 }
+
+#[test]
+fn cancel_in_the_middle_removes_open_shards() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = String::from("a,b,c\n");
+    for i in 0..300_000 {
+        text.push_str(&format!("{i},{}.5,x{i}\n", i % 97));
+    }
+    let input = dir.path().join("big.csv");
+    std::fs::write(&input, &text).unwrap();
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    // Cancel as soon as the encoding phase has written something: shard
+    // files are open under temporary names at that point.
+    let cancel = Arc::new(AtomicBool::new(false));
+    let flag = cancel.clone();
+    let seen = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let seen_in = seen.clone();
+    let err = run(&Format::Csv(CsvOptions::default()), &[input], &out, |o| {
+        o.cancel = Some(cancel);
+        o.threads = 2;
+        o.sharding = tfpipe::convert::Sharding::Shards(4);
+        o.progress = Some(Arc::new(move |p: &tfpipe::convert::Progress| {
+            if p.phase == tfpipe::convert::Phase::Encoding && p.records > 0 {
+                seen_in.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                flag.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        }));
+    })
+    .unwrap_err();
+    assert!(matches!(err, ConvertError::Interrupted), "{err}");
+    assert!(
+        seen.load(std::sync::atomic::Ordering::Relaxed) > 0,
+        "cancelled mid-encoding"
+    );
+    assert!(files_in(&out).is_empty(), "{:?}", files_in(&out));
+}
+
+#[test]
+fn several_csv_files_share_one_schema_and_report_their_own_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a.csv");
+    let b = dir.path().join("b.csv");
+    std::fs::write(&a, "x,y\n1,2\n3,4\n").unwrap();
+    std::fs::write(&b, "x,y\n5,6.5\n7\n").unwrap();
+    let format = Format::Csv(CsvOptions::default());
+    let err = run(&format, &[a.clone(), b.clone()], dir.path(), |_| {}).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with(&format!("{}: line 3 (byte 10): ragged row", b.display())),
+        "{err}"
+    );
+    assert_no_output(dir.path(), &["a.csv", "b.csv"]);
+    let summary = run(&format, &[a, b.clone()], dir.path(), |o| {
+        o.skip_bad_rows = true
+    })
+    .unwrap();
+    assert_eq!((summary.records, summary.rows_skipped), (3, 1));
+    assert_eq!(summary.schema.feature("y").unwrap().dtype, DType::Float32);
+    let rows = read_rows(&summary);
+    assert_eq!(rows[2]["y"], Feat::F(vec![6.5]));
+    std::fs::write(&b, "x,z\n1,2\n").unwrap();
+    let err = run(&format, &[dir.path().join("a.csv"), b], dir.path(), |_| {}).unwrap_err();
+    assert!(
+        err.to_string().contains("differs from the first file's"),
+        "{err}"
+    );
+}
+
+#[test]
+fn json_array_elements_must_be_objects() {
+    let (dir, result) = convert_text(
+        "n.json",
+        b"[{\"a\": 1}, 2]",
+        Format::Json(JsonOptions::default()),
+        true,
+    );
+    let err = result.unwrap_err().to_string();
+    assert!(
+        err.contains("n.json: line 1, column 12 (byte 11): expected a JSON object"),
+        "{err}"
+    );
+    assert_no_output(dir.path(), &["n.json"]);
+}

@@ -37,11 +37,14 @@ pub fn run(
     convert::convert(format, inputs, &options)
 }
 
-/// Every record of every shard, in order, checking that each record is the
-/// canonical (prost) encoding of what it decodes to.
+/// Every record, in source order, checking that each record is the
+/// canonical (prost) encoding of what it decodes to. Record `i` is in shard
+/// `i % shards` (as `Dataset.shard` splits), so reading the shards round-robin
+/// restores the source order.
 pub fn read_rows(summary: &Summary) -> Vec<Row> {
-    let mut rows = Vec::new();
+    let mut shards = Vec::new();
     for shard in &summary.shards {
+        let mut rows = Vec::new();
         let mut reader = FileRecordReader::open(shard, ReaderOptions::default()).unwrap();
         let mut buf = Vec::new();
         while reader.read_record(&mut buf).unwrap() {
@@ -58,8 +61,13 @@ pub fn read_rows(summary: &Summary) -> Vec<Row> {
             }
             rows.push(row);
         }
+        shards.push(rows.into_iter());
     }
-    assert_eq!(rows.len() as u64, summary.records);
+    let total: usize = shards.iter().map(|s| s.len()).sum();
+    assert_eq!(total as u64, summary.records);
+    let n = shards.len();
+    let rows: Vec<Row> = (0..total).map(|i| shards[i % n].next().unwrap()).collect();
+    assert!(shards.iter_mut().all(|s| s.next().is_none()));
     rows
 }
 

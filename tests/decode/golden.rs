@@ -167,3 +167,27 @@ fn slice_and_concat_round_trip() {
     assert_eq!(offsets[0], 0);
     assert_eq!(tags.num_rows(), 50);
 }
+
+/// A schema of context features only reads `SequenceExample` contexts too.
+#[test]
+fn context_only_schema_reads_sequence_examples() {
+    let expected = read_json("parse_sequence_expected.json");
+    let records = read_records("sequence.tfrecord");
+    let features = expected["context_spec"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(name, spec)| tf_spec(name, spec, false))
+        .collect();
+    let mut parser = BatchParser::new(Schema {
+        features,
+        label: None,
+    })
+    .unwrap();
+    for (record, want) in records.iter().zip(expected["records"].as_array().unwrap()) {
+        let batch = parser.parse_one(record).unwrap();
+        for (name, tensor) in want["context"].as_object().unwrap() {
+            assert_tensor(name, batch.column(name).unwrap(), tensor, true);
+        }
+    }
+}
