@@ -22,7 +22,7 @@ use prost::Message;
 use tfpipe::Schema;
 use tfpipe::example::Example;
 use tfpipe::example::proto::{BytesList, Feature, Features, Int64List, feature};
-use tfpipe::pipeline::{Interleave, Parallelism, Pipeline, ShuffleOptions};
+use tfpipe::pipeline::{Interleave, Parallelism, Pipeline, Record, ShuffleOptions};
 use tfpipe::tfrecord::{Compression, FileRecordWriter};
 
 const SHARDS: u64 = 8;
@@ -84,7 +84,7 @@ fn pattern(dir: &Path, compression: Compression) -> String {
         .to_string()
 }
 
-fn records_pipeline(pattern: &str, par: Parallelism) -> Pipeline<Vec<Vec<u8>>> {
+fn records_pipeline(pattern: &str, par: Parallelism) -> Pipeline<Vec<Record>> {
     Pipeline::tfrecord_files([pattern])
         .expect("shards exist")
         .interleave_with(Interleave::new(4, 16).parallel(par))

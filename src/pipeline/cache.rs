@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::{Event, Pipeline, PipelineError, Record, Stream};
+use super::{Event, Pipeline, PipelineError, Stream};
 use crate::tfrecord::{Compression, FileRecordReader, FileRecordWriter, ReaderOptions};
 
 impl<T: Clone + Send + Sync + 'static> Pipeline<T> {
@@ -75,12 +75,16 @@ impl<T: Clone + Send + Sync + 'static> Pipeline<T> {
     }
 }
 
-impl Pipeline<Record> {
-    /// Keeps the records of the first complete pass in the TFRecord file
+impl<R> Pipeline<R>
+where
+    R: AsRef<[u8]> + for<'a> From<&'a [u8]> + Send + 'static,
+{
+    /// Keeps the records ([`Record`](super::Record)s, `Vec<u8>`s, any bytes)
+    /// of the first complete pass in the TFRecord file
     /// `path` (written to a temporary file, renamed into place when the pass
     /// completes) and reads them from there in later epochs and later runs.
     /// Delete the file to refresh the cache.
-    pub fn cache_file(self, path: impl Into<PathBuf>) -> Pipeline<Record> {
+    pub fn cache_file(self, path: impl Into<PathBuf>) -> Pipeline<R> {
         let path: Arc<Path> = Arc::from(path.into());
         self.then_lazy("cache_file", move |env, upstream, counters| {
             let stage = counters.name().to_string();
@@ -95,7 +99,7 @@ impl Pipeline<Record> {
                         return Box::new(std::iter::once(Event::Item(Err(PipelineError::Cache {
                             stage,
                             source,
-                        })))) as Stream<Record>;
+                        })))) as Stream<R>;
                     }
                 };
                 let mut failed = false;
@@ -107,7 +111,7 @@ impl Pipeline<Record> {
                     match reader.next_record() {
                         Ok(Some(r)) => {
                             counters.add_out(1, r.len() as u64);
-                            Some(Event::Item(Ok(r.to_vec())))
+                            Some(Event::Item(Ok(R::from(r))))
                         }
                         Ok(None) => None,
                         Err(source) => {
@@ -135,10 +139,11 @@ impl Pipeline<Record> {
                 let event = up.next();
                 match &event {
                     Some(Event::Item(Ok(record))) => {
-                        counters.add_in(1, record.len() as u64);
-                        counters.add_out(1, record.len() as u64);
+                        let len = record.as_ref().len() as u64;
+                        counters.add_in(1, len);
+                        counters.add_out(1, len);
                         if let Some(w) = writer.as_mut() {
-                            if let Err(source) = w.write_record(record) {
+                            if let Err(source) = w.write_record(record.as_ref()) {
                                 writer = None;
                                 return Some(Event::Item(Err(PipelineError::Cache {
                                     stage: stage.clone(),

@@ -67,6 +67,11 @@
 //!       + 1                                          (in the consumer's hand)
 //! ```
 //!
+//! On top of the live elements, TFRecord sources recycle record buffers
+//! through one process-wide free list of at most [`POOL_BUFFERS`] idle
+//! buffers of at most [`POOL_MAX_CAPACITY`] bytes each (8 MiB in all, for
+//! every pipeline together); see [`Record`].
+//!
 //! `cache()` is the exception: it holds the whole dataset in memory by design.
 //! `tests/pipeline/memory.rs` checks the bound with a drop-counting element.
 //!
@@ -121,6 +126,7 @@ mod padded_batch;
 mod parallel_map;
 mod parse;
 mod prefetch;
+mod record;
 mod repeat;
 mod shard;
 mod shuffle;
@@ -133,12 +139,10 @@ mod worker;
 pub use interleave::Interleave;
 pub use padded_batch::{PaddedBatch, PaddedShape};
 pub use parallel_map::MapOptions;
+pub use record::{POOL_BUFFERS, POOL_MAX_CAPACITY, Record};
 pub use shuffle::ShuffleOptions;
 pub use tfrecord::TfRecordFiles;
 pub use worker::{LiveThreads, live_worker_threads};
-
-/// A serialized record, as read from a TFRecord file.
-pub type Record = Vec<u8>;
 
 /// A boxed error from a user function.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -529,7 +533,11 @@ impl MetricsHandle {
 /// batches, strings and [`Batch`]es are measured; other types count 0.
 pub(crate) fn byte_size<T: 'static>(element: &T) -> u64 {
     let any = element as &dyn Any;
-    if let Some(v) = any.downcast_ref::<Vec<u8>>() {
+    if let Some(r) = any.downcast_ref::<Record>() {
+        r.len() as u64
+    } else if let Some(v) = any.downcast_ref::<Vec<Record>>() {
+        v.iter().map(|r| r.len() as u64).sum()
+    } else if let Some(v) = any.downcast_ref::<Vec<u8>>() {
         v.len() as u64
     } else if let Some(v) = any.downcast_ref::<Vec<Vec<u8>>>() {
         v.iter().map(|r| r.len() as u64).sum()

@@ -1,12 +1,13 @@
 //! The schema parser as a pipeline stage: per batch of serialized records
 //! (`tf.data`'s fast arrangement: batch, then parse) or per record.
 
-use super::{MapOptions, Parallelism, Pipeline, PipelineError, Record};
+use super::{MapOptions, Parallelism, Pipeline, PipelineError};
 use crate::batch::Batch;
 use crate::example::{BatchParser, Schema};
 
-impl Pipeline<Vec<Record>> {
-    /// Parses each batch of serialized `Example`s under `schema` into one
+impl<R: AsRef<[u8]> + Send + 'static> Pipeline<Vec<R>> {
+    /// Parses each batch of serialized `Example`s (a [`Record`](super::Record)
+    /// from a TFRecord source, or any bytes) under `schema` into one
     /// columnar [`Batch`], on `parallelism` workers, each with its own
     /// [`BatchParser`] (so buffers are reused). A bad record is an `Err` item
     /// naming this stage and the record within the batch.
@@ -37,12 +38,12 @@ impl Pipeline<Vec<Record>> {
             self,
             schema,
             parallelism.into(),
-            |parser, records: Vec<Record>| parser.parse(&records),
+            |parser, records: Vec<R>| parser.parse(&records),
         )
     }
 }
 
-impl Pipeline<Record> {
+impl<R: AsRef<[u8]> + Send + 'static> Pipeline<R> {
     /// Parses each serialized `Example` on its own into a one-row [`Batch`]
     /// (the per-example arrangement; batching first and using
     /// [`parse_batches`](Pipeline::parse_batches) is much faster).
@@ -51,12 +52,9 @@ impl Pipeline<Record> {
         schema: Schema,
         parallelism: impl Into<Parallelism>,
     ) -> Pipeline<Batch> {
-        parse_stage(
-            self,
-            schema,
-            parallelism.into(),
-            |parser, record: Record| parser.parse(std::slice::from_ref(&record)),
-        )
+        parse_stage(self, schema, parallelism.into(), |parser, record: R| {
+            parser.parse(std::slice::from_ref(&record))
+        })
     }
 }
 

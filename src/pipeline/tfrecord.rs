@@ -190,7 +190,11 @@ impl Iterator for FileStream {
             }
         }
         let reader = self.reader.as_mut()?;
-        let result = reader.next_record().map(|r| r.map(<[u8]>::to_vec));
+        // The one copy, out of the reader's buffer into a recycled one.
+        let mut record = Record::new();
+        let result = reader
+            .read_record(record.buffer_mut())
+            .map(|more| more.then_some(record));
         let offset = reader.position().offset;
         let framed = offset - self.last_offset;
         self.last_offset = offset;

@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use tfpipe::pipeline::{Parallelism, Pipeline, PipelineError};
+use tfpipe::pipeline::{Parallelism, Pipeline, PipelineError, Record};
 use tfpipe::tfrecord::{Compression, OnCorruption, ReaderOptions};
 
 use crate::common::{index_record, record_index, watchdog, write_shards};
@@ -120,8 +120,8 @@ fn ignore_errors_counts_with_locations() {
         let mut it = Pipeline::tfrecord_files([path])
             .unwrap()
             .records()
-            .try_map(|r: Vec<u8>| {
-                let i = u64::from_le_bytes(r.try_into().unwrap());
+            .try_map(|r: Record| {
+                let i = u64::from_le_bytes(r[..].try_into().unwrap());
                 if i == 1 { Err("one is odd") } else { Ok(i) }
             })
             .ignore_errors()

@@ -6,11 +6,11 @@ use tfpipe::tfrecord::Compression;
 
 use crate::common::{index_record, record_index, watchdog, write_shards};
 
-fn indices(p: Pipeline<Vec<u8>>) -> Vec<u64> {
+fn indices(p: Pipeline<impl AsRef<[u8]> + Send + 'static>) -> Vec<u64> {
     watchdog(20, move || {
         p.start()
             .unwrap()
-            .map(|r| record_index(&r.unwrap()))
+            .map(|r| record_index(r.unwrap().as_ref()))
             .collect()
     })
 }
