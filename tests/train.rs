@@ -64,6 +64,7 @@ fn input() -> InputSpec {
         features: vec![("x".into(), WIDTH)],
         label: Some("label".into()),
         classes: CLASSES,
+        standardize: vec![],
     }
 }
 
@@ -196,7 +197,10 @@ fn checkpoint_round_trip_gives_identical_predictions() {
         .unwrap();
     assert_eq!(before, after);
     assert_eq!(loaded.meta.step, 5);
-    assert_eq!(loaded.meta.input, input());
+    // The input spec, with the standardisation `fit` computed from the first batch.
+    assert_eq!(loaded.meta.input, trainer.config().input);
+    assert_eq!(loaded.meta.input.features, input().features);
+    assert_eq!(loaded.meta.input.standardize.len(), 1);
 
     let predictor = Predictor::load(dir.path(), &Device::Cpu).unwrap();
     let classes = predictor.predict(&probe.features).unwrap();
