@@ -39,7 +39,9 @@ mod tensorboard;
 mod timing;
 mod trainer;
 
-pub use checkpoint::{Checkpoint, CheckpointLoad, CheckpointMeta, FeatureMeta, SchemaMeta};
+pub use checkpoint::{
+    Checkpoint, CheckpointLoad, CheckpointMeta, DefaultMeta, FeatureMeta, SchemaMeta,
+};
 pub use model::{Model, ModelConfig};
 pub use optim::{OptimizerConfig, OptimizerKind};
 pub use predict::{PredictReport, PredictionLatency, Predictor};
