@@ -254,7 +254,17 @@ fn resume_continues_the_step_count() {
     cfg.steps = Some(4);
     cfg.resume = Some(dir.path().to_path_buf());
     let mut second = Trainer::new(cfg).unwrap();
+    // Inputs are scaled as the checkpoint's model was trained, not re-estimated.
+    assert_eq!(second.config().input.standardize.len(), 1);
+    assert_eq!(
+        second.config().input.standardize,
+        first.config().input.standardize
+    );
     let report = second.fit(memory(dataset(10, 8, 7)), None).unwrap();
+    assert_eq!(
+        second.config().input.standardize,
+        first.config().input.standardize
+    );
     assert_eq!(report.steps, 4);
     assert_eq!(report.global_step, 11);
     let load = report.checkpoint_load.unwrap();
