@@ -7,7 +7,8 @@
 //! once per run in a temporary directory. `TFPIPE_BENCH_RECORDS` sets the
 //! record count (default 500,000, as in the issue; smaller for quick runs);
 //! the GZIP variant uses a fifth of them, since compressing them while
-//! generating costs about a minute otherwise.
+//! generating costs about a minute otherwise. With `TFPIPE_BENCH_DIR` set,
+//! the shards are written there and kept, for `tfpipe bench` to read.
 //!
 //! ```text
 //! cargo bench --bench pipeline -- --warm-up-time 1 --measurement-time 3
@@ -106,13 +107,20 @@ fn bench(c: &mut Criterion) {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(500_000);
-    let dir = tempfile::tempdir().expect("tempdir");
+    let temp = tempfile::tempdir().expect("tempdir");
+    let dir = match std::env::var_os("TFPIPE_BENCH_DIR") {
+        Some(kept) => {
+            std::fs::create_dir_all(&kept).expect("TFPIPE_BENCH_DIR");
+            PathBuf::from(kept)
+        }
+        None => temp.path().to_path_buf(),
+    };
     let t = Instant::now();
     // GZIP compression of the generated shards costs about 50 s of CPU per
     // 500,000 records; the GZIP variant uses a fifth of the records.
     let gzip_records = records / 5;
-    write_shards(dir.path(), records, Compression::None);
-    write_shards(dir.path(), gzip_records, Compression::Gzip);
+    write_shards(dir.as_path(), records, Compression::None);
+    write_shards(dir.as_path(), gzip_records, Compression::Gzip);
     eprintln!(
         "generated {records} + {gzip_records} (GZIP) records in {:.1} s",
         t.elapsed().as_secs_f64()
@@ -125,7 +133,7 @@ fn bench(c: &mut Criterion) {
         ("auto", Parallelism::Auto),
     ];
     for compression in [Compression::None, Compression::Gzip] {
-        let pat = pattern(dir.path(), compression);
+        let pat = pattern(dir.as_path(), compression);
         let (name, records) = match compression {
             Compression::None => ("uncompressed", records),
             _ => ("gzip", gzip_records),
@@ -156,7 +164,7 @@ fn bench(c: &mut Criterion) {
         }
     }
     // Time to first batch, with the default 10,000 and a 100,000 buffer.
-    let pat = pattern(dir.path(), Compression::None);
+    let pat = pattern(dir.as_path(), Compression::None);
     let mut group = c.benchmark_group("first_batch");
     group.sample_size(10);
     for (label, buffer, early_start) in [

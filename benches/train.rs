@@ -74,7 +74,9 @@ fn schema() -> Schema {
 }
 
 fn input() -> InputSpec {
-    InputSpec::from_schema(&schema(), 10).expect("valid schema")
+    InputSpec::from_schema(&schema(), 10)
+        .expect("valid schema")
+        .spec
 }
 
 fn config(kind: OptimizerKind) -> TrainConfig {

@@ -98,7 +98,9 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         "\n== 2. train mlp 784-256-10 (adamw, batch {batch_size}, {epochs} epochs, {compute_threads} compute threads) through the pipeline"
     )?;
     let schema = train_files.schema.clone();
-    let input = InputSpec::from_schema(&schema, 10)?;
+    let selection = InputSpec::from_schema(&schema, 10)?;
+    let schema = selection.schema;
+    let input = selection.spec;
     let model = ModelConfig::Mlp {
         inputs: input.inputs(),
         hidden: vec![256],
@@ -110,6 +112,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         input,
     );
     config.schema = Some(SchemaMeta::from_schema(&schema));
+    config.skipped_features = selection.skipped;
     config.epochs = Some(epochs);
     config.seed = seed;
     config.logdir = Some(out.join("logs"));

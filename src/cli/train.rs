@@ -14,7 +14,7 @@ use tfpipe::Schema;
 use tfpipe::pipeline::{Parallelism, Pipeline};
 use tfpipe::train::{
     BatchStream, BoxError, Checkpoint, InputSpec, ModelConfig, OptimizerConfig, OptimizerKind,
-    SchemaMeta, TrainConfig, TrainReport, Trainer, parse_device,
+    SchemaMeta, TrainConfig, TrainReport, Trainer, classes_from_metadata, parse_device,
 };
 
 use super::Status;
@@ -34,9 +34,11 @@ pub struct Args {
     /// The label feature (int64 class ids). By default the schema's label.
     #[arg(long)]
     pub label: Option<String>,
-    /// The number of classes (labels must be below it).
-    #[arg(long, default_value_t = 10)]
-    pub classes: usize,
+    /// The number of classes (labels must be below it). By default the size
+    /// of the label vocabulary `tfpipe convert` recorded in the schema file,
+    /// else 10.
+    #[arg(long)]
+    pub classes: Option<usize>,
     /// Test data, evaluated after every epoch.
     #[arg(long, num_args = 1..)]
     pub test_data: Vec<String>,
@@ -106,7 +108,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         Some(dir) => Some(Checkpoint::read_meta(dir)?),
         None => None,
     };
-    let schema = load_schema(
+    let (schema, recorded_classes) = load_schema(
         &args.features,
         args.schema.as_deref(),
         args.label.as_deref(),
@@ -114,7 +116,14 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     if schema.label.is_none() {
         bail!("no label: name the label feature with --label NAME");
     }
-    let input = InputSpec::from_schema(&schema, args.classes)?;
+    if args.classes == Some(0) {
+        bail!("--classes must be at least 1");
+    }
+    let classes = args.classes.or(recorded_classes).unwrap_or(10);
+    // Parse only what the model takes: skipped features cost nothing.
+    let selection = InputSpec::from_schema(&schema, classes)?;
+    let schema = selection.schema;
+    let input = selection.spec;
     let model = match (&args.model, &args.hidden, &resumed) {
         (None, None, Some(meta)) => meta.model.clone(),
         _ => model_config(args.model.as_deref(), args.hidden.as_deref(), &input)?,
@@ -140,6 +149,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     }
     let mut config = TrainConfig::new(model, optimizer, input);
     config.schema = Some(SchemaMeta::from_schema(&schema));
+    config.skipped_features = selection.skipped;
     config.epochs = args.epochs;
     config.steps = args.steps;
     config.seed = args.seed;
@@ -249,19 +259,25 @@ impl DataOptions {
     }
 }
 
-/// The schema from `--schema` or `--feature`s, with `--label` applied.
+/// The schema from `--schema` or `--feature`s, with `--label` applied, and
+/// the number of classes the schema file records for its label (when
+/// `--label` names another feature, that count does not apply).
 pub(super) fn load_schema(
     features: &[String],
     schema: Option<&Path>,
     label: Option<&str>,
-) -> anyhow::Result<Schema> {
-    let mut schema = match schema {
-        Some(path) => Schema::load(path)?,
+) -> anyhow::Result<(Schema, Option<usize>)> {
+    let (mut schema, classes) = match schema {
+        Some(path) => {
+            let (schema, metadata) = Schema::load_with_metadata(path)?;
+            (schema, classes_from_metadata(&metadata))
+        }
         None if features.is_empty() => {
             bail!("no features: give --schema FILE or --feature NAME:DTYPE[:SHAPE]...")
         }
-        None => Schema::from_feature_texts(features)?,
+        None => (Schema::from_feature_texts(features)?, None),
     };
+    let classes = classes.filter(|_| label.is_none() || label == schema.label.as_deref());
     if let Some(label) = label {
         if schema.feature(label).is_none() {
             bail!(
@@ -276,7 +292,7 @@ pub(super) fn load_schema(
         }
         schema.label = Some(label.to_string());
     }
-    Ok(schema)
+    Ok((schema, classes))
 }
 
 fn model_config(

@@ -25,7 +25,7 @@ use super::model::{Model, ModelConfig};
 use super::optim::OptimizerConfig;
 use super::tensor::InputSpec;
 use super::{TrainError, panic_text};
-use crate::example::{DType, FeatureSpec, Layout, Schema};
+use crate::example::{DType, FeatureSpec, Layout, Schema, Value};
 
 /// The weights file inside a checkpoint directory.
 pub const WEIGHTS_FILE: &str = "model.safetensors";
@@ -35,7 +35,7 @@ pub const META_FILE: &str = "checkpoint.json";
 pub const FORMAT: &str = "tfpipe-checkpoint-1";
 
 /// One fixed-shape feature of a [`SchemaMeta`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FeatureMeta {
     /// The feature's key in the records.
     pub name: String,
@@ -43,12 +43,26 @@ pub struct FeatureMeta {
     pub dtype: DType,
     /// Its fixed shape (`[]` for a scalar).
     pub shape: Vec<usize>,
+    /// The value of a missing feature (e.g. a CSV column's `NA`), as the
+    /// training schema had it; numeric defaults only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<DefaultMeta>,
+}
+
+/// A numeric feature default in a checkpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DefaultMeta {
+    /// For int64 and uint8 features.
+    Int64(Vec<i64>),
+    /// For float32 features.
+    Float32(Vec<f32>),
 }
 
 /// The schema the model was trained on, so `predict` can parse new data
 /// without flags. Training takes fixed-shape features only, which is all
 /// this stores.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SchemaMeta {
     /// The fixed-shape features, label included, in schema order.
     pub features: Vec<FeatureMeta>,
@@ -68,6 +82,11 @@ impl SchemaMeta {
                         name: f.name.clone(),
                         dtype: f.dtype,
                         shape: shape.clone(),
+                        default: match &f.default {
+                            Some(Value::Int64(v)) => Some(DefaultMeta::Int64(v.clone())),
+                            Some(Value::Float32(v)) => Some(DefaultMeta::Float32(v.clone())),
+                            Some(Value::Bytes(_)) | None => None,
+                        },
                     }),
                     _ => None,
                 })
@@ -88,7 +107,11 @@ impl SchemaMeta {
                     name: f.name.clone(),
                     dtype: f.dtype,
                     layout: Layout::Fixed(f.shape.clone()),
-                    default: None,
+                    default: match &f.default {
+                        Some(DefaultMeta::Int64(v)) => Some(Value::Int64(v.clone())),
+                        Some(DefaultMeta::Float32(v)) => Some(Value::Float32(v.clone())),
+                        None => None,
+                    },
                 })
                 .collect(),
             label: if with_label { self.label.clone() } else { None },
@@ -306,5 +329,29 @@ impl Drop for BackgroundLoad {
         if let Some(worker) = self.worker.take() {
             let _ = worker.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schema_meta_keeps_numeric_defaults() {
+        let mut schema =
+            Schema::from_feature_texts(&["species:int64", "mass:int64", "bill:float32"]).unwrap();
+        schema.features[1].default = Some(Value::Int64(vec![0]));
+        schema.features[2].default = Some(Value::Float32(vec![0.5]));
+        schema.label = Some("species".into());
+        let meta = SchemaMeta::from_schema(&schema);
+        let json = serde_json::to_string(&meta).unwrap();
+        let back: SchemaMeta = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.to_schema(true), schema);
+        // Written by a version without defaults: still reads.
+        let old: SchemaMeta = serde_json::from_str(
+            r#"{"features":[{"name":"x","dtype":"float32","shape":[2]}],"label":null}"#,
+        )
+        .unwrap();
+        assert_eq!(old.features[0].default, None);
     }
 }

@@ -13,7 +13,7 @@
 //! | file | what lives there |
 //! |---|---|
 //! | `model.rs` | [`ModelConfig`], [`Model`] (MLP, LeNet-like CNN), seeded init |
-//! | `tensor.rs` | [`InputSpec`], `Batch` -> tensors without an extra copy |
+//! | `tensor.rs` | [`InputSpec`] (inputs chosen from a schema, standardisation), `Batch` -> tensors without an extra copy |
 //! | `optim.rs` | [`OptimizerConfig`], AdamW and SGD from candle-nn |
 //! | `timing.rs` | [`Phase`] histograms and their [`PhaseSummary`] |
 //! | `prefetch.rs` | [`BatchStream`], the device-prefetch thread |
@@ -39,13 +39,18 @@ mod tensorboard;
 mod timing;
 mod trainer;
 
-pub use checkpoint::{Checkpoint, CheckpointLoad, CheckpointMeta, FeatureMeta, SchemaMeta};
+pub use checkpoint::{
+    Checkpoint, CheckpointLoad, CheckpointMeta, DefaultMeta, FeatureMeta, SchemaMeta,
+};
 pub use model::{Model, ModelConfig};
 pub use optim::{OptimizerConfig, OptimizerKind};
 pub use predict::{PredictReport, PredictionLatency, Predictor};
 pub use prefetch::{BatchStream, BoxError, IterStream, WithBottleneck};
 pub use report::{EpochReport, Startup, TrainReport, Verdict};
-pub use tensor::{BatchTensors, InputSpec, batch_to_tensors};
+pub use tensor::{
+    BatchTensors, InputSelection, InputSpec, SkippedFeature, Standardize, batch_to_tensors,
+    classes_from_metadata,
+};
 pub use tensorboard::{EventWriter, Scalar};
 pub use timing::{Phase, PhaseSummary};
 pub use trainer::{Evaluation, Progress, TestOpener, TrainConfig, Trainer, parse_device};

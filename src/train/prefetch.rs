@@ -240,6 +240,7 @@ mod tests {
             features: vec![("x".into(), 1)],
             label: None,
             classes: 2,
+            standardize: vec![],
         }
     }
 

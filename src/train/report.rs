@@ -6,6 +6,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use super::checkpoint::CheckpointLoad;
+use super::tensor::{SkippedFeature, join};
 use super::timing::PhaseSummary;
 
 /// TensorFlow profiler's input-bound verdict from the stall fraction.
@@ -133,6 +134,13 @@ pub struct TrainReport {
     pub test_accuracy: Option<f64>,
     /// Checkpoint loading overlapped with pipeline warm-up (`--resume`).
     pub checkpoint_load: Option<CheckpointLoad>,
+    /// Schema features the model did not take (bytes, variable-length, sequences).
+    #[serde(default)]
+    pub skipped_features: Vec<SkippedFeature>,
+    /// Whether some inputs were standardised (mean and standard deviation
+    /// from the first training batch, or the resumed checkpoint's).
+    #[serde(default)]
+    pub standardized: bool,
     /// Per-epoch numbers.
     pub epochs: Vec<EpochReport>,
 }
@@ -149,6 +157,15 @@ impl fmt::Display for TrainReport {
             "trained    {} examples in {} steps (global step {}) in {:.0} ms: {:.0} examples/s",
             self.examples, self.steps, self.global_step, self.wall_ms, self.examples_per_sec
         )?;
+        if self.standardized {
+            writeln!(
+                f,
+                "inputs     standardised (mean and std of each feature from the first training batch)"
+            )?;
+        }
+        if !self.skipped_features.is_empty() {
+            writeln!(f, "skipped features: {}", join(&self.skipped_features))?;
+        }
         for e in &self.epochs {
             write!(
                 f,

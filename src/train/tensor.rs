@@ -1,19 +1,29 @@
 //! Batches to tensors: features as float32 `[batch, inputs]` (uint8 scaled to
-//! [0,1]), labels as u32 class ids `[batch]`.
+//! [0,1], int64 and float32 standardised when the spec carries statistics),
+//! labels as u32 class ids `[batch]`.
 //!
 //! A single float32 feature moves its `Vec` into the tensor (`Tensor::from_vec`
-//! takes ownership on the CPU): no copy. Other dtypes need one conversion pass,
-//! which writes straight into the tensor's buffer. Nothing else is copied.
+//! takes ownership on the CPU): no copy; standardisation then rewrites it in
+//! place. Other dtypes need one conversion pass, which writes straight into
+//! the tensor's buffer. Nothing else is copied.
+//!
+//! Which schema features feed the model is decided once, by
+//! [`InputSpec::from_schema`]: every fixed-shape number except the label;
+//! the rest (bytes, variable-length, sequences) is skipped and reported, and
+//! left out of the schema the data is parsed with, so it costs nothing.
+
+use std::fmt;
 
 use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value as Json};
 
 use super::TrainError;
 use crate::batch::{Batch, Column, Values};
 use crate::example::{DType, Layout, Schema};
 
 /// Which columns feed the model, how wide each is, and the label.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InputSpec {
     /// Feature columns in input order, with their values per example.
     pub features: Vec<(String, usize)>,
@@ -21,13 +31,148 @@ pub struct InputSpec {
     pub label: Option<String>,
     /// The number of classes: labels must be below it.
     pub classes: usize,
+    /// Per-feature standardisation, one entry per `features` entry (all of a
+    /// feature's values share it), or empty for none. The trainer fills it
+    /// from the first training batch ([`Standardize::from_batch`]) and
+    /// checkpoints keep it, so prediction scales inputs the same way.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub standardize: Vec<Standardize>,
+}
+
+/// `x -> (x - mean) / std` for one feature's values.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Standardize {
+    /// Subtracted first.
+    pub mean: f32,
+    /// Then divided by (never 0).
+    pub std: f32,
+}
+
+impl Standardize {
+    /// Leaves values as they are.
+    pub const IDENTITY: Standardize = Standardize {
+        mean: 0.0,
+        std: 1.0,
+    };
+
+    /// Whether this changes nothing.
+    pub fn is_identity(&self) -> bool {
+        *self == Self::IDENTITY
+    }
+
+    /// Statistics for every feature of `spec` from one batch: mean and
+    /// standard deviation over all of an int64 or float32 feature's values
+    /// (a constant feature is only centred). uint8 features, already scaled
+    /// to [0,1], and columns the batch lacks get the identity.
+    ///
+    /// Tabular inputs span very different ranges (penguins' body mass is
+    /// ~4000 grams, bill depth ~17 mm); unscaled, the large ones dominate the
+    /// first layer and training stalls or diverges. One (shuffled) batch is
+    /// enough for a scale estimate and needs no second pass over the data.
+    ///
+    /// ```
+    /// use tfpipe::{Batch, Column, Values};
+    /// use tfpipe::train::{InputSpec, Standardize};
+    ///
+    /// let spec = InputSpec { features: vec![("mass".into(), 1)], label: None, classes: 2, standardize: vec![] };
+    /// let batch = Batch { num_rows: 2, columns: vec![Column {
+    ///     name: "mass".into(), values: Values::Int64(vec![3000, 5000]), row_splits: vec![], inner_shape: vec![],
+    /// }] };
+    /// assert_eq!(Standardize::from_batch(&batch, &spec), vec![Standardize { mean: 4000.0, std: 1000.0 }]);
+    /// ```
+    pub fn from_batch(batch: &Batch, spec: &InputSpec) -> Vec<Standardize> {
+        spec.features
+            .iter()
+            .map(|(name, _)| match batch.column(name).map(|c| &c.values) {
+                Some(Values::Float32(v)) => Self::from_values(v.iter().map(|&x| f64::from(x))),
+                Some(Values::Int64(v)) => Self::from_values(v.iter().map(|&x| x as f64)),
+                _ => Self::IDENTITY,
+            })
+            .collect()
+    }
+
+    fn from_values(values: impl Iterator<Item = f64>) -> Standardize {
+        let (mut n, mut sum, mut sq) = (0f64, 0f64, 0f64);
+        for x in values.filter(|x| x.is_finite()) {
+            n += 1.0;
+            sum += x;
+            sq += x * x;
+        }
+        if n == 0.0 {
+            return Self::IDENTITY;
+        }
+        let mean = sum / n;
+        let std = (sq / n - mean * mean).max(0.0).sqrt();
+        let (mean, std) = (mean as f32, std as f32);
+        Standardize {
+            mean: if mean.is_finite() { mean } else { 0.0 },
+            // A constant (or nearly so) feature: centre it, do not blow it up.
+            std: if std.is_finite() && std > 1e-6 * mean.abs().max(1.0) {
+                std
+            } else {
+                1.0
+            },
+        }
+    }
+}
+
+/// A schema feature the models cannot take, left out of training.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkippedFeature {
+    /// The feature's name.
+    pub name: String,
+    /// Why: `bytes`, `variable-length` or `sequence`.
+    pub reason: String,
+}
+
+impl fmt::Display for SkippedFeature {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.name, self.reason)
+    }
+}
+
+/// What [`InputSpec::from_schema`] chose.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InputSelection {
+    /// The model's inputs and label.
+    pub spec: InputSpec,
+    /// Features left out, in schema order.
+    pub skipped: Vec<SkippedFeature>,
+    /// The schema restricted to the inputs and the label: parse the data
+    /// with this, so skipped features cost nothing (the decoder skips
+    /// features that are not in its schema).
+    pub schema: Schema,
 }
 
 impl InputSpec {
-    /// Every fixed-shape numeric feature of `schema` except the label feeds the
-    /// model; the label is `schema.label`.
-    pub fn from_schema(schema: &Schema, classes: usize) -> Result<InputSpec, TrainError> {
+    /// Every fixed-shape numeric (int64, float32, uint8) feature of `schema`
+    /// except the label feeds the model; the label is `schema.label` and
+    /// must be one int64 per example. Other features (bytes, variable-length,
+    /// sequences) are skipped and listed. Fails when no input remains.
+    ///
+    /// ```
+    /// use tfpipe::Schema;
+    /// use tfpipe::train::InputSpec;
+    ///
+    /// let mut schema = Schema::from_feature_texts(&["species:int64", "island:bytes", "mass:int64"])?;
+    /// schema.label = Some("species".into());
+    /// let chosen = InputSpec::from_schema(&schema, 3)?;
+    /// assert_eq!(chosen.spec.features, vec![("mass".to_string(), 1)]);
+    /// assert_eq!(chosen.skipped[0].to_string(), "island (bytes)");
+    /// assert_eq!(chosen.schema.features.len(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_schema(schema: &Schema, classes: usize) -> Result<InputSelection, TrainError> {
+        if let Some(label) = &schema.label {
+            if schema.feature(label).is_none() {
+                return Err(TrainError::Config(format!(
+                    "label {label:?} is not one of the schema's features"
+                )));
+            }
+        }
         let mut features = Vec::new();
+        let mut skipped = Vec::new();
+        let mut used = Vec::new();
         for f in &schema.features {
             if Some(&f.name) == schema.label.as_ref() {
                 if f.dtype != DType::Int64
@@ -38,36 +183,46 @@ impl InputSpec {
                         f.name, f.name
                     )));
                 }
+                used.push(f.clone());
                 continue;
             }
-            match (&f.layout, f.dtype) {
+            let reason = match (&f.layout, f.dtype) {
                 (Layout::Fixed(shape), DType::Int64 | DType::Float32 | DType::Uint8) => {
                     features.push((f.name.clone(), shape.iter().product()));
+                    used.push(f.clone());
+                    continue;
                 }
-                _ => {
-                    return Err(TrainError::Config(format!(
-                        "feature {:?} is not a fixed-shape number (the models take dense int64, float32 or uint8 features)",
-                        f.name
-                    )));
-                }
-            }
-        }
-        if let Some(label) = &schema.label {
-            if schema.feature(label).is_none() {
-                return Err(TrainError::Config(format!(
-                    "label {label:?} is not one of the schema's features"
-                )));
-            }
+                (_, DType::Bytes) => "bytes",
+                (Layout::Var, _) => "variable-length",
+                (Layout::FixedSequence(_) | Layout::VarSequence, _) => "sequence",
+            };
+            skipped.push(SkippedFeature {
+                name: f.name.clone(),
+                reason: reason.into(),
+            });
         }
         if features.is_empty() {
-            return Err(TrainError::Config(
-                "no input features besides the label".into(),
-            ));
+            let others = if skipped.is_empty() {
+                "none".to_string()
+            } else {
+                join(&skipped)
+            };
+            return Err(TrainError::Config(format!(
+                "no input features: the models need at least one fixed-shape int64, float32 or uint8 feature besides the label (other features: {others}); store numbers as such, e.g. `tfpipe convert csv --column NAME:float32`, or give them with --feature NAME:DTYPE[:SHAPE]"
+            )));
         }
-        Ok(InputSpec {
-            features,
-            label: schema.label.clone(),
-            classes,
+        Ok(InputSelection {
+            spec: InputSpec {
+                features,
+                label: schema.label.clone(),
+                classes,
+                standardize: Vec::new(),
+            },
+            skipped,
+            schema: Schema {
+                features: used,
+                label: schema.label.clone(),
+            },
         })
     }
 
@@ -75,6 +230,27 @@ impl InputSpec {
     pub fn inputs(&self) -> usize {
         self.features.iter().map(|(_, w)| w).sum()
     }
+}
+
+/// Skipped features as one line: `island (bytes), sex (bytes)`.
+pub(crate) fn join(skipped: &[SkippedFeature]) -> String {
+    skipped
+        .iter()
+        .map(|s| s.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The number of classes a converter recorded in a schema file's metadata
+/// (from [`Schema::load_with_metadata`]): the size of `source.label_vocabulary`
+/// (`convert csv|json` with a text label) or of `source.classes` (`convert
+/// images`). `None` when neither is there.
+pub fn classes_from_metadata(metadata: &Map<String, Json>) -> Option<usize> {
+    let source = metadata.get("source")?.as_object()?;
+    ["label_vocabulary", "classes"]
+        .iter()
+        .find_map(|key| source.get(*key)?.as_array().map(Vec::len))
+        .filter(|&n| n > 0)
 }
 
 /// One batch as tensors on a device.
@@ -114,8 +290,8 @@ pub fn batch_to_tensors(
             for (row, &v) in values.iter().enumerate() {
                 if v < 0 || v as u64 >= spec.classes as u64 {
                     return Err(bad(format!(
-                        "row {row}: label {name:?} = {v} is outside 0..{}",
-                        spec.classes
+                        "row {row}: label {name:?} = {v} is outside 0..{} (the number of classes is {}; set it with --classes)",
+                        spec.classes, spec.classes
                     )));
                 }
                 ids.push(v as u32);
@@ -127,7 +303,7 @@ pub fn batch_to_tensors(
         }
     };
     let inputs = spec.inputs();
-    let data: Vec<f32> = if let [(name, width)] = spec.features.as_slice() {
+    let mut data: Vec<f32> = if let [(name, width)] = spec.features.as_slice() {
         let col = take_column(&mut batch, name)
             .ok_or_else(|| bad(format!("no feature column {name:?}")))?;
         check_dense(&col, rows, *width).map_err(&bad)?;
@@ -158,6 +334,7 @@ pub fn batch_to_tensors(
         }
         out
     };
+    standardize(&mut data, spec).map_err(&bad)?;
     let features = Tensor::from_vec(data, (rows, inputs), &Device::Cpu)
         .map_err(TrainError::candle("feature tensor"))?;
     let (features, labels) = if device.is_cpu() {
@@ -180,6 +357,34 @@ pub fn batch_to_tensors(
         labels,
         rows,
     })
+}
+
+/// Applies `spec.standardize` in place to `data` (`[rows, inputs]`, features
+/// side by side in each row).
+fn standardize(data: &mut [f32], spec: &InputSpec) -> Result<(), String> {
+    if spec.standardize.is_empty() || spec.standardize.iter().all(Standardize::is_identity) {
+        return Ok(());
+    }
+    if spec.standardize.len() != spec.features.len() {
+        return Err(format!(
+            "the input spec has {} standardisation entries for {} features",
+            spec.standardize.len(),
+            spec.features.len()
+        ));
+    }
+    let inputs = spec.inputs();
+    for row in data.chunks_exact_mut(inputs.max(1)) {
+        let mut at = 0;
+        for ((_, width), s) in spec.features.iter().zip(&spec.standardize) {
+            if !s.is_identity() {
+                for x in &mut row[at..at + width] {
+                    *x = (*x - s.mean) / s.std;
+                }
+            }
+            at += width;
+        }
+    }
+    Ok(())
 }
 
 fn take_column(batch: &mut Batch, name: &str) -> Option<Column> {
@@ -243,6 +448,7 @@ mod tests {
             features: features.iter().map(|(n, w)| (n.to_string(), *w)).collect(),
             label: Some("label".into()),
             classes: 3,
+            standardize: vec![],
         }
     }
 
@@ -305,7 +511,7 @@ mod tests {
         let err = batch_to_tensors(batch, &spec(&[("x", 2)]), 5, &Device::Cpu).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "batch 5: row 1: label \"label\" = 7 is outside 0..3"
+            "batch 5: row 1: label \"label\" = 7 is outside 0..3 (the number of classes is 3; set it with --classes)"
         );
         let batch = Batch {
             num_rows: 2,
@@ -316,5 +522,160 @@ mod tests {
         };
         let err = batch_to_tensors(batch, &spec(&[("x", 2)]), 0, &Device::Cpu).unwrap_err();
         assert!(err.to_string().contains("has 3 values for 2 rows"), "{err}");
+    }
+
+    #[test]
+    fn from_schema_takes_fixed_numbers_and_skips_the_rest() {
+        use crate::example::FeatureSpec;
+        let mut schema = Schema::from_feature_texts(&[
+            "species:int64",
+            "island:bytes",
+            "bill:float32",
+            "image:uint8:2x3",
+            "year:int64",
+        ])
+        .unwrap();
+        schema.features.push(FeatureSpec {
+            name: "tags".into(),
+            dtype: DType::Int64,
+            layout: Layout::Var,
+            default: None,
+        });
+        schema.features.push(FeatureSpec {
+            name: "frames".into(),
+            dtype: DType::Float32,
+            layout: Layout::FixedSequence(vec![2]),
+            default: None,
+        });
+        schema.label = Some("species".into());
+        let chosen = InputSpec::from_schema(&schema, 3).unwrap();
+        assert_eq!(
+            chosen.spec.features,
+            vec![
+                ("bill".to_string(), 1),
+                ("image".to_string(), 6),
+                ("year".to_string(), 1)
+            ]
+        );
+        assert_eq!(chosen.spec.inputs(), 8);
+        assert_eq!(chosen.spec.label.as_deref(), Some("species"));
+        assert_eq!(chosen.spec.classes, 3);
+        assert_eq!(
+            join(&chosen.skipped),
+            "island (bytes), tags (variable-length), frames (sequence)"
+        );
+        // The parse schema: the inputs and the label, in schema order.
+        let names: Vec<&str> = chosen
+            .schema
+            .features
+            .iter()
+            .map(|f| f.name.as_str())
+            .collect();
+        assert_eq!(names, ["species", "bill", "image", "year"]);
+        assert_eq!(chosen.schema.label.as_deref(), Some("species"));
+
+        // Nothing numeric left besides the label: an error that says what is needed.
+        let mut only_text = Schema::from_feature_texts(&["species:int64", "island:bytes"]).unwrap();
+        only_text.label = Some("species".into());
+        let err = InputSpec::from_schema(&only_text, 3)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no input features"), "{err}");
+        assert!(err.contains("island (bytes)"), "{err}");
+        assert!(err.contains("fixed-shape int64, float32 or uint8"), "{err}");
+
+        // A text label cannot be a class id.
+        let mut text_label = Schema::from_feature_texts(&["species:bytes", "x:float32"]).unwrap();
+        text_label.label = Some("species".into());
+        let err = InputSpec::from_schema(&text_label, 3)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("must be one int64 per example"), "{err}");
+    }
+
+    #[test]
+    fn classes_come_from_a_recorded_label_vocabulary() {
+        let meta = |v: serde_json::Value| v.as_object().unwrap().clone();
+        assert_eq!(
+            classes_from_metadata(&meta(serde_json::json!({
+                "records": 344,
+                "source": { "label_vocabulary": ["Adelie", "Chinstrap", "Gentoo"] }
+            }))),
+            Some(3)
+        );
+        assert_eq!(
+            classes_from_metadata(&meta(serde_json::json!({
+                "source": { "format": "images", "classes": ["cat", "dog"] }
+            }))),
+            Some(2)
+        );
+        assert_eq!(
+            classes_from_metadata(&meta(
+                serde_json::json!({ "source": { "label_counts": { "0": 5 } } })
+            )),
+            None
+        );
+        assert_eq!(classes_from_metadata(&Map::new()), None);
+    }
+
+    #[test]
+    fn standardisation_from_a_batch_and_applied() {
+        let batch = Batch {
+            num_rows: 4,
+            columns: vec![
+                col("mass", Values::Int64(vec![3000, 5000, 3000, 5000]), 1),
+                col("bill", Values::Float32(vec![1.0, 1.0, 1.0, 1.0]), 1),
+                col("image", Values::Uint8(vec![0, 255, 0, 255]), 1),
+                col("label", Values::Int64(vec![0, 1, 2, 0]), 1),
+            ],
+        };
+        let mut three = spec(&[("mass", 1), ("bill", 1), ("image", 1)]);
+        let stats = Standardize::from_batch(&batch, &three);
+        assert_eq!(
+            stats,
+            vec![
+                Standardize {
+                    mean: 4000.0,
+                    std: 1000.0
+                },
+                // Constant: centred only.
+                Standardize {
+                    mean: 1.0,
+                    std: 1.0
+                },
+                // uint8 is already in [0,1].
+                Standardize::IDENTITY,
+            ]
+        );
+        three.standardize = stats;
+        let t = batch_to_tensors(batch, &three, 0, &Device::Cpu).unwrap();
+        let x: Vec<Vec<f32>> = t.features.to_vec2().unwrap();
+        assert_eq!(
+            x,
+            vec![
+                vec![-1.0, 0.0, 0.0],
+                vec![1.0, 0.0, 1.0],
+                vec![-1.0, 0.0, 0.0],
+                vec![1.0, 0.0, 1.0]
+            ]
+        );
+
+        // The single-float32 path standardises in place.
+        let batch = Batch {
+            num_rows: 2,
+            columns: vec![
+                col("x", Values::Float32(vec![2.0, 4.0, 6.0, 8.0]), 2),
+                col("label", Values::Int64(vec![0, 1]), 1),
+            ],
+        };
+        let mut single = spec(&[("x", 2)]);
+        single.standardize = Standardize::from_batch(&batch, &single);
+        let s = single.standardize[0];
+        assert_eq!(s.mean, 5.0);
+        assert!((s.std - 5f32.sqrt()).abs() < 1e-6);
+        let t = batch_to_tensors(batch, &single, 0, &Device::Cpu).unwrap();
+        let x: Vec<Vec<f32>> = t.features.to_vec2().unwrap();
+        assert!((x[0][0] + 3.0 / 5f32.sqrt()).abs() < 1e-6, "{x:?}");
+        assert!((x[1][1] - 3.0 / 5f32.sqrt()).abs() < 1e-6, "{x:?}");
     }
 }

@@ -21,7 +21,7 @@ use super::model::{Model, ModelConfig};
 use super::optim::{Optim, OptimizerConfig, OptimizerKind};
 use super::prefetch::{BatchStream, BoxError, DevicePrefetch, Fetched};
 use super::report::{EpochReport, Startup, TrainReport, Verdict};
-use super::tensor::{BatchTensors, InputSpec, batch_to_tensors};
+use super::tensor::{BatchTensors, InputSpec, SkippedFeature, Standardize, batch_to_tensors};
 use super::tensorboard::EventWriter;
 use super::timing::Phase;
 
@@ -86,8 +86,13 @@ pub struct TrainConfig {
     pub model: ModelConfig,
     /// The optimizer.
     pub optimizer: OptimizerConfig,
-    /// Which columns feed the model.
+    /// Which columns feed the model. When its `standardize` is empty, `fit`
+    /// fills it from the first training batch (or, resuming, from the
+    /// checkpoint).
     pub input: InputSpec,
+    /// Schema features the model does not take (from
+    /// [`InputSpec::from_schema`]), listed in the report.
+    pub skipped_features: Vec<SkippedFeature>,
     /// The training data's schema, stored in checkpoints for `predict`.
     pub schema: Option<SchemaMeta>,
     /// Epochs in this run. With neither `epochs` nor `steps`: one epoch.
@@ -119,6 +124,7 @@ impl TrainConfig {
             model,
             optimizer,
             input,
+            skipped_features: Vec::new(),
             schema: None,
             epochs: None,
             steps: None,
@@ -178,7 +184,7 @@ pub struct Evaluation {
 /// ```no_run
 /// # use tfpipe::train::*;
 /// # fn open_pipeline(epoch: u64) -> Result<Box<dyn BatchStream>, BoxError> { unimplemented!() }
-/// let input = InputSpec { features: vec![("image".into(), 784)], label: Some("label".into()), classes: 10 };
+/// let input = InputSpec { features: vec![("image".into(), 784)], label: Some("label".into()), classes: 10, standardize: vec![] };
 /// let model = ModelConfig::Mlp { inputs: 784, hidden: vec![256], classes: 10 };
 /// let mut config = TrainConfig::new(model, OptimizerConfig::default_for(OptimizerKind::AdamW), input);
 /// config.epochs = Some(3);
@@ -200,7 +206,7 @@ pub type TestOpener<'a> = &'a mut dyn FnMut() -> Result<Box<dyn BatchStream>, Bo
 impl Trainer {
     /// Checks the config; builds nothing yet (the model is built in `fit`,
     /// overlapped with the pipeline's start-up, or by `prepare`).
-    pub fn new(config: TrainConfig) -> Result<Trainer, TrainError> {
+    pub fn new(mut config: TrainConfig) -> Result<Trainer, TrainError> {
         config.model.validate()?;
         config.optimizer.validate()?;
         if config.model.inputs() != config.input.inputs() {
@@ -223,6 +229,17 @@ impl Trainer {
             return Err(TrainError::Config(
                 "nothing to do: 0 epochs or 0 steps".into(),
             ));
+        }
+        // Resuming: scale inputs as the checkpoint's model was trained
+        // (its metadata is a small JSON file, read here; the weights load
+        // in the background in `fit`).
+        if let Some(dir) = &config.resume
+            && config.input.standardize.is_empty()
+        {
+            let meta = Checkpoint::read_meta(dir)?;
+            if meta.input.features == config.input.features {
+                config.input.standardize = meta.input.standardize;
+            }
         }
         Ok(Trainer {
             config,
@@ -390,6 +407,9 @@ impl Trainer {
             if epochs_done == 0 {
                 startup.pipeline_built = since_origin(built);
             }
+            // The first batch's wait is start-up either way (see the
+            // module doc), so taking it here costs the steps nothing.
+            let stream = self.with_statistics(stream);
             let mut feeder = Feeder::new(stream, &self.config, run_steps, inline)?;
             let (mut ep_steps, mut ep_examples, mut ep_loss, mut ep_correct) =
                 (0u64, 0u64, 0f64, 0u64);
@@ -597,8 +617,58 @@ impl Trainer {
             test_loss: last.and_then(|e| e.test_loss),
             test_accuracy: last.and_then(|e| e.test_accuracy),
             checkpoint_load,
+            skipped_features: self.config.skipped_features.clone(),
+            standardized: self
+                .config
+                .input
+                .standardize
+                .iter()
+                .any(|s| !s.is_identity()),
             epochs,
         })
+    }
+}
+
+impl Trainer {
+    /// Fills `input.standardize` from `stream`'s first batch when it is
+    /// still empty, and returns the stream with that batch put back.
+    fn with_statistics<S: BatchStream>(&mut self, mut stream: S) -> Peeked<S> {
+        if !self.config.input.standardize.is_empty() {
+            return Peeked {
+                first: None,
+                rest: stream,
+            };
+        }
+        let first = stream.next_batch();
+        if let Some(Ok(batch)) = &first {
+            self.config.input.standardize = Standardize::from_batch(batch, &self.config.input);
+        }
+        Peeked {
+            first: Some(first),
+            rest: stream,
+        }
+    }
+}
+
+/// A stream whose first item was taken out (to compute statistics) and is
+/// handed out again first.
+struct Peeked<S> {
+    /// `Some(item)` until handed out; the item itself is `None` when the
+    /// stream was empty.
+    first: Option<Option<Result<crate::Batch, BoxError>>>,
+    rest: S,
+}
+
+impl<S: BatchStream> BatchStream for Peeked<S> {
+    fn next_batch(&mut self) -> Option<Result<crate::Batch, BoxError>> {
+        match self.first.take() {
+            Some(item) => item,
+            None => self.rest.next_batch(),
+        }
+    }
+
+    fn bottleneck_stage(&self) -> Option<String> {
+        self.rest.bottleneck_stage()
     }
 }
 
