@@ -256,10 +256,12 @@ fn inspect_infers_feature_specs() {
     );
     for spec in [
         "--feature counts:int64:var ",
-        "--feature emb:float32:3 ",
+        // Fixed-length features missing from some records get a default,
+        // so the pasted spec parses every record.
+        "--feature emb:float32:3=0 ",
         "--feature id:int64 ",
-        "--feature label:bytes ",
-        "--feature score:float32 ",
+        "--feature label:bytes= ",
+        "--feature score:float32=0 ",
         "--feature tags:bytes:var ",
         "--feature weights:float32:var ",
     ] {
@@ -272,9 +274,9 @@ fn inspect_infers_feature_specs() {
             .to_string()
     };
     assert!(line("id:int64").ends_with("  # int64_list in 50/50 records, 1 value"));
-    assert!(line("emb:float32:3").ends_with("  # float_list in 46/50 records, 3 values"));
+    assert!(line("emb:float32:3=0").ends_with("  # float_list in 46/50 records, 3 values"));
     assert!(
-        line("flag:int64")
+        line("flag:int64=0")
             .ends_with("  # int64_list in 16/50 records, 1 value, no list set in 2/50")
     );
     assert!(
@@ -350,7 +352,7 @@ fn inspect_json_reports_every_file_in_order_and_the_total() {
         .iter()
         .find(|f| f["name"] == "emb")
         .unwrap();
-    assert_eq!(emb["spec"], "emb:float32:3");
+    assert_eq!(emb["spec"], "emb:float32:3=0");
     assert_eq!(emb["present"], 46);
     assert_eq!(emb["min_values"], 3);
     assert_eq!(emb["max_values"], 3);
@@ -428,14 +430,9 @@ fn inferred_specs_parse_and_decode_the_files_they_came_from() {
             let parsed: tfpipe::FeatureSpec = spec.parse().unwrap();
             assert_eq!(&parsed.to_string(), spec);
         }
-        // A fixed-length feature missing from some records would need a
-        // default; the others decode every record as they are.
-        let usable: Vec<&str> = specs
-            .iter()
-            .filter(|(spec, n, m)| n == m || spec.ends_with(":var"))
-            .map(|(spec, _, _)| spec.as_str())
-            .collect();
-        assert!(usable.len() >= 3, "{usable:?}");
+        // Fixed-length features missing from some records come with a
+        // default, so every printed spec decodes every record as it is.
+        let usable: Vec<&str> = specs.iter().map(|(spec, _, _)| spec.as_str()).collect();
         let schema = tfpipe::Schema::from_feature_texts(&usable).unwrap();
         let mut parser = tfpipe::BatchParser::new(schema).unwrap();
         let mut reader =

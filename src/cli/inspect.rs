@@ -33,7 +33,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 use tfpipe::example::json::RecordType;
 use tfpipe::example::proto::{Feature, SequenceExample, feature};
-use tfpipe::example::{DType, FeatureSpec, Layout};
+use tfpipe::example::{DType, FeatureSpec, Layout, Value};
 use tfpipe::tfrecord::{Compression, OnCorruption, ReaderOptions};
 
 use super::Status;
@@ -344,9 +344,12 @@ impl FeatureStats {
     }
 
     /// The `--feature` spec, when one kind was seen: for a feature, or (with
-    /// `steps`) for the steps of a feature list.
-    fn spec(&self, name: &str, steps: bool) -> Option<String> {
-        let dtype = DTYPES[self.kind()?];
+    /// `steps`) for the steps of a feature list. A fixed-length feature that
+    /// some of the `records` lack gets a zero (or empty) default, so the spec
+    /// parses every record when pasted into another command.
+    fn spec(&self, name: &str, steps: bool, records: u64) -> Option<String> {
+        let kind = self.kind()?;
+        let dtype = DTYPES[kind];
         let shape = match (self.values.min, self.values.max) {
             (Some(1), 1) => Some(vec![]),
             (Some(min), max) if min == max && min > 0 => Some(vec![min as usize]),
@@ -358,19 +361,26 @@ impl FeatureStats {
             (true, Some(shape)) => Layout::FixedSequence(shape),
             (true, None) => Layout::VarSequence,
         };
+        let default = (matches!(layout, Layout::Fixed(_)) && self.kinds[kind] < records).then(
+            || match dtype {
+                DType::Int64 => Value::Int64(vec![0]),
+                DType::Float32 => Value::Float32(vec![0.0]),
+                _ => Value::Bytes(vec![Vec::new()]),
+            },
+        );
         let spec = FeatureSpec {
             name: name.to_string(),
             dtype,
             layout,
-            default: None,
+            default,
         };
         Some(spec.to_string())
     }
 
-    fn json(&self, name: &str) -> FeatureJson {
+    fn json(&self, name: &str, records: u64) -> FeatureJson {
         FeatureJson {
             name: name.to_string(),
-            spec: self.spec(name, false),
+            spec: self.spec(name, false, records),
             kind: self.kind().map(|k| KIND_NAMES[k]),
             present: self.present,
             no_list_set: self.kinds[3],
@@ -447,12 +457,12 @@ fn write_schema(out: &mut String, schema: &SchemaStats, record_type: RecordType)
     let width = schema
         .features
         .iter()
-        .map(|(name, f)| f.spec(name, false).map_or(0, |s| s.len()))
+        .map(|(name, f)| f.spec(name, false, records).map_or(0, |s| s.len()))
         .max()
         .unwrap_or(0);
     for (name, stats) in &schema.features {
         let with_list = stats.present - stats.kinds[3];
-        let mut note = match stats.spec(name, false) {
+        let mut note = match stats.spec(name, false, records) {
             Some(spec) => format!(
                 "--feature {spec:width$}  # {} in {with_list}/{records} records, {}",
                 stats.kind_name(),
@@ -475,7 +485,7 @@ fn write_schema(out: &mut String, schema: &SchemaStats, record_type: RecordType)
         let width = schema
             .lists
             .iter()
-            .map(|(name, l)| l.step.spec(name, true).map_or(0, |s| s.len()))
+            .map(|(name, l)| l.step.spec(name, true, 0).map_or(0, |s| s.len()))
             .max()
             .unwrap_or(0);
         for (name, stats) in &schema.lists {
@@ -485,7 +495,7 @@ fn write_schema(out: &mut String, schema: &SchemaStats, record_type: RecordType)
                 stats.steps.text(),
                 values_text(&stats.step.values)
             );
-            let line = match stats.step.spec(name, true) {
+            let line = match stats.step.spec(name, true, 0) {
                 Some(spec) => format!(
                     "--feature {spec:width$}  # {} {counts}",
                     stats.step.kind_name()
@@ -502,7 +512,7 @@ fn schema_json(schema: &SchemaStats, record_type: RecordType) -> SchemaJson {
     let features = schema
         .features
         .iter()
-        .map(|(name, stats)| stats.json(name))
+        .map(|(name, stats)| stats.json(name, schema.records))
         .collect();
     let feature_lists = (record_type == RecordType::Sequence).then(|| {
         schema
@@ -510,7 +520,7 @@ fn schema_json(schema: &SchemaStats, record_type: RecordType) -> SchemaJson {
             .iter()
             .map(|(name, stats)| ListJson {
                 name: name.clone(),
-                spec: stats.step.spec(name, true),
+                spec: stats.step.spec(name, true, 0),
                 kind: stats.step.kind().map(|k| KIND_NAMES[k]),
                 present: stats.present,
                 min_steps: stats.steps.min,
