@@ -37,7 +37,13 @@ impl<T: Send + 'static> Pipeline<T> {
                 }
                 let mut clock = Clock::start();
                 let out = loop {
-                    match clock.pull_next(&mut up) {
+                    // One clock read per batch, after its last pull, not one
+                    // per pull: pushes between pulls count as waiting anyway.
+                    let event = up.next();
+                    if batch.len() + 1 >= size || !matches!(event, Some(Event::Item(Ok(_)))) {
+                        clock.mark_waited();
+                    }
+                    match event {
                         Some(Event::Item(Ok(item))) => {
                             batch.push(item);
                             if batch.len() == size {

@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use super::{Clock, Env, Event, Pipeline, Stream};
+use super::{Clock, Env, Event, Pipeline, Sampler, Stream};
 use crate::metrics::StageCounters;
 
 /// How [`Pipeline::shuffle_with`] shuffles.
@@ -92,6 +92,8 @@ struct Shuffle<T> {
     marker: Option<u64>,
     finished: bool,
     first_output: bool,
+    /// Times about one steady-state call in [`Sampler::MEAN_GAP`].
+    sampler: Sampler,
 }
 
 impl<T> Shuffle<T> {
@@ -116,6 +118,7 @@ impl<T> Shuffle<T> {
             marker: None,
             finished: false,
             first_output: true,
+            sampler: Sampler::new(),
         };
         s.reseed();
         s
@@ -213,23 +216,27 @@ impl<T: Send + 'static> Iterator for Shuffle<T> {
         if self.finished {
             return None;
         }
-        let mut clock = Clock::start();
+        // Only steady-state calls (buffer full: one pull, one swap) are
+        // sampled; filling and draining calls differ from them and are timed
+        // exactly.
+        let forced =
+            self.first_output || self.draining || self.buffer.len() < self.options.buffer_size;
+        let mut clock = self.sampler.clock(forced);
         let out = self.step(&mut clock);
         if let Some(Event::Item(Ok(_))) = &out {
             self.counters.add_in(1, 0);
             self.counters.add_out(1, 0);
             if self.first_output {
                 self.first_output = false;
-                self.counters.set_first_output(clock_elapsed(&clock));
+                self.counters.set_first_output(clock.elapsed());
             }
         }
-        clock.finish(&self.counters);
+        self.sampler.finish(clock, forced, &self.counters);
+        if !matches!(out, Some(Event::Item(_))) {
+            self.sampler.flush(&self.counters);
+        }
         out
     }
-}
-
-fn clock_elapsed(clock: &Clock) -> std::time::Duration {
-    clock.elapsed()
 }
 
 /// SplitMix64 (Steele, Lea and Flood, "Fast splittable pseudorandom number

@@ -3,9 +3,10 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
 
-use super::{Env, Event, Interleave, Parallelism, Pipeline, PipelineError, Record, Stream};
+use super::{
+    Env, Event, Interleave, Parallelism, Pipeline, PipelineError, Record, Sampler, Stream,
+};
 use crate::metrics::StageCounters;
 use crate::tfrecord::{FileRecordReader, ReaderOptions};
 
@@ -82,7 +83,7 @@ impl Pipeline<Record> {
                 last_offset: 0,
                 counters,
                 env: env.clone(),
-                born: None,
+                sampler: Sampler::new(),
             }) as Stream<Record>
         })
     }
@@ -163,7 +164,9 @@ struct FileStream {
     last_offset: u64,
     counters: Arc<StageCounters>,
     env: Env,
-    born: Option<Instant>,
+    /// Times about one record in [`Sampler::MEAN_GAP`]; opening the file is
+    /// always timed (and gives the first-output time).
+    sampler: Sampler,
 }
 
 impl Iterator for FileStream {
@@ -173,10 +176,10 @@ impl Iterator for FileStream {
         if self.done || self.env.cancelled() {
             return None;
         }
-        let start = Instant::now();
-        let first = self.born.is_none();
-        self.born.get_or_insert(start);
-        if self.reader.is_none() {
+        // The first call opens the file: timed exactly, not a sample of the rest.
+        let first = self.reader.is_none();
+        let clock = self.sampler.clock(first);
+        if first {
             match FileRecordReader::open(&self.path, self.options.clone()) {
                 Ok(reader) => self.reader = Some(reader),
                 Err(source) => {
@@ -203,7 +206,7 @@ impl Iterator for FileStream {
                 self.counters.add_in(1, framed);
                 self.counters.add_out(1, record.len() as u64);
                 if first {
-                    self.counters.set_first_output(start.elapsed());
+                    self.counters.set_first_output(clock.elapsed());
                 }
                 Some(Event::Item(Ok(record)))
             }
@@ -228,7 +231,10 @@ impl Iterator for FileStream {
                 })))
             }
         };
-        self.counters.add_busy(start.elapsed());
+        self.sampler.finish(clock, first, &self.counters);
+        if self.done {
+            self.sampler.flush(&self.counters);
+        }
         out
     }
 }
