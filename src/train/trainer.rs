@@ -183,7 +183,21 @@ pub struct Evaluation {
 ///
 /// ```no_run
 /// # use tfpipe::train::*;
-/// # fn open_pipeline(epoch: u64) -> Result<Box<dyn BatchStream>, BoxError> { unimplemented!() }
+/// use tfpipe::pipeline::{Parallelism, Pipeline};
+///
+/// // Each epoch reads the shards afresh, shuffled with that epoch's seed.
+/// fn open_pipeline(epoch: u64) -> Result<Box<dyn BatchStream>, BoxError> {
+///     let schema = tfpipe::Schema::from_feature_texts(&["image:uint8:784", "label:int64"])?;
+///     let batches = Pipeline::tfrecord_files(["train-*.tfrecord"])?
+///         .interleave(4, 16)
+///         .shuffle(10_000, epoch)
+///         .batch(256)
+///         .parse_batches(schema, Parallelism::Auto)
+///         .prefetch(2)
+///         .start()?;
+///     Ok(Box::new(batches))
+/// }
+///
 /// let input = InputSpec { features: vec![("image".into(), 784)], label: Some("label".into()), classes: 10, standardize: vec![] };
 /// let model = ModelConfig::Mlp { inputs: 784, hidden: vec![256], classes: 10 };
 /// let mut config = TrainConfig::new(model, OptimizerConfig::default_for(OptimizerKind::AdamW), input);
