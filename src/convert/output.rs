@@ -2,7 +2,7 @@
 //! parallel driver, sharding, and the all-or-nothing finish.
 //!
 //! Determinism: work is cut into tasks (chunks of rows, ranges of images) in
-//! input order; a window of tasks is encoded in parallel on the rayon pool,
+//! input order; a window of tasks is encoded in parallel on worker threads,
 //! and the results are handed on in task order to the writer threads, each of
 //! which owns a fixed set of shards and writes record `i` if it belongs to
 //! shard `i % shards`. So the bytes written never depend on the thread count
@@ -22,7 +22,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use rayon::prelude::*;
 use serde_json::{Map, Value as Json, json};
 
 use super::error::ConvertError;
@@ -91,11 +90,10 @@ impl Input {
     }
 }
 
-/// What a conversion shares with its workers: the pool, the cancel flag, and
+/// What a conversion shares with its workers: the thread count, the cancel flag, and
 /// the progress counters.
 pub(crate) struct Ctx<'a> {
     pub(crate) options: &'a OutputOptions,
-    pool: rayon::ThreadPool,
     pub(crate) threads: usize,
     started: Instant,
     bytes_done: AtomicU64,
@@ -109,14 +107,8 @@ impl<'a> Ctx<'a> {
         } else {
             options.threads
         };
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("tfpipe-convert-{i}"))
-            .build()
-            .map_err(|e| ConvertError::Options(format!("cannot start {threads} threads: {e}")))?;
         Ok(Ctx {
             options,
-            pool,
             threads,
             started: Instant::now(),
             bytes_done: AtomicU64::new(0),
@@ -160,9 +152,13 @@ impl<'a> Ctx<'a> {
         self.started.elapsed().as_secs_f64()
     }
 
-    /// Runs `work` over `tasks` on the pool, a window at a time, and hands
-    /// the results to `consume` in task order on one consumer thread, which
-    /// overlaps with the encoding of the next window. Stops at the first
+    /// Runs `work` over `tasks` on `threads` worker threads and hands the
+    /// results to `consume` in task order on the calling thread. At most a
+    /// window of tasks is in flight (taken but not yet consumed), which bounds
+    /// memory; within it a worker takes the next task as soon as it is free,
+    /// so no thread waits for a whole batch to finish (a barrier per batch
+    /// left a core idle at every batch end, and rayon's idle workers spun on
+    /// `sched_yield`, taking CPU from the shard writers). Stops at the first
     /// error (from `work`, in task order, or from `consume`) or on cancel.
     pub(crate) fn run_ordered<T, R, F, C>(
         &self,
@@ -176,51 +172,72 @@ impl<'a> Ctx<'a> {
         F: Fn(T) -> Result<R, ConvertError> + Sync + Send,
         C: FnMut(R) -> Result<(), ConvertError> + Send,
     {
-        let window = (self.threads * 2).max(2);
+        let window = (self.threads * 4).max(2);
+        let work = &work;
         std::thread::scope(|scope| {
-            let (tx, rx) = crossbeam_channel::bounded::<R>(window);
-            let consumer = scope.spawn(move || -> Result<(), ConvertError> {
-                for item in rx {
-                    consume(item)?;
-                }
-                Ok(())
-            });
-            let mut produced = Ok(());
-            let mut tasks = tasks.into_iter();
-            'windows: loop {
-                if let Err(e) = self.check_cancel() {
-                    produced = Err(e);
-                    break;
-                }
-                let batch: Vec<T> = tasks.by_ref().take(window).collect();
-                if batch.is_empty() {
-                    break;
-                }
-                let results: Vec<Result<R, ConvertError>> = self
-                    .pool
-                    .install(|| batch.into_par_iter().map(&work).collect());
-                for result in results {
-                    match result {
-                        Ok(item) => {
-                            // A closed channel means the consumer failed; its
-                            // error is returned below.
-                            if tx.send(item).is_err() {
-                                break 'windows;
+            // Both channels hold at most `window` items: never more are in flight.
+            let (task_tx, task_rx) = crossbeam_channel::bounded::<(usize, T)>(window);
+            let (done_tx, done_rx) =
+                crossbeam_channel::bounded::<(usize, Result<R, ConvertError>)>(window);
+            for i in 0..self.threads {
+                let (task_rx, done_tx) = (task_rx.clone(), done_tx.clone());
+                std::thread::Builder::new()
+                    .name(format!("tfpipe-convert-{i}"))
+                    .spawn_scoped(scope, move || {
+                        for (index, task) in task_rx {
+                            // A closed channel means the caller stopped.
+                            if done_tx.send((index, work(task))).is_err() {
+                                break;
                             }
                         }
-                        Err(e) => {
-                            produced = Err(e);
-                            break 'windows;
-                        }
+                    })
+                    .map_err(|e| {
+                        ConvertError::Options(format!("cannot start {} threads: {e}", self.threads))
+                    })?;
+            }
+            // Workers that all ended (only by a panic) close `done_rx`; the
+            // scope then re-raises the panic.
+            drop((task_rx, done_tx));
+            let mut tasks = tasks.into_iter().enumerate();
+            let mut in_flight = 0usize;
+            let mut next = 0usize;
+            let mut early = std::collections::BTreeMap::new();
+            let result = loop {
+                if let Err(e) = self.check_cancel() {
+                    break Err(e);
+                }
+                while in_flight < window {
+                    let Some(task) = tasks.next() else { break };
+                    // Cannot block: the channel has room for `window`.
+                    if task_tx.send(task).is_err() {
+                        break;
+                    }
+                    in_flight += 1;
+                }
+                if in_flight == 0 {
+                    break Ok(());
+                }
+                let Ok((index, result)) = done_rx.recv() else {
+                    break Err(ConvertError::Options("a conversion worker stopped".into()));
+                };
+                // Held until its turn: only the first error in task order counts.
+                early.insert(index, result);
+                let mut failed = None;
+                while let Some(result) = early.remove(&next) {
+                    next += 1;
+                    in_flight -= 1;
+                    if let Err(e) = result.and_then(&mut consume) {
+                        failed = Some(e);
+                        break;
                     }
                 }
-            }
-            drop(tx);
-            let consumed = match consumer.join() {
-                Ok(result) => result,
-                Err(panic) => std::panic::resume_unwind(panic),
+                if let Some(e) = failed {
+                    break Err(e);
+                }
             };
-            produced.and(consumed)
+            drop(task_tx);
+            drop(done_rx);
+            result
         })
     }
 }
