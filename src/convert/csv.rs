@@ -72,6 +72,9 @@ struct File {
     data_start: usize,
     /// Line number of the first data row.
     first_line: u64,
+    /// Whether the data rows contain a quote anywhere (found once here, so
+    /// the chunks of a file without any skip their own search in both passes).
+    quoted: bool,
 }
 
 struct Task {
@@ -226,14 +229,14 @@ fn header(
 }
 
 /// Cuts `data[start..]` into chunks of whole rows.
-fn cut(data: &[u8], start: usize, delimiter: u8) -> Vec<(usize, usize)> {
+fn cut(data: &[u8], start: usize, delimiter: u8, quoted: bool) -> Vec<(usize, usize)> {
     let end = data.len();
     let mut cuts = Vec::new();
     if start >= end {
         return cuts;
     }
     let chunk = (end - start).div_ceil(64).clamp(64 << 10, CHUNK_BYTES);
-    if !data[start..].contains(&b'"') {
+    if !quoted {
         let mut from = start;
         while from < end {
             let target = from + chunk;
@@ -306,11 +309,13 @@ pub(crate) fn convert(
             }
             Some(_) => {}
         }
+        let quoted = memchr::memchr(b'"', data.get(data_start..).unwrap_or_default()).is_some();
         files.push(File {
             path: path.clone(),
             data,
             data_start,
             first_line,
+            quoted,
         });
     }
     let names = names.unwrap_or_default();
@@ -344,7 +349,7 @@ pub(crate) fn convert(
 
     let mut tasks = Vec::new();
     for (i, f) in files.iter().enumerate() {
-        for (start, end) in cut(&f.data, f.data_start, d) {
+        for (start, end) in cut(&f.data, f.data_start, d, f.quoted) {
             tasks.push(Task {
                 file: i,
                 start,
@@ -504,7 +509,7 @@ fn scan(file: &File, task: &Task, shape: &Shape<'_>, skip: bool) -> Result<Scan,
         bad: BadRows::default(),
         bytes: data.len() as u64,
     };
-    let mut rows = Rows::new(data, shape.delimiter);
+    let mut rows = Rows::with_quotes(data, shape.delimiter, file.quoted);
     while let Some((row, start, line)) = rows.next_row() {
         if let Err((field, problem)) = shape.check(&row) {
             // Lines are chunk-relative here; the caller makes them absolute.
@@ -554,7 +559,7 @@ fn encode(
         bytes_in: data.len() as u64,
         ..Chunk::default()
     };
-    let mut rows = Rows::new(data, shape.delimiter);
+    let mut rows = Rows::with_quotes(data, shape.delimiter, file.quoted);
     // Numeric rows grow about 2.5x as Examples.
     let mut enc = ExampleEncoder::with_capacity(data.len() * 5 / 2);
     while let Some((row, start, line)) = rows.next_row() {
@@ -726,8 +731,15 @@ fn only_crlf(data: &[u8]) -> bool {
 }
 
 impl<'a> Rows<'a> {
+    #[cfg(test)]
     fn new(data: &'a [u8], delimiter: u8) -> Self {
-        let simple = memchr::memchr(b'"', data).is_none() && only_crlf(data);
+        Self::with_quotes(data, delimiter, true)
+    }
+
+    /// `quoted`: whether `data` may contain a quote (false only when known
+    /// to contain none).
+    fn with_quotes(data: &'a [u8], delimiter: u8, quoted: bool) -> Self {
+        let simple = !(quoted && memchr::memchr(b'"', data).is_some()) && only_crlf(data);
         Rows {
             data,
             hits: Hits::new(delimiter),
