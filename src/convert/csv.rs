@@ -18,7 +18,7 @@ use csv::{ByteRecord, ReaderBuilder};
 use super::encode::ExampleEncoder;
 use super::error::{ConvertError, SourceLocation, quote};
 use super::infer::{self, Column, Kind, classify, fits, parse_f32, parse_i64, trim};
-use super::output::{BadRows, Chunk, Ctx, Finished, Input, finish, plan_shards};
+use super::output::{BadRows, Chunk, Ctx, Input, finish, plan_shards};
 use super::{Missing, Phase, Summary};
 use crate::example::DType;
 
@@ -456,21 +456,16 @@ pub(crate) fn convert(
         )
     })?;
 
-    let schema = infer::tabular_schema(&columns, options.label.as_deref(), options.missing);
-    let extra = infer::columns_metadata(&columns);
-    finish(
-        ctx,
-        shards,
-        Finished {
-            schema,
-            format: "csv",
-            inputs: inputs.to_vec(),
-            bytes_in: bytes_total,
-            rows_skipped: bad.count,
-            bad_rows: bad.kept,
-            extra,
-        },
-    )
+    let done = infer::TabularDone {
+        format: "csv",
+        columns: &columns,
+        label: options.label.as_deref(),
+        missing: options.missing,
+        inputs,
+        bytes_in: bytes_total,
+        bad,
+    };
+    finish(ctx, shards, done.finished())
 }
 
 /// A bad row that stopped the first pass carries a chunk-relative line:

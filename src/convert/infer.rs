@@ -7,11 +7,13 @@
 //! and every value classified `Int` or `Float` parses with [`parse_f32`].
 
 use std::collections::BTreeSet;
+use std::path::PathBuf;
 
 use serde_json::{Map, Value as Json, json};
 
 use super::Missing;
 use super::error::ConvertError;
+use super::output::{BadRows, Finished};
 use crate::example::{DType, FeatureSpec, Layout, Schema, Value};
 
 /// What the values of a column seen so far fit in.
@@ -298,6 +300,32 @@ pub(crate) fn tabular_schema(columns: &[Column], label: Option<&str>, missing: M
     Schema {
         features,
         label: label.map(str::to_string),
+    }
+}
+
+/// What a tabular conversion (csv, json) hands to `finish`: the schema and
+/// per-column metadata inferred from `columns`, with the counts.
+pub(crate) struct TabularDone<'a> {
+    pub(crate) format: &'static str,
+    pub(crate) columns: &'a [Column],
+    pub(crate) label: Option<&'a str>,
+    pub(crate) missing: Missing,
+    pub(crate) inputs: &'a [PathBuf],
+    pub(crate) bytes_in: u64,
+    pub(crate) bad: BadRows,
+}
+
+impl TabularDone<'_> {
+    pub(crate) fn finished(self) -> Finished {
+        Finished {
+            schema: tabular_schema(self.columns, self.label, self.missing),
+            format: self.format,
+            inputs: self.inputs.to_vec(),
+            bytes_in: self.bytes_in,
+            rows_skipped: self.bad.count,
+            bad_rows: self.bad.kept,
+            extra: columns_metadata(self.columns),
+        }
     }
 }
 

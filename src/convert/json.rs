@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use super::encode::ExampleEncoder;
 use super::error::{ConvertError, SourceLocation, quote};
 use super::infer::{self, Column, Kind, parse_f32, parse_i64};
-use super::output::{BadRows, Chunk, Ctx, Finished, Input, finish, plan_shards};
+use super::output::{BadRows, Chunk, Ctx, Input, finish, plan_shards};
 use super::{Missing, Phase, Summary};
 use crate::example::DType;
 
@@ -810,21 +810,16 @@ pub(crate) fn convert(
     let shards = ctx.write_shards(&plan, bytes_total, tasks, |task| {
         encode(task, inputs, &files, &columns, &index)
     })?;
-    let schema = infer::tabular_schema(&columns, options.label.as_deref(), options.missing);
-    let extra = infer::columns_metadata(&columns);
-    finish(
-        ctx,
-        shards,
-        Finished {
-            schema,
-            format: "json",
-            inputs: inputs.to_vec(),
-            bytes_in: bytes_total,
-            rows_skipped: bad.count,
-            bad_rows: bad.kept,
-            extra,
-        },
-    )
+    let done = infer::TabularDone {
+        format: "json",
+        columns: &columns,
+        label: options.label.as_deref(),
+        missing: options.missing,
+        inputs,
+        bytes_in: bytes_total,
+        bad,
+    };
+    finish(ctx, shards, done.finished())
 }
 
 fn judge_record(
