@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use serde::Serialize;
 use tfpipe::Schema;
 use tfpipe::metrics::{PipelineMetrics, StageMetrics};
@@ -96,12 +96,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         bail!("--cycle-length must be positive");
     }
     let files = Pipeline::tfrecord_files(&args.data)?;
-    let schema = match &args.schema {
-        Some(path) => {
-            Schema::load(path).with_context(|| format!("reading --schema {}", path.display()))?
-        }
-        None => Schema::from_feature_texts(&args.feature).context("in --feature")?,
-    };
+    let (schema, _) = super::train::load_schema(&args.feature, args.schema.as_deref(), None)?;
     let file_bytes: u64 = files
         .paths()
         .iter()
