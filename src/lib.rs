@@ -77,6 +77,7 @@ pub mod error;
 pub mod example;
 pub mod metrics;
 pub mod pipeline;
+pub mod spawn;
 pub mod tfrecord;
 pub mod train;
 
