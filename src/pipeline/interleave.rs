@@ -273,8 +273,8 @@ impl<T: Send + 'static, U: Send + 'static> InterleaveStream<T, U> {
     }
 
     fn start_slot(&self, pipeline: Pipeline<U>) -> Result<Slot<U>, PipelineError> {
-        if let Some(message) = &pipeline.error {
-            return Err(PipelineError::Config(message.clone()));
+        if let Some(invalid) = &pipeline.error {
+            return Err(invalid.error());
         }
         let Some(permits) = &self.permits else {
             return Ok(Slot::Local(pipeline.build_stream(&self.nested)));
