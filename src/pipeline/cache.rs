@@ -5,9 +5,11 @@
 //! next epoch reads the upstream again (so an error is not silently frozen
 //! into the cache, and a pass cut short by `take` or a drop is not kept).
 
+use std::any::Any;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use super::record::{FileId, Record, RecordPosition};
 use super::{Event, Pipeline, PipelineError, Stream};
 use crate::tfrecord::{Compression, FileRecordReader, FileRecordWriter, ReaderOptions};
 
@@ -104,14 +106,30 @@ where
                 };
                 let mut failed = false;
                 let env = env.clone();
+                let file = FileId::intern(&path);
                 return Box::new(std::iter::from_fn(move || {
                     if failed || env.cancelled() {
                         return None;
                     }
+                    let start = reader.position();
                     match reader.next_record() {
                         Ok(Some(r)) => {
                             counters.add_out(1, r.len() as u64);
-                            Some(Event::Item(Ok(R::from(r))))
+                            let mut record = R::from(r);
+                            // A replayed `Record` is located in the cache
+                            // file, where its bytes now come from (the cache
+                            // reader fails on corruption, so nothing is
+                            // skipped before it and `start` is its frame).
+                            if let Some(record) =
+                                (&mut record as &mut dyn Any).downcast_mut::<Record>()
+                            {
+                                record.set_position(Some(RecordPosition::in_file(
+                                    file,
+                                    start.record,
+                                    start.offset,
+                                )));
+                            }
+                            Some(Event::Item(Ok(record)))
                         }
                         Ok(None) => None,
                         Err(source) => {
