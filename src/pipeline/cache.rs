@@ -81,7 +81,7 @@ impl<R> Pipeline<R>
 where
     R: AsRef<[u8]> + for<'a> From<&'a [u8]> + Send + 'static,
 {
-    /// Keeps the records ([`Record`](super::Record)s, `Vec<u8>`s, any bytes)
+    /// Keeps the records ([`Record`]s, `Vec<u8>`s, any bytes)
     /// of the first complete pass in the TFRecord file
     /// `path` (written to a temporary file, renamed into place when the pass
     /// completes) and reads them from there in later epochs and later runs.

@@ -51,7 +51,7 @@
 //! same batch size), every rank runs the same number of steps and reaches
 //! each all-reduce; an uneven share would leave the others blocked in NCCL
 //! forever. Checkpoints: rank 0 writes the weights; each rank's pipeline
-//! state (see [`PipelineIter::state`](super::PipelineIter::state)) is its
+//! state (the checkpointable iterator state) is its
 //! own, saved beside them per rank, so a resumed job continues each share at
 //! its next record.
 

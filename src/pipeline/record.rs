@@ -58,7 +58,7 @@ static POOL: LazyLock<FreeList> = LazyLock::new(|| bounded(POOL_BUFFERS));
 type FreeList = (Sender<Vec<u8>>, Receiver<Vec<u8>>);
 
 /// A file a [`RecordPosition`] points into: an index into the process-wide
-/// table of files opened so far (see the [module docs](self)).
+/// table of files opened so far (see [`RecordPosition`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FileId(NonZeroU32);
 
@@ -107,7 +107,13 @@ impl FileId {
 /// corrupt records included, as the reader counts) and the byte offset of its
 /// frame in the file's *uncompressed* stream (what TensorFlow reports).
 ///
-/// `Copy`, 24 bytes, no allocation; see the [module docs](self).
+/// A position is `Copy` and 24 bytes: the file is a [`FileId`], an index into
+/// one process-wide table of the paths opened so far (interned once per file
+/// open, never per record), so carrying a position costs no allocation and no
+/// reference count on the hot path. The table only grows, by one path per
+/// distinct file a process reads. The position moves with its record through
+/// `shuffle`, `batch`, `interleave`, `shard`, `cache` and every other stage
+/// that passes records on.
 ///
 /// ```
 /// use std::path::Path;
@@ -193,7 +199,7 @@ impl fmt::Display for RecordPosition {
 
 /// A serialized record, as read from a TFRecord file: bytes you read through
 /// `Deref<Target = [u8]>` / `AsRef<[u8]>`, whose buffer goes back to a
-/// bounded free list when dropped (see the [module docs](self)), and the
+/// bounded free list when dropped, and the
 /// [`RecordPosition`] it was read from, if it was read from a file.
 ///
 /// Convert from and to `Vec<u8>` with `From`/[`into_vec`](Record::into_vec);
