@@ -199,8 +199,8 @@ impl fmt::Display for RecordPosition {
 
 /// A serialized record, as read from a TFRecord file: bytes you read through
 /// `Deref<Target = [u8]>` / `AsRef<[u8]>`, whose buffer goes back to a
-/// bounded free list when dropped, and the
-/// [`RecordPosition`] it was read from, if it was read from a file.
+/// bounded free list when dropped, and the [`RecordPosition`] it was read
+/// from, if it was read from a file.
 ///
 /// Convert from and to `Vec<u8>` with `From`/[`into_vec`](Record::into_vec);
 /// it compares equal to byte slices and vectors with the same bytes. Equality
