@@ -53,16 +53,16 @@ pub struct Args {
     #[arg(short, long)]
     pub output: PathBuf,
     /// Number of shards [default: one per 128 MiB of input].
-    #[arg(long, conflicts_with = "records_per_shard")]
+    #[arg(long, conflicts_with = "records_per_shard", allow_hyphen_values = true, value_parser = positive::<usize>)]
     pub shards: Option<usize>,
     /// Records per shard (instead of --shards).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = positive::<u64>)]
     pub records_per_shard: Option<u64>,
     /// Shard compression: none, gzip or zlib.
     #[arg(long, default_value = "none")]
     pub compression: Compression,
     /// Encoding threads [default: one per core].
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = positive::<usize>)]
     pub threads: Option<usize>,
     /// Skip bad rows (counted and reported) instead of failing.
     #[arg(long)]
@@ -76,6 +76,10 @@ pub struct Args {
     /// csv, json: a column type overriding inference, NAME:DTYPE (int64, float32, bytes); repeatable.
     #[arg(long = "column", value_name = "NAME:DTYPE")]
     pub columns: Vec<String>,
+    /// csv: convert with this schema file (PREFIX.features.json of an earlier convert) instead of
+    /// inferring one: the same types, defaults and label vocabulary.
+    #[arg(long, value_name = "FILE")]
+    pub schema: Option<PathBuf>,
     /// csv: another value meaning "missing" (besides empty and NA); repeatable.
     #[arg(long)]
     pub na: Vec<String>,
@@ -94,6 +98,32 @@ pub struct Args {
     /// images: decode and resize to WxH, storing raw RGB pixels (needs the `images` feature).
     #[arg(long, value_name = "WxH")]
     pub resize: Option<String>,
+}
+
+/// A whole number of at least 1, with a message that says so (clap's own
+/// answer to `-3` is a misleading hint about `--`).
+fn positive<T>(text: &str) -> Result<T, String>
+where
+    T: std::str::FromStr + TryFrom<u64>,
+{
+    let bad = || format!("{text:?} is not a whole number of at least 1");
+    let n: u64 = text.trim().parse().map_err(|_| bad())?;
+    if n == 0 {
+        return Err(bad());
+    }
+    T::try_from(n).map_err(|_| format!("{text:?} is too large"))
+}
+
+/// An error with its causes, each once: `a: b: c`.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }
 
 fn format_of(args: &Args) -> anyhow::Result<Format> {
@@ -119,6 +149,15 @@ fn format_of(args: &Args) -> anyhow::Result<Format> {
     only(args.labels.is_some(), "--labels", &[Idx])?;
     only(args.as_float, "--as-float", &[Idx])?;
     only(args.resize.is_some(), "--resize", &[Images])?;
+    only(args.schema.is_some(), "--schema", &[Csv])?;
+    if args.schema.is_some() && !args.columns.is_empty() {
+        bail!("--column does not apply with --schema: the schema gives every column's type");
+    }
+    let schema = args
+        .schema
+        .as_ref()
+        .map(convert::FixedSchema::load)
+        .transpose()?;
     let missing = match args.missing {
         MissingArg::Default => Missing::Default,
         MissingArg::Var => Missing::Var,
@@ -136,6 +175,7 @@ fn format_of(args: &Args) -> anyhow::Result<Format> {
                     na: args.na.clone(),
                     label: args.label.clone(),
                     missing,
+                    schema,
                     ..CsvOptions::default()
                 }
                 .with_column_texts(&args.columns)?,
@@ -224,6 +264,9 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     }
     match result {
         Ok(summary) => {
+            for warning in &summary.warnings {
+                eprintln!("tfpipe: warning: {warning}");
+            }
             if !summary.stale_shards.is_empty() {
                 eprintln!(
                     "tfpipe: warning: {} shard(s) of an earlier conversion share this prefix and match PREFIX-* (e.g. {}); remove them before reading with a glob",
@@ -246,9 +289,10 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         Err(
             e @ (ConvertError::BadRow { .. }
             | ConvertError::BadInput { .. }
+            | ConvertError::Gzip { .. }
             | ConvertError::NoRecords { .. }),
         ) => {
-            eprintln!("tfpipe: {e}");
+            eprintln!("tfpipe: {}", chain(&e));
             if e.is_bad_row() && !args.skip_bad_rows {
                 eprintln!("tfpipe: no output was written (--skip-bad-rows skips such rows)");
             } else {
@@ -291,6 +335,7 @@ fn summary_json(s: &Summary) -> serde_json::Value {
         "schema": s.schema_path.display().to_string(),
         "features": features_text(s),
         "seconds": s.seconds,
+        "warnings": s.warnings,
         "stale_shards": s.stale_shards.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
         "mb_per_sec_in": mb(s.bytes_in) / s.seconds.max(1e-9),
         "records_per_sec": s.records as f64 / s.seconds.max(1e-9),
