@@ -52,8 +52,11 @@ pub fn record_reader(data: &[u8]) {
     let mut input = Bytes(data);
     let mode = input.byte();
     let compression = [Compression::None, Compression::Gzip, Compression::Zlib][mode as usize % 3];
-    let on_corruption =
-        [OnCorruption::Fail, OnCorruption::Skip, OnCorruption::EndStream][(mode as usize / 3) % 3];
+    let on_corruption = [
+        OnCorruption::Fail,
+        OnCorruption::Skip,
+        OnCorruption::EndStream,
+    ][(mode as usize / 3) % 3];
     let options = ReaderOptions {
         compression: Some(compression),
         on_corruption,
@@ -89,7 +92,10 @@ pub fn record_reader(data: &[u8]) {
     let mut reader = RecordReader::decoding(&bytes[..], options);
     let mut back = Vec::new();
     let mut record = Vec::new();
-    while reader.read_record(&mut record).expect("our own output reads") {
+    while reader
+        .read_record(&mut record)
+        .expect("our own output reads")
+    {
         back.push(record.clone());
     }
     assert_eq!(back, parts, "round trip");
@@ -130,7 +136,10 @@ pub fn schema_parser(data: &[u8]) -> (usize, usize) {
     } else {
         Batch::concat(&good).expect("batches of one schema concatenate")
     };
-    assert_eq!(skipping, expected, "skipping keeps exactly the good records");
+    assert_eq!(
+        skipping, expected,
+        "skipping keeps exactly the good records"
+    );
     if let Ok(whole) = whole {
         assert_eq!(whole, expected, "batch = one at a time");
     }
@@ -152,8 +161,11 @@ fn schema_from(input: &mut Bytes<'_>) -> Option<Schema> {
     let sequence = input.below(4) == 0;
     let mut features = Vec::with_capacity(n);
     for i in 0..n {
-        let dtype = [DType::Int64, DType::Float32, DType::Bytes, DType::Uint8][input.below(4) as usize];
-        let shape: Vec<usize> = (0..input.below(3)).map(|_| input.below(4) as usize).collect();
+        let dtype =
+            [DType::Int64, DType::Float32, DType::Bytes, DType::Uint8][input.below(4) as usize];
+        let shape: Vec<usize> = (0..input.below(3))
+            .map(|_| input.below(4) as usize)
+            .collect();
         let layout = match (input.below(4), sequence) {
             (0, true) => Layout::FixedSequence(shape.clone()),
             (1, true) => Layout::VarSequence,
@@ -176,7 +188,9 @@ fn schema_from(input: &mut Bytes<'_>) -> Option<Schema> {
                 DType::Int64 | DType::Uint8 => {
                     Value::Int64((0..len).map(|_| i64::from(input.byte())).collect())
                 }
-                DType::Float32 => Value::Float32((0..len).map(|_| f32::from(input.byte())).collect()),
+                DType::Float32 => {
+                    Value::Float32((0..len).map(|_| f32::from(input.byte())).collect())
+                }
                 DType::Bytes => Value::Bytes((0..len).map(|_| vec![input.byte()]).collect()),
             });
         }

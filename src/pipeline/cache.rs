@@ -118,8 +118,11 @@ where
                 }),
                 Err(source) => {
                     return Box::new(
-                        std::iter::once(Event::Item(Err(PipelineError::Cache { stage, source })))
-                            .chain(up),
+                        std::iter::once(Event::Item(Err(PipelineError::Cache {
+                            stage,
+                            error: source,
+                        })))
+                        .chain(up),
                     );
                 }
             };
@@ -143,7 +146,7 @@ where
                             counters.add_error();
                             failed = Some(PipelineError::Cache {
                                 stage: stage.clone(),
-                                source,
+                                error: source,
                             });
                         }
                     }
@@ -160,7 +163,7 @@ where
                             counters.add_error();
                             return Some(Event::Item(Err(PipelineError::Cache {
                                 stage: stage.clone(),
-                                source,
+                                error: source,
                             })));
                         }
                     }
@@ -254,7 +257,7 @@ impl<R: AsRef<[u8]> + for<'a> From<&'a [u8]>> Replay<R> {
     ) -> Result<Replay<R>, PipelineError> {
         let cache_error = |source| PipelineError::Cache {
             stage: stage.clone(),
-            source,
+            error: source,
         };
         let expected = read_footer(path).map_err(cache_error)?;
         let options = ReaderOptions {
@@ -280,7 +283,7 @@ impl<R: AsRef<[u8]> + for<'a> From<&'a [u8]>> Replay<R> {
         self.counters.add_error();
         Some(Event::Item(Err(PipelineError::Cache {
             stage: self.stage.clone(),
-            source,
+            error: source,
         })))
     }
 }
@@ -331,7 +334,7 @@ impl<R: AsRef<[u8]> + for<'a> From<&'a [u8]>> Iterator for Replay<R> {
 fn read_footer(path: &Path) -> Result<Footer, RecordError> {
     let open = |source| RecordError::Open {
         path: path.to_path_buf(),
-        source,
+        error: source,
     };
     let mut file = std::fs::File::open(path).map_err(open)?;
     let len = file.metadata().map_err(open)?.len();
@@ -354,7 +357,7 @@ fn read_footer(path: &Path) -> Result<Footer, RecordError> {
             record: 0,
             offset: len - Footer::FRAMED,
         },
-        source,
+        error: source,
     })?;
     let mut reader = RecordReader::new(&framed[..], ReaderOptions::default());
     match reader.next_record() {
@@ -371,7 +374,7 @@ fn incomplete(path: &Path, why: String) -> RecordError {
             record: 0,
             offset: 0,
         },
-        source: std::io::Error::new(
+        error: std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!("incomplete cache file ({why}); delete it to rebuild the cache"),
         ),
@@ -393,7 +396,7 @@ mod tests {
         if FAIL_AT.with(Cell::get) == Some(index) {
             return Err(RecordError::Write {
                 path: None,
-                source: std::io::Error::other("injected: disk full"),
+                error: std::io::Error::other("injected: disk full"),
             });
         }
         Ok(())

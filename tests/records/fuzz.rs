@@ -50,10 +50,14 @@ impl Rng {
 #[test]
 fn record_reader_survives_random_and_mutated_streams() {
     let mut rng = Rng(0x5eed_0001);
-    let seeds: Vec<Vec<u8>> = ["examples.tfrecord", "examples.tfrecord.gz", "examples.tfrecord.zlib"]
-        .iter()
-        .map(|name| std::fs::read(golden(name)).unwrap())
-        .collect();
+    let seeds: Vec<Vec<u8>> = [
+        "examples.tfrecord",
+        "examples.tfrecord.gz",
+        "examples.tfrecord.zlib",
+    ]
+    .iter()
+    .map(|name| std::fs::read(golden(name)).unwrap())
+    .collect();
     for i in 0..1500 {
         let mut input = vec![rng.next() as u8];
         if i % 2 == 0 {
