@@ -223,6 +223,20 @@ fn one_bad_record_costs_only_itself() {
     assert!(err.is_data_error());
     assert!(err.parse_error().is_some());
     assert!(err.to_string().contains("malformed protobuf"), "{err}");
+    // Located in its file, after shuffle and batch: record 6, at its frame.
+    let location = err.location().expect("a parse error is located");
+    assert_eq!(location.path.as_deref(), Some(paths[0].as_path()));
+    assert_eq!(location.record, bad);
+    let framed = |i: u64| (crate::common::mnist_example(i).len() + 16) as u64;
+    assert_eq!(location.offset, (0..bad).map(framed).sum::<u64>());
+    let text = err.to_string();
+    assert!(
+        text.starts_with(&format!(
+            "stage parse: {}: record 6 at byte ",
+            paths[0].display()
+        )),
+        "{text}"
+    );
     let batch = items[1].as_ref().unwrap();
     assert_eq!(batch.num_rows, 9);
     let mut labels = batch.columns[0].as_i64().unwrap().to_vec();
