@@ -120,8 +120,11 @@ where
                 }),
                 Err(source) => {
                     return Box::new(
-                        std::iter::once(Event::Item(Err(PipelineError::Cache { stage, source })))
-                            .chain(up),
+                        std::iter::once(Event::Item(Err(PipelineError::Cache {
+                            stage,
+                            error: source,
+                        })))
+                        .chain(up),
                     );
                 }
             };
@@ -145,7 +148,7 @@ where
                             counters.add_error();
                             failed = Some(PipelineError::Cache {
                                 stage: stage.clone(),
-                                source,
+                                error: source,
                             });
                         }
                     }
@@ -162,7 +165,7 @@ where
                             counters.add_error();
                             return Some(Event::Item(Err(PipelineError::Cache {
                                 stage: stage.clone(),
-                                source,
+                                error: source,
                             })));
                         }
                     }
@@ -258,7 +261,7 @@ impl<R: AsRef<[u8]> + for<'a> From<&'a [u8]>> Replay<R> {
     ) -> Result<Replay<R>, PipelineError> {
         let cache_error = |source| PipelineError::Cache {
             stage: stage.clone(),
-            source,
+            error: source,
         };
         let expected = read_footer(path).map_err(cache_error)?;
         let options = ReaderOptions {
@@ -285,7 +288,7 @@ impl<R: AsRef<[u8]> + for<'a> From<&'a [u8]>> Replay<R> {
         self.counters.add_error();
         Some(Event::Item(Err(PipelineError::Cache {
             stage: self.stage.clone(),
-            source,
+            error: source,
         })))
     }
 }
@@ -347,7 +350,7 @@ impl<R: AsRef<[u8]> + for<'a> From<&'a [u8]> + 'static> Iterator for Replay<R> {
 fn read_footer(path: &Path) -> Result<Footer, RecordError> {
     let open = |source| RecordError::Open {
         path: path.to_path_buf(),
-        source,
+        error: source,
     };
     let mut file = std::fs::File::open(path).map_err(open)?;
     let len = file.metadata().map_err(open)?.len();
@@ -370,7 +373,7 @@ fn read_footer(path: &Path) -> Result<Footer, RecordError> {
             record: 0,
             offset: len - Footer::FRAMED,
         },
-        source,
+        error: source,
     })?;
     let mut reader = RecordReader::new(&framed[..], ReaderOptions::default());
     match reader.next_record() {
@@ -387,7 +390,7 @@ fn incomplete(path: &Path, why: String) -> RecordError {
             record: 0,
             offset: 0,
         },
-        source: std::io::Error::new(
+        error: std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!("incomplete cache file ({why}); delete it to rebuild the cache"),
         ),
@@ -409,7 +412,7 @@ mod tests {
         if FAIL_AT.with(Cell::get) == Some(index) {
             return Err(RecordError::Write {
                 path: None,
-                source: std::io::Error::other("injected: disk full"),
+                error: std::io::Error::other("injected: disk full"),
             });
         }
         Ok(())

@@ -150,17 +150,22 @@ pub use worker::{LiveThreads, live_worker_threads};
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Why the pipeline could not deliver an element. Every variant names the
-/// stage; source errors also carry file, record and offset.
+/// stage; errors about input data also carry file, record and offset
+/// ([`location`](PipelineError::location)).
+///
+/// Each message is complete (it includes the text of the error inside), so
+/// that inner error is not also returned by
+/// [`source`](std::error::Error::source): an error chain (anyhow's `{:#}`)
+/// prints each cause once. The inner errors stay typed:
+/// [`record_error`](PipelineError::record_error),
+/// [`user_error`](PipelineError::user_error),
+/// [`parse_error`](PipelineError::parse_error).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PipelineError {
     /// Reading a TFRecord file failed (I/O, corruption; with the location).
-    #[error("stage {stage}: {source}")]
-    Record {
-        stage: String,
-        #[source]
-        source: RecordError,
-    },
+    #[error("stage {stage}: {error}")]
+    Record { stage: String, error: RecordError },
     /// A path or glob names no file.
     #[error("{pattern}: no such file (or no file matches the pattern)")]
     NoFiles { pattern: String },
@@ -168,12 +173,8 @@ pub enum PipelineError {
     #[error("{pattern}: bad glob pattern: {reason}")]
     BadGlob { pattern: String, reason: String },
     /// A user function returned `Err`.
-    #[error("stage {stage}: {source}")]
-    User {
-        stage: String,
-        #[source]
-        source: BoxError,
-    },
+    #[error("stage {stage}: {error}")]
+    User { stage: String, error: BoxError },
     /// A user function panicked.
     #[error("stage {stage}: panicked: {message}")]
     Panic { stage: String, message: String },
@@ -189,24 +190,16 @@ pub enum PipelineError {
     },
     /// The schema given to a parse stage is invalid.
     #[error("invalid schema: {0}")]
-    Schema(#[from] SchemaError),
+    Schema(SchemaError),
     /// An element does not fit the stage (e.g. longer than a padded shape).
     #[error("stage {stage}: {message}")]
     Element { stage: String, message: String },
     /// A cache file could not be written or read.
-    #[error("stage {stage}: cache file: {source}")]
-    Cache {
-        stage: String,
-        #[source]
-        source: RecordError,
-    },
+    #[error("stage {stage}: cache file: {error}")]
+    Cache { stage: String, error: RecordError },
     /// A worker thread could not be started.
-    #[error("stage {stage}: cannot start a thread: {source}")]
-    Spawn {
-        stage: String,
-        #[source]
-        source: io::Error,
-    },
+    #[error("stage {stage}: cannot start a thread: {error}")]
+    Spawn { stage: String, error: io::Error },
     /// The pipeline was built with a setting that makes no sense.
     #[error("invalid pipeline: {0}")]
     Config(String),
@@ -231,10 +224,26 @@ impl PipelineError {
     /// records.
     pub fn location(&self) -> Option<&Location> {
         match self {
-            PipelineError::Record { source, .. } | PipelineError::Cache { source, .. } => {
-                source.location()
+            PipelineError::Record { error, .. } | PipelineError::Cache { error, .. } => {
+                error.location()
             }
             PipelineError::Parse { location, .. } => location.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// The reader's error, for a failure reading records or a cache file.
+    pub fn record_error(&self) -> Option<&RecordError> {
+        match self {
+            PipelineError::Record { error, .. } | PipelineError::Cache { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+
+    /// The user function's error, for an `Err` it returned.
+    pub fn user_error(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
+        match self {
+            PipelineError::User { error, .. } => Some(error.as_ref()),
             _ => None,
         }
     }
@@ -251,7 +260,7 @@ impl PipelineError {
     /// record) rather than the system or the program.
     pub fn is_data_error(&self) -> bool {
         match self {
-            PipelineError::Record { source, .. } => source.is_corruption(),
+            PipelineError::Record { error, .. } => error.is_corruption(),
             PipelineError::Parse { .. } => true,
             _ => false,
         }
@@ -271,6 +280,12 @@ fn parse_message(location: Option<&Location>, error: &ParseError) -> String {
         ParseError::Feature {
             feature, reason, ..
         } => format!("{location}: feature {feature:?}: {reason}"),
+    }
+}
+
+impl From<SchemaError> for PipelineError {
+    fn from(error: SchemaError) -> PipelineError {
+        PipelineError::Schema(error)
     }
 }
 
@@ -816,7 +831,7 @@ impl Sampler {
 pub(crate) fn user_error(stage: &StageCounters, err: impl Into<BoxError>) -> PipelineError {
     PipelineError::User {
         stage: stage.name().to_string(),
-        source: err.into(),
+        error: err.into(),
     }
 }
 

@@ -214,7 +214,7 @@ impl Iterator for FileStream {
                     self.counters.add_error();
                     return Some(Event::Item(Err(PipelineError::Record {
                         stage: self.counters.name().to_string(),
-                        source,
+                        error: source,
                     })));
                 }
             }
@@ -269,7 +269,7 @@ impl Iterator for FileStream {
                 self.counters.add_error();
                 Some(Event::Item(Err(PipelineError::Record {
                     stage: self.counters.name().to_string(),
-                    source,
+                    error: source,
                 })))
             }
         };

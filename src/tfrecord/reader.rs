@@ -121,7 +121,7 @@ impl FileRecordReader {
         let path = path.as_ref();
         let open_error = |source| RecordError::Open {
             path: path.to_path_buf(),
-            source,
+            error: source,
         };
         let mut file = File::open(path).map_err(open_error)?;
         let (compression, input): (Compression, Box<dyn Read + Send>) = match options.compression {
@@ -368,7 +368,11 @@ impl<R: Read> RecordReader<R> {
             return Ok(());
         };
         self.fused = true;
-        if let RecordError::Io { location, source } = &mut err {
+        if let RecordError::Io {
+            location,
+            error: source,
+        } = &mut err
+        {
             *location = self.location(self.position.offset);
             let trailing = matches!(
                 DecodeError::of(source),
@@ -380,7 +384,11 @@ impl<R: Read> RecordReader<R> {
                 OnCorruption::EndStream => err.is_corruption(),
             };
             if quiet {
-                if let RecordError::Io { location, source } = err {
+                if let RecordError::Io {
+                    location,
+                    error: source,
+                } = err
+                {
                     let kind = CorruptionKind::Compressed {
                         reason: source.to_string(),
                     };
@@ -418,7 +426,10 @@ impl<R: Read> RecordReader<R> {
                     // the location is fixed when the error is returned.
                     self.eof = true;
                     let location = self.location(self.position.offset);
-                    self.pending = Some(RecordError::Io { location, source });
+                    self.pending = Some(RecordError::Io {
+                        location,
+                        error: source,
+                    });
                 }
             }
         }
