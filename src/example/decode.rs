@@ -747,45 +747,69 @@ impl BatchParser {
         for (index, record) in records.iter().enumerate() {
             let record = record.as_ref();
             self.parse_record(record, &mut batch.columns)
-                .map_err(|fail| match fail {
-                    Fail::Wire(e) => ParseError::Malformed {
-                        record: index,
-                        reason: e.describe(record),
-                    },
-                    Fail::Feature(feature, problem) => {
-                        let name = &self.schema.features[feature].name;
-                        let reason = match problem {
-                            Problem::NoSuchKey => {
-                                let mut reason = Problem::NoSuchKey.describe(record);
-                                if let Some(near) = nearest_key(record, name, &self.schema) {
-                                    reason.push_str(&format!(" (did you mean {near:?}?)"));
-                                }
-                                reason
-                            }
-                            Problem::OutOfMemory(len, dtype) => {
-                                let per_record =
-                                    (len as u64).saturating_mul(dtype.element_bytes() as u64);
-                                format!(
-                                    "{} ({} for a batch of {} records)",
-                                    Problem::OutOfMemory(len, dtype).describe(record),
-                                    crate::example::spec::human_bytes(
-                                        per_record.saturating_mul(records.len() as u64)
-                                    ),
-                                    records.len()
-                                )
-                            }
-                            other => other.describe(record),
-                        };
-                        ParseError::Feature {
-                            record: index,
-                            feature: name.clone(),
-                            reason,
-                        }
-                    }
-                })?;
+                .map_err(|fail| self.error(fail, index, record, records.len()))?;
             batch.num_rows = index + 1;
         }
         Ok(())
+    }
+
+    /// Parses `records` into `batch`, leaving out each record that fails:
+    /// its partial values are rolled back, and `on_bad` gets its index in
+    /// `records` and the error. `batch` holds the good records, in order.
+    pub fn parse_into_skipping<R: AsRef<[u8]>>(
+        &mut self,
+        records: &[R],
+        batch: &mut Batch,
+        mut on_bad: impl FnMut(usize, ParseError),
+    ) {
+        self.reset(batch, records.len());
+        for (index, record) in records.iter().enumerate() {
+            let record = record.as_ref();
+            match self.parse_record(record, &mut batch.columns) {
+                Ok(()) => batch.num_rows += 1,
+                Err(fail) => {
+                    batch.truncate_rows(batch.num_rows);
+                    on_bad(index, self.error(fail, index, record, records.len()));
+                }
+            }
+        }
+    }
+
+    fn error(&self, fail: Fail, index: usize, record: &[u8], rows: usize) -> ParseError {
+        match fail {
+            Fail::Wire(e) => ParseError::Malformed {
+                record: index,
+                reason: e.describe(record),
+            },
+            Fail::Feature(feature, problem) => {
+                let name = &self.schema.features[feature].name;
+                let reason = match problem {
+                    Problem::NoSuchKey => {
+                        let mut reason = Problem::NoSuchKey.describe(record);
+                        if let Some(near) = nearest_key(record, name, &self.schema) {
+                            reason.push_str(&format!(" (did you mean {near:?}?)"));
+                        }
+                        reason
+                    }
+                    Problem::OutOfMemory(len, dtype) => {
+                        let per_record = (len as u64).saturating_mul(dtype.element_bytes() as u64);
+                        format!(
+                            "{} ({} for a batch of {rows} records)",
+                            Problem::OutOfMemory(len, dtype).describe(record),
+                            crate::example::spec::human_bytes(
+                                per_record.saturating_mul(rows as u64)
+                            ),
+                        )
+                    }
+                    other => other.describe(record),
+                };
+                ParseError::Feature {
+                    record: index,
+                    feature: name.clone(),
+                    reason,
+                }
+            }
+        }
     }
 
     /// Empties `batch` for `rows` records, keeping (and growing) its buffers.
