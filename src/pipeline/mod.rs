@@ -640,7 +640,15 @@ pub(crate) fn byte_size<T: 'static>(element: &T) -> u64 {
                 Values::Int64(v) => 8 * v.len() as u64,
                 Values::Float32(v) => 4 * v.len() as u64,
                 Values::Uint8(v) => v.len() as u64,
+                Values::Int16(v) => 2 * v.len() as u64,
+                Values::Uint16(v) => 2 * v.len() as u64,
+                Values::Int32(v) => 4 * v.len() as u64,
+                Values::Float64(v) => 8 * v.len() as u64,
                 Values::Bytes { data, .. } => data.len() as u64,
+                // Estimated: 8 bytes per index and per value.
+                Values::Sparse {
+                    indices, values, ..
+                } => 8 * (indices.len() + values.len()) as u64,
             })
             .sum()
     } else if let Some(s) = any.downcast_ref::<String>() {

@@ -187,7 +187,7 @@ impl InputSpec {
                 continue;
             }
             let reason = match (&f.layout, f.dtype) {
-                (Layout::Fixed(shape), DType::Int64 | DType::Float32 | DType::Uint8) => {
+                (Layout::Fixed(shape), dtype) if dtype != DType::Bytes => {
                     features.push((f.name.clone(), shape.iter().product()));
                     used.push(f.clone());
                     continue;
@@ -195,6 +195,9 @@ impl InputSpec {
                 (_, DType::Bytes) => "bytes",
                 (Layout::Var, _) => "variable-length",
                 (Layout::FixedSequence(_) | Layout::VarSequence, _) => "sequence",
+                (Layout::VarFixed(_) | Layout::Ragged(_), _) => "ragged",
+                (Layout::Sparse { .. }, _) => "sparse",
+                (Layout::Fixed(_), _) => "unsupported dtype",
             };
             skipped.push(SkippedFeature {
                 name: f.name.clone(),
@@ -425,8 +428,12 @@ fn append_row_f32(values: &Values, start: usize, len: usize, out: &mut Vec<f32>)
         // uint8 pixels to [0, 1], as Keras' Rescaling(1/255) does.
         Values::Uint8(v) => out.extend(v[start..start + len].iter().map(|&b| f32::from(b) / 255.0)),
         Values::Int64(v) => out.extend(v[start..start + len].iter().map(|&x| x as f32)),
+        Values::Int16(v) => out.extend(v[start..start + len].iter().map(|&x| f32::from(x))),
+        Values::Uint16(v) => out.extend(v[start..start + len].iter().map(|&x| f32::from(x))),
+        Values::Int32(v) => out.extend(v[start..start + len].iter().map(|&x| x as f32)),
+        Values::Float64(v) => out.extend(v[start..start + len].iter().map(|&x| x as f32)),
         // Refused by check_dense before we get here.
-        Values::Bytes { .. } => {}
+        Values::Bytes { .. } | Values::Sparse { .. } => {}
     }
 }
 
