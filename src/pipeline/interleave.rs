@@ -223,7 +223,7 @@ enum Slot<U> {
         /// The inner state before the chunk being consumed (before any
         /// chunk: the state the slot was opened with, `None` for fresh),
         /// and the events taken from it since.
-        start: Result<Option<StageState>, String>,
+        start: Box<Result<Option<StageState>, String>>,
         taken: u64,
         _worker: Worker,
     },
@@ -388,7 +388,7 @@ impl<T: Send + 'static, U: Send + 'static> InterleaveStream<T, U> {
                         match chunk {
                             Ok(chunk) => {
                                 if let Some(at) = chunk.start {
-                                    *start = at.map(Some);
+                                    **start = at.map(Some);
                                     *taken = 0;
                                 }
                                 *pending = chunk.events.into_iter();
@@ -617,7 +617,7 @@ fn spawn_producer<U: Send + 'static>(
     Ok(Slot::Remote {
         rx,
         pending: Vec::new().into_iter(),
-        start: Ok(resume),
+        start: Box::new(Ok(resume)),
         taken: skip,
         _worker: worker,
     })
@@ -674,12 +674,16 @@ mod tests {
                     metrics: MetricsRegistry::new(),
                     live: LiveThreads::default(),
                     cores: 2,
+                    restore_error: std::sync::Mutex::new(None),
                 }),
                 epoch: 0,
                 prefix: "".into(),
+                resume: None,
             };
             let slot = spawn_producer(
-                Pipeline::from_generator(|| 0u64..),
+                Pipeline::from_generator(|| 0u64..).build_stream(&env.nested(1)),
+                None,
+                0,
                 env.nested(1),
                 Arc::new(Permits::new(1)),
                 Arc::new(AtomicBool::new(false)),
@@ -748,7 +752,9 @@ impl<T: Send + 'static, U: Send + 'static> StageStream<U> for InterleaveStream<T
             };
             let (inner, skip) = match slot {
                 Slot::Local(stream) => (Some(stream.save()?), 0),
-                Slot::Remote { start, taken, .. } => (start.clone().map_err(unsupported)?, *taken),
+                Slot::Remote { start, taken, .. } => {
+                    ((**start).clone().map_err(unsupported)?, *taken)
+                }
             };
             if earliest.is_none_or(|e| meta.ordinal < e.ordinal) {
                 earliest = Some(meta);

@@ -191,7 +191,11 @@ mod tests {
             let live = LiveThreads::default();
             let (tx, rx) = bounded(1);
             let counters = StageCounters::new("prefetch".into());
-            let up: Stream<u64> = Box::new((0u64..).map(|i| Event::Item(Ok(i))));
+            let mut i = 0u64;
+            let up: Stream<u64> = Box::new(std::iter::from_fn(move || {
+                i += 1;
+                Some(Event::Item(Ok(i)))
+            }));
             let worker = Worker::spawn(
                 &live,
                 "prefetch",
@@ -210,13 +214,16 @@ mod tests {
             .unwrap();
             let prefetch = Prefetch {
                 rx,
+                anchors: Arc::default(),
+                consumed: 0,
+                skip: 0,
                 _worker: worker,
             };
             // Let the producer fill the channel and block.
             while !prefetch.rx.is_full() {
                 std::thread::yield_now();
             }
-            let Prefetch { rx, _worker } = prefetch;
+            let Prefetch { rx, _worker, .. } = prefetch;
             drop(_worker); // joins, with `rx` alive
             let _ = done_tx.send(live.get());
             drop(rx);
