@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::io::{Read, Seek, SeekFrom};
 
 use super::record::{FileId, Record, RecordPosition};
+use super::state::StageStream;
 use super::{Event, Pipeline, PipelineError, Stream};
 use crate::error::Location;
 use crate::metrics::StageCounters;
@@ -345,6 +346,9 @@ impl<R: AsRef<[u8]> + for<'a> From<&'a [u8]> + 'static> Iterator for Replay<R> {
         }
     }
 }
+
+/// A cache replays from its own file or memory, which a state cannot name.
+impl<R: AsRef<[u8]> + for<'a> From<&'a [u8]> + Send + 'static> StageStream<R> for Replay<R> {}
 
 /// The footer of the cache file at `path`, read from its end.
 fn read_footer(path: &Path) -> Result<Footer, RecordError> {

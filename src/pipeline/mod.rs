@@ -133,6 +133,7 @@ mod shard;
 mod shuffle;
 mod skip;
 mod source;
+pub mod state;
 mod take;
 mod tfrecord;
 mod worker;
@@ -143,6 +144,8 @@ pub use parallel_map::MapOptions;
 pub use rank::{Rank, RankError, RankShare, Remainder, ShareBy};
 pub use record::{FileId, POOL_BUFFERS, POOL_MAX_CAPACITY, Record, RecordPosition};
 pub use shuffle::ShuffleOptions;
+use state::StageStream;
+pub use state::{PipelineState, Positions, StageState, StateError};
 pub use tfrecord::TfRecordFiles;
 pub use worker::{LiveThreads, live_worker_threads};
 
@@ -203,6 +206,9 @@ pub enum PipelineError {
     /// The pipeline was built with a setting that makes no sense.
     #[error("invalid pipeline: {0}")]
     Config(String),
+    /// The iterator state could not be captured, or a pipeline not restored from it.
+    #[error(transparent)]
+    State(#[from] StateError),
 }
 
 impl PipelineError {
@@ -350,7 +356,7 @@ pub enum Event<T> {
 }
 
 /// A started stage: events in order, `None` at the end.
-pub(crate) type Stream<T> = Box<dyn Iterator<Item = Event<T>> + Send>;
+pub(crate) type Stream<T> = Box<dyn StageStream<T>>;
 
 type BuildFn<T> = dyn Fn(&Env) -> Stream<T> + Send + Sync;
 
@@ -360,6 +366,14 @@ pub(crate) struct Shared {
     pub(crate) metrics: MetricsRegistry,
     pub(crate) live: LiveThreads,
     pub(crate) cores: usize,
+    /// The first error restoring from a state ([`Pipeline::start_from`]).
+    pub(crate) restore_error: std::sync::Mutex<Option<StateError>>,
+}
+
+/// The state a stage being built restores from, and whether it did.
+pub(crate) struct ResumeSlot {
+    state: StageState,
+    claimed: AtomicBool,
 }
 
 /// The context a stage is built in: the shared state, the epoch being built
@@ -370,6 +384,8 @@ pub(crate) struct Env {
     pub(crate) shared: Arc<Shared>,
     pub(crate) epoch: u64,
     prefix: Arc<str>,
+    /// Set only while building a stage restored from a state.
+    resume: Option<Arc<ResumeSlot>>,
 }
 
 impl Env {
@@ -387,6 +403,7 @@ impl Env {
     pub(crate) fn with_epoch(&self, epoch: u64) -> Env {
         Env {
             epoch,
+            resume: None,
             ..self.clone()
         }
     }
@@ -395,8 +412,70 @@ impl Env {
     pub(crate) fn nested(&self, depth: usize) -> Env {
         Env {
             prefix: format!("{}{depth}/", self.prefix).into(),
+            resume: None,
             ..self.clone()
         }
+    }
+
+    /// This context, building a stage that restores from `state` (or
+    /// starts afresh with `None`).
+    pub(crate) fn resuming(&self, state: Option<StageState>) -> Env {
+        Env {
+            resume: state.map(|state| {
+                Arc::new(ResumeSlot {
+                    state,
+                    claimed: AtomicBool::new(false),
+                })
+            }),
+            ..self.clone()
+        }
+    }
+
+    /// The state the stage being built restores from (claiming it).
+    pub(crate) fn resume_state(&self) -> Option<&StageState> {
+        let slot = self.resume.as_ref()?;
+        slot.claimed.store(true, Ordering::Relaxed);
+        Some(&slot.state)
+    }
+
+    /// Whether a state was given that no stage took (its stage cannot restore).
+    pub(crate) fn check_claimed(&self, stage: &str) {
+        if let Some(slot) = &self.resume {
+            if !slot.claimed.load(Ordering::Relaxed) {
+                self.restore_failed(StateError::Unsupported {
+                    stage: stage.to_string(),
+                    why: format!(
+                        "it cannot restore (the state names stage {})",
+                        slot.state.stage
+                    ),
+                });
+            }
+        }
+    }
+
+    /// Records why restoring failed; [`Pipeline::start_from`] returns it.
+    pub(crate) fn restore_failed(&self, error: StateError) {
+        let mut slot = self
+            .shared
+            .restore_error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        slot.get_or_insert(error);
+    }
+
+    /// The state for a `then` stage named `name`: `(own, upstream's)`.
+    fn split_resume(&self, name: &str) -> (Option<StageState>, Option<StageState>) {
+        let Some(state) = self.resume_state() else {
+            return (None, None);
+        };
+        if state.stage != name {
+            self.restore_failed(StateError::Mismatch(format!(
+                "expected stage {name}, the state has {}",
+                state.stage
+            )));
+            return (None, None);
+        }
+        (Some(state.clone()), state.inputs.first().cloned())
     }
 
     pub(crate) fn live(&self) -> &LiveThreads {
@@ -445,9 +524,15 @@ impl<T: Send + 'static> Pipeline<T> {
         let up = self.build;
         Pipeline {
             build: Arc::new(move |env: &Env| {
-                let stream = up(env);
+                let (own, upstream) = env.split_resume(name);
+                let up_env = env.resuming(upstream);
+                let stream = up(&up_env);
+                up_env.check_claimed("upstream");
                 let counters = env.stage(depth, name);
-                f(env, stream, counters)
+                let env = env.resuming(own);
+                let stream = f(&env, stream, counters);
+                env.check_claimed(name);
+                stream
             }),
             depth,
             error: self.error,
@@ -469,7 +554,10 @@ impl<T: Send + 'static> Pipeline<T> {
         Pipeline {
             build: Arc::new(move |env: &Env| {
                 let counters = env.stage(depth, name);
-                f(env, &|| up(env), counters)
+                // Lazy stages (cache) do not restore: a state for one fails.
+                env.check_claimed(name);
+                let env = env.resuming(None);
+                f(&env, &|| up(&env), counters)
             }),
             depth,
             error: self.error,
@@ -521,6 +609,30 @@ impl<T: Send + 'static> Pipeline<T> {
     /// Starts the pipeline: spawns its threads and returns the iterator.
     /// Fails if an operator was given a setting that makes no sense.
     pub fn start(&self) -> Result<PipelineIter<T>, PipelineError> {
+        self.start_with(None)
+    }
+
+    /// Starts the pipeline where [`PipelineIter::state`] captured `state`:
+    /// the stream it yields equals the rest of the one the state was taken
+    /// from, element for element. Fails if the state does not fit this
+    /// pipeline (another shape, a stage that cannot restore, a buffered
+    /// record that cannot be re-read). See [`state`] for what is stored.
+    ///
+    /// ```
+    /// use tfpipe::pipeline::{Pipeline, PipelineState};
+    /// let p = Pipeline::from_vec((0..10u32).collect()).map(|x| x * 2);
+    /// let mut it = p.start()?;
+    /// let first: Vec<u32> = it.by_ref().take(3).collect::<Result<_, _>>()?;
+    /// let saved = it.state()?.to_json();
+    /// let rest: Vec<u32> = p.start_from(&PipelineState::from_json(&saved)?)?.collect::<Result<_, _>>()?;
+    /// assert_eq!((first, rest), (vec![0, 2, 4], vec![6, 8, 10, 12, 14, 16, 18]));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn start_from(&self, state: &PipelineState) -> Result<PipelineIter<T>, PipelineError> {
+        self.start_with(Some(state))
+    }
+
+    fn start_with(&self, state: Option<&PipelineState>) -> Result<PipelineIter<T>, PipelineError> {
         if let Some(invalid) = &self.error {
             return Err(invalid.error());
         }
@@ -530,17 +642,53 @@ impl<T: Send + 'static> Pipeline<T> {
             metrics: MetricsRegistry::new(),
             live: LiveThreads::default(),
             cores,
+            restore_error: std::sync::Mutex::new(None),
         });
         let env = Env {
             shared: Arc::clone(&shared),
             epoch: 0,
             prefix: "".into(),
+            resume: None,
         };
+        let Some(state) = state else {
+            let stream = (self.build)(&env);
+            return Ok(PipelineIter {
+                stream: Some(stream),
+                shared,
+                epoch: 0,
+            });
+        };
+        if state.version != state::STATE_VERSION {
+            return Err(StateError::Version {
+                found: state.version,
+            }
+            .into());
+        }
+        if state.stage.stage == state::END {
+            return Ok(PipelineIter {
+                stream: None,
+                shared,
+                epoch: state.epoch,
+            });
+        }
+        let env = env.resuming(Some(state.stage.clone()));
         let stream = (self.build)(&env);
+        env.check_claimed("the first");
+        let failed = shared
+            .restore_error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(error) = failed {
+            // Dropping the stream cancels and joins whatever it started.
+            shared.cancel.store(true, Ordering::SeqCst);
+            drop(stream);
+            return Err(error.into());
+        }
         Ok(PipelineIter {
             stream: Some(stream),
             shared,
-            epoch: 0,
+            epoch: state.epoch,
         })
     }
 }
@@ -565,6 +713,22 @@ impl<T> PipelineIter<T> {
             None => self.stream = None,
         }
         event
+    }
+
+    /// Where the pipeline stands, after the last element (or marker)
+    /// returned: restart from it with [`Pipeline::start_from`]. Fails with
+    /// [`StateError::Unsupported`] if a stage cannot capture its position
+    /// (see [`state`]).
+    pub fn state(&self) -> Result<PipelineState, PipelineError> {
+        let stage = match &self.stream {
+            Some(stream) => stream.save()?,
+            None => StageState::new(state::END, serde_json::Value::Null),
+        };
+        Ok(PipelineState {
+            version: state::STATE_VERSION,
+            epoch: self.epoch,
+            stage,
+        })
     }
 
     /// Epochs completed so far (the epoch of the next element).

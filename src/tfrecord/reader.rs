@@ -141,6 +141,41 @@ impl FileRecordReader {
     }
 }
 
+impl FileRecordReader {
+    /// Opens `path` positioned at `position` (the index and uncompressed
+    /// offset of a record's frame, as [`position`](RecordReader::position)
+    /// reported): an uncompressed file seeks there; a compressed one is
+    /// decompressed from the start and the records before it are read and
+    /// dropped (checking their CRCs), since a compressed stream cannot seek.
+    pub fn open_at(
+        path: impl AsRef<Path>,
+        options: ReaderOptions,
+        position: Position,
+    ) -> Result<Self, RecordError> {
+        use std::io::{Seek, SeekFrom};
+        let path = path.as_ref();
+        let compression = options
+            .compression
+            .unwrap_or_else(|| Compression::from_path(path));
+        if compression != Compression::None {
+            let mut reader = FileRecordReader::open(path, options)?;
+            while reader.position.offset < position.offset && reader.next_record()?.is_some() {}
+            return Ok(reader);
+        }
+        let open_error = |source| RecordError::Open {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut file = File::open(path).map_err(open_error)?;
+        file.seek(SeekFrom::Start(position.offset))
+            .map_err(open_error)?;
+        let mut reader = RecordReader::new(compression.decoder(file), options)
+            .starting_at(position.record, position.offset);
+        reader.path = Some(Arc::from(path));
+        Ok(reader)
+    }
+}
+
 impl<'a> RecordReader<Box<dyn Read + Send + 'a>> {
     /// Reads records from a possibly compressed stream: `options.compression`
     /// says how (`None`: uncompressed).
@@ -174,6 +209,14 @@ impl<R: Read> RecordReader<R> {
     /// Names the stream in error messages (for a reader not made by `open`).
     pub fn with_path(mut self, path: impl Into<PathBuf>) -> Self {
         self.path = Some(Arc::from(path.into()));
+        self
+    }
+
+    /// Counts records and offsets from `record` at `offset`: for a reader
+    /// whose stream was positioned there (a file seeked to a record's frame),
+    /// so its positions and errors name the file's real ones.
+    pub fn starting_at(mut self, record: u64, offset: u64) -> Self {
+        self.position = Position { record, offset };
         self
     }
 
