@@ -70,7 +70,7 @@
 //! - `cuda`: train and predict on NVIDIA GPUs through candle's CUDA backend.
 //! - `images`: decoding and resizing images in `tfpipe convert images --resize`.
 
-mod atomic_file;
+pub mod atomic_file;
 pub mod batch;
 pub mod convert;
 pub mod error;

@@ -129,6 +129,9 @@ pub enum ConvertError {
         #[source]
         source: std::io::Error,
     },
+    /// Creating, syncing or switching an output into place failed.
+    #[error(transparent)]
+    Commit(#[from] crate::atomic_file::OutputError),
     /// The conversion was cancelled (Ctrl-C).
     #[error("interrupted; no output was written")]
     Interrupted,

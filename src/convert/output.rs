@@ -9,13 +9,15 @@
 //! or on scheduling.
 //!
 //! Safety: every shard is written through [`FileRecordWriter`] under a
-//! temporary name and closed with `finish_pending`; only when all shards are
-//! complete are they renamed into place, then the schema file last. On any
-//! error (or cancellation) the pending files are dropped, which deletes them,
-//! and names that were already renamed are removed again.
+//! temporary name and sealed (synced to disk) with `finish_pending`; only when
+//! all shards and the schema file are complete are they switched into place
+//! together as one [`FileSet`], the schema file last. On any error (or
+//! cancellation) before that the pending files are dropped, which deletes
+//! them; a failure during the switch puts the previous conversion's files
+//! back.
 
 use std::fs;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -26,6 +28,7 @@ use serde_json::{Map, Value as Json, json};
 
 use super::error::ConvertError;
 use super::{OutputOptions, Phase, Progress, Sharding, Summary};
+use crate::atomic_file::{AtomicFile, FileSet};
 use crate::example::Schema;
 use crate::tfrecord::{Compression, FileRecordWriter, PendingFile};
 
@@ -432,17 +435,6 @@ pub(crate) struct ShardDone {
     bytes: u64,
 }
 
-/// Removes already-renamed outputs when a later rename fails.
-struct Rollback(Vec<PathBuf>);
-
-impl Drop for Rollback {
-    fn drop(&mut self) {
-        for path in &self.0 {
-            let _ = fs::remove_file(path);
-        }
-    }
-}
-
 /// What a format hands to [`finish`] besides the shards.
 pub(crate) struct Finished {
     pub(crate) schema: Schema,
@@ -455,8 +447,10 @@ pub(crate) struct Finished {
     pub(crate) extra: Map<String, Json>,
 }
 
-/// Renames every shard into place, then writes the schema file with the
-/// counts as metadata. All or nothing: on any failure nothing final remains.
+/// Seals the schema file (with the counts as metadata) beside the shards and
+/// switches shards and schema file into place together, the schema file last
+/// ([`FileSet`]): all or nothing, and a failure at any step leaves the
+/// previous conversion's files as they were.
 pub(crate) fn finish(
     ctx: &Ctx<'_>,
     shards: Vec<ShardDone>,
@@ -465,32 +459,25 @@ pub(crate) fn finish(
     ctx.check_cancel()?;
     let options = ctx.options;
     let records: u64 = shards.iter().map(|s| s.records).sum();
-    let mut rollback = Rollback(Vec::new());
     let mut shard_meta = Vec::with_capacity(shards.len());
-    let mut paths = Vec::with_capacity(shards.len());
     let mut bytes_out = 0;
-    // Rename only when all shards are complete: `shards` holds them all now.
-    let mut infos = Vec::with_capacity(shards.len());
+    let mut set = FileSet::new();
     for shard in shards {
-        infos.push((shard.records, shard.bytes));
-        let path = shard.pending.persist()?;
-        rollback.0.push(path.clone());
-        paths.push(path);
-    }
-    for (path, (records, bytes)) in paths.iter().zip(infos) {
-        let size = fs::metadata(path)
+        let pending = shard.pending.into_pending();
+        let size = fs::metadata(pending.temp_path())
             .map_err(|source| ConvertError::Output {
-                path: path.clone(),
+                path: pending.path().to_path_buf(),
                 source,
             })?
             .len();
         bytes_out += size;
         shard_meta.push(json!({
-            "file": path.file_name().map(|n| n.to_string_lossy().into_owned()),
-            "records": records,
-            "bytes": bytes,
+            "file": pending.path().file_name().map(|n| n.to_string_lossy().into_owned()),
+            "records": shard.records,
+            "bytes": shard.bytes,
             "file_bytes": size,
         }));
+        set.push(pending);
     }
     let uncompressed: u64 = shard_meta.iter().filter_map(|m| m["bytes"].as_u64()).sum();
     let mut metadata = Map::new();
@@ -519,21 +506,18 @@ pub(crate) fn finish(
     metadata.insert("source".into(), Json::Object(source));
 
     let schema_file = schema_path(&options.prefix);
-    let temp = crate::atomic_file::temp_file_for(&schema_file)
+    let text = finished.schema.to_file_text(&metadata)?;
+    let mut schema_out = AtomicFile::create(&schema_file)?;
+    schema_out
+        .write_all(text.as_bytes())
         .map_err(|source| ConvertError::Output {
             path: schema_file.clone(),
             source,
-        })?
-        .into_temp_path();
-    finished.schema.save(&temp, &metadata)?;
-    ctx.check_cancel()?;
-    temp.persist(&schema_file)
-        .map_err(|e| ConvertError::Output {
-            path: schema_file.clone(),
-            source: e.error,
         })?;
-    // Everything is in place: keep it.
-    rollback.0.clear();
+    set.push(schema_out.seal()?);
+    ctx.check_cancel()?;
+    let mut paths = set.commit()?;
+    paths.pop(); // the schema file
     let stale = stale_shards(&options.prefix, &paths);
     Ok(Summary {
         stale_shards: stale,
