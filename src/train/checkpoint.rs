@@ -297,10 +297,7 @@ impl Checkpoint {
         meta: &CheckpointMeta,
     ) -> Result<(), TrainError> {
         let dir = dir.as_ref();
-        let fail = |source: CheckpointError| TrainError::Checkpoint {
-            path: dir.to_path_buf(),
-            source,
-        };
+        let fail = |source: CheckpointError| TrainError::checkpoint(dir.to_path_buf(), source);
         let io = |action: &str| {
             let action = action.to_string();
             move |source| CheckpointError::Io { action, source }
@@ -353,10 +350,7 @@ impl Checkpoint {
     pub fn read_meta(dir: impl AsRef<Path>) -> Result<CheckpointMeta, TrainError> {
         let dir = dir.as_ref();
         let path = dir.join(META_FILE);
-        let fail = |source: CheckpointError| TrainError::Checkpoint {
-            path: dir.to_path_buf(),
-            source,
-        };
+        let fail = |source: CheckpointError| TrainError::checkpoint(dir.to_path_buf(), source);
         let text = std::fs::read_to_string(&path)
             .map_err(|source| CheckpointError::Io {
                 action: format!("read {META_FILE}"),
@@ -386,10 +380,7 @@ impl Checkpoint {
     pub fn load(dir: impl AsRef<Path>, device: &Device) -> Result<Checkpoint, TrainError> {
         let dir = dir.as_ref();
         let meta = Checkpoint::read_meta(dir)?;
-        let fail = |source: CheckpointError| TrainError::Checkpoint {
-            path: dir.to_path_buf(),
-            source,
-        };
+        let fail = |source: CheckpointError| TrainError::checkpoint(dir.to_path_buf(), source);
         let config = meta
             .model
             .clone()
@@ -430,10 +421,7 @@ impl Checkpoint {
         state: &mut dyn OptimizerState,
     ) -> Result<(), TrainError> {
         let dir = dir.as_ref();
-        let fail = |source: CheckpointError| TrainError::Checkpoint {
-            path: dir.to_path_buf(),
-            source,
-        };
+        let fail = |source: CheckpointError| TrainError::checkpoint(dir.to_path_buf(), source);
         let tensors = read_verified(dir, meta, OPTIMIZER_FILE).map_err(fail)?;
         let names = var_names(varmap).map_err(fail)?;
         state
@@ -450,10 +438,7 @@ fn load_weights_checked(
     meta: &CheckpointMeta,
     varmap: &VarMap,
 ) -> Result<(), TrainError> {
-    let fail = |source: CheckpointError| TrainError::Checkpoint {
-        path: dir.to_path_buf(),
-        source,
-    };
+    let fail = |source: CheckpointError| TrainError::checkpoint(dir.to_path_buf(), source);
     let tensors = read_verified(dir, meta, WEIGHTS_FILE).map_err(fail)?;
     let data = varmap.data().lock().unwrap_or_else(|p| p.into_inner());
     let mut names: Vec<&String> = data.keys().collect();

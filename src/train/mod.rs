@@ -91,7 +91,7 @@ pub enum TrainError {
     /// The data source failed (I/O, corruption, parse error), with the
     /// pipeline's error and its location.
     #[error("data: {0}")]
-    Data(#[source] PipelineError),
+    Data(#[source] Box<PipelineError>),
     /// A tensor operation failed inside candle.
     #[error("{context}: {source}")]
     Candle {
@@ -104,7 +104,7 @@ pub enum TrainError {
     Checkpoint {
         path: std::path::PathBuf,
         #[source]
-        source: CheckpointError,
+        source: Box<CheckpointError>,
     },
     /// A TensorBoard event file that cannot be written.
     #[error("event file {}: {source}", path.display())]
@@ -129,16 +129,24 @@ impl TrainError {
         }
     }
 
+    /// A checkpoint error about `path`.
+    pub fn checkpoint(path: impl Into<std::path::PathBuf>, source: CheckpointError) -> TrainError {
+        TrainError::Checkpoint {
+            path: path.into(),
+            source: Box::new(source),
+        }
+    }
+
     /// A data source's error as a [`TrainError::Data`]: a pipeline's error
     /// stays itself (with its location); any other becomes a
     /// [`PipelineError::User`] of the stage `source`.
     pub fn data(error: BoxError) -> TrainError {
         TrainError::Data(match error.downcast::<PipelineError>() {
-            Ok(p) => *p,
-            Err(source) => PipelineError::User {
+            Ok(p) => p,
+            Err(source) => Box::new(PipelineError::User {
                 stage: "source".into(),
                 source,
-            },
+            }),
         })
     }
 
@@ -157,7 +165,7 @@ impl TrainError {
             TrainError::Data(e) => e.location().is_some(),
             TrainError::Input { .. } | TrainError::Label { .. } => true,
             TrainError::Checkpoint { source, .. } => {
-                matches!(source, CheckpointError::Checksum { .. })
+                matches!(**source, CheckpointError::Checksum { .. })
             }
             _ => false,
         }

@@ -66,7 +66,7 @@ impl Standardize {
     /// Statistics for every feature of `spec` from one batch: mean and
     /// standard deviation over all of an int64 or float32 feature's values
     /// (a constant feature is only centred). uint8 features, already scaled
-    /// to [0,1], and columns the batch lacks get the identity.
+    /// to \[0, 1\], and columns the batch lacks get the identity.
     ///
     /// Tabular inputs span very different ranges (penguins' body mass is
     /// ~4000 grams, bill depth ~17 mm); unscaled, the large ones dominate the

@@ -382,13 +382,13 @@ impl Trainer {
         if let Some(dir) = &config.resume {
             let meta = Checkpoint::read_meta(dir)?;
             if meta.model.as_ref() != Some(&model) {
-                return Err(TrainError::Checkpoint {
-                    path: dir.clone(),
-                    source: CheckpointError::Model {
+                return Err(TrainError::checkpoint(
+                    dir.clone(),
+                    CheckpointError::Model {
                         found: meta.model_description,
                         wanted: model.describe(),
                     },
-                });
+                ));
             }
         }
         let (built, varmap) = BuiltinModel::init(model.clone(), config.seed, &config.device)?;
@@ -428,9 +428,8 @@ impl Trainer {
         if let Some(dir) = config.resume.clone() {
             let start = Instant::now();
             let meta = Checkpoint::read_meta(&dir)?;
-            let mismatch = |trained: String, found: String| TrainError::Checkpoint {
-                path: dir.clone(),
-                source: CheckpointError::Inputs { trained, found },
+            let mismatch = |trained: String, found: String| {
+                TrainError::checkpoint(dir.clone(), CheckpointError::Inputs { trained, found })
             };
             if meta.input.features != config.input.features {
                 return Err(mismatch(
