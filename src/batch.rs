@@ -229,6 +229,28 @@ impl Column {
         Some(lo * inner..hi * inner)
     }
 
+    /// Drops every row from `rows` on, through every ragged level, keeping
+    /// the buffers' capacity: how a parser rolls back a row that failed
+    /// half-way (its values may be partly appended). Rows already complete
+    /// are untouched; a column with fewer rows is left as it is.
+    pub fn truncate_rows(&mut self, rows: usize) {
+        let mut n = rows;
+        for splits in &mut self.row_splits {
+            splits.truncate(n + 1);
+            n = splits.last().copied().unwrap_or(0);
+        }
+        let n = n.saturating_mul(self.inner_len());
+        match &mut self.values {
+            Values::Int64(v) => v.truncate(n),
+            Values::Float32(v) => v.truncate(n),
+            Values::Uint8(v) => v.truncate(n),
+            Values::Bytes { data, offsets } => {
+                offsets.truncate(n + 1);
+                data.truncate(offsets.last().copied().unwrap_or(0));
+            }
+        }
+    }
+
     /// Rows `rows` as a new column.
     ///
     /// # Panics
@@ -384,6 +406,15 @@ impl Batch {
         }
     }
 
+    /// Keeps the first `rows` rows of every column (see
+    /// [`Column::truncate_rows`]) and sets `num_rows` to match.
+    pub fn truncate_rows(&mut self, rows: usize) {
+        for column in &mut self.columns {
+            column.truncate_rows(rows);
+        }
+        self.num_rows = self.num_rows.min(rows);
+    }
+
     /// The rows of `batches`, in order, as one batch. All must have the same columns
     /// (names, types, ragged levels and inner shapes).
     pub fn concat(batches: &[Batch]) -> Result<Batch, BatchError> {
@@ -424,6 +455,49 @@ impl Batch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Rolling back to `rows` gives the same column as slicing the first
+    /// `rows`, for dense, ragged, two-level and byte columns, even with a
+    /// half-appended row after them.
+    #[test]
+    fn truncate_rows_matches_slice_with_a_partial_row_after() {
+        let columns = [
+            Column {
+                name: "dense".into(),
+                values: Values::Float32(vec![1., 2., 3., 4., 5., 6., 7.]),
+                row_splits: vec![],
+                inner_shape: vec![2],
+            },
+            Column {
+                name: "ragged".into(),
+                values: Values::Int64(vec![1, 2, 3, 4, 5]),
+                row_splits: vec![vec![0, 2, 2, 4, 5]],
+                inner_shape: vec![],
+            },
+            Column {
+                name: "seq".into(),
+                values: Values::Int64(vec![1, 2, 3, 4, 5, 6]),
+                row_splits: vec![vec![0, 1, 3, 4], vec![0, 2, 2, 5, 6]],
+                inner_shape: vec![],
+            },
+            Column {
+                name: "bytes".into(),
+                values: Values::Bytes {
+                    data: b"abcdefg".to_vec(),
+                    offsets: vec![0, 1, 3, 6, 7],
+                },
+                row_splits: vec![vec![0, 1, 3, 4]],
+                inner_shape: vec![],
+            },
+        ];
+        for column in columns {
+            for rows in 0..=2 {
+                let mut cut = column.clone();
+                cut.truncate_rows(rows);
+                assert_eq!(cut, column.slice(0..rows), "{} to {rows}", column.name);
+            }
+        }
+    }
 
     #[test]
     fn from_sparse_rejects_bad_indices() {

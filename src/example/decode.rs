@@ -593,20 +593,46 @@ impl BatchParser {
         for (index, record) in records.iter().enumerate() {
             let record = record.as_ref();
             self.parse_record(record, &mut batch.columns)
-                .map_err(|fail| match fail {
-                    Fail::Wire(e) => ParseError::Malformed {
-                        record: index,
-                        reason: e.describe(record),
-                    },
-                    Fail::Feature(feature, problem) => ParseError::Feature {
-                        record: index,
-                        feature: self.schema.features[feature].name.clone(),
-                        reason: problem.describe(record),
-                    },
-                })?;
+                .map_err(|fail| self.error(fail, index, record))?;
             batch.num_rows = index + 1;
         }
         Ok(())
+    }
+
+    /// Parses `records` into `batch`, leaving out each record that fails:
+    /// its partial values are rolled back, and `on_bad` gets its index in
+    /// `records` and the error. `batch` holds the good records, in order.
+    pub fn parse_into_skipping<R: AsRef<[u8]>>(
+        &mut self,
+        records: &[R],
+        batch: &mut Batch,
+        mut on_bad: impl FnMut(usize, ParseError),
+    ) {
+        self.reset(batch, records.len());
+        for (index, record) in records.iter().enumerate() {
+            let record = record.as_ref();
+            match self.parse_record(record, &mut batch.columns) {
+                Ok(()) => batch.num_rows += 1,
+                Err(fail) => {
+                    batch.truncate_rows(batch.num_rows);
+                    on_bad(index, self.error(fail, index, record));
+                }
+            }
+        }
+    }
+
+    fn error(&self, fail: Fail, index: usize, record: &[u8]) -> ParseError {
+        match fail {
+            Fail::Wire(e) => ParseError::Malformed {
+                record: index,
+                reason: e.describe(record),
+            },
+            Fail::Feature(feature, problem) => ParseError::Feature {
+                record: index,
+                feature: self.schema.features[feature].name.clone(),
+                reason: problem.describe(record),
+            },
+        }
     }
 
     /// Empties `batch` for `rows` records, keeping (and growing) its buffers.

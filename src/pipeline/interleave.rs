@@ -136,6 +136,7 @@ impl<T: Send + 'static> Pipeline<T> {
                 counters,
                 permits,
                 autotuner,
+                work: Arc::new(StageCounters::new("interleave producers".to_string())),
                 stop: Arc::new(AtomicBool::new(false)),
                 waited: Duration::ZERO,
             }) as Stream<U>
@@ -223,6 +224,10 @@ struct InterleaveStream<T, U> {
     counters: Arc<StageCounters>,
     permits: Option<Arc<Permits>>,
     autotuner: Option<Autotuner>,
+    /// The producers' time pulling their inputs, which the nested stages
+    /// report as their own: the autotuner's view of how busy the producers
+    /// are, kept out of this stage's row so nothing is counted twice.
+    work: Arc<StageCounters>,
     stop: Arc<AtomicBool>,
     waited: Duration,
 }
@@ -242,6 +247,9 @@ impl<T: Send + 'static, U: Send + 'static> InterleaveStream<T, U> {
             match input.next() {
                 Some(Event::Item(Ok(x))) => {
                     self.counters.add_in(1, 0);
+                    // Opening an input is this stage's own work.
+                    let counters = Arc::clone(&self.counters);
+                    let _busy = counters.busy_timer();
                     match call_user(self.counters.name(), || (self.open)(x)) {
                         Ok(pipeline) => match self.start_slot(pipeline) {
                             Ok(slot) => self.slots[index] = Some(slot),
@@ -265,8 +273,8 @@ impl<T: Send + 'static, U: Send + 'static> InterleaveStream<T, U> {
     }
 
     fn start_slot(&self, pipeline: Pipeline<U>) -> Result<Slot<U>, PipelineError> {
-        if let Some(message) = &pipeline.error {
-            return Err(PipelineError::Config(message.clone()));
+        if let Some(invalid) = &pipeline.error {
+            return Err(invalid.error());
         }
         let Some(permits) = &self.permits else {
             return Ok(Slot::Local(pipeline.build_stream(&self.nested)));
@@ -280,7 +288,7 @@ impl<T: Send + 'static, U: Send + 'static> InterleaveStream<T, U> {
             self.nested.clone(),
             Arc::clone(permits),
             Arc::clone(&self.stop),
-            Arc::clone(&self.counters),
+            [Arc::clone(&self.counters), Arc::clone(&self.work)],
             block,
         )
     }
@@ -290,9 +298,11 @@ impl<T: Send + 'static, U: Send + 'static> InterleaveStream<T, U> {
         loop {
             let event = match self.slots[index].as_mut()? {
                 Slot::Local(stream) => {
+                    // The nested stages count their own work; here it is
+                    // waiting for input (exclusive time per stage).
                     let t = Instant::now();
                     let e = stream.next();
-                    self.counters.add_busy(t.elapsed());
+                    self.counters.add_wait_in(t.elapsed());
                     e
                 }
                 Slot::Remote { rx, pending, .. } => match pending.next() {
@@ -391,7 +401,7 @@ impl<T: Send + 'static, U: Send + 'static> InterleaveStream<T, U> {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .1;
-            if let Some(new) = tuner.tick(&self.counters, self.waited, current) {
+            if let Some(new) = tuner.tick(&self.work, self.waited, current) {
                 permits.set_limit(new);
                 self.counters.set_parallelism(new);
             }
@@ -451,7 +461,7 @@ fn spawn_producer<U: Send + 'static>(
     nested: Env,
     permits: Arc<Permits>,
     stop: Arc<AtomicBool>,
-    counters: Arc<StageCounters>,
+    [counters, work]: [Arc<StageCounters>; 2],
     block: usize,
 ) -> Result<Slot<U>, PipelineError> {
     let (tx, rx) = bounded::<Chunk<U>>(2);
@@ -471,6 +481,7 @@ fn spawn_producer<U: Send + 'static>(
             }
             let t1 = Instant::now();
             counters.add_wait_in(t1 - t);
+            work.add_wait_in(t1 - t);
             while chunk.len() < block {
                 match stream.next() {
                     Some(Event::EpochEnd(_)) => {}
@@ -482,7 +493,10 @@ fn spawn_producer<U: Send + 'static>(
                 }
             }
             permits.release();
-            counters.add_busy(t1.elapsed());
+            // The nested stages report this work as theirs.
+            let pulled = t1.elapsed();
+            counters.add_wait_in(pulled);
+            work.add_busy(pulled);
             if chunk.is_empty() {
                 continue;
             }
@@ -493,6 +507,7 @@ fn spawn_producer<U: Send + 'static>(
                     let t = Instant::now();
                     let sent = cancel.send(&tx, full);
                     counters.add_blocked_out(t.elapsed());
+                    work.add_blocked_out(t.elapsed());
                     if sent.is_err() {
                         return;
                     }
@@ -573,7 +588,7 @@ mod tests {
                 env.nested(1),
                 Arc::new(Permits::new(1)),
                 Arc::new(AtomicBool::new(false)),
-                env.stage(1, "interleave"),
+                [env.stage(1, "interleave"), env.stage(2, "work")],
                 CHUNK_MIN,
             )
             .unwrap();

@@ -175,12 +175,15 @@ pub enum PipelineError {
     /// A user function panicked.
     #[error("stage {stage}: panicked: {message}")]
     Panic { stage: String, message: String },
-    /// Parsing records under a schema failed.
-    #[error("stage {stage}: {source}")]
+    /// A record could not be parsed under the schema. `location` is the
+    /// record's place in its file (for records from a TFRecord source);
+    /// `error` is the parser's error, whose record index counts within the
+    /// batch. The message leads with the location and prints the cause once.
+    #[error("stage {stage}: {}", parse_message(location.as_ref(), error))]
     Parse {
         stage: String,
-        #[source]
-        source: ParseError,
+        location: Option<Location>,
+        error: ParseError,
     },
     /// The schema given to a parse stage is invalid.
     #[error("invalid schema: {0}")]
@@ -222,14 +225,60 @@ impl PipelineError {
         }
     }
 
-    /// File, record index and byte offset, for errors reading records.
+    /// File, record index and byte offset, for errors reading or parsing
+    /// records.
     pub fn location(&self) -> Option<&Location> {
         match self {
             PipelineError::Record { source, .. } | PipelineError::Cache { source, .. } => {
                 source.location()
             }
+            PipelineError::Parse { location, .. } => location.as_ref(),
             _ => None,
         }
+    }
+
+    /// The parser's error, for a record that did not parse.
+    pub fn parse_error(&self) -> Option<&ParseError> {
+        match self {
+            PipelineError::Parse { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+
+    /// Whether the error is about the input data (a corrupt or unparsable
+    /// record) rather than the system or the program.
+    pub fn is_data_error(&self) -> bool {
+        match self {
+            PipelineError::Record { source, .. } => source.is_corruption(),
+            PipelineError::Parse { .. } => true,
+            _ => false,
+        }
+    }
+}
+
+/// `LOCATION: what failed` when the record's place is known; the parser's
+/// own message (with the record's index in its batch) otherwise.
+fn parse_message(location: Option<&Location>, error: &ParseError) -> String {
+    let Some(location) = location else {
+        return format!("{error} (counting within its batch)");
+    };
+    match error {
+        ParseError::Malformed { reason, .. } => {
+            format!("{location}: malformed protobuf: {reason}")
+        }
+        ParseError::Feature {
+            feature, reason, ..
+        } => format!("{location}: feature {feature:?}: {reason}"),
+    }
+}
+
+/// Why [`Pipeline::start`] refuses a plan: made afresh at each start.
+#[derive(Clone)]
+pub(crate) struct Invalid(Arc<dyn Fn() -> PipelineError + Send + Sync>);
+
+impl Invalid {
+    pub(crate) fn error(&self) -> PipelineError {
+        (self.0)()
     }
 }
 
@@ -344,7 +393,7 @@ impl Env {
 pub struct Pipeline<T> {
     build: Arc<BuildFn<T>>,
     depth: usize,
-    error: Option<String>,
+    error: Option<Invalid>,
 }
 
 impl<T> Clone for Pipeline<T> {
@@ -410,10 +459,36 @@ impl<T: Send + 'static> Pipeline<T> {
         }
     }
 
+    /// Appends an adapter that is not a stage of its own: no metrics row, the
+    /// same depth. `f` gets the context and the upstream (whose counters it
+    /// can look up with `env.stage(depth, name)`).
+    pub(crate) fn then_quiet<U: Send + 'static>(
+        self,
+        f: impl Fn(&Env, usize, Stream<T>) -> Stream<U> + Send + Sync + 'static,
+    ) -> Pipeline<U> {
+        let depth = self.depth;
+        let up = self.build;
+        Pipeline {
+            build: Arc::new(move |env: &Env| f(env, depth, up(env))),
+            depth,
+            error: self.error,
+        }
+    }
+
     /// Records a configuration error, reported by [`start`](Self::start).
-    pub(crate) fn invalid(mut self, message: impl FnOnce() -> String) -> Self {
+    pub(crate) fn invalid(self, message: impl FnOnce() -> String) -> Self {
+        let message = message();
+        self.invalid_with(move || PipelineError::Config(message.clone()))
+    }
+
+    /// Records an error that `make` builds (at each [`start`](Self::start)),
+    /// for errors that are not a plain message, such as an invalid schema.
+    pub(crate) fn invalid_with(
+        mut self,
+        make: impl Fn() -> PipelineError + Send + Sync + 'static,
+    ) -> Self {
         if self.error.is_none() {
-            self.error = Some(message());
+            self.error = Some(Invalid(Arc::new(make)));
         }
         self
     }
@@ -429,8 +504,8 @@ impl<T: Send + 'static> Pipeline<T> {
     /// Starts the pipeline: spawns its threads and returns the iterator.
     /// Fails if an operator was given a setting that makes no sense.
     pub fn start(&self) -> Result<PipelineIter<T>, PipelineError> {
-        if let Some(message) = &self.error {
-            return Err(PipelineError::Config(message.clone()));
+        if let Some(invalid) = &self.error {
+            return Err(invalid.error());
         }
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let shared = Arc::new(Shared {

@@ -86,12 +86,30 @@ impl<T: Send + 'static> Pipeline<T> {
         I: Fn() -> S + Send + Sync + 'static,
         F: Fn(&mut S, T) -> Result<U, E> + Send + Sync + 'static,
     {
+        self.map_parallel_named("map", options, init, f)
+    }
+
+    /// [`map_parallel_with`](Self::map_parallel_with) as a stage called `name`.
+    pub(crate) fn map_parallel_named<S, U, E, I, F>(
+        self,
+        name: &'static str,
+        options: MapOptions,
+        init: I,
+        f: F,
+    ) -> Pipeline<U>
+    where
+        S: 'static,
+        U: Send + 'static,
+        E: Into<BoxError>,
+        I: Fn() -> S + Send + Sync + 'static,
+        F: Fn(&mut S, T) -> Result<U, E> + Send + Sync + 'static,
+    {
         let bad = matches!(options.parallelism, Parallelism::Fixed(0));
         let job = Arc::new(Job { init, f });
         self.invalid_if(bad, || {
             "map_parallel: parallelism must be positive (or Auto)".into()
         })
-        .then("map", move |env, up, counters| {
+        .then(name, move |env, up, counters| {
             start_map(env, up, counters, options, Arc::clone(&job))
         })
     }
