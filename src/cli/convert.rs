@@ -252,6 +252,9 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     bar.finish_and_clear();
     match result {
         Ok(summary) => {
+            for warning in &summary.warnings {
+                eprintln!("tfpipe: warning: {warning}");
+            }
             if !summary.stale_shards.is_empty() {
                 eprintln!(
                     "tfpipe: warning: {} shard(s) of an earlier conversion share this prefix and match PREFIX-* (e.g. {}); remove them before reading with a glob",
@@ -321,6 +324,7 @@ fn summary_json(s: &Summary) -> serde_json::Value {
         "schema": s.schema_path.display().to_string(),
         "features": features_text(s),
         "seconds": s.seconds,
+        "warnings": s.warnings,
         "stale_shards": s.stale_shards.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
         "mb_per_sec_in": mb(s.bytes_in) / s.seconds.max(1e-9),
         "records_per_sec": s.records as f64 / s.seconds.max(1e-9),

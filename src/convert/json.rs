@@ -61,8 +61,11 @@ impl Scalar<'_> {
     fn kind(&self) -> Kind {
         match self {
             Scalar::Num(t) => {
-                if t.iter().any(|&b| matches!(b, b'.' | b'e' | b'E')) || parse_i64(t).is_none() {
+                if t.iter().any(|&b| matches!(b, b'.' | b'e' | b'E')) {
                     Kind::Float
+                } else if parse_i64(t).is_none() {
+                    // An integer beyond int64 (an id): kept exactly, as text.
+                    Kind::BigInt
                 } else {
                     Kind::Int
                 }
@@ -483,6 +486,11 @@ struct ColState {
     list: bool,
     present: u64,
     labels: BTreeSet<Vec<u8>>,
+    /// The first number beyond float32's range (file, byte): an error if
+    /// the column is float32.
+    beyond_f32: Option<(usize, usize)>,
+    /// The first integer beyond int64 (file, byte), for the warning.
+    big_int: Option<(usize, usize)>,
 }
 
 struct Judge<'o> {
@@ -512,9 +520,16 @@ impl Judge<'_> {
         if let Some(&dtype) = self.declared.get(key) {
             let ok = match dtype {
                 DType::Int64 => kind == Kind::Int,
-                DType::Float32 => kind <= Kind::Float,
+                DType::Float32 => kind <= Kind::BigInt,
                 _ => kind == Kind::Text,
             };
+            if ok
+                && dtype == DType::Float32
+                && let Scalar::Num(t) = value
+                && infer::beyond_f32(t)
+            {
+                return Err(self.bad(offset, infer::beyond_f32_problem(t)));
+            }
             if !ok {
                 return Err(self.bad(
                     offset,
@@ -711,6 +726,15 @@ pub(crate) fn convert(
                     if state.first.is_none() {
                         state.first = Some((at, kind != Kind::Text));
                     }
+                    if let Scalar::Num(t) = s {
+                        if kind == Kind::Float && state.beyond_f32.is_none() && infer::beyond_f32(t)
+                        {
+                            state.beyond_f32 = Some((fi, at));
+                        }
+                        if kind == Kind::BigInt && state.big_int.is_none() {
+                            state.big_int = Some((fi, at));
+                        }
+                    }
                     if judge.label == Some(key)
                         && let Scalar::Str(text) = s
                         && !state.labels.contains(text.as_ref())
@@ -769,6 +793,7 @@ pub(crate) fn convert(
         .map(|(n, d)| (n.as_str(), *d))
         .collect();
     let mut columns = Vec::with_capacity(order.len());
+    let mut warnings = Vec::new();
     for name in &order {
         let Some(state) = states.remove(name) else {
             continue;
@@ -777,6 +802,28 @@ pub(crate) fn convert(
             .get(name.as_str())
             .copied()
             .unwrap_or(state.kind.dtype());
+        let at =
+            |(fi, byte): (usize, usize)| SourceLocation::in_text(&inputs[fi], &files[fi], byte);
+        if dtype == DType::Float32
+            && let Some(first) = state.beyond_f32
+        {
+            let location = at(first);
+            let raw = number_at(&files[first.0], first.1);
+            // Not skippable: the first pass could not know the key's type yet.
+            return Err(ConvertError::BadRow {
+                location,
+                problem: format!("key {name:?}: {}", infer::beyond_f32_problem(raw)),
+            });
+        }
+        if state.kind == Kind::BigInt
+            && dtype == DType::Bytes
+            && let Some(first) = state.big_int
+        {
+            warnings.push(format!(
+                "key {name:?} holds integers beyond int64, kept exactly as text (bytes): first at {}",
+                at(first)
+            ));
+        }
         let is_label = options.label.as_deref() == Some(name.as_str());
         if is_label && state.list {
             return Err(ConvertError::Options(format!(
@@ -828,8 +875,19 @@ pub(crate) fn convert(
         inputs,
         bytes_in: bytes_total,
         bad,
+        warnings,
     };
     finish(ctx, shards, done.finished())
+}
+
+/// The JSON number starting at `at` in `data`.
+fn number_at(data: &[u8], at: usize) -> &[u8] {
+    let rest = data.get(at..).unwrap_or_default();
+    let len = rest
+        .iter()
+        .position(|&b| !(b.is_ascii_digit() || matches!(b, b'+' | b'-' | b'.' | b'e' | b'E')))
+        .unwrap_or(rest.len());
+    &rest[..len]
 }
 
 fn judge_record(
@@ -996,8 +1054,11 @@ fn encode(
                     for (s, at) in items {
                         match s {
                             Scalar::Str(t) => texts.push(t.to_vec()),
-                            _ => return Err(changed(*at, "a non-string in a text key")),
+                            // Integers beyond int64 (and what shares their key) as their text.
+                            Scalar::Num(t) => texts.push(t.to_vec()),
+                            Scalar::Bool(b) => texts.push(b.to_string().into_bytes()),
                         }
+                        let _ = at;
                     }
                     enc.bytes_list(key, texts.iter().map(Vec::as_slice));
                 }

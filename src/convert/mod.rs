@@ -198,6 +198,9 @@ pub struct Summary {
     pub rows_skipped: u64,
     /// The first few skipped rows' errors.
     pub bad_rows: Vec<ConvertError>,
+    /// What the user should know although nothing failed: integers beyond
+    /// int64 kept exactly as text, files ignored in an image folder, ...
+    pub warnings: Vec<String>,
     /// Input bytes (uncompressed).
     pub bytes_in: u64,
     /// Output bytes on disk (all shards).

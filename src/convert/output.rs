@@ -501,6 +501,8 @@ pub(crate) struct Finished {
     pub(crate) bad_rows: Vec<ConvertError>,
     /// Format-specific metadata (missing counts, label vocabulary, ...).
     pub(crate) extra: Map<String, Json>,
+    /// Things the user should hear about (see [`Summary::warnings`]).
+    pub(crate) warnings: Vec<String>,
 }
 
 /// Seals the schema file (with the counts as metadata) beside the shards and
@@ -580,6 +582,7 @@ pub(crate) fn finish(
         records,
         rows_skipped: finished.rows_skipped,
         bad_rows: finished.bad_rows,
+        warnings: finished.warnings,
         bytes_in: finished.bytes_in,
         bytes_out,
         shards: paths,

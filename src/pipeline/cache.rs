@@ -5,11 +5,13 @@
 //! next epoch reads the upstream again (so an error is not silently frozen
 //! into the cache, and a pass cut short by `take` or a drop is not kept).
 
+use std::any::Any;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use std::io::{Read, Seek, SeekFrom};
 
+use super::record::{FileId, Record, RecordPosition};
 use super::{Event, Pipeline, PipelineError, Stream};
 use crate::error::Location;
 use crate::metrics::StageCounters;
@@ -86,7 +88,7 @@ impl<R> Pipeline<R>
 where
     R: AsRef<[u8]> + for<'a> From<&'a [u8]> + Send + 'static,
 {
-    /// Keeps the records ([`Record`](super::Record)s, `Vec<u8>`s, any bytes)
+    /// Keeps the records ([`Record`]s, `Vec<u8>`s, any bytes)
     /// of the first complete pass in the TFRecord file
     /// `path` (written to a temporary file, renamed into place when the pass
     /// completes) and reads them from there in later epochs and later runs.
@@ -238,6 +240,8 @@ struct Replay<R> {
     held: Option<R>,
     done: bool,
     path: Arc<Path>,
+    /// The cache file, for the positions of replayed [`Record`]s.
+    file: FileId,
     stage: String,
     counters: Arc<StageCounters>,
     env: super::Env,
@@ -269,6 +273,7 @@ impl<R: AsRef<[u8]> + for<'a> From<&'a [u8]>> Replay<R> {
             held: None,
             done: false,
             path: Arc::clone(path),
+            file: FileId::intern(path),
             stage,
             counters,
             env,
@@ -285,7 +290,7 @@ impl<R: AsRef<[u8]> + for<'a> From<&'a [u8]>> Replay<R> {
     }
 }
 
-impl<R: AsRef<[u8]> + for<'a> From<&'a [u8]>> Iterator for Replay<R> {
+impl<R: AsRef<[u8]> + for<'a> From<&'a [u8]> + 'static> Iterator for Replay<R> {
     type Item = Event<R>;
 
     fn next(&mut self) -> Option<Event<R>> {
@@ -293,9 +298,20 @@ impl<R: AsRef<[u8]> + for<'a> From<&'a [u8]>> Iterator for Replay<R> {
             if self.done || self.env.cancelled() {
                 return None;
             }
+            let start = self.reader.position();
             match self.reader.next_record() {
                 Ok(Some(r)) => {
-                    let record = R::from(r);
+                    let mut record = R::from(r);
+                    // A replayed `Record` is located in the cache file, where
+                    // its bytes now come from (the cache reader fails on
+                    // corruption, so nothing is skipped and `start` is its frame).
+                    if let Some(record) = (&mut record as &mut dyn Any).downcast_mut::<Record>() {
+                        record.set_position(Some(RecordPosition::in_file(
+                            self.file,
+                            start.record,
+                            start.offset,
+                        )));
+                    }
                     let Some(previous) = self.held.replace(record) else {
                         continue;
                     };

@@ -4,10 +4,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::rank::{self, RankPlan, ShareBy};
+use super::record::{FileId, RecordPosition};
 use super::{
     Env, Event, Interleave, Parallelism, Pipeline, PipelineError, Record, Sampler, Stream,
 };
 use crate::metrics::StageCounters;
+use crate::tfrecord::frame::framed_len;
 use crate::tfrecord::{FileRecordReader, ReaderOptions};
 
 /// TFRecord files to read: the file list, before it becomes records.
@@ -24,9 +27,11 @@ use crate::tfrecord::{FileRecordReader, ReaderOptions};
 /// ```
 #[derive(Clone)]
 pub struct TfRecordFiles {
-    paths: Vec<PathBuf>,
-    options: ReaderOptions,
+    pub(crate) paths: Vec<PathBuf>,
+    pub(crate) options: ReaderOptions,
     error: Option<String>,
+    /// This rank's share, from [`TfRecordFiles::rank`].
+    pub(crate) rank: Option<RankPlan>,
 }
 
 impl Pipeline<Record> {
@@ -67,6 +72,7 @@ impl Pipeline<Record> {
             paths: files,
             options: ReaderOptions::default(),
             error: None,
+            rank: None,
         })
     }
 
@@ -79,6 +85,7 @@ impl Pipeline<Record> {
                 path: Arc::clone(&path),
                 options: options.clone(),
                 reader: None,
+                file: None,
                 done: false,
                 last_offset: 0,
                 counters,
@@ -132,14 +139,29 @@ impl TfRecordFiles {
     }
 
     /// Reads the files with these interleave settings.
-    pub fn interleave_with(self, options: Interleave) -> Pipeline<Record> {
+    ///
+    /// After [`rank`](Self::rank), the records are this rank's share; a
+    /// share by record forces `deterministic` (every rank must see the same
+    /// order to keep disjoint records).
+    pub fn interleave_with(self, mut options: Interleave) -> Pipeline<Record> {
         let reader = self.options;
         let error = self.error;
-        Pipeline::from_vec(self.paths)
+        let paths = match &self.rank {
+            Some(plan) if plan.share.by == ShareBy::Record => {
+                options.deterministic = true;
+                plan.all_paths.clone()
+            }
+            _ => self.paths,
+        };
+        let records = Pipeline::from_vec(paths)
             .invalid_if(error.is_some(), || error.clone().unwrap_or_default())
             .interleave(options, move |path| {
                 Pipeline::tfrecord_file(path, reader.clone())
-            })
+            });
+        match &self.rank {
+            Some(plan) => rank::apply(plan, records),
+            None => records,
+        }
     }
 
     /// Reads the files one after another on the pulling thread.
@@ -160,6 +182,8 @@ struct FileStream {
     path: Arc<Path>,
     options: ReaderOptions,
     reader: Option<FileRecordReader>,
+    /// The file's interned id, for the positions of its records.
+    file: Option<FileId>,
     done: bool,
     last_offset: u64,
     counters: Arc<StageCounters>,
@@ -181,7 +205,10 @@ impl Iterator for FileStream {
         let clock = self.sampler.clock(first);
         if first {
             match FileRecordReader::open(&self.path, self.options.clone()) {
-                Ok(reader) => self.reader = Some(reader),
+                Ok(reader) => {
+                    self.reader = Some(reader);
+                    self.file = Some(FileId::intern(&self.path));
+                }
                 Err(source) => {
                     self.done = true;
                     self.counters.add_error();
@@ -198,11 +225,22 @@ impl Iterator for FileStream {
         let result = reader
             .read_record(record.buffer_mut())
             .map(|more| more.then_some(record));
-        let offset = reader.position().offset;
+        let after = reader.position();
+        let offset = after.offset;
         let framed = offset - self.last_offset;
         self.last_offset = offset;
         let out = match result {
-            Ok(Some(record)) => {
+            Ok(Some(mut record)) => {
+                // The reader stands after the record just read (skipped
+                // corrupt records before it are counted in `after.record`).
+                if let Some(file) = self.file {
+                    let framed_len = framed_len(record.len()) as u64;
+                    record.set_position(Some(RecordPosition::in_file(
+                        file,
+                        after.record.saturating_sub(1),
+                        offset.saturating_sub(framed_len),
+                    )));
+                }
                 self.counters.add_in(1, framed);
                 self.counters.add_out(1, record.len() as u64);
                 if first {

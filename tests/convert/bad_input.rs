@@ -362,3 +362,107 @@ fn json_array_elements_must_be_objects() {
     );
     assert_no_output(dir.path(), &["n.json"]);
 }
+
+#[test]
+fn an_unterminated_quote_is_an_error_at_the_line_where_it_opened() {
+    for skip in [false, true] {
+        let (dir, result) = convert_text(
+            "q.csv",
+            b"a,b\n1,\"never closed\n2,3\n4,5\n",
+            Format::Csv(CsvOptions::default()),
+            skip,
+        );
+        let err = result.unwrap_err();
+        let loc = err.location().expect("located");
+        assert_eq!(
+            (loc.line, loc.column, loc.byte),
+            (Some(2), Some(3), 6),
+            "{err}"
+        );
+        assert!(err.to_string().contains("never closed"), "{err}");
+        assert_no_output(dir.path(), &["q.csv"]);
+    }
+}
+
+#[test]
+fn numbers_never_change_silently() {
+    // Beyond float32: an error at the value, for inferred and declared columns.
+    for (name, text) in [
+        ("f.csv", &b"a,b\n1.5,x\n1e39,y\n"[..]),
+        ("g.csv", b"a,b\n1.5,x\n1e400,y\n"),
+    ] {
+        let (dir, result) = convert_text(name, text, Format::Csv(CsvOptions::default()), false);
+        let err = result.unwrap_err();
+        let loc = err.location().expect("located");
+        assert_eq!((loc.line, loc.column), (Some(3), Some(1)), "{err}");
+        assert!(
+            err.to_string().contains("beyond the range of float32"),
+            "{err}"
+        );
+        assert_no_output(dir.path(), &[name]);
+    }
+    let declared = CsvOptions::default()
+        .with_column_texts(&["a:float32"])
+        .unwrap();
+    let (_dir, result) = convert_text(
+        "d.csv",
+        b"a\n1\n2e39\n",
+        Format::Csv(declared.clone()),
+        false,
+    );
+    assert!(result.unwrap_err().to_string().contains("line 3"));
+    let (_dir, result) = convert_text("d.csv", b"a\n1\n2e39\n", Format::Csv(declared), true);
+    let summary = result.unwrap();
+    assert_eq!((summary.records, summary.rows_skipped), (1, 1));
+    // JSON too.
+    let (_dir, result) = convert_text(
+        "f.jsonl",
+        b"{\"a\": 1.5}\n{\"a\": 1e39}\n",
+        Format::Json(JsonOptions::default()),
+        false,
+    );
+    let err = result.unwrap_err();
+    assert_eq!(err.location().and_then(|l| l.line), Some(2), "{err}");
+
+    // Beyond int64: kept exactly as text, with a warning; int64 max stays int64.
+    let (_dir, result) = convert_text(
+        "ids.csv",
+        b"id,max\n1,9223372036854775807\n12345678901234567890,1\n",
+        Format::Csv(CsvOptions::default()),
+        false,
+    );
+    let summary = result.unwrap();
+    let rows = read_rows(&summary);
+    assert_eq!(rows[0]["id"], Feat::B(vec![b"1".to_vec()]));
+    assert_eq!(
+        rows[1]["id"],
+        Feat::B(vec![b"12345678901234567890".to_vec()])
+    );
+    assert_eq!(rows[0]["max"], Feat::I(vec![i64::MAX]));
+    assert_eq!(summary.warnings.len(), 1, "{:?}", summary.warnings);
+    assert!(
+        summary.warnings[0].contains("\"id\""),
+        "{:?}",
+        summary.warnings
+    );
+    assert!(
+        summary.warnings[0].contains("line 3"),
+        "{:?}",
+        summary.warnings
+    );
+    let (_dir, result) = convert_text(
+        "ids.jsonl",
+        b"{\"id\": 1, \"x\": 1}\n{\"id\": 12345678901234567890, \"x\": 1.0}\n",
+        Format::Json(JsonOptions::default()),
+        false,
+    );
+    let summary = result.unwrap();
+    let rows = read_rows(&summary);
+    assert_eq!(rows[0]["id"], Feat::B(vec![b"1".to_vec()]));
+    assert_eq!(
+        rows[1]["id"],
+        Feat::B(vec![b"12345678901234567890".to_vec()])
+    );
+    assert_eq!(rows[0]["x"], Feat::F(vec![1.0]));
+    assert_eq!(summary.warnings.len(), 1, "{:?}", summary.warnings);
+}
