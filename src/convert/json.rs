@@ -422,22 +422,36 @@ impl<'a> Parser<'a> {
                         b'r' => '\r',
                         b't' => '\t',
                         b'u' => {
+                            let at = i - 2;
                             let hi = self.hex4(i)?;
                             i += 4;
-                            if (0xD800..0xDC00).contains(&hi)
-                                && d.get(i) == Some(&b'\\')
-                                && d.get(i + 1) == Some(&b'u')
-                            {
+                            let lone = |code: u32| {
+                                self.err(
+                                    at,
+                                    format!(
+                                        "JSON string: lone surrogate \\u{code:04x} (half of a UTF-16 pair, not a character; the text would be changed)"
+                                    ),
+                                )
+                            };
+                            if (0xD800..0xDC00).contains(&hi) {
+                                if d.get(i) != Some(&b'\\') || d.get(i + 1) != Some(&b'u') {
+                                    return lone(hi);
+                                }
                                 let lo = self.hex4(i + 2)?;
-                                if (0xDC00..0xE000).contains(&lo) {
-                                    i += 6;
-                                    let code = 0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00);
-                                    char::from_u32(code).unwrap_or('\u{FFFD}')
-                                } else {
-                                    '\u{FFFD}'
+                                if !(0xDC00..0xE000).contains(&lo) {
+                                    return lone(hi);
+                                }
+                                i += 6;
+                                let code = 0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00);
+                                match char::from_u32(code) {
+                                    Some(c) => c,
+                                    None => return lone(hi),
                                 }
                             } else {
-                                char::from_u32(hi).unwrap_or('\u{FFFD}')
+                                match char::from_u32(hi) {
+                                    Some(c) => c,
+                                    None => return lone(hi),
+                                }
                             }
                         }
                         _ => {
@@ -665,16 +679,30 @@ pub(crate) fn convert(
             let parsed = p.record(&mut fields);
             let row_bad = match parsed {
                 Err(s) => match layout {
-                    // In JSON Lines a broken line can be skipped: resume at the next line.
-                    Layout::Lines if skip => {
+                    Layout::Lines => {
+                        // The broken record is the one on the line where it
+                        // starts: an error found lines later (an object left
+                        // open reads on into the next lines) is reported
+                        // within that line, and skipping resumes on the next.
+                        let line_end =
+                            memchr::memchr(b'\n', &data[start..]).map_or(data.len(), |i| start + i);
+                        let s = if s.offset > line_end {
+                            let mut on_line = Parser {
+                                data: &data[..line_end],
+                                pos: start,
+                            };
+                            let mut scratch = Vec::new();
+                            on_line.record(&mut scratch).err().unwrap_or(s)
+                        } else {
+                            s
+                        };
+                        if !skip {
+                            return Err(syntax(s, true));
+                        }
                         bad.push(syntax(s, true));
-                        p.pos = data[p.pos.min(data.len())..]
-                            .iter()
-                            .position(|&b| b == b'\n')
-                            .map_or(data.len(), |i| p.pos + i + 1);
+                        p.pos = (line_end + 1).min(data.len());
                         continue;
                     }
-                    Layout::Lines => return Err(syntax(s, true)),
                     Layout::Array => return Err(syntax(s, false)),
                 },
                 Ok(()) => judge_record(&judge, &fields, &states),

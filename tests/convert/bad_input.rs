@@ -466,3 +466,43 @@ fn numbers_never_change_silently() {
     assert_eq!(rows[0]["x"], Feat::F(vec![1.0]));
     assert_eq!(summary.warnings.len(), 1, "{:?}", summary.warnings);
 }
+
+#[test]
+fn a_broken_json_line_is_reported_on_its_own_line_and_skipped_alone() {
+    let text = b"{\"a\": 1}\n{\"a\": 2}\n{\"a\": 3,\n{\"a\": 4}\n{\"a\": 5}\n";
+    let (_dir, result) = convert_text("b.jsonl", text, Format::Json(JsonOptions::default()), false);
+    let err = result.unwrap_err();
+    assert_eq!(err.location().and_then(|l| l.line), Some(3), "{err}");
+    let (_dir, result) = convert_text("b.jsonl", text, Format::Json(JsonOptions::default()), true);
+    let summary = result.unwrap();
+    assert_eq!((summary.records, summary.rows_skipped), (4, 1));
+    let values: Vec<Feat> = read_rows(&summary)
+        .into_iter()
+        .map(|r| r["a"].clone())
+        .collect();
+    assert_eq!(values, [1, 2, 4, 5].map(|v| Feat::I(vec![v])));
+}
+
+#[test]
+fn a_lone_surrogate_is_an_error_not_a_replacement_character() {
+    for text in [
+        &br#"{"s": "\ud800b"}"#[..],
+        br#"{"s": "\udc00"}"#,
+        br#"{"s": "\ud800\u0041"}"#,
+    ] {
+        let (_dir, result) =
+            convert_text("s.jsonl", text, Format::Json(JsonOptions::default()), false);
+        let err = result.unwrap_err();
+        assert!(err.to_string().contains("lone surrogate"), "{err}");
+        assert_eq!(err.location().and_then(|l| l.column), Some(8), "{err}");
+    }
+    // A proper pair is one character.
+    let (_dir, result) = convert_text(
+        "p.jsonl",
+        br#"{"s": "\ud83d\ude00"}"#,
+        Format::Json(JsonOptions::default()),
+        false,
+    );
+    let rows = read_rows(&result.unwrap());
+    assert_eq!(rows[0]["s"], Feat::B(vec!["😀".as_bytes().to_vec()]));
+}
