@@ -77,6 +77,10 @@ pub struct Args {
     /// csv, json: a column type overriding inference, NAME:DTYPE (int64, float32, bytes); repeatable.
     #[arg(long = "column", value_name = "NAME:DTYPE")]
     pub columns: Vec<String>,
+    /// csv: convert with this schema file (PREFIX.features.json of an earlier convert) instead of
+    /// inferring one: the same types, defaults and label vocabulary.
+    #[arg(long, value_name = "FILE")]
+    pub schema: Option<PathBuf>,
     /// csv: another value meaning "missing" (besides empty and NA); repeatable.
     #[arg(long)]
     pub na: Vec<String>,
@@ -146,6 +150,15 @@ fn format_of(args: &Args) -> anyhow::Result<Format> {
     only(args.labels.is_some(), "--labels", &[Idx])?;
     only(args.as_float, "--as-float", &[Idx])?;
     only(args.resize.is_some(), "--resize", &[Images])?;
+    only(args.schema.is_some(), "--schema", &[Csv])?;
+    if args.schema.is_some() && !args.columns.is_empty() {
+        bail!("--column does not apply with --schema: the schema gives every column's type");
+    }
+    let schema = args
+        .schema
+        .as_ref()
+        .map(convert::FixedSchema::load)
+        .transpose()?;
     let missing = match args.missing {
         MissingArg::Default => Missing::Default,
         MissingArg::Var => Missing::Var,
@@ -163,6 +176,7 @@ fn format_of(args: &Args) -> anyhow::Result<Format> {
                     na: args.na.clone(),
                     label: args.label.clone(),
                     missing,
+                    schema,
                     ..CsvOptions::default()
                 }
                 .with_column_texts(&args.columns)?,

@@ -19,7 +19,7 @@ use super::encode::ExampleEncoder;
 use super::error::{ConvertError, SourceLocation, quote};
 use super::infer::{self, Column, Kind, classify, fits, parse_f32, parse_i64, trim};
 use super::output::{BadRows, Chunk, Ctx, Input, finish, plan_shards};
-use super::{Missing, Phase, Summary};
+use super::{FixedSchema, Missing, Phase, Summary};
 use crate::example::DType;
 
 /// Options of the CSV converter.
@@ -36,6 +36,10 @@ pub struct CsvOptions {
     /// What a column with missing values becomes in the schema.
     /// By default [`Missing::Default`].
     pub missing: Missing,
+    /// Convert with this schema instead of inferring one (`--schema`): the
+    /// same types, defaults and label vocabulary, so several conversions
+    /// (splits, workers) agree. By default `None`.
+    pub schema: Option<FixedSchema>,
 }
 
 impl Default for CsvOptions {
@@ -46,6 +50,7 @@ impl Default for CsvOptions {
             na: Vec::new(),
             label: None,
             missing: Missing::Default,
+            schema: None,
         }
     }
 }
@@ -90,6 +95,10 @@ struct Shape<'a> {
     label: Option<usize>,
     na: &'a [Vec<u8>],
     delimiter: u8,
+    /// The label vocabulary of a fixed schema: other labels are bad rows.
+    vocab: Option<&'a [Vec<u8>]>,
+    /// Columns a fixed schema gives no default: a missing value is a bad row.
+    required: &'a [bool],
     /// The columns `check` looks at: declared ones and the label.
     checked: Vec<usize>,
 }
@@ -132,7 +141,30 @@ impl Shape<'_> {
                         ),
                     ));
                 }
+                if self.required[i] {
+                    return Err((
+                        Some(i),
+                        format!(
+                            "the value is missing ({}), and the schema gives column {:?} no default",
+                            quote(raw),
+                            self.names[i]
+                        ),
+                    ));
+                }
                 continue;
+            }
+            if Some(i) == self.label
+                && let Some(vocab) = self.vocab
+                && vocab.binary_search_by(|v| v.as_slice().cmp(value)).is_err()
+            {
+                return Err((
+                    Some(i),
+                    format!(
+                        "label {} is not in the schema's vocabulary of {} classes",
+                        quote(raw),
+                        vocab.len()
+                    ),
+                ));
             }
             if let Some(dtype) = &self.declared[i]
                 && !fits(classify(value), *dtype)
@@ -379,11 +411,34 @@ pub(crate) fn convert(
     for (name, dtype) in &options.columns {
         declared[find(name, "column type for")?] = Some(*dtype);
     }
-    let label = options
-        .label
+    let label_name = match &options.schema {
+        Some(fixed) => fixed.label_for(options.label.as_deref())?,
+        None => options.label.clone(),
+    };
+    let label = label_name
         .as_deref()
         .map(|l| find(l, "label column"))
         .transpose()?;
+    // With a fixed schema: every column's type, whether it may be missing,
+    // and the label vocabulary come from it.
+    let mut required = vec![false; names.len()];
+    let fixed_vocab: Option<Vec<Vec<u8>>> = match &options.schema {
+        None => None,
+        Some(fixed) => {
+            fixed.check_columns(&names)?;
+            for (c, name) in names.iter().enumerate() {
+                let (dtype, may_miss) = fixed.column(name)?;
+                required[c] = !may_miss;
+                if Some(c) != label || fixed.vocabulary.is_none() {
+                    declared[c] = Some(dtype);
+                }
+            }
+            fixed
+                .vocabulary
+                .as_ref()
+                .map(|v| v.iter().map(|s| s.as_bytes().to_vec()).collect())
+        }
+    };
     let na: Vec<Vec<u8>> = options.na.iter().map(|s| s.as_bytes().to_vec()).collect();
     let shape = Shape {
         names: &names,
@@ -391,8 +446,10 @@ pub(crate) fn convert(
         label,
         na: &na,
         delimiter: d,
+        vocab: fixed_vocab.as_deref(),
+        required: &required,
         checked: (0..names.len())
-            .filter(|&i| declared[i].is_some() || Some(i) == label)
+            .filter(|&i| declared[i].is_some() || Some(i) == label || required[i])
             .collect(),
     };
 
@@ -504,7 +561,9 @@ pub(crate) fn convert(
                 e.location().map(|l| l.to_string()).unwrap_or_default()
             ));
         }
-        let vocab = if Some(c) == label && dtype == DType::Bytes {
+        let vocab = if Some(c) == label && fixed_vocab.is_some() {
+            fixed_vocab.clone()
+        } else if Some(c) == label && dtype == DType::Bytes {
             if labels.len() > MAX_CLASSES {
                 return Err(ConvertError::Options(format!(
                     "label column {:?}: more than {MAX_CLASSES} distinct text values; that is not a class label",
@@ -555,12 +614,13 @@ pub(crate) fn convert(
     let done = infer::TabularDone {
         format: "csv",
         columns: &columns,
-        label: options.label.as_deref(),
+        label: label_name.as_deref(),
         missing: options.missing,
         inputs,
         bytes_in: bytes_total,
         bad,
         warnings,
+        fixed: options.schema.as_ref().map(|f| &f.schema),
     };
     finish(ctx, shards, done.finished())
 }

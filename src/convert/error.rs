@@ -181,6 +181,13 @@ pub enum ConvertError {
         "the record count differs from the first pass: did an input change during the conversion?"
     )]
     CountChanged,
+    /// The schema to convert with cannot be read.
+    #[error("{}: cannot use this schema", path.display())]
+    FixedSchema {
+        path: PathBuf,
+        #[source]
+        source: SchemaError,
+    },
     /// The conversion was cancelled (Ctrl-C).
     #[error("interrupted; no output was written")]
     Interrupted,

@@ -349,12 +349,17 @@ pub(crate) struct TabularDone<'a> {
     pub(crate) bad: BadRows,
     /// For the summary (integers beyond int64 kept as text, ...).
     pub(crate) warnings: Vec<String>,
+    /// The schema converted with (`--schema`): written out as it is.
+    pub(crate) fixed: Option<&'a Schema>,
 }
 
 impl TabularDone<'_> {
     pub(crate) fn finished(self) -> Finished {
         Finished {
-            schema: tabular_schema(self.columns, self.label, self.missing),
+            schema: match self.fixed {
+                Some(schema) => schema.clone(),
+                None => tabular_schema(self.columns, self.label, self.missing),
+            },
             format: self.format,
             inputs: self.inputs.to_vec(),
             bytes_in: self.bytes_in,

@@ -904,6 +904,7 @@ pub(crate) fn convert(
         bytes_in: bytes_total,
         bad,
         warnings,
+        fixed: None,
     };
     finish(ctx, shards, done.finished())
 }

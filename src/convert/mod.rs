@@ -75,8 +75,149 @@ pub use images::{ImagesOptions, RESIZE_AVAILABLE};
 pub use json::JsonOptions;
 pub use output::{schema_path, shard_path};
 
-use crate::example::Schema;
+use crate::example::{DType, Layout, Schema};
 use crate::tfrecord::Compression;
+
+/// A schema to convert with, instead of inferring one: the features (types,
+/// defaults, var-length or fixed) and the label vocabulary of an earlier
+/// conversion's schema file, so that a test split, new data, or the workers of
+/// a fanned-out conversion encode exactly as the training data did.
+///
+/// With it, every input column must be a feature of the schema and every
+/// feature a column; a value that does not fit the feature's type, a missing
+/// value where the feature has no default, and a label outside the
+/// vocabulary are bad rows (errors with line and column, or skipped and
+/// counted). The schema file written is the given schema.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FixedSchema {
+    /// The features and the label.
+    pub schema: Schema,
+    /// The text label's classes in class-index order (`source.label_vocabulary`
+    /// in the schema file), when the label was text.
+    pub vocabulary: Option<Vec<String>>,
+    /// Where it came from, for messages.
+    pub path: PathBuf,
+}
+
+impl FixedSchema {
+    /// Reads a schema file written by a conversion (`PREFIX.features.json`).
+    pub fn load(path: impl AsRef<Path>) -> Result<FixedSchema, ConvertError> {
+        let path = path.as_ref();
+        let (schema, metadata) =
+            Schema::load_with_metadata(path).map_err(|source| ConvertError::FixedSchema {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        let bad = |problem: String| ConvertError::Options(format!("{}: {problem}", path.display()));
+        let vocabulary = match metadata
+            .get("source")
+            .and_then(|s| s.get("label_vocabulary"))
+        {
+            None => None,
+            Some(serde_json::Value::Array(items)) => {
+                let mut vocab = Vec::with_capacity(items.len());
+                for item in items {
+                    match item.as_str() {
+                        Some(text) => vocab.push(text.to_string()),
+                        None => {
+                            return Err(bad("source.label_vocabulary holds a non-string".into()));
+                        }
+                    }
+                }
+                if !vocab.windows(2).all(|w| w[0].as_bytes() < w[1].as_bytes()) {
+                    return Err(bad(
+                        "source.label_vocabulary is not sorted and distinct, as conversions write it"
+                            .into(),
+                    ));
+                }
+                Some(vocab)
+            }
+            Some(_) => return Err(bad("source.label_vocabulary is not a list".into())),
+        };
+        if vocabulary.is_some() && schema.label.is_none() {
+            return Err(bad("a label vocabulary but no label".into()));
+        }
+        Ok(FixedSchema {
+            schema,
+            vocabulary,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The label: the schema's; `asked` (an explicit label option) must agree.
+    pub(crate) fn label_for(&self, asked: Option<&str>) -> Result<Option<String>, ConvertError> {
+        match (asked, &self.schema.label) {
+            (Some(a), Some(l)) if a != l => Err(ConvertError::Options(format!(
+                "label column {a:?} differs from the label {l:?} of the schema {}",
+                self.path.display()
+            ))),
+            (Some(a), None) => Err(ConvertError::Options(format!(
+                "label column {a:?}: the schema {} has no label",
+                self.path.display()
+            ))),
+            (_, l) => Ok(l.clone()),
+        }
+    }
+
+    /// Every column is a feature and every feature a column.
+    pub(crate) fn check_columns(&self, names: &[String]) -> Result<(), ConvertError> {
+        let features: Vec<&str> = self
+            .schema
+            .features
+            .iter()
+            .map(|f| f.name.as_str())
+            .collect();
+        let extra: Vec<&String> = names
+            .iter()
+            .filter(|n| !features.contains(&n.as_str()))
+            .collect();
+        let absent: Vec<&&str> = features
+            .iter()
+            .filter(|f| !names.iter().any(|n| n == **f))
+            .collect();
+        if extra.is_empty() && absent.is_empty() {
+            return Ok(());
+        }
+        Err(ConvertError::Options(format!(
+            "the input's columns do not match the schema {}: {}{}",
+            self.path.display(),
+            if extra.is_empty() {
+                String::new()
+            } else {
+                format!("not in the schema: {extra:?}; ")
+            },
+            if absent.is_empty() {
+                String::new()
+            } else {
+                format!("missing from the input: {absent:?}")
+            },
+        )))
+    }
+
+    /// The feature `name`'s type and whether a value may be missing (the
+    /// feature has a default or is var-length).
+    pub(crate) fn column(&self, name: &str) -> Result<(DType, bool), ConvertError> {
+        let Some(feature) = self.schema.features.iter().find(|f| f.name == name) else {
+            return Err(ConvertError::Options(format!(
+                "column {name:?} is not in the schema {}",
+                self.path.display()
+            )));
+        };
+        let scalar = match &feature.layout {
+            Layout::Fixed(shape) => shape.iter().product::<usize>() == 1,
+            Layout::Var => true,
+            _ => false,
+        };
+        if !scalar || !matches!(feature.dtype, DType::Int64 | DType::Float32 | DType::Bytes) {
+            return Err(ConvertError::Options(format!(
+                "feature {name:?} of the schema {} is {feature}: a table column converts only to a scalar (or var-length) int64, float32 or bytes",
+                self.path.display()
+            )));
+        }
+        let may_miss = feature.default.is_some() || matches!(feature.layout, Layout::Var);
+        Ok((feature.dtype, may_miss))
+    }
+}
 
 /// How records are spread over shards.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
