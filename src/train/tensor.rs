@@ -282,8 +282,9 @@ fn describe_feature(f: &crate::example::FeatureSpec) -> String {
     match &f.layout {
         Layout::Fixed(shape) if shape.is_empty() => format!("{dtype}, scalar"),
         Layout::Fixed(shape) => format!("{dtype} of shape {shape:?}"),
-        Layout::Var | Layout::VarFixed(_) => format!("{dtype}, variable-length"),
+        Layout::Var => format!("{dtype}, variable-length"),
         Layout::FixedSequence(_) | Layout::VarSequence => format!("{dtype}, a sequence"),
+        Layout::VarFixed(shape) => format!("{dtype}, variable-length elements of shape {shape:?}"),
         Layout::Ragged(_) => format!("{dtype}, ragged"),
         Layout::Sparse { .. } => format!("{dtype}, sparse"),
     }
