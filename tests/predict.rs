@@ -289,7 +289,7 @@ fn a_signal_while_predicting_into_a_file_leaves_nothing() {
     let out_dir = dir.path().join("out");
     std::fs::create_dir(&out_dir).unwrap();
     for (signal, code) in [("TERM", 143), ("INT", 130)] {
-        let mut child = tfpipe()
+        let child = tfpipe()
             .arg("predict")
             .arg("--checkpoint")
             .arg(&ck)
@@ -303,7 +303,10 @@ fn a_signal_while_predicting_into_a_file_leaves_nothing() {
             .unwrap();
         let start = Instant::now();
         while std::fs::read_dir(&out_dir).unwrap().count() == 0 {
-            assert!(start.elapsed() < Duration::from_secs(60), "no temporary file");
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "no temporary file"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         let killed = Command::new("kill")

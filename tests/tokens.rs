@@ -159,10 +159,7 @@ fn tfpipe_train_picks_the_embedding_model_and_learns_the_token_set() {
     assert_eq!(text.lines().count(), 300);
     let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
     assert!(
-        first["class_name"]
-            .as_str()
-            .unwrap()
-            .starts_with("topic-"),
+        first["class_name"].as_str().unwrap().starts_with("topic-"),
         "{first}"
     );
 }

@@ -242,13 +242,21 @@ fn checkpoint_round_trip_gives_identical_predictions() {
     };
     let report = predictor
         .run(&mut stream, options, &mut |p| {
-            let Outputs::Classes { ids, probabilities, classes } = &p.outputs else {
+            let Outputs::Classes {
+                ids,
+                probabilities,
+                classes,
+            } = &p.outputs
+            else {
                 panic!("not classes")
             };
             let Some(Labels::Classes(labels)) = &p.labels else {
                 panic!("no labels")
             };
-            assert_eq!((ids.len(), labels.len(), *classes), (p.rows, p.rows, CLASSES));
+            assert_eq!(
+                (ids.len(), labels.len(), *classes),
+                (p.rows, p.rows, CLASSES)
+            );
             assert_eq!(probabilities.len(), p.rows * CLASSES);
             seen += p.rows;
             Ok(())
@@ -1054,8 +1062,11 @@ fn a_signal_during_train_saves_the_checkpoint_and_exits_128_plus_the_signal() {
     let d = dir.path();
     write_records(&d.join("train.tfrecord"), &dataset(4, 16, 30));
     for (signal, code) in [("INT", 130), ("TERM", 143)] {
-        let (ck, logs) = (d.join(format!("ck-{signal}")), d.join(format!("logs-{signal}")));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tfpipe"))
+        let (ck, logs) = (
+            d.join(format!("ck-{signal}")),
+            d.join(format!("logs-{signal}")),
+        );
+        let child = Command::new(env!("CARGO_BIN_EXE_tfpipe"))
             .arg("train")
             .arg("--data")
             .arg(d.join("train.tfrecord"))
@@ -1069,7 +1080,7 @@ fn a_signal_during_train_saves_the_checkpoint_and_exits_128_plus_the_signal() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        // The event file grows past its header once steps are logged (every 10).
+        // The event file grows past its header once steps or an epoch are logged.
         let start = Instant::now();
         let logged = || {
             std::fs::read_dir(logs.join("train"))
@@ -1096,7 +1107,7 @@ fn a_signal_during_train_saves_the_checkpoint_and_exits_128_plus_the_signal() {
             "{stderr}"
         );
         let meta = Checkpoint::read_meta(&ck).unwrap();
-        assert!(meta.step >= 10, "{meta:?}");
+        assert!(meta.step >= 1, "{meta:?}");
         Checkpoint::load(&ck, &Device::Cpu).unwrap();
     }
 }

@@ -11,8 +11,8 @@ use anyhow::Context;
 use tfpipe::convert::{self, Format, IdxOptions, OutputOptions, Sharding, Summary};
 use tfpipe::pipeline::Parallelism;
 use tfpipe::train::{
-    InputSpec, ModelConfig, OptimizerConfig, OptimizerKind, Predictor, SchemaMeta, Task,
-    TokenSet, TrainConfig,
+    InputSpec, ModelConfig, OptimizerConfig, OptimizerKind, Predictor, SchemaMeta, Task, TokenSet,
+    TrainConfig,
 };
 
 use super::Status;

@@ -498,8 +498,7 @@ pub(super) fn train(
         if let Some(saved) = resume_at.take() {
             let pipeline = train_data.run_pipeline()?;
             return resume_pipeline(&pipeline, &saved).map_err(|e| {
-                format!("{e} (resume with the data options the checkpoint was trained with)")
-                    .into()
+                format!("{e} (resume with the data options the checkpoint was trained with)").into()
             });
         }
         if epoch == 0 {
@@ -770,10 +769,7 @@ impl DataOptions {
         })
     }
 
-    fn batches(
-        &self,
-        records: Pipeline<tfpipe::pipeline::Record>,
-    ) -> Pipeline<tfpipe::Batch> {
+    fn batches(&self, records: Pipeline<tfpipe::pipeline::Record>) -> Pipeline<tfpipe::Batch> {
         records
             .batch(self.batch_size)
             .parse_batches(self.schema.clone(), self.parallelism)
@@ -851,7 +847,11 @@ fn model_config(
     } else {
         "mlp"
     };
-    let kind = args.model.as_deref().unwrap_or(default).to_ascii_lowercase();
+    let kind = args
+        .model
+        .as_deref()
+        .unwrap_or(default)
+        .to_ascii_lowercase();
     let hidden = |default: &str| {
         args.hidden
             .as_deref()
@@ -891,7 +891,9 @@ fn model_config(
             let dim = args.embedding_dim.unwrap_or(32);
             check_size(
                 "--vocab-size x --embedding-dim (the embedding table)",
-                (vocab as u128).saturating_mul(dim as u128).saturating_mul(16),
+                (vocab as u128)
+                    .saturating_mul(dim as u128)
+                    .saturating_mul(16),
             )?;
             Ok(ModelConfig::Embedding {
                 vocab,

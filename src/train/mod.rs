@@ -63,9 +63,9 @@ pub use tensor::{
     BatchTensors, InputSelection, InputSpec, SkippedFeature, Standardize, TokenSpec,
     batch_to_tensors, classes_from_metadata,
 };
-pub use tokens::{TokenFiles, TokenSet};
 pub use tensorboard::{EventWriter, Scalar};
 pub use timing::{Phase, PhaseSummary};
+pub use tokens::{TokenFiles, TokenSet};
 pub use trainer::{
     Evaluation, Progress, TestOpener, TrainConfig, Trainer, parse_device, resume_pipeline,
 };

@@ -216,7 +216,9 @@ impl ModelConfig {
     /// (saturating, so absurd sizes can be refused with a message).
     pub fn parameters(&self) -> u128 {
         let table = match self {
-            ModelConfig::Embedding { vocab, dim, .. } => (*vocab as u128).saturating_mul(*dim as u128),
+            ModelConfig::Embedding { vocab, dim, .. } => {
+                (*vocab as u128).saturating_mul(*dim as u128)
+            }
             _ => 0,
         };
         match self.head_layers() {
@@ -350,7 +352,9 @@ impl BuiltinModel {
             }
             (ModelConfig::Embedding { vocab, dim, .. }, None) => {
                 let Some((inputs, hidden, outputs)) = config.head_layers() else {
-                    return Err(TrainError::Config("an embedding model without its head".into()));
+                    return Err(TrainError::Config(
+                        "an embedding model without its head".into(),
+                    ));
                 };
                 Net::Embedding {
                     table: candle_nn::embedding(*vocab, *dim, vb.pp("embedding"))

@@ -291,12 +291,17 @@ impl Predictor {
             }
             let batch = batch.map_err(TrainError::data)?;
             let key = match options.key {
-                Some(name) => Some(batch.column(name).cloned().ok_or_else(|| {
-                    TrainError::Input {
-                        batch: batches,
-                        reason: format!("no key column {name:?}"),
-                    }
-                })?),
+                Some(name) => {
+                    Some(
+                        batch
+                            .column(name)
+                            .cloned()
+                            .ok_or_else(|| TrainError::Input {
+                                batch: batches,
+                                reason: format!("no key column {name:?}"),
+                            })?,
+                    )
+                }
                 None => None,
             };
             let tensors = batch_to_tensors(batch, &input, batches, &self.device)?;

@@ -701,8 +701,22 @@ mod tests {
             layout: Layout::FixedSequence(vec![2]),
             default: None,
         });
+        // Only the first variable-length int64 feature is the token input.
+        schema.features.push(FeatureSpec {
+            name: "more_tags".into(),
+            dtype: DType::Int64,
+            layout: Layout::Var,
+            default: None,
+        });
         schema.label = Some("species".into());
         let chosen = InputSpec::from_schema(&schema, Task::Classification { classes: 3 }).unwrap();
+        assert_eq!(
+            chosen.spec.tokens,
+            Some(TokenSpec {
+                name: "tags".into(),
+                vocab: None
+            })
+        );
         assert_eq!(
             chosen.spec.features,
             vec![
@@ -716,7 +730,7 @@ mod tests {
         assert_eq!(chosen.spec.task, Task::Classification { classes: 3 });
         assert_eq!(
             join(&chosen.skipped),
-            "island (bytes), tags (variable-length), frames (sequence)"
+            "island (bytes), frames (sequence), more_tags (variable-length)"
         );
         // The parse schema: the inputs and the label, in schema order.
         let names: Vec<&str> = chosen
@@ -725,7 +739,7 @@ mod tests {
             .iter()
             .map(|f| f.name.as_str())
             .collect();
-        assert_eq!(names, ["species", "bill", "image", "year"]);
+        assert_eq!(names, ["species", "bill", "image", "year", "tags"]);
         assert_eq!(chosen.schema.label.as_deref(), Some("species"));
 
         // Nothing numeric left besides the label: an error that says what is needed.

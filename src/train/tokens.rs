@@ -138,10 +138,7 @@ impl TokenSet {
             name.push(suffix);
             PathBuf::from(name)
         };
-        let (data, schema_path) = (
-            with("-00000-of-00001.tfrecord"),
-            with(".features.json"),
-        );
+        let (data, schema_path) = (with("-00000-of-00001.tfrecord"), with(".features.json"));
         let fail = |path: &Path| {
             let path = path.to_path_buf();
             move |e: String| TrainError::Output {
@@ -156,9 +153,12 @@ impl TokenSet {
             let (tokens, label) = self.record(i);
             let example = Example {
                 features: Some(Features {
-                    feature: [("tokens".into(), int64(tokens)), ("label".into(), int64(vec![label]))]
-                        .into_iter()
-                        .collect(),
+                    feature: [
+                        ("tokens".into(), int64(tokens)),
+                        ("label".into(), int64(vec![label])),
+                    ]
+                    .into_iter()
+                    .collect(),
                 }),
             };
             buf.clear();

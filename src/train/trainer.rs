@@ -23,9 +23,7 @@ use super::checkpoint::{
 use super::model::{BuiltinModel, Model, ModelConfig, Task};
 use super::observer::{Control, Observer, RunInfo};
 use super::optim::{OptimizerConfig, TrainOptimizer};
-use super::prefetch::{
-    BatchEvent, BatchStream, BoxError, DevicePrefetch, Fetched, PositionTaker,
-};
+use super::prefetch::{BatchEvent, BatchStream, BoxError, DevicePrefetch, Fetched, PositionTaker};
 use super::report::{EpochReport, Startup, TrainReport, Verdict};
 use super::schedule::LrSchedule;
 use super::tensor::{BatchTensors, InputSpec, SkippedFeature, Standardize, batch_to_tensors};
