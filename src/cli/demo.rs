@@ -120,6 +120,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         shuffle_buffer: 10_000,
         seed,
         parallelism: Parallelism::Auto,
+        rank: None,
     };
     let test = DataOptions {
         files: globs(&test_files),

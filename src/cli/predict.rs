@@ -8,7 +8,7 @@ use anyhow::{Context, bail};
 use prost::Message;
 use tfpipe::example::Example;
 use tfpipe::example::proto::{Feature, Features, Int64List, feature};
-use tfpipe::pipeline::{Parallelism, Pipeline};
+use tfpipe::pipeline::{Parallelism, Pipeline, Rank, Remainder};
 use tfpipe::tfrecord::{Compression, FileRecordReader, FileRecordWriter, ReaderOptions};
 use tfpipe::train::{BatchStream, PredictReport, Predictor, TrainError, parse_device};
 
@@ -46,12 +46,17 @@ pub struct Args {
     /// CPU threads for the model's math (candle). By default half the cores.
     #[arg(long)]
     pub compute_threads: Option<usize>,
+    /// With ranks, each rank predicts its share (every record once over
+    /// all ranks, nothing dropped): give each rank its own --output.
+    #[command(flatten)]
+    pub rank: super::rank::RankArgs,
 }
 
 /// Runs `tfpipe predict`.
 pub fn run(args: Args) -> anyhow::Result<Status> {
     set_compute_threads(args.compute_threads)?;
-    let device = parse_device(&args.device)?;
+    let device = parse_device(&super::rank::device(&args.device)?)?;
+    let rank = args.rank.resolve()?;
     let parallelism: Parallelism = args
         .num_parallel_calls
         .parse()
@@ -60,9 +65,10 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         bail!("--batch-size must be at least 1");
     }
     let predictor = Predictor::load(&args.checkpoint, &device)?;
-    let report = predict(
+    let report = predict_share(
         &predictor,
         &args.data,
+        rank,
         args.batch_size,
         parallelism,
         args.warmup,
@@ -85,13 +91,36 @@ pub(super) fn predict(
     warmup: usize,
     output: Option<&Path>,
 ) -> anyhow::Result<PredictReport> {
+    predict_share(
+        predictor,
+        files,
+        None,
+        batch_size,
+        parallelism,
+        warmup,
+        output,
+    )
+}
+
+/// [`predict`] on `rank`'s share of `files` (all of them for `None`).
+fn predict_share(
+    predictor: &Predictor,
+    files: &[String],
+    rank: Option<Rank>,
+    batch_size: usize,
+    parallelism: Parallelism,
+    warmup: usize,
+    output: Option<&Path>,
+) -> anyhow::Result<PredictReport> {
     let meta = predictor.meta();
     let Some(schema_meta) = &meta.schema else {
         bail!(
             "the checkpoint has no schema (it was saved without one), so its input cannot be parsed"
         );
     };
-    let pipeline_files = Pipeline::tfrecord_files(files)?;
+    // Prediction keeps every record: no rank waits for another.
+    let pipeline_files =
+        super::rank::share(Pipeline::tfrecord_files(files)?, rank, Remainder::Keep, true)?;
     let with_labels = match (&schema_meta.label, pipeline_files.paths().first()) {
         (Some(label), Some(first)) => has_feature(first, label)?,
         _ => false,
