@@ -9,7 +9,9 @@ use anyhow::bail;
 use serde::Serialize;
 use tfpipe::Schema;
 use tfpipe::metrics::{PipelineMetrics, StageMetrics};
-use tfpipe::pipeline::{Interleave, Parallelism, Pipeline, Remainder, ShuffleOptions, TfRecordFiles};
+use tfpipe::pipeline::{
+    Interleave, Parallelism, Pipeline, Remainder, ShuffleOptions, TfRecordFiles,
+};
 
 use super::Status;
 

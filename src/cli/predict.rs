@@ -119,8 +119,12 @@ fn predict_share(
         );
     };
     // Prediction keeps every record: no rank waits for another.
-    let pipeline_files =
-        super::rank::share(Pipeline::tfrecord_files(files)?, rank, Remainder::Keep, true)?;
+    let pipeline_files = super::rank::share(
+        Pipeline::tfrecord_files(files)?,
+        rank,
+        Remainder::Keep,
+        true,
+    )?;
     let with_labels = match (&schema_meta.label, pipeline_files.paths().first()) {
         (Some(label), Some(first)) => has_feature(first, label)?,
         _ => false,

@@ -44,8 +44,9 @@ impl RankArgs {
         var: impl Fn(&str) -> Option<String>,
     ) -> anyhow::Result<Option<Rank>> {
         let (Some(rank), Some(world)) = (self.rank, self.world_size) else {
-            return Rank::from_vars(var)
-                .context("the launcher's rank variables (override them with --rank and --world-size)");
+            return Rank::from_vars(var).context(
+                "the launcher's rank variables (override them with --rank and --world-size)",
+            );
         };
         let flags = Rank::new(rank, world).context("--rank and --world-size")?;
         // The environment is only compared with: a flag overrides it, even
@@ -176,13 +177,19 @@ mod tests {
     #[test]
     fn inconsistent_values_are_errors_that_name_their_source() {
         let err = flags(Some(2), Some(2)).resolve_with(vars(&[])).unwrap_err();
-        assert!(format!("{err:#}").contains("--rank and --world-size"), "{err:#}");
+        assert!(
+            format!("{err:#}").contains("--rank and --world-size"),
+            "{err:#}"
+        );
         let none = flags(None, None);
         for (env, needle) in [
             (&[("RANK", "1")][..], "WORLD_SIZE is not set"),
             (&[("WORLD_SIZE", "2")][..], "RANK is not set"),
             (&[("RANK", "one"), ("WORLD_SIZE", "2")][..], "RANK=\"one\""),
-            (&[("RANK", "4"), ("WORLD_SIZE", "4")][..], "rank 4 of world size 4"),
+            (
+                &[("RANK", "4"), ("WORLD_SIZE", "4")][..],
+                "rank 4 of world size 4",
+            ),
         ] {
             let err = none.resolve_with(vars(env)).unwrap_err();
             let text = format!("{err:#}");

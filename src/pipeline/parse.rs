@@ -16,10 +16,10 @@ use std::sync::Arc;
 
 use super::state::{StageState, StageStream, StateError};
 use super::{Event, MapOptions, Parallelism, Pipeline, PipelineError, Record, Stream};
-use crate::metrics::StageCounters;
 use crate::batch::Batch;
 use crate::error::Location;
 use crate::example::{BatchParser, Schema};
+use crate::metrics::StageCounters;
 
 impl<R: AsRef<[u8]> + Send + 'static> Pipeline<Vec<R>> {
     /// Parses each batch of serialized `Example`s (a [`Record`] from a

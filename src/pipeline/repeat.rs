@@ -37,23 +37,34 @@ impl<T: Send + 'static> Pipeline<T> {
     /// ```
     ///
     /// A whole training run as one pipeline, stopped mid-epoch and resumed
-    /// from its [state](super::PipelineIter::state) (which a checkpoint keeps as
-    /// JSON): the resumed run continues at the same epoch and element, with
-    /// the same shuffle order.
+    /// from its [state](super::PipelineIter::state) (which a checkpoint keeps
+    /// as JSON): the resumed run continues at the same epoch and element,
+    /// with the same shuffle order.
     ///
     /// ```
-    /// use tfpipe::pipeline::{Pipeline, PipelineState};
-    /// let run = Pipeline::from_vec((0..10u32).collect()).shuffle(4, 7).batch(3).repeat(None);
+    /// use tfpipe::pipeline::{Pipeline, PipelineState, Record};
+    /// use tfpipe::tfrecord::{Compression, FileRecordWriter};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("train.tfrecord");
+    /// # let mut w = FileRecordWriter::create(&path, Compression::None)?;
+    /// # for i in 0..10u8 { w.write_record(&[i])?; }
+    /// # w.finish()?;
+    /// // 10 one-byte records 0..10 in `path`.
+    /// let run = Pipeline::tfrecord_files([path.display().to_string()])?
+    ///     .records()
+    ///     .shuffle(4, 7)
+    ///     .batch(3)
+    ///     .map(|b: Vec<Record>| b.iter().map(|r| r[0]).collect::<Vec<u8>>())
+    ///     .repeat(None);
     /// let mut it = run.start()?;
-    /// let before: Vec<Vec<u32>> = it.by_ref().take(5).collect::<Result<_, _>>()?; // into epoch 1
+    /// it.by_ref().take(5).for_each(drop); // 4 batches per epoch: into epoch 1
     /// let saved = it.state()?.to_json();
-    /// let expected: Vec<Vec<u32>> = it.take(6).collect::<Result<_, _>>()?;
+    /// let expected: Vec<Vec<u8>> = it.take(6).collect::<Result<_, _>>()?;
     ///
     /// let mut resumed = run.start_from(&PipelineState::from_json(&saved)?)?;
     /// assert_eq!(resumed.epoch(), 1);
-    /// let after: Vec<Vec<u32>> = resumed.by_ref().take(6).collect::<Result<_, _>>()?;
+    /// let after: Vec<Vec<u8>> = resumed.take(6).collect::<Result<_, _>>()?;
     /// assert_eq!(after, expected);
-    /// # let _ = before;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn repeat(self, count: Option<u64>) -> Pipeline<T> {
@@ -112,7 +123,7 @@ struct RepeatState {
 
 impl<T: Send + 'static> Repeat<T> {
     fn more_passes(&self) -> bool {
-        !self.count.is_some_and(|c| self.epoch >= c)
+        self.count.is_none_or(|c| self.epoch < c)
     }
 
     /// Builds the pass of `self.epoch`, restoring it from `state` if given.

@@ -55,17 +55,17 @@
 //! rejected ([`StateError::Mismatch`]).
 
 use std::collections::HashMap;
-use std::marker::PhantomData;
 use std::fs::File;
 use std::io::{Seek, SeekFrom};
+use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::PoisonError;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Env, Event, Stream};
 use super::record::{FileId, Record, RecordPosition};
+use super::{Env, Event, Stream};
 use crate::tfrecord::{Compression, FileRecordReader, ReaderOptions, RecordError, RecordReader};
 
 /// Parallel stages take an upstream anchor every this many elements.

@@ -228,5 +228,8 @@ fn rank_flags_and_variables_are_checked() {
         &[("RANK", "1"), ("WORLD_SIZE", "4")],
     );
     assert_eq!(code, Some(0), "{stderr}");
-    assert!(stderr.contains("override the launcher's rank 1 of 4"), "{stderr}");
+    assert!(
+        stderr.contains("override the launcher's rank 1 of 4"),
+        "{stderr}"
+    );
 }
