@@ -12,4 +12,6 @@ mod convert {
     mod json;
     mod outputs;
     mod schema;
+    mod split;
+    mod fuzz;
 }

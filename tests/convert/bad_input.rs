@@ -157,6 +157,7 @@ fn label_count_differs_from_image_count() {
     let format = Format::Idx(IdxOptions {
         labels: Some(labels.clone()),
         as_float: false,
+        ..IdxOptions::default()
     });
     let err = run(&format, std::slice::from_ref(&images), dir.path(), |_| {}).unwrap_err();
     assert_eq!(
