@@ -11,9 +11,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use tfpipe::convert::{
-    self, CsvOptions, Format, IdxOptions, JsonOptions, OutputOptions, Sharding,
-};
+use tfpipe::convert::{self, CsvOptions, Format, IdxOptions, JsonOptions, OutputOptions, Sharding};
 
 /// Writes `rows` rows of 10 int and 10 float columns, like the Python baseline's CSV.
 fn generate_csv(path: &Path, rows: usize) {
@@ -97,7 +95,8 @@ fn bench(c: &mut Criterion) {
     group.bench_function("read", |b| {
         b.iter(|| {
             let data = std::fs::read(&csv).unwrap();
-            data.iter().fold(0u64, |acc, &x| acc.wrapping_add(u64::from(x)))
+            data.iter()
+                .fold(0u64, |acc, &x| acc.wrapping_add(u64::from(x)))
         })
     });
     group.bench_function("mmap", |b| {
@@ -105,7 +104,8 @@ fn bench(c: &mut Criterion) {
             let file = std::fs::File::open(&csv).unwrap();
             // SAFETY: the bench's own temporary file, not changed while mapped.
             let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
-            map.iter().fold(0u64, |acc, &x| acc.wrapping_add(u64::from(x)))
+            map.iter()
+                .fold(0u64, |acc, &x| acc.wrapping_add(u64::from(x)))
         })
     });
     group.finish();

@@ -319,7 +319,10 @@ fn convert_checked(
             Some(records)
         }
         Err(e) => {
-            if matches!(e, ConvertError::BadRow { .. } | ConvertError::BadInput { .. }) {
+            if matches!(
+                e,
+                ConvertError::BadRow { .. } | ConvertError::BadInput { .. }
+            ) {
                 let location = e.location().expect("bad data is located");
                 assert_eq!(location.path, path, "the error names the input: {e}");
                 assert!(

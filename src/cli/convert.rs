@@ -382,11 +382,12 @@ fn print_summary(out: &mut impl Write, s: &Summary) -> std::io::Result<()> {
         s.records as f64 / secs,
         mb(s.bytes_out)
     )?;
-    let shards = |out: &mut dyn Write, label: &str, list: &[PathBuf]| match (list.first(), list.len()) {
-        (Some(first), 1) => writeln!(out, "  {label:<12} 1: {}", first.display()),
-        (Some(first), n) => writeln!(out, "  {label:<12} {n}: {} ...", first.display()),
-        (None, _) => Ok(()),
-    };
+    let shards =
+        |out: &mut dyn Write, label: &str, list: &[PathBuf]| match (list.first(), list.len()) {
+            (Some(first), 1) => writeln!(out, "  {label:<12} 1: {}", first.display()),
+            (Some(first), n) => writeln!(out, "  {label:<12} {n}: {} ...", first.display()),
+            (None, _) => Ok(()),
+        };
     match &s.validation {
         None => shards(out, "shards", &s.shards)?,
         Some(v) => {

@@ -16,10 +16,10 @@ use std::path::{Path, PathBuf};
 
 use csv::{ByteRecord, ReaderBuilder};
 
+use super::driver::{Scanned, Source};
 use super::encode::ExampleEncoder;
 use super::error::{ConvertError, SourceLocation, quote};
 use super::infer::{self, Column, Kind, classify, fits, parse_f32, parse_i64, trim};
-use super::driver::{Scanned, Source};
 use super::output::{BadRows, Chunk, Ctx, Input};
 use super::{FixedSchema, Missing, Phase};
 use crate::example::DType;
@@ -85,7 +85,7 @@ struct File {
 }
 
 #[derive(Debug, Clone, Copy)]
-struct Task {
+pub(crate) struct Task {
     file: usize,
     start: usize,
     end: usize,

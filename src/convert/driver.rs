@@ -141,6 +141,12 @@ pub(crate) fn dry_run<S: Source>(
         tasks,
         done,
     } = source.scan(ctx)?;
+    if records == 0 {
+        return Err(ConvertError::NoRecords {
+            inputs: done.inputs,
+            skipped: done.rows_skipped,
+        });
+    }
     let source = &source;
     let mut out = Vec::new();
     ctx.run_ordered(
@@ -259,8 +265,7 @@ mod tests {
                 fail_commit_at(None);
                 let err = result.expect_err("the injected failure");
                 assert!(
-                    format!("{err}: {:?}", std::error::Error::source(&err))
-                        .contains("injected"),
+                    format!("{err}: {:?}", std::error::Error::source(&err)).contains("injected"),
                     "{format} at {at}: {err}"
                 );
                 assert_eq!(

@@ -11,10 +11,10 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, json};
 
-use super::encode::ExampleEncoder;
-use super::error::{ConvertError, SourceLocation};
 use super::FixedSchema;
 use super::driver::{Scanned, Source};
+use super::encode::ExampleEncoder;
+use super::error::{ConvertError, SourceLocation};
 use super::output::{Chunk, Ctx, Finished, Input};
 use crate::example::{DType, FeatureSpec, Layout, Schema};
 
@@ -337,7 +337,10 @@ impl Source for IdxSource<'_> {
 
     fn locate(&self, &(i, from, _): &Self::Task) -> SourceLocation {
         let images = &self.pairs[i].images;
-        SourceLocation::at_byte(&images.path, (images.start + from * self.pairs[i].item) as u64)
+        SourceLocation::at_byte(
+            &images.path,
+            (images.start + from * self.pairs[i].item) as u64,
+        )
     }
 }
 

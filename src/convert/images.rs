@@ -16,9 +16,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, json};
 
+use super::driver::{Scanned, Source};
 use super::encode::ExampleEncoder;
 use super::error::{ConvertError, SourceLocation};
-use super::driver::{Scanned, Source};
 use super::output::{BadRows, Chunk, Ctx, Finished};
 use super::{FixedSchema, Phase};
 use crate::example::{DType, FeatureSpec, Layout, Schema};
@@ -233,7 +233,11 @@ impl<'a> ImagesSource<'a> {
     /// folder outside it is a bad row for each of its images. Returns the
     /// number of files ignored and the bad rows found.
     fn list_items(&mut self, root: &Path, skip: bool) -> Result<(u64, BadRows), ConvertError> {
-        let fixed = self.options.schema.as_ref().and_then(|f| f.vocabulary.as_ref());
+        let fixed = self
+            .options
+            .schema
+            .as_ref()
+            .and_then(|f| f.vocabulary.as_ref());
         if let Some(vocab) = fixed {
             self.classes = vocab.clone();
         }
@@ -322,7 +326,10 @@ impl<'a> ImagesSource<'a> {
 }
 
 /// Reads one file and judges it: its length and header, or the bad row.
-fn check_file(item: &Item, resize: Option<(u32, u32)>) -> Result<(u64, Result<Header, ConvertError>), ConvertError> {
+fn check_file(
+    item: &Item,
+    resize: Option<(u32, u32)>,
+) -> Result<(u64, Result<Header, ConvertError>), ConvertError> {
     let data = fs::read(&item.path).map_err(|e| ConvertError::read(&item.path, e))?;
     let verdict = read_header(&data)
         .map_err(|(at, problem)| ConvertError::BadRow {
@@ -357,7 +364,12 @@ impl Source for ImagesSource<'_> {
             .collect();
         ctx.run_ordered(
             tasks.clone(),
-            |(from, to)| items[from..to].iter().map(|item| check_file(item, resize)).collect(),
+            |(from, to)| {
+                items[from..to]
+                    .iter()
+                    .map(|item| check_file(item, resize))
+                    .collect()
+            },
             |&(from, _)| SourceLocation::at_byte(items.get(from).map_or(root, |i| &i.path), 0),
             |results: Vec<(u64, Result<Header, ConvertError>)>| {
                 let n = results.len() as u64;

@@ -30,7 +30,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use serde::de::{self, Deserializer as _, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
 use super::driver::{Scanned, Source};
@@ -67,6 +67,9 @@ impl JsonOptions {
 
 /// Records per encoding task.
 const RECORDS_PER_TASK: usize = 1024;
+/// Objects nested deeper than this are refused: flattening recurses once per
+/// level (and re-reads the level's text), so hostile nesting must stop early.
+const MAX_DEPTH: usize = 64;
 
 #[derive(Debug, Clone)]
 enum Scalar<'a> {
@@ -284,7 +287,7 @@ fn parse_record<'a>(
         });
     }
     let members: Members<'a> = parse_at(data, start, end)?;
-    flatten(data, None, members, fields)
+    flatten(data, None, members, fields, 0)
 }
 
 fn flatten<'a>(
@@ -292,6 +295,7 @@ fn flatten<'a>(
     prefix: Option<&str>,
     members: Members<'a>,
     fields: &mut Vec<Field<'a>>,
+    depth: usize,
 ) -> Result<(), Syntax> {
     for (key, raw) in members.0 {
         let key = match prefix {
@@ -302,8 +306,14 @@ fn flatten<'a>(
         let end = at + raw.get().len();
         match raw.get().as_bytes().first() {
             Some(b'{') => {
+                if depth >= MAX_DEPTH {
+                    return Err(Syntax {
+                        offset: at,
+                        problem: format!("objects nested deeper than {MAX_DEPTH} levels"),
+                    });
+                }
                 let nested: Members<'a> = parse_at(data, at, end)?;
-                flatten(data, Some(key.as_ref()), nested, fields)?;
+                flatten(data, Some(key.as_ref()), nested, fields, depth + 1)?;
             }
             Some(b'[') => {
                 let Elements(items) = parse_at(data, at, end)?;
@@ -315,7 +325,9 @@ fn flatten<'a>(
                         None => {
                             return Err(Syntax {
                                 offset: item_at,
-                                problem: "null inside an array: expected a number, string or boolean".into(),
+                                problem:
+                                    "null inside an array: expected a number, string or boolean"
+                                        .into(),
                             });
                         }
                     }
@@ -424,7 +436,8 @@ impl Fixed {
                 f.name.clone(),
                 (matches!(f.layout, SpecLayout::Var), may_miss),
             );
-            let is_vocab_label = vocab.is_some() && source.schema.label.as_deref() == Some(f.name.as_str());
+            let is_vocab_label =
+                vocab.is_some() && source.schema.label.as_deref() == Some(f.name.as_str());
             if !is_vocab_label {
                 declared.insert(f.name.clone(), dtype);
             }
@@ -665,10 +678,11 @@ impl Pass {
 fn record_spans(path: &Path, data: &[u8]) -> Result<(Layout, Vec<(usize, usize)>), ConvertError> {
     let first = data.iter().position(|b| !b.is_ascii_whitespace());
     if first.is_some_and(|i| data[i] == b'[') {
-        let Elements(items) = parse_at(data, 0, data.len()).map_err(|s| ConvertError::BadInput {
-            location: SourceLocation::in_text(path, data, s.offset),
-            problem: s.problem,
-        })?;
+        let Elements(items) =
+            parse_at(data, 0, data.len()).map_err(|s| ConvertError::BadInput {
+                location: SourceLocation::in_text(path, data, s.offset),
+                problem: s.problem,
+            })?;
         let spans = items
             .iter()
             .map(|raw| {
@@ -898,7 +912,10 @@ impl JsonSource<'_> {
             }
             let fixed_vocab = options.schema.as_ref().and_then(|f| f.vocabulary.as_ref());
             let list = match &options.schema {
-                Some(fixed) => fixed.schema.feature(name).is_some_and(|f| matches!(f.layout, SpecLayout::Var)),
+                Some(fixed) => fixed
+                    .schema
+                    .feature(name)
+                    .is_some_and(|f| matches!(f.layout, SpecLayout::Var)),
                 None => state.list,
             };
             let vocab = match fixed_vocab {
@@ -1141,11 +1158,16 @@ mod tests {
 
     #[test]
     fn numbers_keep_their_exact_text() {
-        let fields = parse(r#"{"id": 12345678901234567890, "x": 1.0, "y": -0, "z": 1e400}"#).unwrap();
+        let fields =
+            parse(r#"{"id": 12345678901234567890, "x": 1.0, "y": -0, "z": 1e400}"#).unwrap();
         assert!(fields[0].1.contains("Num([49, 50, 51"), "{}", fields[0].1);
         let text = |i: usize| fields[i].1.clone();
         assert!(text(1).contains("[49, 46, 48]"), "{}", text(1));
-        assert!(text(3).contains("[49, 101, 52, 48, 48]"), "1e400 kept as text: {}", text(3));
+        assert!(
+            text(3).contains("[49, 101, 52, 48, 48]"),
+            "1e400 kept as text: {}",
+            text(3)
+        );
     }
 
     #[test]
@@ -1153,19 +1175,27 @@ mod tests {
         let err = parse(r#"{"a": 1 "b": 2}"#).unwrap_err();
         assert!(err.starts_with("8: "), "{err}");
         let err = parse(r#"{"a": tru}"#).unwrap_err();
-        assert!(err.starts_with("6: ") || err.starts_with("7: ") || err.starts_with("8: "), "{err}");
+        // At the byte that cannot continue `tru`.
+        assert!(err.starts_with("9: "), "{err}");
         let err = parse(r#"{"a": [1, {"b": 2}]}"#).unwrap_err();
         assert!(err.contains("not objects"), "{err}");
         assert!(parse(r#"{"a": "unterminated}"#).is_err());
         assert!(parse(r#"{"a": 01x}"#).is_err());
         let err = parse(r#"{"s": "\ud800b"}"#).unwrap_err();
-        assert!(err.starts_with("7: ") && err.contains("lone surrogate"), "{err}");
+        assert!(
+            err.starts_with("7: ") && err.contains("lone surrogate"),
+            "{err}"
+        );
     }
 
     #[test]
     fn deep_nesting_is_refused_not_overflowed() {
-        let text = format!("{}{}", r#"{"a":"#.repeat(10_000), "1");
-        let err = parse(&text).unwrap_err();
-        assert!(err.contains("recursion limit"), "{err}");
+        let open = format!("{}{}", r#"{"a":"#.repeat(10_000), "1");
+        assert!(parse(&open).unwrap_err().contains("EOF"));
+        let closed = format!("{open}{}", "}".repeat(10_000));
+        let err = parse(&closed).unwrap_err();
+        assert!(err.contains("nested deeper than 64"), "{err}");
+        let fine = format!("{}1{}", r#"{"a":"#.repeat(64), "}".repeat(64));
+        assert!(parse(&fine).is_ok());
     }
 }

@@ -511,12 +511,21 @@ pub fn convert(
     let ctx = output::Ctx::new(output)?;
     let fixed = format.fixed_schema();
     let result = match format {
-        Format::Csv(options) => driver::run(csv::CsvSource::new(inputs, options), inputs, fixed, &ctx),
-        Format::Json(options) => driver::run(json::JsonSource::new(inputs, options), inputs, fixed, &ctx),
-        Format::Idx(options) => driver::run(idx::IdxSource::new(inputs, options), inputs, fixed, &ctx),
-        Format::Images(options) => {
-            driver::run(images::ImagesSource::new(inputs, options), inputs, fixed, &ctx)
+        Format::Csv(options) => {
+            driver::run(csv::CsvSource::new(inputs, options), inputs, fixed, &ctx)
         }
+        Format::Json(options) => {
+            driver::run(json::JsonSource::new(inputs, options), inputs, fixed, &ctx)
+        }
+        Format::Idx(options) => {
+            driver::run(idx::IdxSource::new(inputs, options), inputs, fixed, &ctx)
+        }
+        Format::Images(options) => driver::run(
+            images::ImagesSource::new(inputs, options),
+            inputs,
+            fixed,
+            &ctx,
+        ),
     };
     if result.is_err() {
         // A failed conversion leaves nothing, not even the directories it

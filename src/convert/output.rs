@@ -400,6 +400,9 @@ impl Ctx<'_> {
     }
 }
 
+/// A shard's place: (set, shard index in the set).
+type ShardAt = (usize, usize);
+
 /// One writer thread's share: of all shards of all sets, numbered in one
 /// flat sequence (set 0's shards first), it owns those with
 /// `flat % writers == w`.
@@ -419,7 +422,7 @@ impl WriterJob<'_> {
         self,
         rx: crossbeam_channel::Receiver<(u64, Arc<Chunk>)>,
         stop: &Cancel,
-    ) -> Result<Vec<((usize, usize), ShardDone)>, ConvertError> {
+    ) -> Result<Vec<(ShardAt, ShardDone)>, ConvertError> {
         let offsets: Vec<usize> = self
             .sizes
             .iter()
@@ -429,13 +432,16 @@ impl WriterJob<'_> {
                 Some(at)
             })
             .collect();
-        let mut files: Vec<Option<((usize, usize), ShardWriter)>> = Vec::new();
+        let mut files: Vec<Option<(ShardAt, ShardWriter)>> = Vec::new();
         for (s, &n) in self.sizes.iter().enumerate() {
             for k in 0..n {
                 let flat = offsets[s] + k;
                 files.push(if flat % self.writers == self.w {
                     let path = self.options.shard_file(s, k, n);
-                    Some(((s, k), ShardWriter::create(&path, self.options.compression)?))
+                    Some((
+                        (s, k),
+                        ShardWriter::create(&path, self.options.compression)?,
+                    ))
                 } else {
                     None
                 });

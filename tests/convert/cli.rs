@@ -291,7 +291,14 @@ fn big_csv(path: &std::path::Path, rows: usize) {
     let mut text = String::with_capacity(rows * 48);
     text.push_str("a,b,c,d,e,f\n");
     for i in 0..rows {
-        text.push_str(&format!("{i},{},{}.25,{},{}.5,{}\n", i * 7, i % 97, i * 3, i % 13, i ^ 5));
+        text.push_str(&format!(
+            "{i},{},{}.25,{},{}.5,{}\n",
+            i * 7,
+            i % 97,
+            i * 3,
+            i % 13,
+            i ^ 5
+        ));
     }
     std::fs::write(path, text).unwrap();
 }
@@ -325,7 +332,15 @@ fn sigterm_while_encoding_leaves_no_temporary_shard() {
     let out = dir.path().join("out");
     std::fs::create_dir_all(&out).unwrap();
     let mut child = StdCommand::new(env!("CARGO_BIN_EXE_tfpipe"))
-        .args(["convert", "csv", "--shards", "8", "--threads", "2", "--output"])
+        .args([
+            "convert",
+            "csv",
+            "--shards",
+            "8",
+            "--threads",
+            "2",
+            "--output",
+        ])
         .arg(out.join("p"))
         .arg(&input)
         .stdout(Stdio::null())
@@ -333,6 +348,7 @@ fn sigterm_while_encoding_leaves_no_temporary_shard() {
         .spawn()
         .unwrap();
     let encoding = wait_for_temp_shard(&out, &mut child);
+    eprintln!("temporary shard seen before the signal: {encoding}");
     let killed = StdCommand::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -365,7 +381,15 @@ fn truncating_the_input_during_a_conversion_is_never_a_crash() {
     let out = dir.path().join("out");
     std::fs::create_dir_all(&out).unwrap();
     let child = StdCommand::new(env!("CARGO_BIN_EXE_tfpipe"))
-        .args(["convert", "csv", "--shards", "4", "--threads", "2", "--output"])
+        .args([
+            "convert",
+            "csv",
+            "--shards",
+            "4",
+            "--threads",
+            "2",
+            "--output",
+        ])
         .arg(out.join("p"))
         .arg(&input)
         .stdout(Stdio::null())
@@ -374,6 +398,7 @@ fn truncating_the_input_during_a_conversion_is_never_a_crash() {
         .unwrap();
     let mut child = child;
     let encoding = wait_for_temp_shard(&out, &mut child);
+    eprintln!("temporary shard seen before the truncation: {encoding}");
     // Cut the file while the shards are being encoded from it.
     std::fs::OpenOptions::new()
         .write(true)
@@ -384,7 +409,11 @@ fn truncating_the_input_during_a_conversion_is_never_a_crash() {
     let output = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     let code = output.status.code();
-    assert!(code.is_some(), "killed by a signal: {:?} {stderr}", output.status);
+    assert!(
+        code.is_some(),
+        "killed by a signal: {:?} {stderr}",
+        output.status
+    );
     match code {
         Some(0) => {
             assert!(encoding || files_in(&out).len() == 5);
@@ -392,7 +421,10 @@ fn truncating_the_input_during_a_conversion_is_never_a_crash() {
             assert_eq!(summary.len(), 5, "4 shards and the schema: {summary:?}");
         }
         _ => {
-            assert!(stderr.contains("big.csv"), "the error names the input: {stderr}");
+            assert!(
+                stderr.contains("big.csv"),
+                "the error names the input: {stderr}"
+            );
             assert_eq!(files_in(&out), Vec::<String>::new(), "{stderr}");
         }
     }

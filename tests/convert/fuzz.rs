@@ -110,7 +110,12 @@ fn csv_converter_survives_random_and_mutated_tables() {
         b"a,a\n1,2\n".to_vec(),
         b"a\n".to_vec(),
     ];
-    pass(fuzzing::csv_converter, &seeds, b"ab,;\t|\"\n\r0123456789.eE-+NA ", 0x5eed_c5f0);
+    pass(
+        fuzzing::csv_converter,
+        &seeds,
+        b"ab,;\t|\"\n\r0123456789.eE-+NA ",
+        0x5eed_c5f0,
+    );
 }
 
 #[test]
@@ -130,5 +135,10 @@ fn json_converter_survives_random_and_mutated_records() {
         b"[]".to_vec(),
         br#"{"a": {"a": {"a": {"a": 1}}}, "a.a.a.a": 2}"#.to_vec(),
     ];
-    pass(fuzzing::json_converter, &seeds, b"{}[]:,\"\\uabd80123456789.eE-+ truefalsenul\n", 0x5eed_150f);
+    pass(
+        fuzzing::json_converter,
+        &seeds,
+        b"{}[]:,\"\\uabd80123456789.eE-+ truefalsenul\n",
+        0x5eed_150f,
+    );
 }

@@ -295,11 +295,18 @@ fn json_with_a_fixed_schema_keeps_classes_and_types_and_locates_misfits() {
     let err = with("u.jsonl", text, false).unwrap_err();
     let loc = err.location().unwrap();
     assert_eq!((loc.line, loc.column), (Some(2), Some(10)), "{err}");
-    assert!(err.to_string().contains("not in the schema's vocabulary"), "{err}");
+    assert!(
+        err.to_string().contains("not in the schema's vocabulary"),
+        "{err}"
+    );
     let summary = with("u.jsonl", text, true).unwrap();
     assert_eq!((summary.records, summary.rows_skipped), (1, 3));
     let problems: Vec<String> = summary.bad_rows.iter().map(|e| e.to_string()).collect();
-    assert!(problems[1].contains("line 3, column 20") && problems[1].contains("\"y\" is not in the schema"), "{problems:?}");
+    assert!(
+        problems[1].contains("line 3, column 20")
+            && problems[1].contains("\"y\" is not in the schema"),
+        "{problems:?}"
+    );
     assert!(problems[2].contains("line 4, column 20"), "{problems:?}");
 }
 
@@ -344,7 +351,10 @@ fn idx_and_images_with_a_fixed_schema() {
         |_| {},
     )
     .unwrap_err();
-    assert!(err.to_string().contains("converts to the features"), "{err}");
+    assert!(
+        err.to_string().contains("converts to the features"),
+        "{err}"
+    );
     assert!(files_in(&out).is_empty());
 
     // Images: a test folder without "cat" keeps dog as class 1; an unseen
@@ -365,7 +375,13 @@ fn idx_and_images_with_a_fixed_schema() {
     tree(&train_root, &["cat", "dog", "emu"]);
     let out = dir.path().join("img-out");
     std::fs::create_dir_all(&out).unwrap();
-    let train = run(&Format::Images(ImagesOptions::default()), &[train_root], &out, |_| {}).unwrap();
+    let train = run(
+        &Format::Images(ImagesOptions::default()),
+        &[train_root],
+        &out,
+        |_| {},
+    )
+    .unwrap();
     let fixed = FixedSchema::load(&train.schema_path).unwrap();
     assert_eq!(fixed.vocabulary.as_ref().map(Vec::len), Some(3));
     let test_root = dir.path().join("img-test");
@@ -377,8 +393,14 @@ fn idx_and_images_with_a_fixed_schema() {
     let out = dir.path().join("img-test-out");
     std::fs::create_dir_all(&out).unwrap();
     let err = run(&format, std::slice::from_ref(&test_root), &out, |_| {}).unwrap_err();
-    assert!(err.to_string().contains("yak") && err.to_string().contains("1.png"), "{err}");
+    assert!(
+        err.to_string().contains("yak") && err.to_string().contains("1.png"),
+        "{err}"
+    );
     let summary = run(&format, &[test_root], &out, |o| o.skip_bad_rows = true).unwrap();
     assert_eq!((summary.records, summary.rows_skipped), (1, 1));
-    assert_eq!(read_rows(&summary)[0]["image/class/label"], Feat::I(vec![1]));
+    assert_eq!(
+        read_rows(&summary)[0]["image/class/label"],
+        Feat::I(vec![1])
+    );
 }

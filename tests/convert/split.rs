@@ -13,7 +13,13 @@ fn penguins(dir: &std::path::Path, rows: usize) -> std::path::PathBuf {
     let mut text = String::from("id,species,mass\n");
     for i in 0..rows {
         // The rare class appears once: a split must still know it.
-        let species = if i == 7 { "Chinstrap" } else if i % 2 == 0 { "Adelie" } else { "Gentoo" };
+        let species = if i == 7 {
+            "Chinstrap"
+        } else if i % 2 == 0 {
+            "Adelie"
+        } else {
+            "Gentoo"
+        };
         text.push_str(&format!("{i},{species},{}.5\n", 3 + i % 3));
     }
     std::fs::write(&path, text).unwrap();
@@ -91,16 +97,32 @@ fn a_split_is_exact_deterministic_disjoint_and_shares_one_vocabulary() {
     };
     let a = split(7, 1);
     let v = a.validation.as_ref().unwrap();
-    assert_eq!((a.records, v.records), (200, 20), "exactly round(200 * 0.1)");
+    assert_eq!(
+        (a.records, v.records),
+        (200, 20),
+        "exactly round(200 * 0.1)"
+    );
     assert_eq!(a.shards.len(), 4);
     assert_eq!(v.shards.len(), 1, "ceil(4 * 0.1) validation shards");
-    assert!(a.shards[0].to_string_lossy().ends_with("out-train-00000-of-00004.tfrecord"));
-    assert!(v.shards[0].to_string_lossy().ends_with("out-validation-00000-of-00001.tfrecord"));
+    assert!(
+        a.shards[0]
+            .to_string_lossy()
+            .ends_with("out-train-00000-of-00004.tfrecord")
+    );
+    assert!(
+        v.shards[0]
+            .to_string_lossy()
+            .ends_with("out-validation-00000-of-00001.tfrecord")
+    );
 
     let (train, valid) = (ids(&train_rows(&a)), ids(&validation_rows(&a)));
     assert_eq!((train.len(), valid.len()), (180, 20));
     assert!(train.is_disjoint(&valid));
-    assert_eq!(train.union(&valid).count(), 200, "every record in exactly one set");
+    assert_eq!(
+        train.union(&valid).count(),
+        200,
+        "every record in exactly one set"
+    );
 
     // The same seed gives the same split for any thread count; another seed another.
     let b = split(7, 3);
