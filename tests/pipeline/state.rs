@@ -290,7 +290,7 @@ fn steps(it: &mut PipelineIter<tfpipe::Batch>, n: Option<usize>) -> Vec<Step> {
 
 /// The CLI trainer's pipeline (interleave, shuffle, batch, parse per
 /// batch on two workers, prefetch) as one pipeline for the whole run under
-/// `repeat`, at the end or right after the files: resumed at every cut
+/// `repeat` (where the CLI puts it, and elsewhere): resumed at every cut
 /// point (between an error and its batch too), it continues exactly, with
 /// the same epoch numbers and per-epoch shuffle.
 #[test]
@@ -302,19 +302,24 @@ fn the_trainers_pipeline_under_repeat_resumes_at_every_event() {
         let schema = tfpipe::Schema::from_feature_texts(&["id:int64"]).unwrap();
         // Without the final prefetch, the state is taken at the parser
         // itself at every cut (with it, at prefetch's anchors).
-        for (repeat_first, prefetch) in [(false, 2), (true, 2), (false, 0)] {
+        // `repeat` after the files, after the shuffle (the CLI trainer's
+        // `DataOptions::run_pipeline`), or at the end.
+        for (repeat_at, prefetch) in [(1, 2), (0, 2), (2, 2), (1, 0)] {
             let mut records = Pipeline::tfrecord_files([&pattern])
                 .unwrap()
                 .interleave(4, 16);
-            if repeat_first {
+            if repeat_at == 0 {
+                records = records.repeat(Some(3));
+            }
+            records = records.shuffle(100, 3);
+            if repeat_at == 1 {
                 records = records.repeat(Some(3));
             }
             let mut pipeline = records
-                .shuffle(100, 3)
                 .batch(16)
                 .parse_batches(schema.clone(), Parallelism::Fixed(2))
                 .prefetch(prefetch);
-            if !repeat_first {
+            if repeat_at == 2 {
                 pipeline = pipeline.repeat(Some(3));
             }
             let full = steps(&mut pipeline.start().unwrap(), None);
@@ -334,7 +339,7 @@ fn the_trainers_pipeline_under_repeat_resumes_at_every_event() {
                     .start_from(&state)
                     .unwrap_or_else(|e| panic!("cut {cut}: {e}"));
                 let rest = steps(&mut resumed, None);
-                assert_eq!(rest, full[cut..], "repeat first {repeat_first}, cut {cut}");
+                assert_eq!(rest, full[cut..], "repeat at {repeat_at}, cut {cut}");
             }
         }
     });
