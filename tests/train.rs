@@ -1205,6 +1205,22 @@ fn cli_two_epochs_straight_equal_one_then_resume_one_bit_for_bit() {
         tensors_of(&d.join("resumed/model.safetensors")),
         tensors_of(&d.join("straight/model.safetensors"))
     );
+
+    // Without the pipeline position (an older checkpoint, a stream that
+    // cannot report one), the resumed run reads epoch 1 as a single pass
+    // seeded with `epoch_seed`: the same batches, the same weights.
+    let meta_path = d.join("half/checkpoint.json");
+    let mut meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&meta_path).unwrap()).unwrap();
+    assert!(meta["pipeline_state"].is_object(), "{meta}");
+    meta.as_object_mut().unwrap().remove("pipeline_state");
+    std::fs::write(&meta_path, serde_json::to_vec(&meta).unwrap()).unwrap();
+    let fallback = train(&["--epochs", "1", "--resume", &resume], "fallback");
+    assert_eq!(fallback["epochs"][0]["loss"], straight["epochs"][1]["loss"]);
+    assert_eq!(
+        tensors_of(&d.join("fallback/model.safetensors")),
+        tensors_of(&d.join("straight/model.safetensors"))
+    );
 }
 
 /// Mid-epoch exact resume through the CLI: 8 steps (into the second epoch
