@@ -20,24 +20,28 @@
 //! `SequenceExample` are given as `NAME:DTYPE:seq[:N]` (every step has N
 //! values, or one when omitted) or `NAME:DTYPE:seq:var`, with their step counts.
 //!
-//! Files are inspected in parallel (rayon); the report keeps the input order.
+//! Files are inspected in parallel, on threads from [`tfpipe::spawn`] (not
+//! the global rayon pool that candle's matmuls share); the report keeps the
+//! input order.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{self, Write};
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::Context as _;
 use prost::Message;
-use rayon::prelude::*;
 use serde::Serialize;
 use tfpipe::example::json::RecordType;
 use tfpipe::example::proto::{Feature, SequenceExample, feature};
 use tfpipe::example::{DType, FeatureSpec, Layout, Value};
+use tfpipe::spawn::{Cancel, Thread};
 use tfpipe::tfrecord::{Compression, OnCorruption, ReaderOptions};
 
-use super::Status;
-use super::cat::{CompressionArg, TypeArg, open};
+use super::{CompressionFlag, Status, resolve_files};
+use super::cat::{TypeArg, open};
 
 /// Arguments of `tfpipe inspect`.
 #[derive(Debug, Default, clap::Args)]
@@ -49,21 +53,17 @@ pub struct Args {
     /// feature lists).
     #[arg(long = "type", value_enum, default_value_t = TypeArg::Auto)]
     pub record_type: TypeArg,
-    /// Compression of the files; `auto` infers it from the name (.gz, .zlib/.zz).
-    #[arg(long, value_enum, default_value_t = CompressionArg::Auto)]
-    pub compression: CompressionArg,
-    /// TFRecord files (`-` reads standard input).
-    #[arg(required = true, value_name = "FILE")]
+    #[command(flatten)]
+    pub compression: CompressionFlag,
+    /// TFRecord files or quoted globs, as for `--data` (`-` reads standard input).
+    #[arg(required = true, value_name = "FILE|GLOB")]
     pub files: Vec<PathBuf>,
 }
 
 /// Runs `tfpipe inspect`.
 pub fn run(args: Args) -> anyhow::Result<Status> {
-    let reports: Vec<Result<FileReport, String>> = args
-        .files
-        .par_iter()
-        .map(|path| inspect_file(path, &args).map_err(|err| format!("{err:#}")))
-        .collect();
+    let files = resolve_files(&args.files)?;
+    let reports = inspect_all(files, &args)?;
 
     let mut status = Status::Ok;
     let mut files = Vec::new();
@@ -112,6 +112,42 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     Ok(status)
 }
 
+/// Inspects `files` on up to one thread per core, each taking the next file
+/// in turn; the reports come back in the order of `files`.
+fn inspect_all(files: Vec<PathBuf>, args: &Args) -> anyhow::Result<Vec<Result<FileReport, String>>> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(files.len())
+        .max(1);
+    let files = Arc::new(files);
+    let next = Arc::new(AtomicUsize::new(0));
+    let settings = Arc::new((args.record_type, args.compression));
+    let mut workers = Vec::with_capacity(threads);
+    for i in 0..threads {
+        let (files, next, settings) = (files.clone(), next.clone(), settings.clone());
+        let worker = Thread::spawn(format!("inspect-{i}"), move |cancel: &Cancel| {
+            let mut done = Vec::new();
+            while !cancel.is_cancelled() {
+                let index = next.fetch_add(1, Ordering::Relaxed);
+                let Some(path) = files.get(index) else { break };
+                let (record_type, compression) = *settings;
+                let report = inspect_file(path, record_type, compression)
+                    .map_err(|err| format!("{err:#}"));
+                done.push((index, report));
+            }
+            done
+        })
+        .context("cannot start a thread")?;
+        workers.push(worker);
+    }
+    let mut reports: Vec<(usize, Result<FileReport, String>)> = Vec::with_capacity(files.len());
+    for worker in workers {
+        reports.extend(worker.join()?);
+    }
+    reports.sort_by_key(|(index, _)| *index);
+    Ok(reports.into_iter().map(|(_, report)| report).collect())
+}
+
 /// What one file holds.
 struct FileReport {
     path: PathBuf,
@@ -131,9 +167,12 @@ struct FileReport {
 }
 
 /// Inspects one file; `Err` only for I/O errors that stop it from being read.
-fn inspect_file(path: &PathBuf, args: &Args) -> anyhow::Result<FileReport> {
-    let compression = args
-        .compression
+fn inspect_file(
+    path: &PathBuf,
+    record_type: TypeArg,
+    compression: CompressionFlag,
+) -> anyhow::Result<FileReport> {
+    let compression = compression
         .explicit()
         .unwrap_or_else(|| Compression::from_path(path));
     let options = ReaderOptions {
@@ -195,7 +234,7 @@ fn inspect_file(path: &PathBuf, args: &Args) -> anyhow::Result<FileReport> {
             .map(|c| (c.location.offset, c.to_string())),
     );
     problems.sort_by_key(|(offset, _)| *offset);
-    let record_type = match args.record_type {
+    let record_type = match record_type {
         TypeArg::Example => RecordType::Example,
         TypeArg::Sequence => RecordType::Sequence,
         TypeArg::Auto if has_lists => RecordType::Sequence,
