@@ -23,3 +23,5 @@ mod props;
 mod ranks;
 #[path = "pipeline/shutdown.rs"]
 mod shutdown;
+#[path = "pipeline/state.rs"]
+mod state;

@@ -64,6 +64,14 @@ pub struct Args {
     /// Encoding threads [default: one per core].
     #[arg(long, allow_hyphen_values = true, value_parser = positive::<usize>)]
     pub threads: Option<usize>,
+    /// Fan-out: this conversion is one of N workers (with --worker-index); each converts every
+    /// N-th input file into --shards shards numbered globally (PREFIX-...-of-N*shards).
+    /// Needs a fixed schema (--schema for csv); worker 0 writes the schema file.
+    #[arg(long, value_name = "N", requires = "worker_index", allow_hyphen_values = true, value_parser = positive::<usize>)]
+    pub num_workers: Option<usize>,
+    /// Fan-out: which worker this is, 0..N.
+    #[arg(long, value_name = "I", requires = "num_workers")]
+    pub worker_index: Option<usize>,
     /// Skip bad rows (counted and reported) instead of failing.
     #[arg(long)]
     pub skip_bad_rows: bool,
@@ -253,6 +261,10 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         skip_bad_rows: args.skip_bad_rows,
         cancel: Some(interrupt.flag()),
         progress: Some(progress),
+        fanout: match (args.num_workers, args.worker_index) {
+            (Some(workers), Some(index)) => Some(convert::Fanout { workers, index }),
+            _ => None,
+        },
         ..OutputOptions::new(&args.output)
     };
     let result = convert::convert(&format, &args.inputs, &output);

@@ -260,17 +260,13 @@ pub(crate) fn fits(kind: Kind, dtype: DType) -> bool {
     match dtype {
         DType::Int64 => matches!(kind, Kind::Int),
         DType::Float32 => matches!(kind, Kind::Int | Kind::Float | Kind::BigInt),
-        DType::Bytes | DType::Uint8 => true,
+        // Only int64, float32 and bytes are inferred; the raw dtypes read bytes.
+        _ => true,
     }
 }
 
 pub(crate) fn dtype_name(dtype: DType) -> &'static str {
-    match dtype {
-        DType::Int64 => "int64",
-        DType::Float32 => "float32",
-        DType::Bytes => "bytes",
-        DType::Uint8 => "uint8",
-    }
+    dtype.name()
 }
 
 /// A column as the tabular converters resolve it after the first pass.
@@ -317,7 +313,8 @@ pub(crate) fn tabular_schema(columns: &[Column], label: Option<&str>, missing: M
                     let default = match dtype {
                         DType::Int64 => Value::Int64(vec![0]),
                         DType::Float32 => Value::Float32(vec![0.0]),
-                        DType::Bytes | DType::Uint8 => Value::Bytes(vec![Vec::new()]),
+                        // Only int64, float32 and bytes are inferred.
+                        _ => Value::Bytes(vec![Vec::new()]),
                     };
                     (Layout::Fixed(Vec::new()), Some(default))
                 } else {

@@ -288,6 +288,32 @@ pub struct OutputOptions {
     pub cancel: Option<Arc<AtomicBool>>,
     /// Called with progress after each window of work. By default `None`.
     pub progress: Option<ProgressFn>,
+    /// Convert only this worker's part of the inputs (see [`Fanout`]). By
+    /// default `None`: all of them.
+    pub fanout: Option<Fanout>,
+}
+
+/// One worker of a conversion fanned out over `workers` processes (a Slurm
+/// array job, a Kubernetes indexed Job, ...), which need not talk to each
+/// other:
+///
+/// - worker `index` converts the input files `i` with `i % workers == index`;
+/// - each writes the same number of shards `k` ([`Sharding::Shards`]),
+///   numbered globally: worker `w`'s shard `j` is
+///   `PREFIX-{w*k + j}-of-{workers*k}`, so together they form one set;
+/// - the schema must be fixed beforehand ([`CsvOptions::schema`], from a
+///   schema file), so types and label classes agree across workers (IDX
+///   files have a fixed schema of their own);
+/// - worker 0 writes the schema file.
+///
+/// Together the workers write the same records as one conversion of all the
+/// inputs with that schema (in another order across shards).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fanout {
+    /// How many workers share the inputs (at least 1).
+    pub workers: usize,
+    /// This worker, `0..workers`.
+    pub index: usize,
 }
 
 impl std::fmt::Debug for OutputOptions {
@@ -313,6 +339,20 @@ impl OutputOptions {
             skip_bad_rows: false,
             cancel: None,
             progress: None,
+            fanout: None,
+        }
+    }
+
+    /// Shard `k` of this conversion's `shards`: globally numbered in a fan-out.
+    pub(crate) fn shard_file(&self, k: usize, shards: usize) -> PathBuf {
+        match self.fanout {
+            Some(f) => shard_path(
+                &self.prefix,
+                f.index * shards + k,
+                f.workers * shards,
+                self.compression,
+            ),
+            None => shard_path(&self.prefix, k, shards, self.compression),
         }
     }
 }
@@ -381,6 +421,14 @@ pub fn convert(
         }
         _ => {}
     }
+    let mine;
+    let inputs = match output.fanout {
+        None => inputs,
+        Some(f) => {
+            mine = fanout_inputs(f, format, inputs, output.sharding)?;
+            &mine[..]
+        }
+    };
     let created = check_prefix(&output.prefix)?;
     let ctx = output::Ctx::new(output)?;
     let result = match format {
@@ -397,6 +445,52 @@ pub fn convert(
         }
     }
     result
+}
+
+/// This worker's inputs, after checking that a fan-out makes sense.
+fn fanout_inputs(
+    f: Fanout,
+    format: &Format,
+    inputs: &[PathBuf],
+    sharding: Sharding,
+) -> Result<Vec<PathBuf>, ConvertError> {
+    if f.workers == 0 || f.index >= f.workers {
+        return Err(ConvertError::Options(format!(
+            "worker index {} of {} workers: the index must be below the worker count",
+            f.index, f.workers
+        )));
+    }
+    if !matches!(sharding, Sharding::Shards(_)) {
+        return Err(ConvertError::Options(
+            "a fanned-out conversion needs a fixed shard count per worker, so the workers' shard numbers agree"
+                .into(),
+        ));
+    }
+    match format {
+        Format::Csv(CsvOptions {
+            schema: Some(_), ..
+        })
+        | Format::Idx(_) => {}
+        _ => {
+            return Err(ConvertError::Options(
+                "a fanned-out conversion needs a fixed schema (csv with a schema file, or idx), so the workers' types and classes agree"
+                    .into(),
+            ));
+        }
+    }
+    if inputs.len() < f.workers {
+        return Err(ConvertError::Options(format!(
+            "{} workers share {} input files by file: give at least as many files as workers",
+            f.workers,
+            inputs.len()
+        )));
+    }
+    Ok(inputs
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % f.workers == f.index)
+        .map(|(_, p)| p.clone())
+        .collect())
 }
 
 /// Checks the output prefix before any work: it has a file name, and no file

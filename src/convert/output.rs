@@ -389,7 +389,7 @@ fn write_worker(
     let mine: Vec<usize> = (w..shards).step_by(writers).collect();
     let mut files = Vec::with_capacity(mine.len());
     for &k in &mine {
-        let path = shard_path(&options.prefix, k, shards, options.compression);
+        let path = options.shard_file(k, shards);
         files.push(FileRecordWriter::create(&path, options.compression)?);
     }
     let n = shards as u64;
@@ -562,21 +562,42 @@ pub(crate) fn finish(
         source.insert(key, value);
     }
     metadata.insert("source".into(), Json::Object(source));
+    if let Some(f) = options.fanout {
+        metadata.insert(
+            "fanout".into(),
+            json!({
+                "workers": f.workers,
+                "total_shards": f.workers * set.files().len(),
+                "note": "records, bytes and shards above describe worker 0's part only",
+            }),
+        );
+    }
 
     let schema_file = schema_path(&options.prefix);
-    let text = finished.schema.to_file_text(&metadata)?;
-    let mut schema_out = AtomicFile::create(&schema_file)?;
-    schema_out
-        .write_all(text.as_bytes())
-        .map_err(|source| ConvertError::Output {
-            path: schema_file.clone(),
-            source,
-        })?;
-    set.push(schema_out.seal()?);
+    // In a fan-out, worker 0 writes the schema file (the fixed schema: the
+    // same for every worker); the others write shards only.
+    let writes_schema = options.fanout.is_none_or(|f| f.index == 0);
+    if writes_schema {
+        let text = finished.schema.to_file_text(&metadata)?;
+        let mut schema_out = AtomicFile::create(&schema_file)?;
+        schema_out
+            .write_all(text.as_bytes())
+            .map_err(|source| ConvertError::Output {
+                path: schema_file.clone(),
+                source,
+            })?;
+        set.push(schema_out.seal()?);
+    }
     ctx.check_cancel()?;
     let mut paths = set.commit()?;
-    paths.pop(); // the schema file
-    let stale = stale_shards(&options.prefix, &paths);
+    if writes_schema {
+        paths.pop(); // the schema file
+    }
+    let stale = if options.fanout.is_some() {
+        Vec::new() // the other workers' shards match the pattern too
+    } else {
+        stale_shards(&options.prefix, &paths)
+    };
     Ok(Summary {
         stale_shards: stale,
         records,

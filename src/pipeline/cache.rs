@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::io::{Read, Seek, SeekFrom};
 
 use super::record::{FileId, Record, RecordPosition};
+use super::state::StageStream;
 use super::{Event, Pipeline, PipelineError, Stream};
 use crate::error::Location;
 use crate::metrics::StageCounters;
@@ -120,8 +121,11 @@ where
                 }),
                 Err(source) => {
                     return Box::new(
-                        std::iter::once(Event::Item(Err(PipelineError::Cache { stage, source })))
-                            .chain(up),
+                        std::iter::once(Event::Item(Err(PipelineError::Cache {
+                            stage,
+                            error: source,
+                        })))
+                        .chain(up),
                     );
                 }
             };
@@ -145,7 +149,7 @@ where
                             counters.add_error();
                             failed = Some(PipelineError::Cache {
                                 stage: stage.clone(),
-                                source,
+                                error: source,
                             });
                         }
                     }
@@ -162,7 +166,7 @@ where
                             counters.add_error();
                             return Some(Event::Item(Err(PipelineError::Cache {
                                 stage: stage.clone(),
-                                source,
+                                error: source,
                             })));
                         }
                     }
@@ -258,7 +262,7 @@ impl<R: AsRef<[u8]> + for<'a> From<&'a [u8]>> Replay<R> {
     ) -> Result<Replay<R>, PipelineError> {
         let cache_error = |source| PipelineError::Cache {
             stage: stage.clone(),
-            source,
+            error: source,
         };
         let expected = read_footer(path).map_err(cache_error)?;
         let options = ReaderOptions {
@@ -285,7 +289,7 @@ impl<R: AsRef<[u8]> + for<'a> From<&'a [u8]>> Replay<R> {
         self.counters.add_error();
         Some(Event::Item(Err(PipelineError::Cache {
             stage: self.stage.clone(),
-            source,
+            error: source,
         })))
     }
 }
@@ -343,11 +347,14 @@ impl<R: AsRef<[u8]> + for<'a> From<&'a [u8]> + 'static> Iterator for Replay<R> {
     }
 }
 
+/// A cache replays from its own file or memory, which a state cannot name.
+impl<R: AsRef<[u8]> + for<'a> From<&'a [u8]> + Send + 'static> StageStream<R> for Replay<R> {}
+
 /// The footer of the cache file at `path`, read from its end.
 fn read_footer(path: &Path) -> Result<Footer, RecordError> {
     let open = |source| RecordError::Open {
         path: path.to_path_buf(),
-        source,
+        error: source,
     };
     let mut file = std::fs::File::open(path).map_err(open)?;
     let len = file.metadata().map_err(open)?.len();
@@ -370,7 +377,7 @@ fn read_footer(path: &Path) -> Result<Footer, RecordError> {
             record: 0,
             offset: len - Footer::FRAMED,
         },
-        source,
+        error: source,
     })?;
     let mut reader = RecordReader::new(&framed[..], ReaderOptions::default());
     match reader.next_record() {
@@ -387,7 +394,7 @@ fn incomplete(path: &Path, why: String) -> RecordError {
             record: 0,
             offset: 0,
         },
-        source: std::io::Error::new(
+        error: std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!("incomplete cache file ({why}); delete it to rebuild the cache"),
         ),
@@ -409,7 +416,7 @@ mod tests {
         if FAIL_AT.with(Cell::get) == Some(index) {
             return Err(RecordError::Write {
                 path: None,
-                source: std::io::Error::other("injected: disk full"),
+                error: std::io::Error::other("injected: disk full"),
             });
         }
         Ok(())

@@ -151,6 +151,6 @@ fn parse_element<R: AsRef<[u8]> + 'static>(parser: &mut BatchParser, records: &[
 
 /// Where a record came from, for records from a TFRecord source.
 fn record_location<R: 'static>(record: &R) -> Option<Location> {
-    let _record = (record as &dyn Any).downcast_ref::<Record>()?;
-    None // wired to the record's source position once `Record` carries it
+    let record = (record as &dyn Any).downcast_ref::<Record>()?;
+    record.position().map(|p| p.location())
 }

@@ -294,7 +294,7 @@ pub(crate) fn apply(plan: &RankPlan, records: Pipeline<Record>) -> Pipeline<Reco
 fn count_records(path: &std::path::Path, options: &ReaderOptions) -> Result<u64, PipelineError> {
     let record_error = |source| PipelineError::Record {
         stage: "rank".to_string(),
-        source,
+        error: source,
     };
     let mut reader = FileRecordReader::open(path, options.clone()).map_err(record_error)?;
     let mut n = 0u64;

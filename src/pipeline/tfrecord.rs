@@ -6,12 +6,13 @@ use std::sync::Arc;
 
 use super::rank::{self, RankPlan, ShareBy};
 use super::record::{FileId, RecordPosition};
+use super::state::{self, StageState, StageStream, StateError};
 use super::{
     Env, Event, Interleave, Parallelism, Pipeline, PipelineError, Record, Sampler, Stream,
 };
 use crate::metrics::StageCounters;
 use crate::tfrecord::frame::framed_len;
-use crate::tfrecord::{FileRecordReader, ReaderOptions};
+use crate::tfrecord::{Compression, FileRecordReader, Position, ReaderOptions};
 
 /// TFRecord files to read: the file list, before it becomes records.
 ///
@@ -81,13 +82,29 @@ impl Pipeline<Record> {
         let path: Arc<Path> = Arc::from(path.into());
         Pipeline::from_build(move |env: &Env| {
             let counters = env.stage(0, "tfrecord");
+            let resumed = match env.resume_state().map(|s| s.data::<FileState>("tfrecord")) {
+                Some(Ok(state)) => state,
+                Some(Err(error)) => {
+                    env.restore_failed(error);
+                    FileState::default()
+                }
+                None => FileState::default(),
+            };
             Box::new(FileStream {
                 path: Arc::clone(&path),
                 options: options.clone(),
                 reader: None,
                 file: None,
-                done: false,
-                last_offset: 0,
+                done: resumed.done,
+                start: Position {
+                    record: resumed.record,
+                    offset: resumed.offset,
+                },
+                next: Position {
+                    record: resumed.record,
+                    offset: resumed.offset,
+                },
+                last_offset: resumed.offset,
                 counters,
                 env: env.clone(),
                 sampler: Sampler::new(),
@@ -185,6 +202,10 @@ struct FileStream {
     /// The file's interned id, for the positions of its records.
     file: Option<FileId>,
     done: bool,
+    /// Where reading starts (not at 0 when restored from a state).
+    start: Position,
+    /// The reader's position after the last record returned.
+    next: Position,
     last_offset: u64,
     counters: Arc<StageCounters>,
     env: Env,
@@ -204,17 +225,28 @@ impl Iterator for FileStream {
         let first = self.reader.is_none();
         let clock = self.sampler.clock(first);
         if first {
-            match FileRecordReader::open(&self.path, self.options.clone()) {
+            let opened = if self.start == Position::default() {
+                FileRecordReader::open(&self.path, self.options.clone())
+            } else {
+                FileRecordReader::open_at(&self.path, self.options.clone(), self.start)
+            };
+            match opened {
                 Ok(reader) => {
                     self.reader = Some(reader);
-                    self.file = Some(FileId::intern(&self.path));
+                    let file = FileId::intern(&self.path);
+                    self.file = Some(file);
+                    let compression = self
+                        .options
+                        .compression
+                        .unwrap_or_else(|| Compression::from_path(&self.path));
+                    state::set_compression(file, compression);
                 }
                 Err(source) => {
                     self.done = true;
                     self.counters.add_error();
                     return Some(Event::Item(Err(PipelineError::Record {
                         stage: self.counters.name().to_string(),
-                        source,
+                        error: source,
                     })));
                 }
             }
@@ -231,6 +263,7 @@ impl Iterator for FileStream {
         self.last_offset = offset;
         let out = match result {
             Ok(Some(mut record)) => {
+                self.next = after;
                 // The reader stands after the record just read (skipped
                 // corrupt records before it are counted in `after.record`).
                 if let Some(file) = self.file {
@@ -269,7 +302,7 @@ impl Iterator for FileStream {
                 self.counters.add_error();
                 Some(Event::Item(Err(PipelineError::Record {
                     stage: self.counters.name().to_string(),
-                    source,
+                    error: source,
                 })))
             }
         };
@@ -278,5 +311,24 @@ impl Iterator for FileStream {
             self.sampler.flush(&self.counters);
         }
         out
+    }
+}
+
+/// A file source's state: where the next record starts, or that it is done.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct FileState {
+    record: u64,
+    offset: u64,
+    done: bool,
+}
+
+impl StageStream<Record> for FileStream {
+    fn save(&self) -> Result<StageState, StateError> {
+        let state = FileState {
+            record: self.next.record,
+            offset: self.next.offset,
+            done: self.done,
+        };
+        Ok(StageState::new("tfrecord", serde_json::json!(state)))
     }
 }

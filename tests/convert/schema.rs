@@ -118,3 +118,140 @@ fn what_does_not_fit_the_schema_is_a_located_bad_row() {
         "{err}"
     );
 }
+
+/// Every row of every shard under `dir` matching `prefix-*`, sorted.
+fn all_rows(dir: &std::path::Path, prefix: &str) -> (Vec<String>, Vec<String>) {
+    use prost::Message;
+    let mut names = Vec::new();
+    let mut rows = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.starts_with(&format!("{prefix}-")) {
+            continue;
+        }
+        names.push(name);
+        let mut reader =
+            tfpipe::tfrecord::FileRecordReader::open(&path, Default::default()).unwrap();
+        let mut buf = Vec::new();
+        while reader.read_record(&mut buf).unwrap() {
+            let example = tfpipe::example::Example::decode(buf.as_slice()).unwrap();
+            rows.push(format!(
+                "{:?}",
+                example
+                    .features
+                    .unwrap()
+                    .feature
+                    .into_iter()
+                    .collect::<std::collections::BTreeMap<_, _>>()
+            ));
+        }
+    }
+    names.sort();
+    rows.sort();
+    (names, rows)
+}
+
+#[test]
+fn fanned_out_workers_together_write_what_one_process_writes() {
+    use tfpipe::convert::{self, Fanout, OutputOptions, Sharding};
+    let dir = tempfile::tempdir().unwrap();
+    let mut inputs = Vec::new();
+    for f in 0..5 {
+        let path = dir.path().join(format!("part{f}.csv"));
+        let mut text = String::from("y,x\n");
+        for r in 0..7 {
+            text.push_str(&format!(
+                "{},{}.5\n",
+                ["a", "b", "c"][(f + r) % 3],
+                f * 100 + r
+            ));
+        }
+        std::fs::write(&path, text).unwrap();
+        inputs.push(path);
+    }
+    // The schema comes first, from one conversion (of everything, here).
+    let one = dir.path().join("one");
+    let format = Format::Csv(CsvOptions {
+        label: Some("y".into()),
+        ..CsvOptions::default()
+    });
+    let summary = convert::convert(
+        &format,
+        &inputs,
+        &OutputOptions {
+            sharding: Sharding::Shards(3),
+            ..OutputOptions::new(one.join("d"))
+        },
+    )
+    .unwrap();
+    let fixed = FixedSchema::load(&summary.schema_path).unwrap();
+    let format = Format::Csv(CsvOptions {
+        schema: Some(fixed.clone()),
+        ..CsvOptions::default()
+    });
+
+    let many = dir.path().join("many");
+    for index in [2, 0, 1] {
+        let options = OutputOptions {
+            sharding: Sharding::Shards(2),
+            fanout: Some(Fanout { workers: 3, index }),
+            ..OutputOptions::new(many.join("d"))
+        };
+        let part = convert::convert(&format, &inputs, &options).unwrap();
+        assert_eq!(part.shards.len(), 2);
+        assert_eq!(
+            part.shards[0].file_name().unwrap().to_string_lossy(),
+            format!("d-{:05}-of-00006.tfrecord", index * 2)
+        );
+    }
+    let (names, rows) = all_rows(&many, "d");
+    assert_eq!(names.len(), 6, "{names:?}");
+    assert!(
+        names.iter().all(|n| n.ends_with("-of-00006.tfrecord")),
+        "{names:?}"
+    );
+    assert_eq!(rows.len(), 35);
+    assert_eq!(
+        rows,
+        all_rows(&one, "d").1,
+        "the same records as one process"
+    );
+    assert_eq!(
+        FixedSchema::load(many.join("d.features.json"))
+            .unwrap()
+            .schema,
+        fixed.schema
+    );
+
+    // Without a fixed schema, or with too few files: refused up front.
+    let options = OutputOptions {
+        sharding: Sharding::Shards(2),
+        fanout: Some(Fanout {
+            workers: 9,
+            index: 0,
+        }),
+        ..OutputOptions::new(dir.path().join("x/d"))
+    };
+    assert!(
+        convert::convert(&format, &inputs, &options)
+            .unwrap_err()
+            .to_string()
+            .contains("at least as many files")
+    );
+    let plain = Format::Csv(CsvOptions::default());
+    let options = OutputOptions {
+        fanout: Some(Fanout {
+            workers: 2,
+            index: 0,
+        }),
+        ..options
+    };
+    assert!(
+        convert::convert(&plain, &inputs, &options)
+            .unwrap_err()
+            .to_string()
+            .contains("fixed schema")
+    );
+    assert!(!dir.path().join("x").exists());
+}
