@@ -16,7 +16,8 @@ use tfpipe::Schema;
 use tfpipe::metrics::{PipelineMetrics, StageMetrics};
 use tfpipe::pipeline::{Interleave, Parallelism, Pipeline, ShuffleOptions};
 
-use super::{CompressionFlag, Status, check_memory};
+use super::train::check_size;
+use super::{CompressionFlag, Status};
 
 /// Arguments of `tfpipe bench`.
 #[derive(Debug, clap::Args)]
@@ -30,14 +31,15 @@ pub struct Args {
     /// A feature spec `NAME:DTYPE[:SHAPE]` (repeatable), e.g. `image_raw:uint8:784`.
     #[arg(long, value_name = "SPEC")]
     feature: Vec<String>,
-    /// A schema file (`PREFIX.features.json`, as written by `tfpipe convert`).
+    /// A schema file (`PREFIX.features.json`, as written by `tfpipe convert`;
+    /// `tfpipe inspect` prints the `--feature` specs to use instead).
     #[arg(long, value_name = "FILE")]
     schema: Option<PathBuf>,
     /// Examples per batch.
     #[arg(long, default_value_t = 256, value_parser = super::positive::<usize>)]
     batch_size: usize,
     /// Shuffle buffer in examples (0: no shuffle).
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 10_000, value_parser = super::count::<usize>)]
     shuffle_buffer: usize,
     /// Emit from the shuffle buffer before it is full (faster first batch, weaker early mixing).
     #[arg(long)]
@@ -52,13 +54,13 @@ pub struct Args {
     #[arg(long, default_value_t = 4, value_parser = super::positive::<usize>)]
     cycle_length: usize,
     /// Batches prefetched ahead of the consumer.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = super::count::<usize>)]
     prefetch: usize,
     /// Passes over the data.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = super::count::<u64>)]
     epochs: u64,
     /// Stop after this many batches.
-    #[arg(long)]
+    #[arg(long, value_parser = super::count::<u64>)]
     take: Option<u64>,
     /// Print one JSON object (with --sweep: one per setting, as an array).
     #[arg(long)]
@@ -163,35 +165,34 @@ fn check_sizes(args: &Args, schema: &Schema) -> anyhow::Result<()> {
     let example_bytes: u128 = schema
         .features
         .iter()
-        .map(|f| {
-            let element = match f.dtype {
-                tfpipe::DType::Int64 => 8,
-                tfpipe::DType::Float32 => 4,
-                tfpipe::DType::Uint8 => 1,
-                tfpipe::DType::Bytes => 8,
-            };
-            f.fixed_len().map_or(8, |n| n as u128 * element)
-        })
+        // Variable-length features: at least their row split.
+        .map(|f| f.bytes_per_record().map_or(8, u128::from))
         .sum::<u128>()
         + std::mem::size_of::<tfpipe::pipeline::Record>() as u128;
-    let batch = args.batch_size as u128 * example_bytes;
-    check_memory(
-        &format!("--batch-size {}", args.batch_size),
+    let batch = (args.batch_size as u128).saturating_mul(example_bytes);
+    check_size(
+        &format!(
+            "--batch-size {} ({example_bytes} bytes per example)",
+            args.batch_size
+        ),
         batch,
-        &format!("{example_bytes} bytes per example"),
     )?;
     // Batches in flight: the prefetch buffer, plus one being built and one
     // being read.
-    let in_flight = (args.prefetch as u128 + 2) * batch;
-    check_memory(
-        &format!("--prefetch {} with --batch-size {}", args.prefetch, args.batch_size),
-        in_flight,
-        "prefetched batches plus the two being built and read",
+    check_size(
+        &format!(
+            "--prefetch {} with --batch-size {} (the prefetched batches and the two being built and read)",
+            args.prefetch, args.batch_size
+        ),
+        (args.prefetch as u128).saturating_add(2).saturating_mul(batch),
     )?;
-    check_memory(
-        &format!("--shuffle-buffer {}", args.shuffle_buffer),
-        args.shuffle_buffer as u128 * std::mem::size_of::<tfpipe::pipeline::Record>() as u128,
-        "the record handles alone, before their bytes",
+    check_size(
+        &format!(
+            "--shuffle-buffer {} (the record handles alone, before their bytes)",
+            args.shuffle_buffer
+        ),
+        (args.shuffle_buffer as u128)
+            .saturating_mul(std::mem::size_of::<tfpipe::pipeline::Record>() as u128),
     )?;
     Ok(())
 }

@@ -10,13 +10,14 @@ use std::time::Instant;
 use anyhow::Context;
 use tfpipe::convert::{self, Format, IdxOptions, OutputOptions, Sharding, Summary};
 use tfpipe::pipeline::Parallelism;
+use tfpipe::tfrecord::ReaderOptions;
 use tfpipe::train::{
     InputSpec, ModelConfig, OptimizerConfig, OptimizerKind, Predictor, SchemaMeta, Task,
     TrainConfig,
 };
 
 use super::Status;
-use super::predict::predict;
+use super::predict::{Data, predict};
 use super::train::{DataOptions, RunOptions, ms_since, set_compute_threads, train, write_json};
 
 /// Arguments of `tfpipe demo`.
@@ -115,6 +116,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     config.origin = super::process_start();
     let data = DataOptions {
         files: globs(&train_files),
+        reader: ReaderOptions::default(),
         schema: schema.clone(),
         batch_size,
         shuffle_buffer: 10_000,
@@ -152,14 +154,14 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     )?;
     let predictor = Predictor::load(&checkpoint, &candle_core::Device::Cpu)?;
     let predictions = out.join("predictions.jsonl");
-    let predicted = predict(
-        &predictor,
-        &globs(&test_files),
-        32,
-        Parallelism::Auto,
-        2,
-        Some(&predictions),
-    )?;
+    let test_globs = globs(&test_files);
+    let data = Data {
+        files: &test_globs,
+        options: ReaderOptions::default(),
+        batch_size: 32,
+        parallelism: Parallelism::Auto,
+    };
+    let predicted = predict(&predictor, &data, 2, Some(&predictions))?;
     write!(stdout, "{predicted}")?;
     write_json(&out.join("predict-report.json"), &predicted)?;
 
@@ -183,10 +185,15 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     )?;
     writeln!(
         stdout,
-        "Again by hand: tfpipe train --schema {} --data '{}' --test-data '{}' --epochs {epochs} --batch-size {batch_size}",
+        "Again by hand: {} train --schema {} --data '{}' --test-data '{}' --epochs {epochs} --batch-size {batch_size}",
+        this_binary(),
         train_files.schema_path.display(),
         out.join("train-*.tfrecord").display(),
         out.join("test-*.tfrecord").display()
+    )?;
+    writeln!(
+        stdout,
+        "(`cargo install --path .` puts tfpipe on your PATH; then `tfpipe --help`)"
     )?;
     Ok(Status::Ok)
 }
@@ -212,4 +219,18 @@ fn globs(summary: &Summary) -> Vec<String> {
         .iter()
         .map(|p| p.to_string_lossy().into_owned())
         .collect()
+}
+
+/// How to run this binary again from the current directory: its path
+/// relative to here when it is below (`target/release/tfpipe` after `cargo
+/// run --release`), else its full path. `cargo run` does not put it on PATH.
+fn this_binary() -> String {
+    let Ok(exe) = std::env::current_exe() else {
+        return "tfpipe".into();
+    };
+    let here = std::env::current_dir().unwrap_or_default();
+    match exe.strip_prefix(&here) {
+        Ok(relative) => relative.display().to_string(),
+        Err(_) => exe.display().to_string(),
+    }
 }

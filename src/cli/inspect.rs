@@ -334,6 +334,11 @@ struct FeatureStats {
     kinds: [u64; 4],
     /// Values per record, over those with a list set.
     values: Range,
+    /// Bytes per value of a bytes list.
+    value_bytes: Range,
+    /// Bytes values that are not text (not UTF-8, or with control
+    /// characters other than tab and newlines): raw data such as pixels.
+    binary_values: u64,
 }
 
 const KIND_NAMES: [&str; 3] = ["bytes_list", "float_list", "int64_list"];
@@ -343,7 +348,13 @@ impl FeatureStats {
     fn add(&mut self, feature: &Feature) {
         self.present += 1;
         let (kind, count) = match &feature.kind {
-            Some(feature::Kind::BytesList(l)) => (0, l.value.len()),
+            Some(feature::Kind::BytesList(l)) => {
+                for value in &l.value {
+                    self.value_bytes.add(value.len() as u64);
+                    self.binary_values += u64::from(!is_text(value));
+                }
+                (0, l.value.len())
+            }
             Some(feature::Kind::FloatList(l)) => (1, l.value.len()),
             Some(feature::Kind::Int64List(l)) => (2, l.value.len()),
             None => (3, 0),
@@ -360,6 +371,8 @@ impl FeatureStats {
             *mine += theirs;
         }
         self.values.merge(&other.values);
+        self.value_bytes.merge(&other.value_bytes);
+        self.binary_values += other.binary_values;
     }
 
     /// The one list kind seen, if exactly one was.
@@ -379,6 +392,41 @@ impl FeatureStats {
         match seen.len() {
             0 => "no list set".into(),
             _ => seen.join("+"),
+        }
+    }
+
+    /// `NAME:uint8:N` for a bytes feature that every one of the `records`
+    /// has as exactly one value of N bytes: the spec that decodes it raw
+    /// (`decode_raw`), which a model can train on.
+    fn raw_spec(&self, name: &str, records: u64) -> Option<String> {
+        let every_record = self.kind() == Some(0) && self.kinds[0] == records && records > 0;
+        match (self.values.min, self.values.max, self.value_bytes.min) {
+            (Some(1), 1, Some(n)) if every_record && n > 0 && n == self.value_bytes.max => {
+                Some(format!("{name}:uint8:{n}"))
+            }
+            _ => None,
+        }
+    }
+
+    /// The spec to paste: [`Self::raw_spec`] for raw data (values that are
+    /// not text), else [`Self::spec`].
+    fn best_spec(&self, name: &str, records: u64) -> Option<String> {
+        match self.raw_spec(name, records) {
+            Some(raw) if self.binary_values > 0 => Some(raw),
+            _ => self.spec(name, false, records),
+        }
+    }
+
+    /// What else the values can be read as: `as text: NAME:bytes` when the
+    /// pasted spec decodes them raw, `decoded raw: NAME:uint8:N` when it
+    /// reads them as strings.
+    fn alternative(&self, name: &str, records: u64) -> Option<String> {
+        let raw = self.raw_spec(name, records)?;
+        let spec = self.spec(name, false, records)?;
+        if self.binary_values > 0 {
+            Some(format!("as strings: {spec}"))
+        } else {
+            Some(format!("decoded raw: {raw}"))
         }
     }
 
@@ -419,7 +467,13 @@ impl FeatureStats {
     fn json(&self, name: &str, records: u64) -> FeatureJson {
         FeatureJson {
             name: name.to_string(),
-            spec: self.spec(name, false, records),
+            spec: self.best_spec(name, records),
+            bytes_spec: self
+                .raw_spec(name, records)
+                .and_then(|_| self.spec(name, false, records)),
+            raw_spec: self.raw_spec(name, records),
+            min_bytes_per_value: self.value_bytes.min,
+            max_bytes_per_value: self.value_bytes.min.map(|_| self.value_bytes.max),
             kind: self.kind().map(|k| KIND_NAMES[k]),
             present: self.present,
             no_list_set: self.kinds[3],
@@ -427,6 +481,15 @@ impl FeatureStats {
             max_values: self.values.min.map(|_| self.values.max),
         }
     }
+}
+
+/// Whether `value` reads as text: UTF-8 without control characters other
+/// than tab and line breaks.
+fn is_text(value: &[u8]) -> bool {
+    std::str::from_utf8(value).is_ok_and(|text| {
+        text.chars()
+            .all(|c| !c.is_control() || matches!(c, '\t' | '\n' | '\r'))
+    })
 }
 
 /// `3 values`, `0-6 values`, `1 value`.
@@ -496,12 +559,12 @@ fn write_schema(out: &mut String, schema: &SchemaStats, record_type: RecordType)
     let width = schema
         .features
         .iter()
-        .map(|(name, f)| f.spec(name, false, records).map_or(0, |s| s.len()))
+        .map(|(name, f)| f.best_spec(name, records).map_or(0, |s| s.len()))
         .max()
         .unwrap_or(0);
     for (name, stats) in &schema.features {
         let with_list = stats.present - stats.kinds[3];
-        let mut note = match stats.spec(name, false, records) {
+        let mut note = match stats.best_spec(name, records) {
             Some(spec) => format!(
                 "--feature {spec:width$}  # {} in {with_list}/{records} records, {}",
                 stats.kind_name(),
@@ -514,6 +577,11 @@ fn write_schema(out: &mut String, schema: &SchemaStats, record_type: RecordType)
                 values_text(&stats.values)
             ),
         };
+        if let (Some(n), Some(alternative)) =
+            (stats.value_bytes.min, stats.alternative(name, records))
+        {
+            let _ = write!(note, " of {n} bytes ({alternative})");
+        }
         if stats.kinds[3] > 0 {
             let _ = write!(note, ", no list set in {}/{records}", stats.kinds[3]);
         }
@@ -692,7 +760,18 @@ struct SchemaJson {
 #[derive(Serialize)]
 struct FeatureJson {
     name: String,
+    /// The spec to paste (`raw_spec` for raw data).
     spec: Option<String>,
+    /// With `raw_spec`: the values as strings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bytes_spec: Option<String>,
+    /// `NAME:uint8:N` when every record has one value of N bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    raw_spec: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    min_bytes_per_value: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_bytes_per_value: Option<u64>,
     kind: Option<&'static str>,
     present: u64,
     no_list_set: u64,

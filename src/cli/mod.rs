@@ -120,43 +120,37 @@ pub(crate) fn resolve_files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// Fails when a setting would need more memory than the machine has, with
-/// how much it would need, before anything is allocated (an allocation that
-/// large aborts the process).
-pub(crate) fn check_memory(setting: &str, bytes: u128, per_what: &str) -> anyhow::Result<()> {
-    let limit = physical_memory().unwrap_or(isize::MAX as u64);
-    if bytes > u128::from(limit) {
+/// Fails unless files can be created under `prefix`'s directory: its first
+/// ancestor that exists is a directory (not a file) and writable. Nothing is
+/// created here; the output creates the missing directories when it writes.
+/// For outputs named by a prefix (`convert -o out/p` writes `out/p-*`).
+pub(crate) fn check_output_prefix(prefix: &std::path::Path, flag: &str) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let mut dir = match prefix.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    while !dir.exists() {
+        match dir.parent() {
+            Some(p) if !p.as_os_str().is_empty() => dir = p,
+            _ => {
+                dir = std::path::Path::new(".");
+                break;
+            }
+        }
+    }
+    if !dir.is_dir() {
         anyhow::bail!(
-            "{setting} would need at least {} of memory ({per_what}), more than this machine has ({})",
-            human_bytes(bytes),
-            human_bytes(u128::from(limit))
+            "{flag} {}: {} is a file; a directory is needed",
+            prefix.display(),
+            dir.display()
         );
     }
-    Ok(())
-}
-
-/// Physical memory (`MemTotal` in `/proc/meminfo`), on Linux.
-fn physical_memory() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kb.checked_mul(1024)
-}
-
-/// `12.3 GB`.
-fn human_bytes(bytes: u128) -> String {
-    let units = ["bytes", "KB", "MB", "GB", "TB", "PB", "EB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1000.0 && unit + 1 < units.len() {
-        value /= 1000.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} bytes")
-    } else {
-        format!("{value:.1} {}", units[unit])
-    }
+    tempfile::Builder::new()
+        .prefix(".tfpipe-probe")
+        .tempfile_in(dir)
+        .map(drop)
+        .with_context(|| format!("{flag} {}: {} is not writable", prefix.display(), dir.display()))
 }
 
 /// Process exit statuses.
@@ -287,23 +281,47 @@ fn number_error(err: &clap::Error) -> Option<String> {
 }
 
 /// A whole number of at least 1, for flags that count things (`--shards`,
-/// `--batch-size`): `value_parser = cli::positive::<usize>`.
-#[allow(dead_code, reason = "for the numeric flags of every subcommand")]
+/// `--batch-size`): `value_parser = cli::positive::<usize>`. Like [`count`],
+/// it takes `1e6`.
 pub(crate) fn positive<T>(text: &str) -> Result<T, String>
 where
     T: TryFrom<u64>,
 {
-    let n: u64 = text.trim().parse().map_err(|_| {
-        if text.trim_start().starts_with('-') {
-            "must be a whole number of at least 1 (it cannot be negative)".to_string()
-        } else {
-            "must be a whole number of at least 1".to_string()
-        }
-    })?;
-    if n == 0 {
-        return Err("must be a whole number of at least 1".into());
+    match whole_number(text) {
+        Ok(0) => Err("must be a whole number of at least 1".into()),
+        Ok(n) => T::try_from(n).map_err(|_| "is too large".into()),
+        Err(why) if why.starts_with("must") => Err(format!("{why}, at least 1")),
+        Err(why) => Err(why),
     }
+}
+
+/// A whole number, 0 or more (`--prefetch`, `--shuffle-buffer`):
+/// `value_parser = cli::count::<usize>`. Takes `1e6` as well as `1000000`,
+/// so that a size written that way reaches the memory check.
+pub(crate) fn count<T>(text: &str) -> Result<T, String>
+where
+    T: TryFrom<u64>,
+{
+    let n = whole_number(text).map_err(|why| match why.starts_with("must") {
+        true => format!("{why}, 0 or more"),
+        false => why,
+    })?;
     T::try_from(n).map_err(|_| "is too large".into())
+}
+
+/// `256` or `2.5e3`; `Err` says what is wrong (negative, not whole, too large).
+fn whole_number(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    if let Ok(n) = text.parse::<u64>() {
+        return Ok(n);
+    }
+    let negative = text.starts_with('-');
+    match text.parse::<f64>() {
+        _ if negative => Err("must be a whole number (it cannot be negative)".into()),
+        Ok(x) if x.is_finite() && x.fract() == 0.0 && x < u64::MAX as f64 => Ok(x as u64),
+        Ok(x) if x.is_finite() && x.fract() == 0.0 => Err("is too large".into()),
+        _ => Err("must be a whole number (such as 256 or 1e6)".into()),
+    }
 }
 
 /// A finite number above 0, for rates and scales (`--lr`):

@@ -9,11 +9,12 @@ use prost::Message;
 use tfpipe::example::Example;
 use tfpipe::example::proto::{Feature, Features, Int64List, feature};
 use tfpipe::pipeline::{Parallelism, Pipeline};
+use tfpipe::atomic_file::AtomicFile;
 use tfpipe::tfrecord::{Compression, FileRecordReader, FileRecordWriter, ReaderOptions};
 use tfpipe::train::{BatchStream, PredictReport, Predictor, TrainError, parse_device};
 
-use super::Status;
-use super::train::{set_compute_threads, write_json};
+use super::train::{check_output_file, check_size, set_compute_threads, write_json};
+use super::{CompressionFlag, Status, interrupt};
 
 /// Arguments of `tfpipe predict`.
 #[derive(Debug, clap::Args)]
@@ -24,11 +25,13 @@ pub struct Args {
     /// TFRecord files or globs to predict (the checkpoint's schema parses them).
     #[arg(long, required = true, num_args = 1..)]
     pub data: Vec<String>,
+    #[command(flatten)]
+    pub compression: CompressionFlag,
     /// Untimed predictions on the first batch before timing.
     #[arg(long, default_value_t = 0)]
     pub warmup: usize,
     /// Examples per prediction call.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = super::positive::<usize>)]
     pub batch_size: usize,
     /// Write predictions here: JSON lines, or TFRecord `Example`s when the
     /// name ends in .tfrecord (.gz, .zlib).
@@ -51,23 +54,22 @@ pub struct Args {
 /// Runs `tfpipe predict`.
 pub fn run(args: Args) -> anyhow::Result<Status> {
     set_compute_threads(args.compute_threads)?;
+    // Every destination is checked before the checkpoint is even loaded.
+    check_output_file(args.output.as_deref(), "--output")?;
+    check_output_file(args.report_json.as_deref(), "--report-json")?;
     let device = parse_device(&args.device)?;
     let parallelism: Parallelism = args
         .num_parallel_calls
         .parse()
         .map_err(anyhow::Error::msg)?;
-    if args.batch_size == 0 {
-        bail!("--batch-size must be at least 1");
-    }
     let predictor = Predictor::load(&args.checkpoint, &device)?;
-    let report = predict(
-        &predictor,
-        &args.data,
-        args.batch_size,
+    let data = Data {
+        files: &args.data,
+        options: args.compression.reader_options(),
+        batch_size: args.batch_size,
         parallelism,
-        args.warmup,
-        args.output.as_deref(),
-    )?;
+    };
+    let report = predict(&predictor, &data, args.warmup, args.output.as_deref())?;
     let mut stdout = std::io::stdout().lock();
     write!(stdout, "{report}")?;
     if let Some(path) = &args.report_json {
@@ -76,12 +78,23 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     Ok(Status::Ok)
 }
 
-/// Predicts `files` with `predictor`, writing predictions to `output` if given.
+/// The data to predict and how to read it.
+pub(super) struct Data<'a> {
+    /// TFRecord files or globs.
+    pub files: &'a [String],
+    /// How to read them (`--compression`).
+    pub options: ReaderOptions,
+    pub batch_size: usize,
+    pub parallelism: Parallelism,
+}
+
+/// Predicts `data` with `predictor`, writing predictions to `output` if given.
+///
+/// With an `output`, SIGINT, SIGTERM and SIGHUP stop at the next batch: the
+/// temporary output file is removed and the error is the interrupt.
 pub(super) fn predict(
     predictor: &Predictor,
-    files: &[String],
-    batch_size: usize,
-    parallelism: Parallelism,
+    data: &Data<'_>,
     warmup: usize,
     output: Option<&Path>,
 ) -> anyhow::Result<PredictReport> {
@@ -91,38 +104,62 @@ pub(super) fn predict(
             "the checkpoint has no schema (it was saved without one), so its input cannot be parsed"
         );
     };
-    let pipeline_files = Pipeline::tfrecord_files(files)?;
+    // The batches in flight (prefetched, parsed, as a tensor), as float32s.
+    check_size(
+        &format!(
+            "--batch-size {} ({} inputs per example)",
+            data.batch_size,
+            meta.input.inputs()
+        ),
+        (data.batch_size as u128)
+            .saturating_mul(meta.input.inputs() as u128)
+            .saturating_mul(4 * 4),
+    )?;
+    let pipeline_files = Pipeline::tfrecord_files(data.files)?.reader_options(data.options.clone());
     let with_labels = match (&schema_meta.label, pipeline_files.paths().first()) {
-        (Some(label), Some(first)) => has_feature(first, label)?,
+        (Some(label), Some(first)) => has_feature(first, label, data.options.clone())?,
         _ => false,
     };
     let schema = schema_meta.to_schema(with_labels);
     let mut stream: Box<dyn BatchStream> = Box::new(
         pipeline_files
             .records()
-            .batch(batch_size)
-            .parse_batches(schema, parallelism)
+            .batch(data.batch_size)
+            .parse_batches(schema, data.parallelism)
             .prefetch(2)
             .start()?,
     );
-    let mut sink = match output {
-        Some(path) => Some(Sink::create(path)?),
-        None => None,
+    let (mut sink, interrupt) = match output {
+        Some(path) => (Some(Sink::create(path)?), Some(interrupt::install()?)),
+        None => (None, None),
     };
-    let report = predictor.run(
+    // The sink's own error (a full disk, an interrupt): the library only
+    // hears that the sink failed, and this is what the user is told.
+    let mut failed: Option<anyhow::Error> = None;
+    let result = predictor.run(
         stream.as_mut(),
         with_labels,
         warmup,
-        &mut |predicted, labels| match sink.as_mut() {
-            Some(sink) => sink
-                .write(predicted, labels)
-                .map_err(|e| TrainError::Events {
-                    path: sink.path().to_path_buf(),
-                    source: std::io::Error::other(format!("{e:#}")),
-                }),
-            None => Ok(()),
+        &mut |predicted, labels| {
+            let Some(sink) = sink.as_mut() else {
+                return Ok(());
+            };
+            let written = match interrupt.as_ref().map(interrupt::Interrupt::check) {
+                Some(Err(stopped)) => {
+                    Err(anyhow::Error::new(stopped.note("no predictions were written")))
+                }
+                _ => sink.write(predicted, labels),
+            };
+            written.map_err(|e| {
+                failed = Some(e);
+                TrainError::Config("the prediction output failed".into())
+            })
         },
-    )?;
+    );
+    if let Some(err) = failed {
+        return Err(err);
+    }
+    let report = result?;
     if let Some(sink) = sink {
         let path = sink.finish()?;
         eprintln!(
@@ -135,8 +172,8 @@ pub(super) fn predict(
 }
 
 /// Whether the first record of `path` has feature `name`.
-fn has_feature(path: &Path, name: &str) -> anyhow::Result<bool> {
-    let mut reader = FileRecordReader::open(path, ReaderOptions::default())?;
+fn has_feature(path: &Path, name: &str, options: ReaderOptions) -> anyhow::Result<bool> {
+    let mut reader = FileRecordReader::open(path, options)?;
     let mut buf = Vec::new();
     if !reader.read_record(&mut buf)? {
         return Ok(false);
@@ -152,7 +189,7 @@ fn has_feature(path: &Path, name: &str) -> anyhow::Result<bool> {
 enum Sink {
     /// JSON lines, written to a temporary file renamed at the end.
     Json {
-        out: BufWriter<tempfile::NamedTempFile>,
+        out: BufWriter<AtomicFile>,
         path: PathBuf,
     },
     /// TFRecord `Example`s with `prediction` (and `label`) int64 features.
@@ -166,23 +203,11 @@ impl Sink {
             let writer = FileRecordWriter::create(path, Compression::from_path(path))?;
             return Ok(Sink::Records(Box::new(writer)));
         }
-        let dir = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
-        let file = tempfile::NamedTempFile::new_in(dir)
-            .with_context(|| format!("{}: cannot create", path.display()))?;
+        let file = AtomicFile::create(path)?;
         Ok(Sink::Json {
             out: BufWriter::new(file),
             path: path.to_path_buf(),
         })
-    }
-
-    fn path(&self) -> &Path {
-        match self {
-            Sink::Json { path, .. } => path,
-            Sink::Records(w) => w.path(),
-        }
     }
 
     fn write(&mut self, predicted: &[u32], labels: Option<&[u32]>) -> anyhow::Result<()> {
@@ -223,9 +248,7 @@ impl Sink {
                     .into_inner()
                     .map_err(|e| e.into_error())
                     .with_context(|| format!("{}: cannot write", path.display()))?;
-                file.persist(&path)
-                    .with_context(|| format!("{}: cannot write", path.display()))?;
-                Ok(path)
+                Ok(file.commit()?)
             }
             Sink::Records(w) => Ok(w.finish()?),
         }

@@ -7,7 +7,6 @@
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -15,6 +14,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tfpipe::Schema;
 use tfpipe::example::DType;
 use tfpipe::pipeline::{Parallelism, Pipeline};
+use tfpipe::tfrecord::ReaderOptions;
 use tfpipe::train::{
     BatchStream, BoxError, Checkpoint, Checkpointer, Control, Decay, EarlyStopping, EpochReport,
     InputSpec, LrSchedule, ModelConfig, Monitor, Observer, OptimizerConfig, OptimizerKind,
@@ -22,7 +22,7 @@ use tfpipe::train::{
     Trainer, classes_from_metadata, epoch_seed, parse_device,
 };
 
-use super::Status;
+use super::{CompressionFlag, Status};
 
 /// Arguments of `tfpipe train`.
 #[derive(Debug, clap::Args)]
@@ -30,6 +30,8 @@ pub struct Args {
     /// Training data: TFRecord files or globs (compression from the suffix).
     #[arg(long, required = true, num_args = 1..)]
     pub data: Vec<String>,
+    #[command(flatten)]
+    pub compression: CompressionFlag,
     /// A feature to parse, NAME:DTYPE[:SHAPE] (e.g. image_raw:uint8:28x28, label:int64).
     #[arg(long = "feature", conflicts_with = "schema")]
     pub features: Vec<String>,
@@ -43,7 +45,7 @@ pub struct Args {
     /// The number of classes (labels must be below it). By default the size
     /// of the label vocabulary `tfpipe convert` recorded in the schema file,
     /// else 10.
-    #[arg(long)]
+    #[arg(long, value_parser = super::positive::<usize>)]
     pub classes: Option<usize>,
     /// classification or regression. By default regression for a float32
     /// label, classification otherwise.
@@ -88,22 +90,22 @@ pub struct Args {
     #[arg(long, default_value_t = 0)]
     pub warmup_steps: u64,
     /// Epochs to train (with --resume: this many more). By default 1.
-    #[arg(long, conflicts_with = "steps")]
+    #[arg(long, conflicts_with = "steps", value_parser = super::count::<u64>)]
     pub epochs: Option<u64>,
     /// Steps to train instead of epochs (with --resume: this many more).
-    #[arg(long)]
+    #[arg(long, value_parser = super::count::<u64>)]
     pub steps: Option<u64>,
     /// Examples per batch.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = super::positive::<usize>)]
     pub batch_size: usize,
     /// Shuffle buffer size in examples (0: no shuffle).
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 10_000, value_parser = super::count::<usize>)]
     pub shuffle_buffer: usize,
     /// Parse workers: a number or `auto`.
     #[arg(long, default_value = "auto")]
     pub num_parallel_calls: String,
     /// Batches the device-prefetch stage converts ahead (0: on the training thread).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = super::count::<usize>)]
     pub prefetch: usize,
     /// cpu, cuda or cuda:N (cuda needs the `cuda` cargo feature).
     #[arg(long, default_value = "cpu")]
@@ -260,12 +262,10 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
             args.resume.as_deref().unwrap_or(Path::new("")).display()
         );
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = Arc::clone(&stop);
-        // Fails only when a handler is already set in this process.
-        let _ = ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst));
-    }
+    // SIGINT, SIGTERM and SIGHUP stop training after the current step; the
+    // checkpoint is saved, then the command exits with 128 + the signal.
+    let interrupt = super::interrupt::install()?;
+    let stop = interrupt.flag();
     let monitor = match args.monitor.as_str() {
         "loss" => Monitor::Loss,
         "metric" => Monitor::Metric,
@@ -287,6 +287,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     config.origin = super::process_start();
     let data = DataOptions {
         files: args.data.clone(),
+        reader: args.compression.reader_options(),
         schema: schema.clone(),
         batch_size: args.batch_size,
         shuffle_buffer: args.shuffle_buffer,
@@ -320,11 +321,15 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     if let Some(path) = &args.report_json {
         write_json(path, &report)?;
     }
-    Ok(if report.interrupted {
-        Status::Interrupted
-    } else {
-        Status::Ok
-    })
+    if report.interrupted {
+        let note = if args.save.is_some() {
+            "the checkpoint holds the steps done"
+        } else {
+            "nothing was saved (no --save)"
+        };
+        return Err(interrupt.error().note(note).into());
+    }
+    Ok(Status::Ok)
 }
 
 /// What a schema file's metadata records besides the schema: the label
@@ -663,6 +668,8 @@ pub(super) fn with_hint(e: TrainError) -> anyhow::Error {
 #[derive(Debug, Clone)]
 pub(super) struct DataOptions {
     pub files: Vec<String>,
+    /// How to read them (`--compression`).
+    pub reader: ReaderOptions,
     pub schema: Schema,
     pub batch_size: usize,
     /// 0: read in file order.
@@ -675,7 +682,7 @@ impl DataOptions {
     /// Starts the pipeline for `epoch`: read (files interleaved), shuffle
     /// (reseeded per epoch), batch, parse per batch, prefetch.
     pub(super) fn open(&self, epoch: u64) -> Result<Box<dyn BatchStream>, BoxError> {
-        let files = Pipeline::tfrecord_files(&self.files)?;
+        let files = Pipeline::tfrecord_files(&self.files)?.reader_options(self.reader.clone());
         let records = if self.shuffle_buffer > 0 {
             files
                 .interleave(4, 16)
@@ -819,18 +826,10 @@ pub(super) fn progress_bar(len: Option<u64>) -> ProgressBar {
 
 /// Writes `value` as pretty JSON to `path`, atomically (temp file + rename).
 pub(super) fn write_json(path: &Path, value: &impl serde::Serialize) -> anyhow::Result<()> {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let mut file = tempfile::NamedTempFile::new_in(dir)
-        .with_context(|| format!("{}: cannot create", path.display()))?;
-    serde_json::to_writer_pretty(&mut file, value)
-        .with_context(|| format!("{}: cannot write", path.display()))?;
-    std::io::Write::write_all(&mut file, b"\n")
-        .with_context(|| format!("{}: cannot write", path.display()))?;
-    file.persist(path)
-        .with_context(|| format!("{}: cannot write", path.display()))?;
+    let mut bytes = serde_json::to_vec_pretty(value)?;
+    bytes.push(b'\n');
+    // Temp file, fsync, rename; the mode follows the umask, like every output.
+    tfpipe::atomic_file::write(path, &bytes)?;
     Ok(())
 }
 
