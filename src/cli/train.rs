@@ -262,8 +262,8 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
             args.resume.as_deref().unwrap_or(Path::new("")).display()
         );
     }
-    // SIGINT, SIGTERM and SIGHUP stop training after the current step; the
-    // checkpoint is saved, then the command exits with 128 + the signal.
+    // SIGINT, SIGTERM and SIGHUP set one flag; the trainer stops at the next
+    // step, saves (with --save), and the command exits 128 + the signal.
     let interrupt = super::interrupt::install()?;
     let stop = interrupt.flag();
     let monitor = match args.monitor.as_str() {
@@ -322,12 +322,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         write_json(path, &report)?;
     }
     if report.interrupted {
-        let note = if args.save.is_some() {
-            "the checkpoint holds the steps done"
-        } else {
-            "nothing was saved (no --save)"
-        };
-        return Err(interrupt.error().note(note).into());
+        return Err(interrupt.error().into());
     }
     Ok(Status::Ok)
 }
