@@ -22,7 +22,7 @@ impl<T: Send + 'static> Pipeline<T> {
                         counters.add_in(1, 0);
                         if skipped < n {
                             skipped += 1;
-                            if skipped % 1024 == 0 && env.cancelled() {
+                            if skipped.is_multiple_of(1024) && env.cancelled() {
                                 return None;
                             }
                             continue;

@@ -413,7 +413,7 @@ impl Anchors {
     /// Called by the worker side after pulling `pulled` elements in all;
     /// `consumed` is how many the consumer has taken (older anchors go).
     pub(crate) fn offer<T>(&mut self, pulled: u64, consumed: u64, up: &dyn StageStream<T>) {
-        if pulled % ANCHOR_EVERY != 0 && pulled != 0 {
+        if !pulled.is_multiple_of(ANCHOR_EVERY) && pulled != 0 {
             return;
         }
         self.list
