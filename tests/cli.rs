@@ -174,7 +174,9 @@ fn every_subcommand_exits_0_on_a_closed_stdout() {
             "-o",
             &out("q"),
         ],
-        vec!["train", "--schema", &schema, "--data", &data, "--epochs", "1"],
+        vec![
+            "train", "--schema", &schema, "--data", &data, "--epochs", "1",
+        ],
         vec!["predict", "--checkpoint", &ck, "--data", &data],
         vec!["demo", "--epochs", "1", "--out", &out("demo")],
     ]
@@ -213,7 +215,11 @@ fn bench_stops_at_the_first_error_and_says_where_once() {
         "0",
     ]);
     assert_eq!(out.code, 1, "{}", out.stderr);
-    assert!(out.stdout.is_empty(), "a report after the error: {}", out.stdout);
+    assert!(
+        out.stdout.is_empty(),
+        "a report after the error: {}",
+        out.stdout
+    );
     let lines: Vec<&str> = out.stderr.lines().collect();
     assert_eq!(lines.len(), 1, "{}", out.stderr);
     let line = lines[0];
@@ -239,12 +245,20 @@ fn exit_codes_follow_the_readme() {
         );
         assert!(out.stderr.contains("byte"), "{what}: {}", out.stderr);
     };
-    let out = run(&["train", "--schema", &schema, "--data", &bad, "--epochs", "1"]);
+    let out = run(&[
+        "train", "--schema", &schema, "--data", &bad, "--epochs", "1",
+    ]);
     located(&out, "train");
     let out = run(&["predict", "--checkpoint", &ck, "--data", &bad]);
     located(&out, "predict");
     let out = run(&[
-        "bench", "--schema", &schema, "--data", &bad, "--shuffle-buffer", "0",
+        "bench",
+        "--schema",
+        &schema,
+        "--data",
+        &bad,
+        "--shuffle-buffer",
+        "0",
     ]);
     located(&out, "bench");
 
@@ -281,7 +295,11 @@ fn convert_idx_with_a_corrupt_gzip_exits_1_with_an_offset() {
         &s(&dir.path().join("out/m")),
     ]);
     assert_eq!(out.code, 1, "{}", out.stderr);
-    assert!(out.stderr.contains("t10k-images-idx3-ubyte.gz"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("t10k-images-idx3-ubyte.gz"),
+        "{}",
+        out.stderr
+    );
     assert!(
         out.stderr.contains("byte") || out.stderr.contains("offset"),
         "{}",
@@ -312,7 +330,15 @@ fn destinations_are_checked_before_any_work() {
         (train("--report-json", &is_dir), "--report-json"),
         (train("--report-json", &missing_dir), "--report-json"),
         (
-            run(&["predict", "--checkpoint", &ck, "--data", &data, "--output", &is_dir]),
+            run(&[
+                "predict",
+                "--checkpoint",
+                &ck,
+                "--data",
+                &data,
+                "--output",
+                &is_dir,
+            ]),
             "--output",
         ),
         (
@@ -352,7 +378,11 @@ fn destinations_are_checked_before_any_work() {
     ] {
         assert_eq!(out.code, 2, "{flag}: {}", out.stderr);
         assert!(out.stderr.contains(flag), "{flag}: {}", out.stderr);
-        assert!(out.stdout.is_empty(), "{flag}: work was done: {}", out.stdout);
+        assert!(
+            out.stdout.is_empty(),
+            "{flag}: work was done: {}",
+            out.stdout
+        );
     }
 }
 
@@ -380,14 +410,23 @@ fn absurd_sizes_say_how_much_memory_they_need() {
         run(&args)
     };
     for (what, out) in [
-        ("bench --batch-size", bench(&["--batch-size", "1000000000000"])),
+        (
+            "bench --batch-size",
+            bench(&["--batch-size", "1000000000000"]),
+        ),
         ("bench --prefetch", bench(&["--prefetch", "1e12"])),
-        ("bench --shuffle-buffer", bench(&["--shuffle-buffer", "1e15"])),
+        (
+            "bench --shuffle-buffer",
+            bench(&["--shuffle-buffer", "1e15"]),
+        ),
         (
             "bench huge schema",
             run(&["bench", "--data", &data, "--schema", &s(&huge)]),
         ),
-        ("train --batch-size", train(&["--batch-size", "1000000000000"])),
+        (
+            "train --batch-size",
+            train(&["--batch-size", "1000000000000"]),
+        ),
         ("train --prefetch", train(&["--prefetch", "1e12"])),
         ("train --hidden", train(&["--hidden", "100000000"])),
         ("train --classes", train(&["--classes", "1e12"])),
@@ -397,7 +436,15 @@ fn absurd_sizes_say_how_much_memory_they_need() {
         ),
         (
             "predict --batch-size",
-            run(&["predict", "--checkpoint", &ck, "--data", &data, "--batch-size", "1e15"]),
+            run(&[
+                "predict",
+                "--checkpoint",
+                &ck,
+                "--data",
+                &data,
+                "--batch-size",
+                "1e15",
+            ]),
         ),
     ] {
         assert_eq!(out.code, 2, "{what}: {}", out.stderr);
@@ -407,7 +454,11 @@ fn absurd_sizes_say_how_much_memory_they_need() {
             "{what}: says no amount: {}",
             out.stderr
         );
-        assert!(!out.stderr.contains("memory allocation of"), "{what}: {}", out.stderr);
+        assert!(
+            !out.stderr.contains("memory allocation of"),
+            "{what}: {}",
+            out.stderr
+        );
     }
 }
 
@@ -420,15 +471,27 @@ fn negative_numbers_get_a_message_about_the_number() {
     let (examples, spec) = golden();
     for (args, needle) in [
         (
-            vec!["train", "--schema", &schema, "--data", &data, "--lr", "-0.1"],
+            vec![
+                "train", "--schema", &schema, "--data", &data, "--lr", "-0.1",
+            ],
             "lr",
         ),
         (
-            vec!["bench", "--data", &examples, "--feature", spec, "--batch-size", "-3"],
+            vec![
+                "bench",
+                "--data",
+                &examples,
+                "--feature",
+                spec,
+                "--batch-size",
+                "-3",
+            ],
             "--batch-size",
         ),
         (
-            vec!["train", "--schema", &schema, "--data", &data, "--epochs", "-1"],
+            vec![
+                "train", "--schema", &schema, "--data", &data, "--epochs", "-1",
+            ],
             "--epochs",
         ),
         (
@@ -447,7 +510,11 @@ fn negative_numbers_get_a_message_about_the_number() {
         let out = run(&args);
         assert_eq!(out.code, 2, "{args:?}: {}", out.stderr);
         assert!(out.stderr.contains(needle), "{args:?}: {}", out.stderr);
-        assert!(!out.stderr.contains("'--'") && !out.stderr.contains("-- -"), "{args:?}: {}", out.stderr);
+        assert!(
+            !out.stderr.contains("'--'") && !out.stderr.contains("-- -"),
+            "{args:?}: {}",
+            out.stderr
+        );
     }
 }
 
@@ -498,12 +565,13 @@ fn inspect_suggests_raw_pixels_and_its_specs_train() {
     let specs: Vec<String> = out
         .stdout
         .lines()
-        .skip_while(|l| !l.starts_with("total:"))
         .filter_map(|l| l.trim().strip_prefix("--feature "))
         .map(|l| l.split_whitespace().next().unwrap().to_string())
         .collect();
     assert_eq!(specs.len(), 2, "{}", out.stdout);
-    let mut args = vec!["train", "--data", &data, "--label", "label", "--epochs", "1"];
+    let mut args = vec![
+        "train", "--data", &data, "--label", "label", "--epochs", "1",
+    ];
     for spec in &specs {
         args.extend(["--feature", spec]);
     }

@@ -10,7 +10,7 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use serde::Serialize;
 use tfpipe::Schema;
 use tfpipe::metrics::{PipelineMetrics, StageMetrics};
@@ -184,7 +184,9 @@ fn check_sizes(args: &Args, schema: &Schema) -> anyhow::Result<()> {
             "--prefetch {} with --batch-size {} (the prefetched batches and the two being built and read)",
             args.prefetch, args.batch_size
         ),
-        (args.prefetch as u128).saturating_add(2).saturating_mul(batch),
+        (args.prefetch as u128)
+            .saturating_add(2)
+            .saturating_mul(batch),
     )?;
     check_size(
         &format!(
@@ -204,8 +206,8 @@ fn run_once(
     file_bytes: u64,
 ) -> anyhow::Result<Report> {
     let constructed = Instant::now();
-    let files = Pipeline::tfrecord_files(&args.data)?
-        .reader_options(args.compression.reader_options());
+    let files =
+        Pipeline::tfrecord_files(&args.data)?.reader_options(args.compression.reader_options());
     let cycle = args.cycle_length.min(files.paths().len()).max(1);
     let mut records = files
         .interleave_with(Interleave::new(cycle, 16).parallel(parallelism))

@@ -40,8 +40,8 @@ use tfpipe::example::{DType, FeatureSpec, Layout, Value};
 use tfpipe::spawn::{Cancel, Thread};
 use tfpipe::tfrecord::{Compression, OnCorruption, ReaderOptions};
 
-use super::{CompressionFlag, Status, resolve_files};
 use super::cat::{TypeArg, open};
+use super::{CompressionFlag, Status, resolve_files};
 
 /// Arguments of `tfpipe inspect`.
 #[derive(Debug, Default, clap::Args)]
@@ -114,7 +114,10 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
 
 /// Inspects `files` on up to one thread per core, each taking the next file
 /// in turn; the reports come back in the order of `files`.
-fn inspect_all(files: Vec<PathBuf>, args: &Args) -> anyhow::Result<Vec<Result<FileReport, String>>> {
+fn inspect_all(
+    files: Vec<PathBuf>,
+    args: &Args,
+) -> anyhow::Result<Vec<Result<FileReport, String>>> {
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(files.len())
@@ -131,8 +134,8 @@ fn inspect_all(files: Vec<PathBuf>, args: &Args) -> anyhow::Result<Vec<Result<Fi
                 let index = next.fetch_add(1, Ordering::Relaxed);
                 let Some(path) = files.get(index) else { break };
                 let (record_type, compression) = *settings;
-                let report = inspect_file(path, record_type, compression)
-                    .map_err(|err| format!("{err:#}"));
+                let report =
+                    inspect_file(path, record_type, compression).map_err(|err| format!("{err:#}"));
                 done.push((index, report));
             }
             done

@@ -150,7 +150,13 @@ pub(crate) fn check_output_prefix(prefix: &std::path::Path, flag: &str) -> anyho
         .prefix(".tfpipe-probe")
         .tempfile_in(dir)
         .map(drop)
-        .with_context(|| format!("{flag} {}: {} is not writable", prefix.display(), dir.display()))
+        .with_context(|| {
+            format!(
+                "{flag} {}: {} is not writable",
+                prefix.display(),
+                dir.display()
+            )
+        })
 }
 
 /// Process exit statuses.
@@ -375,17 +381,35 @@ fn exit_code(err: &anyhow::Error) -> ExitCode {
 /// system or the command line): corrupt framing or compression, a record that
 /// does not parse under the schema, a row that cannot be converted.
 fn is_bad_data(cause: &(dyn std::error::Error + 'static)) -> bool {
+    use tfpipe::convert::ConvertError;
+    use tfpipe::train::TrainError;
     if let Some(e) = cause.downcast_ref::<tfpipe::RecordError>() {
         return e.is_corruption();
     }
-    if let Some(e) = cause.downcast_ref::<tfpipe::convert::ConvertError>() {
-        return e.location().is_some();
+    if let Some(e) = cause.downcast_ref::<tfpipe::PipelineError>() {
+        return e.is_data_error();
+    }
+    // `TrainError::Data` holds its pipeline error boxed.
+    if let Some(e) = cause.downcast_ref::<Box<tfpipe::PipelineError>>() {
+        return e.is_data_error();
+    }
+    if let Some(e) = cause.downcast_ref::<TrainError>() {
+        return match e {
+            // Corrupt or unparsable records, not an I/O error that has a place.
+            TrainError::Data(e) => e.is_data_error(),
+            e => e.is_bad_data(),
+        };
+    }
+    if let Some(e) = cause.downcast_ref::<ConvertError>() {
+        return matches!(
+            e,
+            ConvertError::BadRow { .. }
+                | ConvertError::BadInput { .. }
+                | ConvertError::Gzip { .. }
+                | ConvertError::NoRecords { .. }
+        );
     }
     cause.is::<tfpipe::example::ParseError>()
-        || matches!(
-            cause.downcast_ref::<tfpipe::PipelineError>(),
-            Some(tfpipe::PipelineError::Parse { .. })
-        )
 }
 
 fn is_broken_pipe(err: &anyhow::Error) -> bool {

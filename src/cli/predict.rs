@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use prost::Message;
+use tfpipe::atomic_file::AtomicFile;
 use tfpipe::example::Example;
 use tfpipe::example::proto::{Feature, Features, Int64List, feature};
 use tfpipe::pipeline::{Parallelism, Pipeline};
-use tfpipe::atomic_file::AtomicFile;
 use tfpipe::tfrecord::{Compression, FileRecordReader, FileRecordWriter, ReaderOptions};
 use tfpipe::train::{BatchStream, PredictReport, Predictor, TrainError, parse_device};
 
@@ -145,9 +145,9 @@ pub(super) fn predict(
                 return Ok(());
             };
             let written = match interrupt.as_ref().map(interrupt::Interrupt::check) {
-                Some(Err(stopped)) => {
-                    Err(anyhow::Error::new(stopped.note("no predictions were written")))
-                }
+                Some(Err(stopped)) => Err(anyhow::Error::new(
+                    stopped.note("no predictions were written"),
+                )),
                 _ => sink.write(predicted, labels),
             };
             written.map_err(|e| {
