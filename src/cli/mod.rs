@@ -105,12 +105,14 @@ impl CompressionArg {
 }
 
 /// The files named by `paths` for `cat` and `inspect`: globs expanded by
-/// the same resolver as `--data` ([`Pipeline::tfrecord_files`]), `-`
-/// (standard input) kept.
+/// the same resolver as `--data` ([`Pipeline::tfrecord_files`]); plain
+/// names and `-` (standard input) kept as they are, so that a file that
+/// cannot be opened is reported in its turn, after the files before it.
 pub(crate) fn resolve_files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     for path in paths {
-        if path.as_os_str() == "-" {
+        let text = path.to_string_lossy();
+        if path.as_os_str() == "-" || !text.contains(['*', '?', '[']) {
             files.push(path.clone());
         } else {
             let found = Pipeline::tfrecord_files([path.to_string_lossy()])?;
@@ -397,6 +399,8 @@ fn is_bad_data(cause: &(dyn std::error::Error + 'static)) -> bool {
         return match e {
             // Corrupt or unparsable records, not an I/O error that has a place.
             TrainError::Data(e) => e.is_data_error(),
+            // A label beyond the classes: the usual fix is --classes, a usage error.
+            TrainError::Label { .. } => false,
             e => e.is_bad_data(),
         };
     }
