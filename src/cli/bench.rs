@@ -14,7 +14,9 @@ use anyhow::Context as _;
 use serde::Serialize;
 use tfpipe::Schema;
 use tfpipe::metrics::{PipelineMetrics, StageMetrics};
-use tfpipe::pipeline::{Interleave, Parallelism, Pipeline, ShuffleOptions};
+use tfpipe::pipeline::{
+    Interleave, Parallelism, Pipeline, Remainder, ShuffleOptions, TfRecordFiles,
+};
 
 use super::train::check_size;
 use super::{CompressionFlag, Status};
@@ -68,6 +70,8 @@ pub struct Args {
     /// Run once per parallelism setting (1, 2, ... cores, auto), one row each.
     #[arg(long)]
     sweep: bool,
+    #[command(flatten)]
+    rank: super::rank::RankArgs,
 }
 
 /// What one run measured.
@@ -97,7 +101,14 @@ struct Report {
 
 /// Runs `tfpipe bench`.
 pub fn run(args: Args) -> anyhow::Result<Status> {
-    let files = Pipeline::tfrecord_files(&args.data)?;
+    // This rank's share (every rank the same count: drop_last).
+    let rank = args.rank.resolve()?;
+    let files = super::rank::share(
+        Pipeline::tfrecord_files(&args.data)?.reader_options(args.compression.reader_options()),
+        rank,
+        Remainder::Drop,
+        true,
+    )?;
     let (schema, _) = super::train::load_schema(&args.feature, args.schema.as_deref(), None)?;
     check_sizes(&args, &schema)?;
     let file_bytes: u64 = files
@@ -117,7 +128,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     let mut out = stdout.lock();
     let mut reports = Vec::new();
     for parallelism in settings {
-        let report = run_once(&args, &schema, parallelism, file_bytes)?;
+        let report = run_once(&args, &files, &schema, parallelism, file_bytes)?;
         if !args.json {
             if args.sweep {
                 if reports.is_empty() {
@@ -201,13 +212,13 @@ fn check_sizes(args: &Args, schema: &Schema) -> anyhow::Result<()> {
 
 fn run_once(
     args: &Args,
+    files: &TfRecordFiles,
     schema: &Schema,
     parallelism: Parallelism,
     file_bytes: u64,
 ) -> anyhow::Result<Report> {
     let constructed = Instant::now();
-    let files =
-        Pipeline::tfrecord_files(&args.data)?.reader_options(args.compression.reader_options());
+    let files = files.clone();
     let cycle = args.cycle_length.min(files.paths().len()).max(1);
     let mut records = files
         .interleave_with(Interleave::new(cycle, 16).parallel(parallelism))

@@ -134,6 +134,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         shuffle_buffer: 10_000,
         seed,
         parallelism: Parallelism::Auto,
+        rank: None,
     };
     let test = DataOptions {
         files: globs(&test_files),
@@ -178,6 +179,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
             output: Output::File(predictions),
             key: None,
             stop: None,
+            rank: None,
         },
     )?;
     write!(stdout, "{predicted}")?;
@@ -311,6 +313,7 @@ fn run_tokens(args: Args) -> anyhow::Result<Status> {
         shuffle_buffer: 10_000,
         seed,
         parallelism: Parallelism::Auto,
+        rank: None,
     };
     let test = DataOptions {
         files: vec![validation.data.to_string_lossy().into_owned()],

@@ -35,7 +35,7 @@ use tfpipe::atomic_file::AtomicFile;
 use tfpipe::batch::{Column, Values};
 use tfpipe::example::proto::{Feature, Features, FloatList, Int64List, feature};
 use tfpipe::example::{DType, Example, FeatureSpec, Layout};
-use tfpipe::pipeline::{Parallelism, Pipeline};
+use tfpipe::pipeline::{Parallelism, Pipeline, Rank, Remainder};
 use tfpipe::tfrecord::{Compression, FileRecordReader, FileRecordWriter, ReaderOptions};
 use tfpipe::train::{
     BatchStream, Labels, Outputs, PredictOptions, PredictReport, PredictedBatch, Predictor,
@@ -91,6 +91,10 @@ pub struct Args {
     /// CPU threads for the model's math (candle). By default half the cores.
     #[arg(long)]
     pub compute_threads: Option<usize>,
+    /// With ranks, each rank predicts its share (every record once over
+    /// all ranks, nothing dropped): give each rank its own --output.
+    #[command(flatten)]
+    pub rank: super::rank::RankArgs,
 }
 
 /// Where predictions go.
@@ -124,6 +128,8 @@ pub(super) struct Job<'a> {
     pub key: Option<&'a str>,
     /// Raised by a signal: stop, and write no file.
     pub stop: Option<Arc<AtomicBool>>,
+    /// This process's share of the files (`--rank`/`--world-size`).
+    pub rank: Option<Rank>,
 }
 
 /// Runs `tfpipe predict`.
@@ -135,7 +141,8 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         check_output_file(Some(path), "--output")?;
     }
     check_output_file(args.report_json.as_deref(), "--report-json")?;
-    let device = parse_device(&args.device)?;
+    let device = parse_device(&super::rank::device(&args.device)?)?;
+    let rank = args.rank.resolve()?;
     let parallelism: Parallelism = args
         .num_parallel_calls
         .parse()
@@ -173,6 +180,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
             output,
             key: args.key.as_deref(),
             stop: Some(interrupt.flag()),
+            rank,
         },
     )?;
     if report.interrupted {
@@ -219,7 +227,13 @@ pub(super) fn predict(predictor: &Predictor, job: Job<'_>) -> anyhow::Result<Pre
     )?;
     // Created first: a signal from here on must leave no temporary file.
     let mut sink = Sink::create(&job.output, predictor)?;
-    let pipeline_files = Pipeline::tfrecord_files(job.files)?.reader_options(job.reader.clone());
+    // Prediction keeps every record: no rank waits for another.
+    let pipeline_files = super::rank::share(
+        Pipeline::tfrecord_files(job.files)?.reader_options(job.reader.clone()),
+        job.rank,
+        Remainder::Keep,
+        true,
+    )?;
     let first = match pipeline_files.paths().first() {
         Some(path) => first_example(path, job.reader.clone())?.map(|e| (path.clone(), e)),
         None => None,
