@@ -92,7 +92,8 @@ pub struct Args {
     #[arg(long)]
     pub compute_threads: Option<usize>,
     /// With ranks, each rank predicts its share (every record once over
-    /// all ranks, nothing dropped): give each rank its own --output.
+    /// all ranks, nothing dropped): name the rank in --output
+    /// (`pred-{rank}.jsonl`), or let the launcher collect stdout.
     #[command(flatten)]
     pub rank: super::rank::RankArgs,
 }
@@ -133,8 +134,16 @@ pub(super) struct Job<'a> {
 }
 
 /// Runs `tfpipe predict`.
-pub fn run(args: Args) -> anyhow::Result<Status> {
+pub fn run(mut args: Args) -> anyhow::Result<Status> {
     set_compute_threads(args.compute_threads)?;
+    let rank = args.rank.resolve()?;
+    super::rank::per_rank_paths(
+        rank,
+        [
+            ("--output", &mut args.output),
+            ("--report-json", &mut args.report_json),
+        ],
+    )?;
     let output = Output::from_arg(args.output.as_deref());
     // Every destination is checked before any work.
     if let Output::File(path) = &output {
@@ -142,7 +151,6 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     }
     check_output_file(args.report_json.as_deref(), "--report-json")?;
     let device = parse_device(&super::rank::device(&args.device)?)?;
-    let rank = args.rank.resolve()?;
     let parallelism: Parallelism = args
         .num_parallel_calls
         .parse()
