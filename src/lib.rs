@@ -67,8 +67,20 @@
 //!
 //! # Features
 //!
+//! - `train` (default): the [`train`] module, the candle training loop,
+//!   checkpoints and prediction.
+//! - `cli` (default, implies `train`): the `tfpipe` command and what only it
+//!   needs (clap, indicatif, signal handling).
 //! - `cuda`: train and predict on NVIDIA GPUs through candle's CUDA backend.
 //! - `images`: decoding and resizing images in `tfpipe convert images --resize`.
+//!
+//! With `default-features = false` the crate is the engine alone (records,
+//! examples, the pipeline, metrics, converters), without candle or any
+//! command-line crate:
+//!
+//! ```toml
+//! tfpipe = { version = "0.1", default-features = false }
+//! ```
 
 pub mod atomic_file;
 pub mod batch;
@@ -80,6 +92,7 @@ pub mod metrics;
 pub mod pipeline;
 pub mod spawn;
 pub mod tfrecord;
+#[cfg(feature = "train")]
 pub mod train;
 
 pub use batch::{Batch, BatchError, Column, Values};

@@ -452,16 +452,16 @@ impl Env {
 
     /// Whether a state was given that no stage took (its stage cannot restore).
     pub(crate) fn check_claimed(&self, stage: &str) {
-        if let Some(slot) = &self.resume {
-            if !slot.claimed.load(Ordering::Relaxed) {
-                self.restore_failed(StateError::Unsupported {
-                    stage: stage.to_string(),
-                    why: format!(
-                        "it cannot restore (the state names stage {})",
-                        slot.state.stage
-                    ),
-                });
-            }
+        if let Some(slot) = &self.resume
+            && !slot.claimed.load(Ordering::Relaxed)
+        {
+            self.restore_failed(StateError::Unsupported {
+                stage: stage.to_string(),
+                why: format!(
+                    "it cannot restore (the state names stage {})",
+                    slot.state.stage
+                ),
+            });
         }
     }
 
