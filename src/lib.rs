@@ -11,7 +11,7 @@
 //! | [`tfrecord`] | framing, masked CRC32C, GZIP/ZLIB, [`RecordReader`] / [`RecordWriter`] |
 //! | [`example`] | `tf.train.Example` / `SequenceExample` from `proto/`, feature specs ([`Schema`]), the schema-driven [`BatchParser`] |
 //! | [`batch`] | columnar [`Batch`]es: dense, bytes (data + offsets), ragged (values + row splits) |
-//! | [`pipeline`] | the streaming engine: sources, interleave, shard, map, shuffle, batch, prefetch, ... on bounded channels |
+//! | [`pipeline`] | the streaming engine: sources, interleave, shard, map, shuffle, batch, prefetch, ... on bounded channels; ranks and resumable iterator state |
 //! | [`metrics`] | per-stage counters and timers, readable while the pipeline runs; the bottleneck stage |
 //! | [`train`] | the candle training loop, stall-versus-compute and start-up reports, checkpoints, prediction |
 //! | [`convert`] | CSV, JSON, MNIST IDX and image folders to sharded TFRecord with a schema file |
