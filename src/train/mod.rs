@@ -13,8 +13,10 @@
 //! | file | what lives there |
 //! |---|---|
 //! | `model.rs` | [`ModelConfig`], [`Model`] (MLP, LeNet-like CNN), seeded init |
+//! | `ops.rs` | [`ops`]: fused CPU kernels (linear + bias + ReLU, softmax cross-entropy, im2col conv, max-pool, in-place optimizer updates), each with a candle-ops fallback off the CPU |
 //! | `tensor.rs` | [`InputSpec`] (inputs chosen from a schema, standardisation), `Batch` -> tensors without an extra copy |
-//! | `optim.rs` | [`OptimizerConfig`], AdamW and SGD from candle-nn |
+//! | `optim.rs` | [`OptimizerConfig`], [`TrainOptimizer`]; our Adam, AdamW and SGD (one in-place pass per tensor on the CPU) |
+//! | `threads.rs` | [`ThreadTuner`]: compute threads chosen by timing the steps |
 //! | `timing.rs` | [`Phase`] histograms and their [`PhaseSummary`] |
 //! | `prefetch.rs` | [`BatchStream`], the device-prefetch thread |
 //! | `trainer.rs` | [`Trainer`], [`TrainConfig`], evaluation |
@@ -31,6 +33,7 @@
 mod checkpoint;
 mod model;
 mod observer;
+pub mod ops;
 mod optim;
 mod predict;
 mod prefetch;
@@ -38,6 +41,7 @@ mod report;
 mod schedule;
 mod tensor;
 mod tensorboard;
+mod threads;
 mod timing;
 mod trainer;
 
@@ -59,6 +63,7 @@ pub use tensor::{
     classes_from_metadata,
 };
 pub use tensorboard::{EventWriter, Scalar};
+pub use threads::ThreadTuner;
 pub use timing::{Phase, PhaseSummary};
 pub use trainer::{Evaluation, Progress, TestOpener, TrainConfig, Trainer, parse_device};
 
