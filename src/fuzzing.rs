@@ -184,15 +184,21 @@ fn schema_from(input: &mut Bytes<'_>) -> Option<Schema> {
             } else {
                 shape.iter().product()
             };
-            spec.default = Some(match dtype {
-                DType::Int64 | DType::Uint8 => {
-                    Value::Int64((0..len).map(|_| i64::from(input.byte())).collect())
-                }
-                DType::Float32 => {
-                    Value::Float32((0..len).map(|_| f32::from(input.byte())).collect())
-                }
-                DType::Bytes => Value::Bytes((0..len).map(|_| vec![input.byte()]).collect()),
-            });
+            // raw_* types take no default (TensorFlow's decode_raw has none).
+            spec.default = match dtype {
+                DType::Int64 | DType::Uint8 => Some(Value::Int64(
+                    (0..len).map(|_| i64::from(input.byte())).collect(),
+                )),
+                DType::Float32 => Some(Value::Float32(
+                    (0..len).map(|_| f32::from(input.byte())).collect(),
+                )),
+                DType::Bytes => Some(Value::Bytes((0..len).map(|_| vec![input.byte()]).collect())),
+                DType::RawInt16
+                | DType::RawUint16
+                | DType::RawInt32
+                | DType::RawFloat32
+                | DType::RawFloat64 => None,
+            };
         }
         features.push(spec);
     }
@@ -223,6 +229,7 @@ fn record_from(input: &mut Bytes<'_>, schema: &Schema) -> Vec<u8> {
             (DType::Int64, _) => 0,
             (DType::Float32, _) => 1,
             (DType::Bytes | DType::Uint8, _) => 2,
+            (_, _) => 2, // raw_* read a bytes_list
         };
         let kind = match kind {
             0 => feature::Kind::Int64List(Int64List {

@@ -7,7 +7,6 @@
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -261,12 +260,10 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
             args.resume.as_deref().unwrap_or(Path::new("")).display()
         );
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = Arc::clone(&stop);
-        // Fails only when a handler is already set in this process.
-        let _ = ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst));
-    }
+    // SIGINT, SIGTERM and SIGHUP set one flag; the trainer stops at the next
+    // step, saves (with --save), and the command exits 128 + the signal.
+    let interrupt = super::interrupt::install()?;
+    let stop = interrupt.flag();
     let monitor = match args.monitor.as_str() {
         "loss" => Monitor::Loss,
         "metric" => Monitor::Metric,
@@ -322,11 +319,10 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     if let Some(path) = &args.report_json {
         write_json(path, &report)?;
     }
-    Ok(if report.interrupted {
-        Status::Interrupted
-    } else {
-        Status::Ok
-    })
+    if report.interrupted {
+        return Err(interrupt.error().into());
+    }
+    Ok(Status::Ok)
 }
 
 /// What a schema file's metadata records besides the schema: the label

@@ -305,7 +305,7 @@ pub(crate) fn reread<T: 'static>(stage: &str, positions: &Positions) -> Result<V
             let mut handle = File::open(&*path).map_err(|source| {
                 StateError::Reread(RecordError::Open {
                     path: path.to_path_buf(),
-                    source,
+                    error: source,
                 })
             })?;
             for i in wanted {
@@ -313,7 +313,7 @@ pub(crate) fn reread<T: 'static>(stage: &str, positions: &Positions) -> Result<V
                 let io = |source| {
                     StateError::Reread(RecordError::Io {
                         location: p.location(),
-                        source,
+                        error: source,
                     })
                 };
                 handle.seek(SeekFrom::Start(p.offset())).map_err(io)?;

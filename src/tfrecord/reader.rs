@@ -162,9 +162,9 @@ impl FileRecordReader {
             while reader.position.offset < position.offset && reader.next_record()?.is_some() {}
             return Ok(reader);
         }
-        let open_error = |source| RecordError::Open {
+        let open_error = |error| RecordError::Open {
             path: path.to_path_buf(),
-            source,
+            error,
         };
         let mut file = File::open(path).map_err(open_error)?;
         file.seek(SeekFrom::Start(position.offset))

@@ -148,9 +148,9 @@ impl TrainError {
     pub fn data(error: BoxError) -> TrainError {
         TrainError::Data(match error.downcast::<PipelineError>() {
             Ok(p) => p,
-            Err(source) => Box::new(PipelineError::User {
+            Err(error) => Box::new(PipelineError::User {
                 stage: "source".into(),
-                source,
+                error,
             }),
         })
     }

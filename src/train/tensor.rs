@@ -250,17 +250,15 @@ impl InputSpec {
 
 /// `int64 [3]`, `float32 var`, ... for messages.
 fn describe_feature(f: &crate::example::FeatureSpec) -> String {
-    let dtype = match f.dtype {
-        DType::Int64 => "int64",
-        DType::Float32 => "float32",
-        DType::Uint8 => "uint8",
-        DType::Bytes => "bytes",
-    };
+    let dtype = f.dtype.name();
     match &f.layout {
         Layout::Fixed(shape) if shape.is_empty() => format!("{dtype}, scalar"),
         Layout::Fixed(shape) => format!("{dtype} of shape {shape:?}"),
         Layout::Var => format!("{dtype}, variable-length"),
         Layout::FixedSequence(_) | Layout::VarSequence => format!("{dtype}, a sequence"),
+        Layout::VarFixed(shape) => format!("{dtype}, variable-length elements of shape {shape:?}"),
+        Layout::Ragged(_) => format!("{dtype}, ragged"),
+        Layout::Sparse { .. } => format!("{dtype}, sparse"),
     }
 }
 
