@@ -17,8 +17,8 @@ use tfpipe::pipeline::{Parallelism, Pipeline};
 use tfpipe::train::{
     BatchStream, BoxError, Checkpoint, Checkpointer, Control, Decay, EarlyStopping, EpochReport,
     InputSpec, LrSchedule, ModelConfig, Monitor, Observer, OptimizerConfig, OptimizerKind,
-    Progress, RunInfo, SchemaMeta, Task, TensorBoard, TrainConfig, TrainError, TrainReport,
-    ThreadTuner, Trainer, classes_from_metadata, epoch_seed, parse_device,
+    Progress, RunInfo, SchemaMeta, Task, TensorBoard, ThreadTuner, TrainConfig, TrainError,
+    TrainReport, Trainer, classes_from_metadata, epoch_seed, parse_device,
 };
 
 use super::Status;
@@ -798,7 +798,10 @@ pub(super) fn set_compute_threads(threads: Option<usize>) -> anyhow::Result<Comp
                 tune: false,
             });
         }
-        _ => (std::thread::available_parallelism().map_or(1, |c| c.get()), true),
+        _ => (
+            std::thread::available_parallelism().map_or(1, |c| c.get()),
+            true,
+        ),
     };
     // SAFETY: called before this process starts threads that could read
     // the environment concurrently (see above); nothing else writes it.

@@ -7,7 +7,7 @@
 //! generator cannot be seeded), so the same seed gives the same model
 //! ([`seed_vars`] does it for any model's `VarMap`).
 
-use candle_core::{D, DType, Device, Module, Tensor};
+use candle_core::{D, DType, Device, Tensor};
 use candle_nn::{Conv2d, Conv2dConfig, Linear, VarBuilder, VarMap};
 use serde::{Deserialize, Serialize};
 
@@ -455,6 +455,7 @@ impl SplitMix64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use candle_core::Module;
 
     #[test]
     fn mlp_shapes_and_seeded_init() {
@@ -489,8 +490,8 @@ mod tests {
     }
 
     /// The same weights through candle-nn's own layers (NCHW conv, `Linear`,
-    /// `relu`, `max_pool2d`): what the built-in models computed before the
-    /// fused kernels, and what checkpoints mean.
+    /// `relu`; pooling by reshape + max): what the built-in models computed
+    /// before the fused kernels, and what checkpoints mean.
     fn candle_reference(config: &ModelConfig, varmap: &VarMap, xs: &Tensor) -> Tensor {
         let vb = VarBuilder::from_varmap(varmap, DType::F32, &Device::Cpu);
         let fc = |i: &str, a, b| candle_nn::linear(a, b, vb.pp(i)).unwrap();
@@ -504,8 +505,11 @@ mod tests {
                 let c2 = candle_nn::conv2d(6, 16, 5, Default::default(), vb.pp("conv2")).unwrap();
                 let b = xs.dim(0).unwrap();
                 let h = xs.reshape((b, 1, 28, 28)).unwrap();
-                let h = c1.forward(&h).unwrap().relu().unwrap().max_pool2d(2).unwrap();
-                let h = c2.forward(&h).unwrap().relu().unwrap().max_pool2d(2).unwrap();
+                // Pooling by reshape + max: candle's max_pool2d backward
+                // scales the gradient (see `ops::max_pool2x2`).
+                let pool = |t: Tensor| super::ops::max_pool2x2_nchw(&t).unwrap();
+                let h = pool(c1.forward(&h).unwrap().relu().unwrap());
+                let h = pool(c2.forward(&h).unwrap().relu().unwrap());
                 let h = h.flatten_from(1).unwrap();
                 let h = fc("fc1", 400, 120).forward(&h).unwrap().relu().unwrap();
                 let h = fc("fc2", 120, 84).forward(&h).unwrap().relu().unwrap();
@@ -516,7 +520,11 @@ mod tests {
                 let mut h = xs.clone();
                 let mut width = inputs;
                 for (i, &n) in hidden.iter().enumerate() {
-                    h = fc(&format!("fc{i}"), width, n).forward(&h).unwrap().relu().unwrap();
+                    h = fc(&format!("fc{i}"), width, n)
+                        .forward(&h)
+                        .unwrap()
+                        .relu()
+                        .unwrap();
                     width = n;
                 }
                 fc(&format!("fc{}", hidden.len()), width, outputs)
@@ -557,7 +565,11 @@ mod tests {
                 .unwrap()
                 .to_scalar::<f32>()
                 .unwrap();
-            assert!(diff < 1e-4, "{}: forward differs by {diff}", config.describe());
+            assert!(
+                diff < 1e-4,
+                "{}: forward differs by {diff}",
+                config.describe()
+            );
             let ga = super::ops::softmax_cross_entropy(&fused, &labels)
                 .unwrap()
                 .backward()
@@ -569,7 +581,13 @@ mod tests {
             for var in varmap.all_vars() {
                 let a = ga.get(&var).expect("fused gradient");
                 let b = gb.get(&var).expect("candle gradient");
-                let scale = b.abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+                let scale = b
+                    .abs()
+                    .unwrap()
+                    .max_all()
+                    .unwrap()
+                    .to_scalar::<f32>()
+                    .unwrap();
                 let diff = (a - b)
                     .unwrap()
                     .abs()
@@ -641,7 +659,11 @@ mod tests {
             }
             for ((name, a), (_, b)) in weights[0].iter().zip(&weights[1]) {
                 for (x, y) in a.iter().zip(b) {
-                    assert!((x - y).abs() < 1e-4, "{}: {name}: {x} vs {y}", config.describe());
+                    assert!(
+                        (x - y).abs() < 1e-4,
+                        "{}: {name}: {x} vs {y}",
+                        config.describe()
+                    );
                 }
             }
         }

@@ -111,11 +111,20 @@ impl View {
 }
 
 /// `dst (m x n, row-major, contiguous) = (accumulate ? dst : 0) + lhs @ rhs`.
-fn gemm_into(dst: &mut [f32], accumulate: bool, lhs: (&[f32], View), rhs: (&[f32], View)) -> Result<()> {
+fn gemm_into(
+    dst: &mut [f32],
+    accumulate: bool,
+    lhs: (&[f32], View),
+    rhs: (&[f32], View),
+) -> Result<()> {
     let ((a, la), (b, lb)) = (lhs, rhs);
     let (m, k, n) = (la.rows, la.cols, lb.cols);
     if lb.rows != k || dst.len() != m * n {
-        bail!("gemm: shapes {m}x{k} @ {}x{n} into {} values", lb.rows, dst.len());
+        bail!(
+            "gemm: shapes {m}x{k} @ {}x{n} into {} values",
+            lb.rows,
+            dst.len()
+        );
     }
     la.check(a, "gemm lhs")?;
     lb.check(b, "gemm rhs")?;
@@ -160,12 +169,19 @@ fn gemm_into(dst: &mut [f32], accumulate: bool, lhs: (&[f32], View), rhs: (&[f32
 fn f32s<'a>(s: &'a CpuStorage, what: &str) -> Result<&'a [f32]> {
     match s {
         CpuStorage::F32(v) => Ok(v),
-        other => bail!("{what}: expected f32, got {:?}", candle_core::backend::BackendStorage::dtype(other)),
+        other => bail!(
+            "{what}: expected f32, got {:?}",
+            candle_core::backend::BackendStorage::dtype(other)
+        ),
     }
 }
 
 /// Runs `f` on the f32 data and layout of a CPU tensor.
-fn with_cpu_f32<R>(t: &Tensor, what: &str, f: impl FnOnce(&[f32], &Layout) -> Result<R>) -> Result<R> {
+fn with_cpu_f32<R>(
+    t: &Tensor,
+    what: &str,
+    f: impl FnOnce(&[f32], &Layout) -> Result<R>,
+) -> Result<R> {
     let (storage, layout) = t.storage_and_layout();
     match &*storage {
         candle_core::Storage::Cpu(s) => f(f32s(s, what)?, layout),
@@ -174,7 +190,8 @@ fn with_cpu_f32<R>(t: &Tensor, what: &str, f: impl FnOnce(&[f32], &Layout) -> Re
 }
 
 fn fused_ok(ts: &[&Tensor]) -> bool {
-    ts.iter().all(|t| t.device().is_cpu() && t.dtype() == DType::F32)
+    ts.iter()
+        .all(|t| t.device().is_cpu() && t.dtype() == DType::F32)
 }
 
 // ---------------------------------------------------------------- linear
@@ -186,9 +203,7 @@ fn fused_ok(ts: &[&Tensor]) -> bool {
 /// it is candle's `matmul`, `broadcast_add` and `relu`.
 pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>, relu: bool) -> Result<Tensor> {
     match b {
-        Some(b) if fused_ok(&[x, w, b]) && x.rank() == 2 => {
-            x.apply_op3(w, b, LinearOp { relu })
-        }
+        Some(b) if fused_ok(&[x, w, b]) && x.rank() == 2 => x.apply_op3(w, b, LinearOp { relu }),
         _ => {
             let y = x.matmul(&w.t()?)?;
             let y = match b {
@@ -207,7 +222,11 @@ struct LinearOp {
 
 impl CustomOp3 for LinearOp {
     fn name(&self) -> &'static str {
-        if self.relu { "tfpipe-linear-relu" } else { "tfpipe-linear" }
+        if self.relu {
+            "tfpipe-linear-relu"
+        } else {
+            "tfpipe-linear"
+        }
     }
 
     fn cpu_fwd(
@@ -301,12 +320,22 @@ impl CustomOp3 for LinearOp {
         }
         let mut dw = vec![0f32; out * inputs];
         with_cpu_f32(x, "linear input", |xd, xl| {
-            gemm_into(&mut dw, false, (&g, gv.transposed()), (xd, View::of(xl, "linear input")?))
+            gemm_into(
+                &mut dw,
+                false,
+                (&g, gv.transposed()),
+                (xd, View::of(xl, "linear input")?),
+            )
         })?;
         let dx = if x.track_op() {
             let mut dx = vec![0f32; rows * inputs];
             with_cpu_f32(w, "linear weight", |wd, wl| {
-                gemm_into(&mut dx, false, (&g, gv), (wd, View::of(wl, "linear weight")?))
+                gemm_into(
+                    &mut dx,
+                    false,
+                    (&g, gv),
+                    (wd, View::of(wl, "linear weight")?),
+                )
             })?;
             Some(Tensor::from_vec(dx, (rows, inputs), &Device::Cpu)?)
         } else {
@@ -383,7 +412,11 @@ impl CustomOp2 for SoftmaxCrossEntropy {
         each_row(logits, classes, labels, |row, label, lse| {
             total += f64::from(lse - row[label]);
         })?;
-        let mean = if rows == 0 { f32::NAN } else { (total / rows as f64) as f32 };
+        let mean = if rows == 0 {
+            f32::NAN
+        } else {
+            (total / rows as f64) as f32
+        };
         Ok((CpuStorage::F32(vec![mean]), Shape::from(())))
     }
 
@@ -409,7 +442,10 @@ impl CustomOp2 for SoftmaxCrossEntropy {
                 d[base + label] -= scale;
             })
         })?;
-        Ok((Some(Tensor::from_vec(d, (rows, classes), &Device::Cpu)?), None))
+        Ok((
+            Some(Tensor::from_vec(d, (rows, classes), &Device::Cpu)?),
+            None,
+        ))
     }
 }
 
@@ -544,13 +580,36 @@ impl CustomOp1 for Im2Col {
 /// dropped, as candle does). With `to_nchw` the result is laid out
 /// `[batch, c, h/2, w/2]`, so that flattening it matches candle's NCHW
 /// models.
+///
+/// The gradient goes to each window's maximum (the first one on ties), as
+/// in TensorFlow and PyTorch. (candle 0.11's own `max_pool2d` backward
+/// scales it by the number of maxima over 4, i.e. a unique maximum gets a
+/// quarter of its gradient; off the CPU this function therefore pools
+/// with a reshape and two `max` reductions, whose backward is exact.)
 pub fn max_pool2x2(x: &Tensor, to_nchw: bool) -> Result<Tensor> {
     if fused_ok(&[x]) {
         x.contiguous()?.apply_op1(MaxPool2x2 { to_nchw })
     } else {
-        let y = x.permute((0, 3, 1, 2))?.contiguous()?.max_pool2d(2)?;
-        if to_nchw { Ok(y) } else { y.permute((0, 2, 3, 1))?.contiguous() }
+        let y = max_pool2x2_nchw(&x.permute((0, 3, 1, 2))?)?;
+        if to_nchw {
+            Ok(y)
+        } else {
+            y.permute((0, 2, 3, 1))?.contiguous()
+        }
     }
+}
+
+/// 2x2 max pooling of NCHW `x` in candle ops with an exact backward: a
+/// reshape to `[b, c, h/2, 2, w/2, 2]` and a max over each pair of axes.
+pub fn max_pool2x2_nchw(x: &Tensor) -> Result<Tensor> {
+    let (b, c, h, w) = x.dims4()?;
+    let (oh, ow) = (h / 2, w / 2);
+    x.narrow(2, 0, 2 * oh)?
+        .narrow(3, 0, 2 * ow)?
+        .contiguous()?
+        .reshape((b, c, oh, 2, ow, 2))?
+        .max(5)?
+        .max(3)
 }
 
 struct MaxPool2x2 {
@@ -559,7 +618,11 @@ struct MaxPool2x2 {
 
 impl MaxPool2x2 {
     /// Calls `f(out_index, [input indices of the window])` per output value.
-    fn walk(&self, (b, h, w, c): (usize, usize, usize, usize), mut f: impl FnMut(usize, [usize; 4])) {
+    fn walk(
+        &self,
+        (b, h, w, c): (usize, usize, usize, usize),
+        mut f: impl FnMut(usize, [usize; 4]),
+    ) {
         let (oh, ow) = (h / 2, w / 2);
         for n in 0..b {
             for oy in 0..oh {
@@ -776,8 +839,18 @@ mod tests {
         .unwrap();
         let (a, b) = (fused(), reference());
         close(&a, &b, 1e-5);
-        let ga = (a * &weights).unwrap().sum_all().unwrap().backward().unwrap();
-        let gb = (b * &weights).unwrap().sum_all().unwrap().backward().unwrap();
+        let ga = (a * &weights)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        let gb = (b * &weights)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
         for v in vars {
             close(ga.get(v).unwrap(), gb.get(v).unwrap(), 1e-4);
         }
@@ -794,7 +867,11 @@ mod tests {
                 &[5, 3],
                 || linear(&x, &w, Some(&b), relu).unwrap(),
                 || {
-                    let y = x.matmul(&w.t().unwrap()).unwrap().broadcast_add(&b).unwrap();
+                    let y = x
+                        .matmul(&w.t().unwrap())
+                        .unwrap()
+                        .broadcast_add(&b)
+                        .unwrap();
                     if relu { y.relu().unwrap() } else { y }
                 },
             );
@@ -867,12 +944,12 @@ mod tests {
                         .unwrap()
                         .relu()
                         .unwrap()
-                        .max_pool2d(2)
+                        .apply(&max_pool2x2_nchw)
                         .unwrap()
                 },
             );
         }
-        // NHWC output of the pool.
+        // NHWC output of the pool; the forward is candle's max_pool2d.
         let y = max_pool2x2(x.as_tensor(), false).unwrap();
         let r = x
             .permute((0, 3, 1, 2))
@@ -882,6 +959,26 @@ mod tests {
             .permute((0, 2, 3, 1))
             .unwrap();
         close(&y, &r, 0.0);
+    }
+
+    /// candle 0.11's `max_pool2d` backward gives a unique maximum a quarter
+    /// of its gradient; ours (and the reshape + max reference) all of it.
+    #[test]
+    fn pool_gradient_is_exact_where_candles_is_a_quarter() {
+        let x = Var::from_vec(vec![1.0f32, 4.0, 2.0, 3.0], (1, 2, 2, 1), &Device::Cpu).unwrap();
+        let ours = max_pool2x2(x.as_tensor(), true).unwrap();
+        let g = ours.sum_all().unwrap().backward().unwrap();
+        let g: Vec<f32> = g.get(&x).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        assert_eq!(g, vec![0.0, 1.0, 0.0, 0.0]);
+        let nchw = x.as_tensor().permute((0, 3, 1, 2)).unwrap();
+        let candle = nchw.max_pool2d(2).unwrap();
+        let g = candle.sum_all().unwrap().backward().unwrap();
+        let g: Vec<f32> = g.get(&x).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        assert_eq!(
+            g,
+            vec![0.0, 0.25, 0.0, 0.0],
+            "candle's backward changed: revisit the docs"
+        );
     }
 
     #[test]
