@@ -98,6 +98,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         shuffle_buffer: 10_000,
         seed: 1,
         parallelism: Parallelism::Auto,
+        rank: None,
     };
     let mut trainer = Trainer::builtin(config, model, optimizer)?;
     let stamps = Rc::new(RefCell::new(Vec::<Instant>::with_capacity(4096)));

@@ -12,9 +12,10 @@
 //!
 //! | file | what lives there |
 //! |---|---|
-//! | `model.rs` | [`ModelConfig`], [`Model`] (MLP, LeNet-like CNN), seeded init |
+//! | `model.rs` | [`ModelConfig`], [`Model`] (MLP, LeNet-like CNN, token embedding), seeded init |
 //! | `ops.rs` | [`ops`]: fused CPU kernels (linear + bias + ReLU, softmax cross-entropy, im2col conv, max-pool, in-place optimizer updates), each with a candle-ops fallback off the CPU |
-//! | `tensor.rs` | [`InputSpec`] (inputs chosen from a schema, standardisation), `Batch` -> tensors without an extra copy |
+//! | `tensor.rs` | [`InputSpec`] (inputs chosen from a schema, standardisation, token ids padded per batch with a mask), `Batch` -> tensors without an extra copy |
+//! | `tokens.rs` | [`TokenSet`], a generated token-classification set |
 //! | `optim.rs` | [`OptimizerConfig`], [`TrainOptimizer`]; our Adam, AdamW and SGD (one in-place pass per tensor on the CPU) |
 //! | `threads.rs` | [`ThreadTuner`]: compute threads chosen by timing the steps |
 //! | `timing.rs` | [`Phase`] histograms and their [`PhaseSummary`] |
@@ -43,6 +44,7 @@ mod tensor;
 mod tensorboard;
 mod threads;
 mod timing;
+mod tokens;
 mod trainer;
 
 pub use checkpoint::{
@@ -54,18 +56,24 @@ pub use observer::{Checkpointer, Control, EarlyStopping, Monitor, Observer, RunI
 pub use optim::{
     Adam, AdamW, Foreign, OptimizerConfig, OptimizerKind, OptimizerState, Sgd, TrainOptimizer,
 };
-pub use predict::{PredictReport, PredictionLatency, Predictor};
+pub use predict::{
+    Labels, Outputs, PredictOptions, PredictReport, PredictedBatch, PredictionLatency,
+    PredictionSink, Predictor,
+};
 pub use prefetch::{BatchEvent, BatchStream, BoxError, IterStream, WithBottleneck};
 pub use report::{EpochReport, Startup, TrainReport, Verdict};
 pub use schedule::{Decay, LrSchedule};
 pub use tensor::{
-    BatchTensors, InputSelection, InputSpec, SkippedFeature, Standardize, batch_to_tensors,
-    classes_from_metadata,
+    BatchTensors, InputSelection, InputSpec, SkippedFeature, Standardize, TokenSpec,
+    batch_to_tensors, classes_from_metadata,
 };
 pub use tensorboard::{EventWriter, Scalar};
 pub use threads::ThreadTuner;
 pub use timing::{Phase, PhaseSummary};
-pub use trainer::{Evaluation, Progress, TestOpener, TrainConfig, Trainer, parse_device};
+pub use tokens::{TokenFiles, TokenSet};
+pub use trainer::{
+    Evaluation, Progress, TestOpener, TrainConfig, Trainer, parse_device, resume_pipeline,
+};
 
 use crate::Location;
 use crate::pipeline::PipelineError;
@@ -114,6 +122,13 @@ pub enum TrainError {
     /// A TensorBoard event file that cannot be written.
     #[error("event file {}: {source}", path.display())]
     Events {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// An output (predictions) that cannot be written.
+    #[error("{}: cannot write: {source}", path.display())]
+    Output {
         path: std::path::PathBuf,
         #[source]
         source: std::io::Error,
