@@ -72,18 +72,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     let epochs = args.epochs.unwrap_or(5);
     let batch_size = args.batch_size.unwrap_or(32);
     let seed = args.seed.unwrap_or(0);
-    let out = match &args.out {
-        Some(dir) => {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("{}: cannot create", dir.display()))?;
-            dir.clone()
-        }
-        None => tempfile::Builder::new()
-            .prefix("tfpipe-demo-")
-            .tempdir()
-            .context("cannot create a temporary directory")?
-            .keep(),
-    };
+    let out = out_dir(&args)?;
     writeln!(
         stdout,
         "tfpipe demo: MNIST digits -> TFRecord -> MLP on the CPU -> checkpoint -> predictions"

@@ -157,14 +157,23 @@ pub struct Args {
 }
 
 /// Runs `tfpipe train`.
-pub fn run(args: Args) -> anyhow::Result<Status> {
+pub fn run(mut args: Args) -> anyhow::Result<Status> {
     let threads = set_compute_threads(args.compute_threads)?;
     // Resolve and check everything before any work starts.
+    let rank = args.rank.resolve()?;
+    super::rank::per_rank_paths(
+        rank,
+        [
+            ("--save", &mut args.save),
+            ("--logdir", &mut args.logdir),
+            ("--report-json", &mut args.report_json),
+            ("--resume", &mut args.resume),
+        ],
+    )?;
     check_output_dir(args.save.as_deref(), "--save")?;
     check_output_dir(args.logdir.as_deref(), "--logdir")?;
     check_output_file(args.report_json.as_deref(), "--report-json")?;
     let device = parse_device(&super::rank::device(&args.device)?)?;
-    let rank = args.rank.resolve()?;
     let resumed = match &args.resume {
         Some(dir) => Some(Checkpoint::read_meta(dir)?),
         None => None,

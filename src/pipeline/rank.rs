@@ -89,7 +89,8 @@
 
 use std::path::PathBuf;
 
-use super::{Pipeline, PipelineError, Record, TfRecordFiles};
+use super::state::{Sequential, StateError};
+use super::{Event, Pipeline, PipelineError, Record, Stream, TfRecordFiles};
 use crate::tfrecord::{FileRecordReader, ReaderOptions};
 
 /// One process's place in a data-parallel job: `rank` of `world_size`.
@@ -403,18 +404,56 @@ impl TfRecordFiles {
 }
 
 /// Applies a rank plan to the records of the files (`records` reads the
-/// rank's files for a by-file share, every file for a by-record one).
+/// rank's files for a by-file share, every file for a by-record one), and
+/// ends with a stage `rank` that names the rank in the pipeline's state.
 pub(crate) fn apply(plan: &RankPlan, records: Pipeline<Record>) -> Pipeline<Record> {
     let share = &plan.share;
     let records = match share.by {
         ShareBy::File => records,
         ShareBy::Record => records.shard(share.rank.world_size, share.rank.rank),
     };
-    if share.dropped > 0 {
+    let records = if share.dropped > 0 {
         records.take(share.records)
     } else {
         records
-    }
+    };
+    tag(records, share.rank)
+}
+
+/// What the `rank` stage stores: whose share the state is.
+#[derive(Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+struct RankTag {
+    rank: usize,
+    world_size: usize,
+}
+
+/// A pass-through stage whose state says which rank it was taken on, so
+/// that a state restored on another rank (whose files differ) or into an
+/// unranked pipeline is refused instead of resuming on the wrong records.
+fn tag(records: Pipeline<Record>, rank: Rank) -> Pipeline<Record> {
+    records.then("rank", move |env, up, counters| {
+        let expected = RankTag {
+            rank: rank.rank,
+            world_size: rank.world_size,
+        };
+        let step = move |_: &mut RankTag, up: &mut Option<Stream<Record>>| {
+            let event = up.as_mut()?.next();
+            if let Some(Event::Item(Ok(record))) = &event {
+                counters.add_in(1, record.len() as u64);
+                counters.add_out(1, record.len() as u64);
+            }
+            event
+        };
+        let stage = Sequential::starting_at(env, "rank", up, expected, step);
+        let found = stage.state();
+        if found.rank != rank.rank || found.world_size != rank.world_size {
+            env.restore_failed(StateError::Mismatch(format!(
+                "the state was taken on rank {} of {}, this pipeline reads the share of rank {} of {}",
+                found.rank, found.world_size, rank.rank, rank.world_size
+            )));
+        }
+        Box::new(stage) as Stream<Record>
+    })
 }
 
 /// The number of records in `path` as the pipeline would read them.

@@ -444,6 +444,17 @@ where
     /// The stage `name` over `up`, restored if `env` carries a state for it
     /// (else starting from `S::default()`).
     pub(crate) fn new(env: &Env, name: &'static str, up: Stream<T>, step: F) -> Self {
+        Sequential::starting_at(env, name, up, S::default(), step)
+    }
+
+    /// [`new`](Self::new), starting from `initial` when not restored.
+    pub(crate) fn starting_at(
+        env: &Env,
+        name: &'static str,
+        up: Stream<T>,
+        initial: S,
+        step: F,
+    ) -> Self {
         let mut up = Some(up);
         let state = match env.resume_state() {
             Some(saved) => {
@@ -455,7 +466,7 @@ where
                     S::default()
                 })
             }
-            None => S::default(),
+            None => initial,
         };
         Sequential {
             name,
@@ -464,6 +475,13 @@ where
             step,
             _out: PhantomData,
         }
+    }
+}
+
+impl<T, U, S, F> Sequential<T, U, S, F> {
+    /// The stage's own state.
+    pub(crate) fn state(&self) -> &S {
+        &self.state
     }
 }
 
