@@ -99,6 +99,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         seed: 1,
         parallelism: Parallelism::Auto,
         rank: None,
+        reader: tfpipe::tfrecord::ReaderOptions::default(),
     };
     let mut trainer = Trainer::builtin(config, model, optimizer)?;
     let stamps = Rc::new(RefCell::new(Vec::<Instant>::with_capacity(4096)));

@@ -136,7 +136,8 @@ impl Observer for ThreadTuner {
         }
         let Some((i, since, n)) = self.probe else {
             let due = self.steps == self.warmup.max(1)
-                || (self.steps > self.warmup && (self.steps - self.warmup) % self.reprobe == 0);
+                || (self.steps > self.warmup
+                    && (self.steps - self.warmup).is_multiple_of(self.reprobe));
             if due {
                 // The window starts at this step's end.
                 self.start(0);
