@@ -453,14 +453,14 @@ fn tag(records: Pipeline<Record>, rank: Rank) -> Pipeline<Record> {
     Pipeline {
         build: Arc::new(move |env: &Env| {
             let saved = env.peek_resume().filter(|s| s.stage == "rank");
-            if let Some(Ok(found)) = saved.map(|s| s.data::<RankTag>("rank")) {
-                if found != expected() {
-                    env.restore_failed(StateError::Mismatch(format!(
-                        "the state was taken on rank {} of {}, this pipeline reads the share \
-                         of rank {} of {}",
-                        found.rank, found.world_size, rank.rank, rank.world_size
-                    )));
-                }
+            if let Some(Ok(found)) = saved.map(|s| s.data::<RankTag>("rank"))
+                && found != expected()
+            {
+                env.restore_failed(StateError::Mismatch(format!(
+                    "the state was taken on rank {} of {}, this pipeline reads the share of \
+                     rank {} of {}",
+                    found.rank, found.world_size, rank.rank, rank.world_size
+                )));
             }
             inner(env)
         }),
