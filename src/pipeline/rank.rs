@@ -88,9 +88,10 @@
 //!    all-reduced.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use super::state::{Sequential, StateError};
-use super::{Event, Pipeline, PipelineError, Record, Stream, TfRecordFiles};
+use super::{Env, Event, Pipeline, PipelineError, Record, Stream, TfRecordFiles};
 use crate::tfrecord::{FileRecordReader, ReaderOptions};
 
 /// One process's place in a data-parallel job: `rank` of `world_size`.
@@ -430,12 +431,14 @@ struct RankTag {
 /// A pass-through stage whose state says which rank it was taken on, so
 /// that a state restored on another rank (whose files differ) or into an
 /// unranked pipeline is refused instead of resuming on the wrong records.
+/// The rank is checked before the stages under it restore, so the error
+/// names the rank rather than a difference in shape the ranks may have.
 fn tag(records: Pipeline<Record>, rank: Rank) -> Pipeline<Record> {
-    records.then("rank", move |env, up, counters| {
-        let expected = RankTag {
-            rank: rank.rank,
-            world_size: rank.world_size,
-        };
+    let expected = move || RankTag {
+        rank: rank.rank,
+        world_size: rank.world_size,
+    };
+    let tagged = records.then("rank", move |env, up, counters| {
         let step = move |_: &mut RankTag, up: &mut Option<Stream<Record>>| {
             let event = up.as_mut()?.next();
             if let Some(Event::Item(Ok(record))) = &event {
@@ -444,16 +447,26 @@ fn tag(records: Pipeline<Record>, rank: Rank) -> Pipeline<Record> {
             }
             event
         };
-        let stage = Sequential::starting_at(env, "rank", up, expected, step);
-        let found = stage.state();
-        if found.rank != rank.rank || found.world_size != rank.world_size {
-            env.restore_failed(StateError::Mismatch(format!(
-                "the state was taken on rank {} of {}, this pipeline reads the share of rank {} of {}",
-                found.rank, found.world_size, rank.rank, rank.world_size
-            )));
-        }
-        Box::new(stage) as Stream<Record>
-    })
+        Box::new(Sequential::starting_at(env, "rank", up, expected(), step)) as Stream<Record>
+    });
+    let inner = Arc::clone(&tagged.build);
+    Pipeline {
+        build: Arc::new(move |env: &Env| {
+            let saved = env.peek_resume().filter(|s| s.stage == "rank");
+            if let Some(Ok(found)) = saved.map(|s| s.data::<RankTag>("rank"))
+                && found != expected()
+            {
+                env.restore_failed(StateError::Mismatch(format!(
+                    "the state was taken on rank {} of {}, this pipeline reads the share of \
+                     rank {} of {}",
+                    found.rank, found.world_size, rank.rank, rank.world_size
+                )));
+            }
+            inner(env)
+        }),
+        depth: tagged.depth,
+        error: tagged.error,
+    }
 }
 
 /// The number of records in `path` as the pipeline would read them.

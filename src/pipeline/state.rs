@@ -478,13 +478,6 @@ where
     }
 }
 
-impl<T, U, S, F> Sequential<T, U, S, F> {
-    /// The stage's own state.
-    pub(crate) fn state(&self) -> &S {
-        &self.state
-    }
-}
-
 impl<T, U, S, F> Iterator for Sequential<T, U, S, F>
 where
     F: FnMut(&mut S, &mut Option<Stream<T>>) -> Option<Event<U>>,
