@@ -68,18 +68,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     let epochs = args.epochs.unwrap_or(5);
     let batch_size = args.batch_size.unwrap_or(32);
     let seed = args.seed.unwrap_or(0);
-    let out = match &args.out {
-        Some(dir) => {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("{}: cannot create", dir.display()))?;
-            dir.clone()
-        }
-        None => tempfile::Builder::new()
-            .prefix("tfpipe-demo-")
-            .tempdir()
-            .context("cannot create a temporary directory")?
-            .keep(),
-    };
+    let out = out_dir(&args)?;
     writeln!(
         stdout,
         "tfpipe demo: MNIST digits -> TFRecord -> MLP on the CPU -> checkpoint -> predictions"
@@ -132,6 +121,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         shuffle_buffer: 10_000,
         seed,
         parallelism: Parallelism::Auto,
+        rank: None,
     };
     let test = DataOptions {
         files: globs(&test_files),
@@ -175,6 +165,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
             output: Output::File(predictions),
             key: None,
             stop: None,
+            rank: None,
         },
     )?;
     write!(stdout, "{predicted}")?;
@@ -302,6 +293,7 @@ fn run_tokens(args: Args) -> anyhow::Result<Status> {
         shuffle_buffer: 10_000,
         seed,
         parallelism: Parallelism::Auto,
+        rank: None,
     };
     let test = DataOptions {
         files: vec![validation.data.to_string_lossy().into_owned()],

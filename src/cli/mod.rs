@@ -17,6 +17,7 @@ mod demo;
 mod inspect;
 pub mod interrupt;
 mod predict;
+mod rank;
 mod train;
 
 /// A fast, honest streaming dataset engine for TFRecord files.

@@ -33,9 +33,9 @@ use serde::Serialize;
 use tfpipe::Schema;
 use tfpipe::atomic_file::AtomicFile;
 use tfpipe::batch::{Column, Values};
-use tfpipe::example::proto::{Feature, Features, FloatList, Int64List, feature};
+use tfpipe::example::proto::{BytesList, Feature, Features, FloatList, Int64List, feature};
 use tfpipe::example::{DType, Example, FeatureSpec, Layout};
-use tfpipe::pipeline::{Parallelism, Pipeline};
+use tfpipe::pipeline::{Parallelism, Pipeline, Rank, Remainder};
 use tfpipe::tfrecord::{Compression, FileRecordReader, FileRecordWriter, ReaderOptions};
 use tfpipe::train::{
     BatchStream, Labels, Outputs, PredictOptions, PredictReport, PredictedBatch, Predictor,
@@ -89,6 +89,11 @@ pub struct Args {
     /// CPU threads for the model's math (candle). By default half the cores.
     #[arg(long)]
     pub compute_threads: Option<usize>,
+    /// With ranks, each rank predicts its share (every record once over
+    /// all ranks, nothing dropped): name the rank in --output
+    /// (`pred-{rank}.jsonl`), or let the launcher collect stdout.
+    #[command(flatten)]
+    pub rank: super::rank::RankArgs,
 }
 
 /// Where predictions go.
@@ -120,18 +125,28 @@ pub(super) struct Job<'a> {
     pub key: Option<&'a str>,
     /// Raised by a signal: stop, and write no file.
     pub stop: Option<Arc<AtomicBool>>,
+    /// This process's share of the files (`--rank`/`--world-size`).
+    pub rank: Option<Rank>,
 }
 
 /// Runs `tfpipe predict`.
-pub fn run(args: Args) -> anyhow::Result<Status> {
+pub fn run(mut args: Args) -> anyhow::Result<Status> {
     set_compute_threads(args.compute_threads)?;
+    let rank = args.rank.resolve()?;
+    super::rank::per_rank_paths(
+        rank,
+        [
+            ("--output", &mut args.output),
+            ("--report-json", &mut args.report_json),
+        ],
+    )?;
     let output = Output::from_arg(args.output.as_deref());
     // Every destination is checked before any work.
     if let Output::File(path) = &output {
         check_output_file(Some(path), "--output")?;
     }
     check_output_file(args.report_json.as_deref(), "--report-json")?;
-    let device = parse_device(&args.device)?;
+    let device = parse_device(&super::rank::device(&args.device)?)?;
     let parallelism: Parallelism = args
         .num_parallel_calls
         .parse()
@@ -168,6 +183,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
             output,
             key: args.key.as_deref(),
             stop: Some(interrupt.flag()),
+            rank,
         },
     )?;
     if report.interrupted {
@@ -202,7 +218,13 @@ pub(super) fn predict(predictor: &Predictor, job: Job<'_>) -> anyhow::Result<Pre
     };
     // Created first: a signal from here on must leave no temporary file.
     let mut sink = Sink::create(&job.output, predictor)?;
-    let pipeline_files = Pipeline::tfrecord_files(job.files)?;
+    // Prediction keeps every record: no rank waits for another.
+    let pipeline_files = super::rank::share(
+        Pipeline::tfrecord_files(job.files)?,
+        job.rank,
+        Remainder::Keep,
+        true,
+    )?;
     let first = match pipeline_files.paths().first() {
         Some(path) => first_example(path)?.map(|e| (path.clone(), e)),
         None => None,
@@ -357,14 +379,7 @@ impl<'a> Line<'a> {
 /// Row `row` of the key column: one value as itself, several as an
 /// array, none as `null`. Byte strings become text (invalid UTF-8 replaced).
 fn key_json(col: &Column, row: usize) -> serde_json::Value {
-    let width: usize = col.inner_shape.iter().product();
-    let range = match col.row_splits.first() {
-        Some(splits) => match (splits.get(row), splits.get(row + 1)) {
-            (Some(&a), Some(&b)) => a * width..b * width,
-            _ => 0..0,
-        },
-        None => row * width..(row + 1) * width,
-    };
+    let range = row_range(col, row);
     let values: Vec<serde_json::Value> = match &col.values {
         Values::Bytes { data, offsets } => range
             .filter_map(|i| Some(&data[*offsets.get(i)?..*offsets.get(i + 1)?]))
@@ -386,6 +401,18 @@ fn key_json(col: &Column, row: usize) -> serde_json::Value {
     }
 }
 
+/// The value indices of row `row` of a fixed-shape or variable-length column.
+fn row_range(col: &Column, row: usize) -> std::ops::Range<usize> {
+    let width: usize = col.inner_shape.iter().product();
+    match col.row_splits.first() {
+        Some(splits) => match (splits.get(row), splits.get(row + 1)) {
+            (Some(&a), Some(&b)) => a * width..b * width,
+            _ => 0..0,
+        },
+        None => row * width..(row + 1) * width,
+    }
+}
+
 fn slice<T>(v: &[T], range: std::ops::Range<usize>) -> &[T] {
     v.get(range).unwrap_or(&[])
 }
@@ -404,7 +431,7 @@ enum Sink<'p> {
         predictor: &'p Predictor,
     },
     /// TFRecord `Example`s: `class` and `probabilities` (or `value`),
-    /// `label` when known.
+    /// `key` and `label` when known.
     Records(Box<FileRecordWriter>),
 }
 
@@ -507,6 +534,9 @@ fn example_of(batch: &PredictedBatch, row: usize) -> Example {
             }
         }
     }
+    if let Some(key) = batch.key.as_ref().and_then(|c| key_feature(c, row)) {
+        features.insert("key".to_string(), key);
+    }
     match &batch.labels {
         Some(Labels::Classes(l)) => {
             if let Some(&l) = l.get(row) {
@@ -523,6 +553,27 @@ fn example_of(batch: &PredictedBatch, row: usize) -> Example {
     Example {
         features: Some(Features { feature: features }),
     }
+}
+
+/// Row `row` of the key column as a feature of its own kind (byte
+/// strings, int64 or float32; other dtypes are not keys a record holds).
+fn key_feature(col: &Column, row: usize) -> Option<Feature> {
+    let range = row_range(col, row);
+    let kind = match &col.values {
+        Values::Bytes { data, offsets } => feature::Kind::BytesList(BytesList {
+            value: range
+                .filter_map(|i| Some(data[*offsets.get(i)?..*offsets.get(i + 1)?].to_vec()))
+                .collect(),
+        }),
+        Values::Int64(v) => feature::Kind::Int64List(Int64List {
+            value: slice(v, range).to_vec(),
+        }),
+        Values::Float32(v) => feature::Kind::FloatList(FloatList {
+            value: slice(v, range).to_vec(),
+        }),
+        _ => return None,
+    };
+    Some(Feature { kind: Some(kind) })
 }
 
 fn int64(v: i64) -> Feature {

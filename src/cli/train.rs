@@ -12,7 +12,7 @@ use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tfpipe::Schema;
 use tfpipe::example::DType;
-use tfpipe::pipeline::{Parallelism, Pipeline, ShuffleOptions};
+use tfpipe::pipeline::{Parallelism, Pipeline, Rank, Remainder, ShuffleOptions};
 use tfpipe::train::{
     BatchStream, BoxError, Checkpoint, Checkpointer, Control, Decay, EarlyStopping, EpochReport,
     InputSpec, LrSchedule, ModelConfig, Monitor, Observer, OptimizerConfig, OptimizerKind,
@@ -151,16 +151,28 @@ pub struct Args {
     /// set, is respected.
     #[arg(long)]
     pub compute_threads: Option<usize>,
+    #[command(flatten)]
+    pub rank: super::rank::RankArgs,
 }
 
 /// Runs `tfpipe train`.
-pub fn run(args: Args) -> anyhow::Result<Status> {
+pub fn run(mut args: Args) -> anyhow::Result<Status> {
     set_compute_threads(args.compute_threads)?;
     // Resolve and check everything before any work starts.
+    let rank = args.rank.resolve()?;
+    super::rank::per_rank_paths(
+        rank,
+        [
+            ("--save", &mut args.save),
+            ("--logdir", &mut args.logdir),
+            ("--report-json", &mut args.report_json),
+            ("--resume", &mut args.resume),
+        ],
+    )?;
     check_output_dir(args.save.as_deref(), "--save")?;
     check_output_dir(args.logdir.as_deref(), "--logdir")?;
     check_output_file(args.report_json.as_deref(), "--report-json")?;
-    let device = parse_device(&args.device)?;
+    let device = parse_device(&super::rank::device(&args.device)?)?;
     let resumed = match &args.resume {
         Some(dir) => Some(Checkpoint::read_meta(dir)?),
         None => None,
@@ -170,12 +182,22 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         args.schema.as_deref(),
         args.label.as_deref(),
     )?;
-    let recorded = match &args.schema {
+    let mut recorded = match &args.schema {
         Some(path) if args.label.is_none() || args.label == schema.label => {
             SchemaFacts::read(path)?
         }
         _ => SchemaFacts::default(),
     };
+    if rank.is_some() {
+        // Steps per epoch (the schedule, the progress bar) come from this rank's share.
+        let files = super::rank::share(
+            Pipeline::tfrecord_files(&args.data)?,
+            rank,
+            Remainder::Drop,
+            true,
+        )?;
+        recorded.records = files.rank_share().map(|s| s.records);
+    }
     let Some(label) = schema.label.clone() else {
         bail!("no label: name the label feature with --label NAME");
     };
@@ -327,10 +349,13 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         shuffle_buffer: args.shuffle_buffer,
         seed,
         parallelism,
+        rank,
     };
     let validation = (!args.validation_data.is_empty()).then(|| DataOptions {
         files: args.validation_data.clone(),
         shuffle_buffer: 0,
+        // Every rank evaluates all of it (the same numbers on every rank).
+        rank: None,
         ..data.clone()
     });
     let run = RunOptions {
@@ -746,6 +771,8 @@ pub(super) struct DataOptions {
     pub shuffle_buffer: usize,
     pub seed: u64,
     pub parallelism: Parallelism,
+    /// This process's share of the files (`--rank`/`--world-size`).
+    pub rank: Option<Rank>,
 }
 
 impl DataOptions {
@@ -756,7 +783,10 @@ impl DataOptions {
         shuffle_seed: u64,
         reshuffle_each_epoch: bool,
     ) -> Result<Pipeline<tfpipe::pipeline::Record>, BoxError> {
-        let files = Pipeline::tfrecord_files(&self.files)?;
+        let mut files = Pipeline::tfrecord_files(&self.files)?;
+        if let Some(rank) = self.rank {
+            files = files.rank(rank, Remainder::Drop)?;
+        }
         Ok(if self.shuffle_buffer > 0 {
             files.interleave(4, 16).shuffle_with(ShuffleOptions {
                 buffer_size: self.shuffle_buffer,
