@@ -43,10 +43,10 @@ use tfpipe::train::{
 };
 
 use super::train::{
-    SchemaFacts, check_output_file, check_vocabulary, schema_file_beside, set_compute_threads,
-    write_json,
+    SchemaFacts, check_output_file, check_size, check_vocabulary, schema_file_beside,
+    set_compute_threads, write_json,
 };
-use super::{Status, interrupt};
+use super::{CompressionFlag, Status, interrupt};
 
 /// Arguments of `tfpipe predict`.
 #[derive(Debug, clap::Args)]
@@ -57,6 +57,8 @@ pub struct Args {
     /// TFRecord files or globs to predict (the checkpoint's schema parses them).
     #[arg(long, required = true, num_args = 1..)]
     pub data: Vec<String>,
+    #[command(flatten)]
+    pub compression: CompressionFlag,
     /// The data's schema file (`PREFIX.features.json`): its label
     /// vocabulary must be the checkpoint's. By default the one beside
     /// `PREFIX-NNNNN-of-NNNNN.tfrecord` shards, when there is one.
@@ -66,7 +68,7 @@ pub struct Args {
     #[arg(long, default_value_t = 0)]
     pub warmup: usize,
     /// Examples per prediction call.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = super::positive::<usize>)]
     pub batch_size: usize,
     /// Where predictions go: `-` (the default) is stdout, as JSON Lines; a
     /// file name ending in .tfrecord (.gz, .zlib) gets TFRecord `Example`s;
@@ -118,6 +120,8 @@ impl Output {
 /// One prediction run: the data, and what to do with the predictions.
 pub(super) struct Job<'a> {
     pub files: &'a [String],
+    /// How to read them (`--compression`).
+    pub reader: ReaderOptions,
     pub batch_size: usize,
     pub parallelism: Parallelism,
     pub warmup: usize,
@@ -177,6 +181,7 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         &predictor,
         Job {
             files: &args.data,
+            reader: args.compression.reader_options(),
             batch_size: args.batch_size,
             parallelism,
             warmup: args.warmup,
@@ -216,17 +221,29 @@ pub(super) fn predict(predictor: &Predictor, job: Job<'_>) -> anyhow::Result<Pre
             "the checkpoint has no schema (it was saved without one), so its input cannot be parsed"
         );
     };
+    // The batches in flight (prefetched, parsed, as a tensor), as float32s,
+    // before anything is allocated.
+    check_size(
+        &format!(
+            "--batch-size {} ({} inputs per example)",
+            job.batch_size,
+            meta.input.inputs()
+        ),
+        (job.batch_size as u128)
+            .saturating_mul(meta.input.inputs() as u128)
+            .saturating_mul(4 * 4),
+    )?;
     // Created first: a signal from here on must leave no temporary file.
     let mut sink = Sink::create(&job.output, predictor)?;
     // Prediction keeps every record: no rank waits for another.
     let pipeline_files = super::rank::share(
-        Pipeline::tfrecord_files(job.files)?,
+        Pipeline::tfrecord_files(job.files)?.reader_options(job.reader.clone()),
         job.rank,
         Remainder::Keep,
         true,
     )?;
     let first = match pipeline_files.paths().first() {
-        Some(path) => first_example(path)?.map(|e| (path.clone(), e)),
+        Some(path) => first_example(path, job.reader.clone())?.map(|e| (path.clone(), e)),
         None => None,
     };
     let has = |name: &str| {
@@ -285,8 +302,8 @@ pub(super) fn predict(predictor: &Predictor, job: Job<'_>) -> anyhow::Result<Pre
 }
 
 /// The first record of `path` as an `Example` (`None` for an empty file).
-fn first_example(path: &Path) -> anyhow::Result<Option<Example>> {
-    let mut reader = FileRecordReader::open(path, ReaderOptions::default())?;
+fn first_example(path: &Path, options: ReaderOptions) -> anyhow::Result<Option<Example>> {
+    let mut reader = FileRecordReader::open(path, options)?;
     let mut buf = Vec::new();
     if !reader.read_record(&mut buf)? {
         return Ok(None);

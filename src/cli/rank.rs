@@ -38,9 +38,12 @@ pub struct RankArgs {
 }
 
 impl RankArgs {
-    /// The rank in effect: `None` for a single process.
+    /// The rank in effect: `None` for a single process (a world of one,
+    /// as `torchrun --nproc-per-node 1` sets, reads everything and counts
+    /// nothing).
     pub fn resolve(&self) -> anyhow::Result<Option<Rank>> {
-        self.resolve_with(|name| std::env::var(name).ok())
+        let rank = self.resolve_with(|name| std::env::var(name).ok())?;
+        Ok(rank.filter(|r| r.world_size() > 1))
     }
 
     /// [`resolve`](Self::resolve) with the environment looked up by `var`.

@@ -524,7 +524,7 @@ impl Anchors {
     /// one strictly before `consumed` stays, for
     /// [`StageStream::save_before_last`]).
     pub(crate) fn offer<T>(&mut self, pulled: u64, consumed: u64, up: &dyn StageStream<T>) {
-        if pulled % ANCHOR_EVERY != 0 && pulled != 0 {
+        if !pulled.is_multiple_of(ANCHOR_EVERY) && pulled != 0 {
             return;
         }
         self.list
