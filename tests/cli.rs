@@ -578,3 +578,38 @@ fn inspect_suggests_raw_pixels_and_its_specs_train() {
     let out = run(&args);
     assert_eq!(out.code, 0, "{args:?}: {}", out.stderr);
 }
+
+/// Checkpoints, predictions and reports get the mode a plain
+/// `File::create` gives (0666 less the umask), like the shards.
+#[cfg(unix)]
+#[test]
+fn outputs_follow_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (_, data, ck) = checkpoint(dir.path());
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let plain = dir.path().join("plain");
+    std::fs::File::create(&plain).unwrap();
+    let out = run(&[
+        "predict",
+        "--checkpoint",
+        &ck,
+        "--data",
+        &data,
+        "--output",
+        &s(&dir.path().join("pred.jsonl")),
+        "--report-json",
+        &s(&dir.path().join("report.json")),
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    for file in [
+        Path::new(&ck).join("model.safetensors"),
+        Path::new(&ck).join("optimizer.safetensors"),
+        Path::new(&ck).join("checkpoint.json"),
+        dir.path().join("pred.jsonl"),
+        dir.path().join("report.json"),
+        PathBuf::from(&data),
+    ] {
+        assert_eq!(mode(&file), mode(&plain), "{}", file.display());
+    }
+}
