@@ -70,7 +70,6 @@ impl CompressionFlag {
     }
 
     /// Reader options with this compression.
-    #[allow(dead_code, reason = "for every subcommand that reads records")]
     pub fn reader_options(&self) -> ReaderOptions {
         ReaderOptions {
             compression: self.explicit(),
@@ -333,17 +332,6 @@ fn whole_number(text: &str) -> Result<u64, String> {
     }
 }
 
-/// A finite number above 0, for rates and scales (`--lr`):
-/// `value_parser = cli::positive_number`.
-#[allow(dead_code, reason = "for the numeric flags of every subcommand")]
-pub(crate) fn positive_number(text: &str) -> Result<f64, String> {
-    match text.trim().parse::<f64>() {
-        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
-        Ok(_) => Err("must be a number above 0".into()),
-        Err(_) => Err("must be a number above 0 (such as 0.001)".into()),
-    }
-}
-
 /// The error and its causes, each once: a cause whose text the message
 /// already holds (`stage parse: {source}` followed by that source) is not
 /// repeated.
@@ -423,4 +411,28 @@ fn is_broken_pipe(err: &anyhow::Error) -> bool {
             .downcast_ref::<std::io::Error>()
             .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_take_digits_and_exponents_and_say_what_is_wrong() {
+        assert_eq!(count::<usize>("256"), Ok(256));
+        assert_eq!(count::<u64>("1e12"), Ok(1_000_000_000_000));
+        assert_eq!(count::<usize>("0"), Ok(0));
+        assert!(
+            count::<usize>("-3")
+                .unwrap_err()
+                .contains("cannot be negative")
+        );
+        assert!(count::<usize>("2.5").unwrap_err().contains("whole number"));
+        assert!(count::<u8>("300").unwrap_err().contains("too large"));
+        assert!(count::<u64>("1e30").unwrap_err().contains("too large"));
+        assert_eq!(positive::<usize>("1e3"), Ok(1000));
+        assert!(positive::<usize>("0").unwrap_err().contains("at least 1"));
+        assert!(positive::<usize>("-1").unwrap_err().contains("at least 1"));
+        assert!(positive::<usize>("x").unwrap_err().contains("at least 1"));
+    }
 }
