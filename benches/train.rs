@@ -1,8 +1,16 @@
 //! Trainer benchmarks: an MLP 784-256-10 step at batch 256 fed from memory
-//! versus fed by the tfpipe pipeline, SGD versus AdamW, candle's AdamW update
-//! versus a fused loop, checkpoint load, first versus steady prediction.
+//! versus fed by the tfpipe pipeline, SGD versus Adam versus AdamW, candle's
+//! AdamW update versus ours (one in-place pass), checkpoint load, first
+//! versus steady prediction.
+//!
+//! `step_parts` times each part of a step twice, before (candle's own ops:
+//! `Linear`, `relu`, `loss::cross_entropy`, `Conv2d`, `max_pool2d`) and after
+//! (`tfpipe::train::ops`, what the built-in models run), on the same
+//! weights: the forward pass, and forward + loss + backward, for the MLP at
+//! batch 256 and the LeNet-like CNN at batch 64.
 //!
 //! `cargo bench --bench train -- --warm-up-time 1 --measurement-time 3`
+//! (one group: `cargo bench --bench train -- step_parts`)
 
 use std::time::Duration;
 
@@ -229,6 +237,16 @@ fn optimizer_update(c: &mut Criterion) {
     });
     let mut sgd = SGD::new(varmap.all_vars(), 0.01).expect("sgd");
     group.bench_function("candle_sgd", |b| b.iter(|| sgd.step(&grads).expect("step")));
+    // Ours, as the trainer runs them: one pass per tensor on the variable's
+    // own storage.
+    for kind in [OptimizerKind::AdamW, OptimizerKind::Sgd] {
+        let mut ours = OptimizerConfig::default_for(kind)
+            .build(varmap.all_vars())
+            .expect("optimizer");
+        group.bench_function(format!("tfpipe_{kind}"), |b| {
+            b.iter(|| ours.step(&grads).expect("step"))
+        });
+    }
 
     // The same AdamW arithmetic as one pass per parameter tensor: no
     // intermediate tensors, no allocation.
@@ -299,6 +317,101 @@ fn checkpoint_and_predict(c: &mut Criterion) {
         b.iter(|| warm.predict(&one).expect("predict"))
     });
     group.finish();
+}
+
+/// The built-in models as candle's own layers compute them (the "before").
+enum CandleReference {
+    Mlp(Vec<candle_nn::Linear>),
+    Cnn(candle_nn::Conv2d, candle_nn::Conv2d, Vec<candle_nn::Linear>),
+}
+
+impl CandleReference {
+    fn new(config: &ModelConfig, varmap: &candle_nn::VarMap) -> CandleReference {
+        let vb = candle_nn::VarBuilder::from_varmap(varmap, candle_core::DType::F32, &Device::Cpu);
+        let linear = |i: &str, a, b| candle_nn::linear(a, b, vb.pp(i)).expect("layer");
+        match config {
+            ModelConfig::Cnn { classes } => {
+                let padded = candle_nn::Conv2dConfig {
+                    padding: 2,
+                    ..Default::default()
+                };
+                let c1 = candle_nn::conv2d(1, 6, 5, padded, vb.pp("conv1")).expect("conv1");
+                let c2 =
+                    candle_nn::conv2d(6, 16, 5, Default::default(), vb.pp("conv2")).expect("conv2");
+                let fc = vec![
+                    linear("fc1", 400, 120),
+                    linear("fc2", 120, 84),
+                    linear("fc3", 84, *classes),
+                ];
+                CandleReference::Cnn(c1, c2, fc)
+            }
+            _ => CandleReference::Mlp(vec![linear("fc0", PIXELS, 256), linear("fc1", 256, 10)]),
+        }
+    }
+
+    fn forward(&self, xs: &Tensor) -> candle_core::Result<Tensor> {
+        use candle_core::Module;
+        match self {
+            CandleReference::Cnn(c1, c2, fc) => {
+                let b = xs.dim(0)?;
+                let h = xs.reshape((b, 1, 28, 28))?;
+                let h = c1.forward(&h)?.relu()?.max_pool2d(2)?;
+                let h = c2.forward(&h)?.relu()?.max_pool2d(2)?.flatten_from(1)?;
+                let h = fc[0].forward(&h)?.relu()?;
+                let h = fc[1].forward(&h)?.relu()?;
+                fc[2].forward(&h)
+            }
+            CandleReference::Mlp(layers) => {
+                let h = layers[0].forward(xs)?.relu()?;
+                layers[1].forward(&h)
+            }
+        }
+    }
+}
+
+/// Each part of a step, candle's ops ("candle") against the fused ones
+/// ("tfpipe"), on the same weights and batch.
+fn step_parts(c: &mut Criterion) {
+    let cases = [
+        ("mlp_784_256_10_b256", mlp(), BATCH),
+        ("cnn_lenet_b64", ModelConfig::Cnn { classes: 10 }, 64),
+    ];
+    for (name, config, rows) in cases {
+        let mut group = c.benchmark_group(format!("step_parts_{name}"));
+        group.throughput(Throughput::Elements(rows as u64));
+        let (model, varmap) = BuiltinModel::init(config.clone(), 0, &Device::Cpu).expect("model");
+        let reference = CandleReference::new(&config, &varmap);
+        let tensors =
+            batch_to_tensors(mnist_like_batch(7), &input(), 0, &Device::Cpu).expect("tensors");
+        let xs = tensors.features.narrow(0, 0, rows).expect("rows");
+        let labels = tensors
+            .labels
+            .expect("labels")
+            .narrow(0, 0, rows)
+            .expect("rows");
+        group.bench_function("forward/candle", |b| {
+            b.iter(|| reference.forward(&xs).expect("forward"))
+        });
+        group.bench_function("forward/tfpipe", |b| {
+            b.iter(|| model.forward_features(&xs).expect("forward"))
+        });
+        group.bench_function("forward_loss_backward/candle", |b| {
+            b.iter(|| {
+                let logits = reference.forward(&xs).expect("forward");
+                let loss = candle_nn::loss::cross_entropy(&logits, &labels).expect("loss");
+                loss.backward().expect("backward")
+            })
+        });
+        group.bench_function("forward_loss_backward/tfpipe", |b| {
+            b.iter(|| {
+                let logits = model.forward_features(&xs).expect("forward");
+                let loss =
+                    tfpipe::train::ops::softmax_cross_entropy(&logits, &labels).expect("loss");
+                loss.backward().expect("backward")
+            })
+        });
+        group.finish();
+    }
 }
 
 /// The observer machinery's cost per step (train lane): what `fit` does
@@ -411,6 +524,12 @@ fn embedding_step(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, step, optimizer_update, checkpoint_and_predict);
+criterion_group!(
+    benches,
+    step_parts,
+    step,
+    optimizer_update,
+    checkpoint_and_predict
+);
 criterion_group!(train_lane, observers, embedding_step);
 criterion_main!(benches, train_lane);

@@ -13,7 +13,7 @@ use tfpipe::pipeline::Parallelism;
 use tfpipe::tfrecord::ReaderOptions;
 use tfpipe::train::{
     InputSpec, ModelConfig, OptimizerConfig, OptimizerKind, Predictor, SchemaMeta, Task, TokenSet,
-    TrainConfig,
+    TrainConfig, parse_device,
 };
 
 use super::Status;
@@ -38,9 +38,12 @@ pub struct Args {
     /// Seeds weight initialisation and shuffling (default 0).
     #[arg(long)]
     pub seed: Option<u64>,
-    /// CPU threads for the model's math (default: half the cores).
+    /// CPU threads for the model's math (default: as `tfpipe train` chooses).
     #[arg(long)]
     pub compute_threads: Option<usize>,
+    /// cpu, cuda or cuda:N (cuda needs the `cuda` cargo feature). By default cpu.
+    #[arg(long)]
+    pub device: Option<String>,
     /// Instead of MNIST: generate the token-classification set
     /// (`tfpipe::train::TokenSet`: variable-length int64 ids, 4 classes)
     /// and train the embedding model on it.
@@ -61,6 +64,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         return run_tokens(args);
     }
     let started = Instant::now();
+    let device = parse_device(args.device.as_deref().unwrap_or("cpu"))?;
     let mut stdout = std::io::stdout().lock();
     let source = args
         .testdata
@@ -98,7 +102,8 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     let compute_threads = set_compute_threads(args.compute_threads)?;
     writeln!(
         stdout,
-        "\n== 2. train mlp 784-256-10 (adamw, batch {batch_size}, {epochs} epochs, {compute_threads} compute threads) through the pipeline"
+        "\n== 2. train mlp 784-256-10 (adamw, batch {batch_size}, {epochs} epochs, {compute_threads} compute threads, {}) through the pipeline",
+        device_name(&device)
     )?;
     let schema = train_files.schema.clone();
     let selection = InputSpec::from_schema(&schema, Task::Classification { classes: 10 })?;
@@ -114,6 +119,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     config.skipped_features = selection.skipped;
     config.epochs = Some(epochs);
     config.seed = seed;
+    config.device = device.clone();
     config.origin = super::process_start();
     let data = DataOptions {
         files: globs(&train_files),
@@ -135,6 +141,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     let run = RunOptions {
         save: Some(checkpoint.clone()),
         logdir: Some(out.join("logs")),
+        tuner: compute_threads.tuner(),
         ..RunOptions::default()
     };
     let report = train(
@@ -154,7 +161,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         stdout,
         "\n== 3. reload the checkpoint and predict the test digits"
     )?;
-    let predictor = Predictor::load(&checkpoint, &candle_core::Device::Cpu)?;
+    let predictor = Predictor::load(&checkpoint, &device)?;
     let predictions = out.join("predictions.jsonl");
     let test_globs = globs(&test_files);
     let predicted = predict(
@@ -220,6 +227,15 @@ fn convert_idx(dir: &Path, split: &str, out: &Path, shards: usize) -> anyhow::Re
         &[images],
         &output,
     )?)
+}
+
+/// A device's name as the reports print it (`cpu`, `cuda:0`).
+fn device_name(device: &candle_core::Device) -> String {
+    match device.location() {
+        candle_core::DeviceLocation::Cpu => "cpu".into(),
+        candle_core::DeviceLocation::Cuda { gpu_id } => format!("cuda:{gpu_id}"),
+        candle_core::DeviceLocation::Metal { gpu_id } => format!("metal:{gpu_id}"),
+    }
 }
 
 /// The output directory: `--out`, or a new temporary one.
@@ -313,6 +329,7 @@ fn run_tokens(args: Args) -> anyhow::Result<Status> {
     let checkpoint = out.join("tokens-checkpoint");
     let run = RunOptions {
         save: Some(checkpoint.clone()),
+        tuner: compute_threads.tuner(),
         ..RunOptions::default()
     };
     let report = train(

@@ -15,6 +15,7 @@ use tfpipe::Pipeline;
 use tfpipe::tfrecord::{Compression, ReaderOptions};
 
 mod bench;
+mod bench_train;
 mod cat;
 mod convert;
 mod demo;
@@ -45,6 +46,8 @@ enum Command {
     Convert(Box<convert::Args>),
     /// Run the input pipeline to the end and report its throughput.
     Bench(bench::Args),
+    /// Train the reference job of `bench/keras_fit.py` and print the same JSON.
+    BenchTrain(bench_train::Args),
     /// Train a model fed by the pipeline, reporting stall versus compute.
     Train(Box<train::Args>),
     /// Load a checkpoint and predict, reporting latency.
@@ -204,6 +207,7 @@ pub fn main() -> ExitCode {
         Some(Command::Inspect(args)) => inspect::run(args),
         Some(Command::Convert(args)) => convert::run(*args),
         Some(Command::Bench(args)) => bench::run(args),
+        Some(Command::BenchTrain(args)) => bench_train::run(args),
         Some(Command::Train(args)) => train::run(*args),
         Some(Command::Predict(args)) => predict::run(args),
         Some(Command::Demo(args)) => demo::run(args),

@@ -17,8 +17,8 @@ use tfpipe::tfrecord::ReaderOptions;
 use tfpipe::train::{
     BatchStream, BoxError, Checkpoint, Checkpointer, Control, Decay, EarlyStopping, EpochReport,
     InputSpec, LrSchedule, ModelConfig, Monitor, Observer, OptimizerConfig, OptimizerKind,
-    Progress, RunInfo, SchemaMeta, Task, TensorBoard, TrainConfig, TrainError, TrainReport,
-    Trainer, classes_from_metadata, epoch_seed, parse_device, resume_pipeline,
+    Progress, RunInfo, SchemaMeta, Task, TensorBoard, ThreadTuner, TrainConfig, TrainError,
+    TrainReport, Trainer, classes_from_metadata, epoch_seed, parse_device, resume_pipeline,
 };
 
 use super::{CompressionFlag, Status, interrupt};
@@ -149,9 +149,10 @@ pub struct Args {
     /// the checkpoint's.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// CPU threads for the model's math (candle). By default half the cores
-    /// (at least 1), leaving the rest to the pipeline; RAYON_NUM_THREADS, if
-    /// set, is respected.
+    /// CPU threads for the model's math (candle), fixed. By default up to
+    /// every core, as many as measured fastest while training (the count is
+    /// re-measured every 2,000 steps); RAYON_NUM_THREADS, if set, is
+    /// respected as a fixed count.
     #[arg(long)]
     pub compute_threads: Option<usize>,
     #[command(flatten)]
@@ -160,7 +161,7 @@ pub struct Args {
 
 /// Runs `tfpipe train`.
 pub fn run(mut args: Args) -> anyhow::Result<Status> {
-    set_compute_threads(args.compute_threads)?;
+    let threads = set_compute_threads(args.compute_threads)?;
     // Resolve and check everything before any work starts.
     let rank = args.rank.resolve()?;
     super::rank::per_rank_paths(
@@ -368,6 +369,7 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         checkpoint_every: args.checkpoint_every,
         keep_best: args.keep_best.then_some(monitor),
         early_stopping: args.early_stopping.map(|p| (monitor, p)),
+        tuner: threads.tuner(),
         resume_position: resumed.as_ref().and_then(|m| m.pipeline_state.clone()),
     };
     if let Some(meta) = &resumed
@@ -480,6 +482,8 @@ pub(super) struct RunOptions {
     pub checkpoint_every: Option<u64>,
     pub keep_best: Option<Monitor>,
     pub early_stopping: Option<(Monitor, u64)>,
+    /// Chooses the compute threads by measurement (see [`set_compute_threads`]).
+    pub tuner: Option<ThreadTuner>,
     /// The resumed checkpoint's pipeline position (`pipeline_state`).
     pub resume_position: Option<serde_json::Value>,
 }
@@ -500,6 +504,9 @@ pub(super) fn train(
     }
     let bar = progress_bar(None);
     trainer.observe(Bar::new(bar.clone(), data.batch_size));
+    if let Some(tuner) = &run.tuner {
+        trainer.observe(tuner.clone());
+    }
     if let Some(dir) = &run.logdir {
         trainer.observe(TensorBoard::create(dir, 10)?);
     }
@@ -958,32 +965,70 @@ fn model_config(
     }
 }
 
-/// Sets how many threads candle's CPU kernels use. candle sizes its matmul
-/// parallelism from `RAYON_NUM_THREADS` (read on every matmul; default: all
-/// physical cores) and its rayon pool from the same variable. On a 2-core
-/// machine two compute threads fight the pipeline's threads for the cores:
-/// measured on the demo, one compute thread made a step 5x faster (1.1 ms
-/// against 5.4 ms median at batch 32), so the default is half the cores.
+/// Sets how many threads candle's CPU kernels use, and says whether the
+/// trainer should tune the count by measurement. candle sizes its rayon
+/// pool (which the fused kernels' GEMMs share) from `RAYON_NUM_THREADS`.
+///
+/// With `--compute-threads N` (or `RAYON_NUM_THREADS`): N, fixed. By
+/// default the pool gets every core and a [`ThreadTuner`] picks how many
+/// the GEMMs use by timing the steps (every core while the pipeline needs
+/// little CPU, fewer when the steps start waiting for data): measured on 2
+/// cores, a fixed half of them made the MLP step slower (README,
+/// "Training speed").
 ///
 /// Must run before any other thread exists or candle's pool is built: call
 /// it first in a command (the demo calls it after conversion, whose
 /// threads have all finished).
-pub(super) fn set_compute_threads(threads: Option<usize>) -> anyhow::Result<usize> {
+pub(super) fn set_compute_threads(threads: Option<usize>) -> anyhow::Result<ComputeThreads> {
     if threads == Some(0) {
         bail!("--compute-threads must be at least 1");
     }
     let from_env = std::env::var("RAYON_NUM_THREADS")
         .ok()
         .and_then(|v| v.parse::<usize>().ok());
-    let n = match (threads, from_env) {
-        (Some(n), _) => n,
-        (None, Some(n)) if n > 0 => return Ok(n),
-        _ => std::thread::available_parallelism().map_or(1, |c| (c.get() / 2).max(1)),
+    let (n, tune) = match (threads, from_env) {
+        (Some(n), _) => (n, false),
+        (None, Some(n)) if n > 0 => {
+            return Ok(ComputeThreads {
+                threads: n,
+                tune: false,
+            });
+        }
+        _ => (
+            std::thread::available_parallelism().map_or(1, |c| c.get()),
+            true,
+        ),
     };
     // SAFETY: called before this process starts threads that could read
     // the environment concurrently (see above); nothing else writes it.
     unsafe { std::env::set_var("RAYON_NUM_THREADS", n.to_string()) };
-    Ok(n)
+    Ok(ComputeThreads { threads: n, tune })
+}
+
+/// The compute threads a command runs with.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ComputeThreads {
+    /// candle's pool: the most the model's math uses.
+    pub threads: usize,
+    /// Whether a [`ThreadTuner`] chooses how many of them the GEMMs use.
+    pub tune: bool,
+}
+
+impl ComputeThreads {
+    /// The tuner to observe the run with, when tuning.
+    pub(super) fn tuner(&self) -> Option<ThreadTuner> {
+        self.tune.then(|| ThreadTuner::new(self.threads))
+    }
+}
+
+impl std::fmt::Display for ComputeThreads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.tune {
+            write!(f, "up to {} (tuned)", self.threads)
+        } else {
+            write!(f, "{}", self.threads)
+        }
+    }
 }
 
 /// A progress bar on stderr, hidden when stderr is not a terminal.

@@ -13,9 +13,11 @@
 //! | file | what lives there |
 //! |---|---|
 //! | `model.rs` | [`ModelConfig`], [`Model`] (MLP, LeNet-like CNN, token embedding), seeded init |
+//! | `ops.rs` | [`ops`]: fused CPU kernels (linear + bias + ReLU, softmax cross-entropy, im2col conv, max-pool, in-place optimizer updates), each with a candle-ops fallback off the CPU |
 //! | `tensor.rs` | [`InputSpec`] (inputs chosen from a schema, standardisation, token ids padded per batch with a mask), `Batch` -> tensors without an extra copy |
 //! | `tokens.rs` | [`TokenSet`], a generated token-classification set |
-//! | `optim.rs` | [`OptimizerConfig`], AdamW and SGD from candle-nn |
+//! | `optim.rs` | [`OptimizerConfig`], [`TrainOptimizer`]; our Adam, AdamW and SGD (one in-place pass per tensor on the CPU) |
+//! | `threads.rs` | [`ThreadTuner`]: compute threads chosen by timing the steps |
 //! | `timing.rs` | [`Phase`] histograms and their [`PhaseSummary`] |
 //! | `prefetch.rs` | [`BatchStream`], the device-prefetch thread |
 //! | `trainer.rs` | [`Trainer`], [`TrainConfig`], evaluation |
@@ -32,6 +34,7 @@
 mod checkpoint;
 mod model;
 mod observer;
+pub mod ops;
 mod optim;
 mod predict;
 mod prefetch;
@@ -39,6 +42,7 @@ mod report;
 mod schedule;
 mod tensor;
 mod tensorboard;
+mod threads;
 mod timing;
 mod tokens;
 mod trainer;
@@ -64,6 +68,7 @@ pub use tensor::{
     batch_to_tensors, classes_from_metadata,
 };
 pub use tensorboard::{EventWriter, Scalar};
+pub use threads::ThreadTuner;
 pub use timing::{Phase, PhaseSummary};
 pub use tokens::{TokenFiles, TokenSet};
 pub use trainer::{

@@ -10,11 +10,12 @@
 //! generator cannot be seeded), so the same seed gives the same model
 //! ([`seed_vars`] does it for any model's `VarMap`).
 
-use candle_core::{D, DType, Device, Module, Tensor};
+use candle_core::{D, DType, Device, Tensor};
 use candle_nn::{Conv2d, Conv2dConfig, Linear, VarBuilder, VarMap};
 use serde::{Deserialize, Serialize};
 
 use super::TrainError;
+use super::ops;
 use super::tensor::BatchTensors;
 
 /// What a model learns, which chooses the loss and the metrics.
@@ -419,14 +420,19 @@ impl BuiltinModel {
                 fc2,
                 fc3,
             } => {
+                // NHWC through the convolutions (a 1-channel image is the
+                // same bytes in NCHW); the last pool writes NCHW, so that
+                // flattening gives candle's order and checkpoints keep
+                // their meaning (tested against candle's own layers).
                 let b = xs.dim(0)?;
-                let h = xs.reshape((b, 1, 28, 28))?;
-                let h = conv1.forward(&h)?.relu()?.max_pool2d(2)?;
-                let h = conv2.forward(&h)?.relu()?.max_pool2d(2)?;
-                let h = h.flatten_from(1)?;
-                let h = fc1.forward(&h)?.relu()?;
-                let h = fc2.forward(&h)?.relu()?;
-                fc3.forward(&h)
+                let h = xs.reshape((b, 28, 28, 1))?;
+                let h = ops::conv2d(&h, conv1.weight(), conv1.bias(), 2, true)?;
+                let h = ops::max_pool2x2(&h, false)?;
+                let h = ops::conv2d(&h, conv2.weight(), conv2.bias(), 0, true)?;
+                let h = ops::max_pool2x2(&h, true)?.flatten_from(1)?;
+                let h = dense_relu(fc1, &h)?;
+                let h = dense_relu(fc2, &h)?;
+                dense(fc3, &h)
             }
         }
     }
@@ -502,21 +508,20 @@ fn masked_mean(table: &candle_nn::Embedding, batch: &BatchTensors) -> candle_cor
             "the embedding model needs token ids: the batch has none".into(),
         ));
     };
-    let embedded = table.forward(ids)?; // [rows, longest, dim]
+    let embedded = candle_core::Module::forward(table, ids)?; // [rows, longest, dim]
     let summed = embedded.broadcast_mul(&mask.unsqueeze(2)?)?.sum(1)?; // [rows, dim]
     let counts = mask.sum_keepdim(1)?.clamp(1f32, f32::MAX)?; // [rows, 1]
     summed.broadcast_div(&counts)
 }
 
-/// A dense layer: `x W^T + b`. (The layers are small functions so that
-/// fused kernels can take their place one at a time.)
+/// A dense layer: `x W^T + b`, one fused GEMM on the CPU ([`ops::linear`]).
 pub(crate) fn dense(layer: &Linear, x: &Tensor) -> candle_core::Result<Tensor> {
-    layer.forward(x)
+    ops::linear(x, layer.weight(), layer.bias(), false)
 }
 
-/// A dense layer followed by ReLU.
+/// A dense layer followed by ReLU, fused the same way.
 pub(crate) fn dense_relu(layer: &Linear, x: &Tensor) -> candle_core::Result<Tensor> {
-    layer.forward(x)?.relu()
+    ops::linear(x, layer.weight(), layer.bias(), true)
 }
 
 /// Overwrites every variable with He-uniform weights (bound `sqrt(6 / fan_in)`)
@@ -576,6 +581,7 @@ impl SplitMix64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use candle_core::Module;
 
     #[test]
     fn mlp_shapes_and_seeded_init() {
@@ -607,6 +613,186 @@ mod tests {
         let xs = Tensor::zeros((3, 784), DType::F32, &Device::Cpu).unwrap();
         assert_eq!(m.forward_features(&xs).unwrap().dims(), &[3, 10]);
         assert_eq!(vars.all_vars().len(), 10);
+    }
+
+    /// The same weights through candle-nn's own layers (NCHW conv, `Linear`,
+    /// `relu`; pooling by reshape + max): what the built-in models computed
+    /// before the fused kernels, and what checkpoints mean.
+    fn candle_reference(config: &ModelConfig, varmap: &VarMap, xs: &Tensor) -> Tensor {
+        let vb = VarBuilder::from_varmap(varmap, DType::F32, &Device::Cpu);
+        let fc = |i: &str, a, b| candle_nn::linear(a, b, vb.pp(i)).unwrap();
+        match config {
+            ModelConfig::Cnn { classes } => {
+                let padded = Conv2dConfig {
+                    padding: 2,
+                    ..Default::default()
+                };
+                let c1 = candle_nn::conv2d(1, 6, 5, padded, vb.pp("conv1")).unwrap();
+                let c2 = candle_nn::conv2d(6, 16, 5, Default::default(), vb.pp("conv2")).unwrap();
+                let b = xs.dim(0).unwrap();
+                let h = xs.reshape((b, 1, 28, 28)).unwrap();
+                // Pooling by reshape + max: candle's max_pool2d backward
+                // scales the gradient (see `ops::max_pool2x2`).
+                let pool = |t: Tensor| super::ops::max_pool2x2_nchw(&t).unwrap();
+                let h = pool(c1.forward(&h).unwrap().relu().unwrap());
+                let h = pool(c2.forward(&h).unwrap().relu().unwrap());
+                let h = h.flatten_from(1).unwrap();
+                let h = fc("fc1", 400, 120).forward(&h).unwrap().relu().unwrap();
+                let h = fc("fc2", 120, 84).forward(&h).unwrap().relu().unwrap();
+                fc("fc3", 84, *classes).forward(&h).unwrap()
+            }
+            _ => {
+                let (inputs, hidden, outputs) = config.mlp_layers().unwrap();
+                let mut h = xs.clone();
+                let mut width = inputs;
+                for (i, &n) in hidden.iter().enumerate() {
+                    h = fc(&format!("fc{i}"), width, n)
+                        .forward(&h)
+                        .unwrap()
+                        .relu()
+                        .unwrap();
+                    width = n;
+                }
+                fc(&format!("fc{}", hidden.len()), width, outputs)
+                    .forward(&h)
+                    .unwrap()
+            }
+        }
+    }
+
+    /// The fused forward and its gradients equal candle's layers' on the
+    /// same weights, for both built-in models.
+    #[test]
+    fn fused_layers_match_candle_layers() {
+        let configs = [
+            ModelConfig::Mlp {
+                inputs: 784,
+                hidden: vec![16, 8],
+                classes: 10,
+            },
+            ModelConfig::Cnn { classes: 10 },
+        ];
+        // Deterministic pixels in [0, 1].
+        let xs = Tensor::arange(0u32, 3 * 784, &Device::Cpu)
+            .and_then(|t| t.to_dtype(DType::F32))
+            .and_then(|t| (t * 0.37)?.sin()?.abs())
+            .and_then(|t| t.reshape((3, 784)))
+            .unwrap();
+        let labels = Tensor::new(&[1u32, 7, 3], &Device::Cpu).unwrap();
+        for config in configs {
+            let (model, varmap) = BuiltinModel::init(config.clone(), 3, &Device::Cpu).unwrap();
+            let fused = model.forward_features(&xs).unwrap();
+            let reference = candle_reference(&config, &varmap, &xs);
+            let diff = (&fused - &reference)
+                .unwrap()
+                .abs()
+                .unwrap()
+                .max_all()
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap();
+            assert!(
+                diff < 1e-4,
+                "{}: forward differs by {diff}",
+                config.describe()
+            );
+            let ga = super::ops::softmax_cross_entropy(&fused, &labels)
+                .unwrap()
+                .backward()
+                .unwrap();
+            let gb = candle_nn::loss::cross_entropy(&reference, &labels)
+                .unwrap()
+                .backward()
+                .unwrap();
+            for var in varmap.all_vars() {
+                let a = ga.get(&var).expect("fused gradient");
+                let b = gb.get(&var).expect("candle gradient");
+                let scale = b
+                    .abs()
+                    .unwrap()
+                    .max_all()
+                    .unwrap()
+                    .to_scalar::<f32>()
+                    .unwrap();
+                let diff = (a - b)
+                    .unwrap()
+                    .abs()
+                    .unwrap()
+                    .max_all()
+                    .unwrap()
+                    .to_scalar::<f32>()
+                    .unwrap();
+                assert!(
+                    diff <= 1e-4 * (1.0 + scale),
+                    "{}: gradient of a {:?} variable differs by {diff}",
+                    config.describe(),
+                    var.dims()
+                );
+            }
+        }
+    }
+
+    /// On a GPU the built-in models (through the kernels' candle-ops
+    /// fallbacks) and our AdamW (its tensor path) compute what they compute
+    /// on the CPU. Skips without a CUDA device.
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn cuda_step_matches_the_cpu_step() {
+        use super::super::{OptimizerConfig, OptimizerKind};
+        let Ok(gpu) = Device::new_cuda(0) else {
+            eprintln!("cuda_step_matches_the_cpu_step: no CUDA device, skipped");
+            return;
+        };
+        let xs = Tensor::arange(0u32, 4 * 784, &Device::Cpu)
+            .and_then(|t| t.to_dtype(DType::F32))
+            .and_then(|t| (t * 0.11)?.cos()?.abs())
+            .and_then(|t| t.reshape((4, 784)))
+            .unwrap();
+        let labels = Tensor::new(&[3u32, 1, 4, 1], &Device::Cpu).unwrap();
+        for config in [
+            ModelConfig::Mlp {
+                inputs: 784,
+                hidden: vec![32],
+                classes: 10,
+            },
+            ModelConfig::Cnn { classes: 10 },
+        ] {
+            let mut weights = Vec::new();
+            for device in [Device::Cpu, gpu.clone()] {
+                let (model, varmap) = BuiltinModel::init(config.clone(), 5, &device).unwrap();
+                let mut opt = OptimizerConfig::default_for(OptimizerKind::AdamW)
+                    .build(varmap.all_vars())
+                    .unwrap();
+                let x = xs.to_device(&device).unwrap();
+                let y = labels.to_device(&device).unwrap();
+                for _ in 0..2 {
+                    let logits = model.forward_features(&x).unwrap();
+                    let loss = super::super::ops::softmax_cross_entropy(&logits, &y).unwrap();
+                    opt.step(&loss.backward().unwrap()).unwrap();
+                }
+                let mut all: Vec<(String, Vec<f32>)> = varmap
+                    .data()
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .map(|(name, v)| {
+                        let host = v.to_device(&Device::Cpu).unwrap();
+                        (name.clone(), host.flatten_all().unwrap().to_vec1().unwrap())
+                    })
+                    .collect();
+                all.sort_by(|a, b| a.0.cmp(&b.0));
+                weights.push(all);
+            }
+            for ((name, a), (_, b)) in weights[0].iter().zip(&weights[1]) {
+                for (x, y) in a.iter().zip(b) {
+                    assert!(
+                        (x - y).abs() < 1e-4,
+                        "{}: {name}: {x} vs {y}",
+                        config.describe()
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -401,17 +401,21 @@ fn export_slots(
     Ok(out)
 }
 
-/// Reads a float32 CPU variable and its gradient as host vectors, lets `f`
-/// update the weights, and writes them back.
+/// Lets `f` update a float32 CPU variable's weights from its gradient, in
+/// place on the variable's own storage ([`ops::update_in_place`]).
 fn update_host(
     var: &Var,
     grad: &Tensor,
     f: impl FnOnce(&mut [f32], &[f32]),
 ) -> candle_core::Result<()> {
-    let g = grad.flatten_all()?.to_vec1::<f32>()?;
-    let mut theta = var.flatten_all()?.to_vec1::<f32>()?;
-    f(&mut theta, &g);
-    var.set(&Tensor::from_vec(theta, var.shape(), var.device())?)
+    if !super::ops::update_in_place(var.as_tensor(), grad, f)? {
+        candle_core::bail!(
+            "a host-side optimizer buffer for a {:?} variable on {:?}",
+            var.dtype(),
+            var.device().location()
+        );
+    }
+    Ok(())
 }
 
 /// Adam's per-step constants.

@@ -1234,7 +1234,7 @@ pub(crate) fn task_loss(
     labels: &Tensor,
 ) -> candle_core::Result<Tensor> {
     match task {
-        Task::Classification { .. } => candle_nn::loss::cross_entropy(outputs, labels),
+        Task::Classification { .. } => super::ops::softmax_cross_entropy(outputs, labels),
         Task::Regression => {
             let rows = labels.dim(0)?;
             candle_nn::loss::mse(&regression_output(outputs, rows)?, labels)

@@ -1,0 +1,1051 @@
+//! Fused CPU kernels for the training step, as candle custom ops.
+//!
+//! candle's CPU backend runs every elementwise op as its own pass into a
+//! fresh allocation, and its autograd computes the gradient of every input
+//! of a matmul, including the data batch's. For the small models we train
+//! that overhead is most of a step. The kernels here do the same math in
+//! fewer passes:
+//!
+//! - [`linear`]: `relu(x @ w^T + b)` as one GEMM into an output preloaded
+//!   with the bias, ReLU applied in place. Backward: the ReLU mask, `dW`
+//!   and `db` in one pass each, `dx` only when `x` needs a gradient (never
+//!   for the data batch).
+//! - [`softmax_cross_entropy`]: the mean cross-entropy of logits against
+//!   class ids in one pass; backward `(softmax - onehot) / batch`.
+//! - [`conv2d`]: a convolution as im2col + [`linear`]'s GEMM (candle's CPU
+//!   conv backward goes through a slow transposed convolution).
+//! - [`update_in_place`]: an optimizer's update on the variable's own
+//!   storage (no copy out of candle, no `Var::set`, no intermediate
+//!   tensors); the arithmetic lives in `optim.rs`.
+//!
+//! Every kernel takes f32 tensors on the CPU; on other devices or dtypes
+//! each falls back to the same math in candle ops, so models written with
+//! them run anywhere. Before/after numbers: `cargo bench --bench train`
+//! (README, "Training speed").
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use candle_core::{
+    CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Device, InplaceOp2, Layout, Result, Shape,
+    Tensor, bail,
+};
+
+/// The fused kernels' thread count; 0: candle's own (see [`compute_threads`]).
+static THREADS: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets how many threads the fused kernels' GEMMs use, from now on (the
+/// trainer lowers it while training if the input pipeline starts to
+/// stall). 0 restores the default.
+pub fn set_compute_threads(threads: usize) {
+    THREADS.store(threads, Ordering::Relaxed);
+}
+
+/// How many threads the fused kernels' GEMMs use. By default candle's
+/// count: `RAYON_NUM_THREADS` (which `--compute-threads` sets) or the
+/// physical cores.
+pub fn compute_threads() -> usize {
+    match THREADS.load(Ordering::Relaxed) {
+        0 => candle_core::utils::get_num_threads().max(1),
+        n => n,
+    }
+}
+
+/// GEMM parallelism on the rayon pool candle's kernels share.
+fn parallelism() -> gemm::Parallelism {
+    match compute_threads() {
+        1 => gemm::Parallelism::None,
+        n => gemm::Parallelism::Rayon(n),
+    }
+}
+
+/// A strided 2-D view into an f32 buffer: element `(i, j)` sits at
+/// `offset + i * rs + j * cs`.
+#[derive(Clone, Copy)]
+struct View {
+    rows: usize,
+    cols: usize,
+    rs: isize,
+    cs: isize,
+    offset: usize,
+}
+
+impl View {
+    fn of(layout: &Layout, what: &str) -> Result<View> {
+        match (layout.dims(), layout.stride()) {
+            ([rows, cols], [rs, cs]) => Ok(View {
+                rows: *rows,
+                cols: *cols,
+                rs: *rs as isize,
+                cs: *cs as isize,
+                offset: layout.start_offset(),
+            }),
+            (dims, _) => bail!("{what}: expected a matrix, got shape {dims:?}"),
+        }
+    }
+
+    fn transposed(self) -> View {
+        View {
+            rows: self.cols,
+            cols: self.rows,
+            rs: self.cs,
+            cs: self.rs,
+            offset: self.offset,
+        }
+    }
+
+    /// The largest index this view reads, plus one.
+    fn extent(&self) -> usize {
+        if self.rows == 0 || self.cols == 0 {
+            return self.offset;
+        }
+        self.offset + (self.rows - 1) * self.rs as usize + (self.cols - 1) * self.cs as usize + 1
+    }
+
+    fn check(&self, data: &[f32], what: &str) -> Result<()> {
+        if self.rs < 0 || self.cs < 0 || self.extent() > data.len() {
+            bail!("{what}: layout does not fit its storage");
+        }
+        Ok(())
+    }
+}
+
+/// `dst (m x n, row-major, contiguous) = (accumulate ? dst : 0) + lhs @ rhs`.
+fn gemm_into(
+    dst: &mut [f32],
+    accumulate: bool,
+    lhs: (&[f32], View),
+    rhs: (&[f32], View),
+) -> Result<()> {
+    let ((a, la), (b, lb)) = (lhs, rhs);
+    let (m, k, n) = (la.rows, la.cols, lb.cols);
+    if lb.rows != k || dst.len() != m * n {
+        bail!(
+            "gemm: shapes {m}x{k} @ {}x{n} into {} values",
+            lb.rows,
+            dst.len()
+        );
+    }
+    la.check(a, "gemm lhs")?;
+    lb.check(b, "gemm rhs")?;
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    if k == 0 {
+        if !accumulate {
+            dst.fill(0.0);
+        }
+        return Ok(());
+    }
+    // SAFETY: `dst` holds m*n values written at row stride n; the checks
+    // above keep every read of `a` and `b` inside their slices (strides are
+    // non-negative and the last element is in bounds).
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            accumulate,
+            a.as_ptr().add(la.offset),
+            la.cs,
+            la.rs,
+            b.as_ptr().add(lb.offset),
+            lb.cs,
+            lb.rs,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            parallelism(),
+        );
+    }
+    Ok(())
+}
+
+fn f32s<'a>(s: &'a CpuStorage, what: &str) -> Result<&'a [f32]> {
+    match s {
+        CpuStorage::F32(v) => Ok(v),
+        other => bail!(
+            "{what}: expected f32, got {:?}",
+            candle_core::backend::BackendStorage::dtype(other)
+        ),
+    }
+}
+
+/// Runs `f` on the f32 data and layout of a CPU tensor.
+fn with_cpu_f32<R>(
+    t: &Tensor,
+    what: &str,
+    f: impl FnOnce(&[f32], &Layout) -> Result<R>,
+) -> Result<R> {
+    let (storage, layout) = t.storage_and_layout();
+    match &*storage {
+        candle_core::Storage::Cpu(s) => f(f32s(s, what)?, layout),
+        _ => bail!("{what}: expected a CPU tensor"),
+    }
+}
+
+fn fused_ok(ts: &[&Tensor]) -> bool {
+    ts.iter()
+        .all(|t| t.device().is_cpu() && t.dtype() == DType::F32)
+}
+
+// ---------------------------------------------------------------- linear
+
+/// `x @ w^T + b`, then ReLU when `relu`: `x` is `[batch, in]`, `w`
+/// `[out, in]` (candle-nn's `Linear` layout), `b` `[out]`.
+///
+/// On the CPU in f32 this is one fused op (see the module doc); elsewhere
+/// it is candle's `matmul`, `broadcast_add` and `relu`.
+pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>, relu: bool) -> Result<Tensor> {
+    match b {
+        Some(b) if fused_ok(&[x, w, b]) && x.rank() == 2 => x.apply_op3(w, b, LinearOp { relu }),
+        _ => {
+            let y = x.matmul(&w.t()?)?;
+            let y = match b {
+                Some(b) => y.broadcast_add(b)?,
+                None => y,
+            };
+            if relu { y.relu() } else { Ok(y) }
+        }
+    }
+}
+
+/// The fused linear layer (see [`linear`]).
+struct LinearOp {
+    relu: bool,
+}
+
+impl CustomOp3 for LinearOp {
+    fn name(&self) -> &'static str {
+        if self.relu {
+            "tfpipe-linear-relu"
+        } else {
+            "tfpipe-linear"
+        }
+    }
+
+    fn cpu_fwd(
+        &self,
+        xs: &CpuStorage,
+        xl: &Layout,
+        ws: &CpuStorage,
+        wl: &Layout,
+        bs: &CpuStorage,
+        bl: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let x = View::of(xl, "linear input")?;
+        let w = View::of(wl, "linear weight")?;
+        let (bias, out) = match (bl.contiguous_offsets(), bl.dims()) {
+            (Some((start, end)), [out]) => (&f32s(bs, "linear bias")?[start..end], *out),
+            _ => bail!("linear bias: expected a contiguous vector"),
+        };
+        if w.rows != out || w.cols != x.cols {
+            bail!(
+                "linear: input [{}, {}], weight [{}, {}], bias [{out}] do not fit",
+                x.rows,
+                x.cols,
+                w.rows,
+                w.cols
+            );
+        }
+        let mut y = Vec::with_capacity(x.rows * out);
+        for _ in 0..x.rows {
+            y.extend_from_slice(bias);
+        }
+        gemm_into(
+            &mut y,
+            true,
+            (f32s(xs, "linear input")?, x),
+            (f32s(ws, "linear weight")?, w.transposed()),
+        )?;
+        if self.relu {
+            for v in &mut y {
+                *v = v.max(0.0);
+            }
+        }
+        Ok((CpuStorage::F32(y), Shape::from((x.rows, out))))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _b: &Tensor,
+        res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let (rows, out) = res.dims2()?;
+        let inputs = x.dim(1)?;
+        let grad = grad.contiguous()?;
+        // The gradient before the ReLU, `[rows, out]`, row-major.
+        let g: Vec<f32> = with_cpu_f32(&grad, "linear gradient", |g, gl| {
+            let (start, end) = gl
+                .contiguous_offsets()
+                .ok_or_else(|| candle_core::Error::Msg("linear gradient: not contiguous".into()))?;
+            let g = &g[start..end];
+            if !self.relu {
+                return Ok(g.to_vec());
+            }
+            let res = res.contiguous()?;
+            with_cpu_f32(&res, "linear output", |r, rl| {
+                let (rs, re) = rl.contiguous_offsets().ok_or_else(|| {
+                    candle_core::Error::Msg("linear output: not contiguous".into())
+                })?;
+                Ok(g.iter()
+                    .zip(&r[rs..re])
+                    .map(|(&g, &r)| if r > 0.0 { g } else { 0.0 })
+                    .collect())
+            })
+        })?;
+        if g.len() != rows * out {
+            bail!("linear gradient: {} values for [{rows}, {out}]", g.len());
+        }
+        let gv = View {
+            rows,
+            cols: out,
+            rs: out as isize,
+            cs: 1,
+            offset: 0,
+        };
+        let mut db = vec![0f32; out];
+        for row in g.chunks_exact(out.max(1)) {
+            for (d, v) in db.iter_mut().zip(row) {
+                *d += v;
+            }
+        }
+        let mut dw = vec![0f32; out * inputs];
+        with_cpu_f32(x, "linear input", |xd, xl| {
+            gemm_into(
+                &mut dw,
+                false,
+                (&g, gv.transposed()),
+                (xd, View::of(xl, "linear input")?),
+            )
+        })?;
+        let dx = if x.track_op() {
+            let mut dx = vec![0f32; rows * inputs];
+            with_cpu_f32(w, "linear weight", |wd, wl| {
+                gemm_into(
+                    &mut dx,
+                    false,
+                    (&g, gv),
+                    (wd, View::of(wl, "linear weight")?),
+                )
+            })?;
+            Some(Tensor::from_vec(dx, (rows, inputs), &Device::Cpu)?)
+        } else {
+            None
+        };
+        Ok((
+            dx,
+            Some(Tensor::from_vec(dw, (out, inputs), &Device::Cpu)?),
+            Some(Tensor::from_vec(db, out, &Device::Cpu)?),
+        ))
+    }
+}
+
+// ------------------------------------------------------- cross-entropy
+
+/// The mean softmax cross-entropy of `logits` `[batch, classes]` against
+/// class ids `labels` `[batch]` (u32): candle-nn's
+/// `loss::cross_entropy`, as one pass on the CPU in f32.
+pub fn softmax_cross_entropy(logits: &Tensor, labels: &Tensor) -> Result<Tensor> {
+    if fused_ok(&[logits]) && labels.dtype() == DType::U32 && logits.rank() == 2 {
+        logits.apply_op2(labels, SoftmaxCrossEntropy)
+    } else {
+        candle_nn::loss::cross_entropy(logits, labels)
+    }
+}
+
+struct SoftmaxCrossEntropy;
+
+fn labels_u32<'a>(s: &'a CpuStorage, l: &Layout, rows: usize) -> Result<&'a [u32]> {
+    match (s, l.contiguous_offsets()) {
+        (CpuStorage::U32(v), Some((start, end))) if end - start == rows => Ok(&v[start..end]),
+        _ => bail!("cross-entropy: labels must be {rows} contiguous u32 class ids"),
+    }
+}
+
+/// Calls `f(row, label, log_sum_exp)` for each row of contiguous logits.
+fn each_row(
+    logits: &[f32],
+    classes: usize,
+    labels: &[u32],
+    mut f: impl FnMut(&[f32], usize, f32),
+) -> Result<()> {
+    for (row, &label) in logits.chunks_exact(classes).zip(labels) {
+        let label = label as usize;
+        if label >= classes {
+            bail!("cross-entropy: label {label} is not below the {classes} classes");
+        }
+        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let sum: f32 = row.iter().map(|&v| (v - max).exp()).sum();
+        f(row, label, max + sum.ln());
+    }
+    Ok(())
+}
+
+impl CustomOp2 for SoftmaxCrossEntropy {
+    fn name(&self) -> &'static str {
+        "tfpipe-softmax-cross-entropy"
+    }
+
+    fn cpu_fwd(
+        &self,
+        ls: &CpuStorage,
+        ll: &Layout,
+        ys: &CpuStorage,
+        yl: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (rows, classes) = ll.shape().dims2()?;
+        let logits = match ll.contiguous_offsets() {
+            Some((start, end)) => &f32s(ls, "cross-entropy logits")?[start..end],
+            None => bail!("cross-entropy: logits are not contiguous"),
+        };
+        let labels = labels_u32(ys, yl, rows)?;
+        let mut total = 0f64;
+        each_row(logits, classes, labels, |row, label, lse| {
+            total += f64::from(lse - row[label]);
+        })?;
+        let mean = if rows == 0 {
+            f32::NAN
+        } else {
+            (total / rows as f64) as f32
+        };
+        Ok((CpuStorage::F32(vec![mean]), Shape::from(())))
+    }
+
+    fn bwd(
+        &self,
+        logits: &Tensor,
+        labels: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let (rows, classes) = logits.dims2()?;
+        let scale = grad.to_scalar::<f32>()? / rows.max(1) as f32;
+        let logits = logits.contiguous()?;
+        let labels: Vec<u32> = labels.to_vec1()?;
+        let mut d = Vec::with_capacity(rows * classes);
+        with_cpu_f32(&logits, "cross-entropy logits", |l, layout| {
+            let (start, end) = layout
+                .contiguous_offsets()
+                .ok_or_else(|| candle_core::Error::Msg("logits: not contiguous".into()))?;
+            each_row(&l[start..end], classes, &labels, |row, label, lse| {
+                let base = d.len();
+                d.extend(row.iter().map(|&v| (v - lse).exp() * scale));
+                d[base + label] -= scale;
+            })
+        })?;
+        Ok((
+            Some(Tensor::from_vec(d, (rows, classes), &Device::Cpu)?),
+            None,
+        ))
+    }
+}
+
+// ------------------------------------------------------------- conv2d
+
+/// A 2-D convolution, stride 1, with bias and optional ReLU, on NHWC data:
+/// `x` `[batch, height, width, channels]`, `kernel` candle's
+/// `[out, channels, k, k]`; the result is NHWC `[batch, oh, ow, out]`.
+///
+/// On the CPU in f32: im2col into `[batch*oh*ow, channels*k*k]` (column
+/// order `(channel, ky, kx)`, the kernel's own), then [`linear`]'s fused
+/// GEMM + bias + ReLU. Elsewhere: candle's `conv2d` between permutes.
+pub fn conv2d(
+    x: &Tensor,
+    kernel: &Tensor,
+    bias: Option<&Tensor>,
+    padding: usize,
+    relu: bool,
+) -> Result<Tensor> {
+    let (b, h, w, c) = x.dims4()?;
+    let (out, kc, kh, kw) = kernel.dims4()?;
+    if kc != c || kh != kw {
+        bail!("conv2d: input has {c} channels, kernel is [{out}, {kc}, {kh}, {kw}]");
+    }
+    let k = kh;
+    if k == 0 || h + 2 * padding < k || w + 2 * padding < k {
+        bail!("conv2d: a {k}x{k} kernel does not fit a {h}x{w} input padded by {padding}");
+    }
+    let (oh, ow) = (h + 2 * padding - k + 1, w + 2 * padding - k + 1);
+    if fused_ok(&[x, kernel]) {
+        let cols = x.contiguous()?.apply_op1(Im2Col { k, padding })?;
+        let y = linear(&cols, &kernel.reshape((out, c * k * k))?, bias, relu)?;
+        y.reshape((b, oh, ow, out))
+    } else {
+        let y = x
+            .permute((0, 3, 1, 2))?
+            .contiguous()?
+            .conv2d(kernel, padding, 1, 1, 1)?;
+        let y = match bias {
+            Some(bias) => y.broadcast_add(&bias.reshape((1, out, 1, 1))?)?,
+            None => y,
+        };
+        let y = if relu { y.relu()? } else { y };
+        y.permute((0, 2, 3, 1))?.contiguous()
+    }
+}
+
+/// im2col for NHWC input (see [`conv2d`]); backward is col2im.
+struct Im2Col {
+    k: usize,
+    padding: usize,
+}
+
+impl Im2Col {
+    /// Calls `f(col_index, input_index)` for every in-bounds pair of
+    /// (row of the column matrix, column) and input element, in order.
+    fn walk(&self, (b, h, w, c): (usize, usize, usize, usize), mut f: impl FnMut(usize, usize)) {
+        let (k, p) = (self.k, self.padding);
+        let (oh, ow) = (h + 2 * p - k + 1, w + 2 * p - k + 1);
+        let width = c * k * k;
+        for n in 0..b {
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    let row = ((n * oh + oy) * ow + ox) * width;
+                    for ky in 0..k {
+                        let Some(iy) = (oy + ky).checked_sub(p).filter(|&y| y < h) else {
+                            continue;
+                        };
+                        for kx in 0..k {
+                            let Some(ix) = (ox + kx).checked_sub(p).filter(|&x| x < w) else {
+                                continue;
+                            };
+                            let src = ((n * h + iy) * w + ix) * c;
+                            for ch in 0..c {
+                                f(row + (ch * k + ky) * k + kx, src + ch);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn dims(&self, d: (usize, usize, usize, usize)) -> (usize, usize) {
+        let (b, h, w, c) = d;
+        let (k, p) = (self.k, self.padding);
+        (b * (h + 2 * p - k + 1) * (w + 2 * p - k + 1), c * k * k)
+    }
+}
+
+impl CustomOp1 for Im2Col {
+    fn name(&self) -> &'static str {
+        "tfpipe-im2col"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let d = l.shape().dims4()?;
+        let x = match l.contiguous_offsets() {
+            Some((start, end)) => &f32s(s, "im2col input")?[start..end],
+            None => bail!("im2col: input is not contiguous"),
+        };
+        let (rows, cols) = self.dims(d);
+        let mut out = vec![0f32; rows * cols];
+        self.walk(d, |dst, src| out[dst] = x[src]);
+        Ok((CpuStorage::F32(out), Shape::from((rows, cols))))
+    }
+
+    fn bwd(&self, arg: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+        if !arg.track_op() {
+            return Ok(None);
+        }
+        let d = arg.dims4()?;
+        let grad = grad.contiguous()?;
+        let mut dx = vec![0f32; arg.elem_count()];
+        with_cpu_f32(&grad, "im2col gradient", |g, gl| {
+            let (start, end) = gl
+                .contiguous_offsets()
+                .ok_or_else(|| candle_core::Error::Msg("im2col gradient: not contiguous".into()))?;
+            let g = &g[start..end];
+            let (rows, cols) = self.dims(d);
+            if g.len() != rows * cols {
+                bail!("im2col gradient: {} values for [{rows}, {cols}]", g.len());
+            }
+            self.walk(d, |col, src| dx[src] += g[col]);
+            Ok(())
+        })?;
+        Ok(Some(Tensor::from_vec(dx, arg.shape(), &Device::Cpu)?))
+    }
+}
+
+/// 2x2 max pooling, stride 2, on NHWC `[batch, h, w, c]` (odd edges
+/// dropped, as candle does). With `to_nchw` the result is laid out
+/// `[batch, c, h/2, w/2]`, so that flattening it matches candle's NCHW
+/// models.
+///
+/// The gradient goes to each window's maximum (the first one on ties), as
+/// in TensorFlow and PyTorch. (candle 0.11's own `max_pool2d` backward
+/// scales it by the number of maxima over 4, i.e. a unique maximum gets a
+/// quarter of its gradient; off the CPU this function therefore pools
+/// with a reshape and two `max` reductions, whose backward is exact.)
+pub fn max_pool2x2(x: &Tensor, to_nchw: bool) -> Result<Tensor> {
+    if fused_ok(&[x]) {
+        x.contiguous()?.apply_op1(MaxPool2x2 { to_nchw })
+    } else {
+        let y = max_pool2x2_nchw(&x.permute((0, 3, 1, 2))?)?;
+        if to_nchw {
+            Ok(y)
+        } else {
+            y.permute((0, 2, 3, 1))?.contiguous()
+        }
+    }
+}
+
+/// 2x2 max pooling of NCHW `x` in candle ops with an exact backward: a
+/// reshape to `[b, c, h/2, 2, w/2, 2]` and a max over each pair of axes.
+pub fn max_pool2x2_nchw(x: &Tensor) -> Result<Tensor> {
+    let (b, c, h, w) = x.dims4()?;
+    let (oh, ow) = (h / 2, w / 2);
+    x.narrow(2, 0, 2 * oh)?
+        .narrow(3, 0, 2 * ow)?
+        .contiguous()?
+        .reshape((b, c, oh, 2, ow, 2))?
+        .max(5)?
+        .max(3)
+}
+
+struct MaxPool2x2 {
+    to_nchw: bool,
+}
+
+impl MaxPool2x2 {
+    /// Calls `f(out_index, [input indices of the window])` per output value.
+    fn walk(
+        &self,
+        (b, h, w, c): (usize, usize, usize, usize),
+        mut f: impl FnMut(usize, [usize; 4]),
+    ) {
+        let (oh, ow) = (h / 2, w / 2);
+        for n in 0..b {
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    let at = |y: usize, x: usize| ((n * h + y) * w + x) * c;
+                    let (a, bb, cc, dd) = (
+                        at(2 * oy, 2 * ox),
+                        at(2 * oy, 2 * ox + 1),
+                        at(2 * oy + 1, 2 * ox),
+                        at(2 * oy + 1, 2 * ox + 1),
+                    );
+                    for ch in 0..c {
+                        let out = if self.to_nchw {
+                            ((n * c + ch) * oh + oy) * ow + ox
+                        } else {
+                            ((n * oh + oy) * ow + ox) * c + ch
+                        };
+                        f(out, [a + ch, bb + ch, cc + ch, dd + ch]);
+                    }
+                }
+            }
+        }
+    }
+
+    fn out_shape(&self, (b, h, w, c): (usize, usize, usize, usize)) -> Shape {
+        if self.to_nchw {
+            Shape::from((b, c, h / 2, w / 2))
+        } else {
+            Shape::from((b, h / 2, w / 2, c))
+        }
+    }
+}
+
+/// The index of the window's maximum (the first one on ties).
+fn argmax4(x: &[f32], window: [usize; 4]) -> usize {
+    let mut best = window[0];
+    for &i in &window[1..] {
+        if x[i] > x[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+impl CustomOp1 for MaxPool2x2 {
+    fn name(&self) -> &'static str {
+        "tfpipe-max-pool-2x2"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let d = l.shape().dims4()?;
+        let x = match l.contiguous_offsets() {
+            Some((start, end)) => &f32s(s, "max-pool input")?[start..end],
+            None => bail!("max-pool: input is not contiguous"),
+        };
+        let shape = self.out_shape(d);
+        let mut out = vec![0f32; shape.elem_count()];
+        self.walk(d, |o, window| out[o] = x[argmax4(x, window)]);
+        Ok((CpuStorage::F32(out), shape))
+    }
+
+    fn bwd(&self, arg: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+        let d = arg.dims4()?;
+        let arg = arg.contiguous()?;
+        let grad = grad.contiguous()?;
+        let mut dx = vec![0f32; arg.elem_count()];
+        with_cpu_f32(&arg, "max-pool input", |x, xl| {
+            let x = &x[xl.start_offset()..];
+            with_cpu_f32(&grad, "max-pool gradient", |g, gl| {
+                let g = &g[gl.start_offset()..];
+                if g.len() < self.out_shape(d).elem_count() {
+                    bail!("max-pool gradient: too few values");
+                }
+                self.walk(d, |o, window| dx[argmax4(x, window)] += g[o]);
+                Ok(())
+            })
+        })?;
+        Ok(Some(Tensor::from_vec(dx, arg.shape(), &Device::Cpu)?))
+    }
+}
+
+// --------------------------------------------------------- optimizers
+
+/// Runs `update(weights, gradient)` on the storage of `theta` itself, so
+/// that every tensor sharing it (the model's layers) sees the new weights:
+/// no copy out of candle and back, no `Var::set`, no new allocation.
+///
+/// Returns `Ok(false)`, having done nothing, unless `theta` and `grad` are
+/// both float32 on the CPU (the optimizers then use tensor operations).
+/// `theta` must be contiguous and `grad` have as many elements.
+///
+/// ```
+/// use candle_core::{Device, Tensor, Var};
+///
+/// let theta = Var::from_vec(vec![1.0f32, 2.0], 2, &Device::Cpu)?;
+/// let view = theta.as_tensor().clone();
+/// let grad = Tensor::new(&[0.5f32, -0.5], &Device::Cpu)?;
+/// let done = tfpipe::train::ops::update_in_place(&theta, &grad, |p, g| {
+///     for (p, g) in p.iter_mut().zip(g) {
+///         *p -= 2.0 * g;
+///     }
+/// })?;
+/// assert!(done);
+/// assert_eq!(view.to_vec1::<f32>()?, vec![0.0, 3.0]);
+/// # Ok::<(), candle_core::Error>(())
+/// ```
+pub fn update_in_place(
+    theta: &Tensor,
+    grad: &Tensor,
+    update: impl FnOnce(&mut [f32], &[f32]),
+) -> Result<bool> {
+    if !fused_ok(&[theta, grad]) {
+        return Ok(false);
+    }
+    if grad.elem_count() != theta.elem_count() {
+        bail!(
+            "update: {} weights but {} gradients",
+            theta.elem_count(),
+            grad.elem_count()
+        );
+    }
+    let grad = grad.contiguous()?;
+    theta.inplace_op2(
+        &grad,
+        &InPlace {
+            update: RefCell::new(Some(update)),
+        },
+    )?;
+    Ok(true)
+}
+
+/// The in-place update (see [`update_in_place`]); `update` runs once.
+struct InPlace<F> {
+    update: RefCell<Option<F>>,
+}
+
+impl<F: FnOnce(&mut [f32], &[f32])> InplaceOp2 for InPlace<F> {
+    fn name(&self) -> &'static str {
+        "tfpipe-update-in-place"
+    }
+
+    fn cpu_fwd(
+        &self,
+        ts: &mut CpuStorage,
+        tl: &Layout,
+        gs: &CpuStorage,
+        gl: &Layout,
+    ) -> Result<()> {
+        let theta = match (ts, tl.contiguous_offsets()) {
+            (CpuStorage::F32(v), Some((start, end))) => &mut v[start..end],
+            _ => bail!("update: expected contiguous f32 weights"),
+        };
+        let g = match gl.contiguous_offsets() {
+            Some((start, end)) => &f32s(gs, "update gradient")?[start..end],
+            None => bail!("update: expected a contiguous gradient"),
+        };
+        if theta.len() != g.len() {
+            bail!("update: {} weights but {} gradients", theta.len(), g.len());
+        }
+        let update = self.update.borrow_mut().take();
+        match update {
+            Some(update) => update(theta, g),
+            None => bail!("update: applied twice"),
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Var;
+
+    /// Deterministic values in [-1, 1).
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+            })
+            .collect()
+    }
+
+    fn var(shape: &[usize], seed: u64) -> Var {
+        let n = shape.iter().product();
+        Var::from_vec(values(n, seed), shape, &Device::Cpu).unwrap()
+    }
+
+    fn close(a: &Tensor, b: &Tensor, tol: f32) {
+        assert_eq!(a.dims(), b.dims());
+        let a: Vec<f32> = a.flatten_all().unwrap().to_vec1().unwrap();
+        let b: Vec<f32> = b.flatten_all().unwrap().to_vec1().unwrap();
+        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+            assert!((x - y).abs() <= tol * (1.0 + y.abs()), "at {i}: {x} vs {y}");
+        }
+    }
+
+    /// Forward and every gradient of `fused` match `reference` on the same
+    /// variables (the loss is a weighted sum, so each output matters).
+    fn same_function(
+        vars: &[&Var],
+        out_shape: &[usize],
+        fused: impl Fn() -> Tensor,
+        reference: impl Fn() -> Tensor,
+    ) {
+        let weights = Tensor::from_vec(
+            values(out_shape.iter().product(), 99),
+            out_shape,
+            &Device::Cpu,
+        )
+        .unwrap();
+        let (a, b) = (fused(), reference());
+        close(&a, &b, 1e-5);
+        let ga = (a * &weights)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        let gb = (b * &weights)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        for v in vars {
+            close(ga.get(v).unwrap(), gb.get(v).unwrap(), 1e-4);
+        }
+    }
+
+    #[test]
+    fn linear_matches_candle_with_and_without_relu() {
+        let x = var(&[5, 7], 1);
+        let w = var(&[3, 7], 2);
+        let b = var(&[3], 3);
+        for relu in [false, true] {
+            same_function(
+                &[&x, &w, &b],
+                &[5, 3],
+                || linear(&x, &w, Some(&b), relu).unwrap(),
+                || {
+                    let y = x
+                        .matmul(&w.t().unwrap())
+                        .unwrap()
+                        .broadcast_add(&b)
+                        .unwrap();
+                    if relu { y.relu().unwrap() } else { y }
+                },
+            );
+        }
+    }
+
+    #[test]
+    fn linear_reads_strided_inputs_and_skips_the_data_gradient() {
+        // A transposed (non-contiguous) input that tracks no gradient.
+        let xt = Tensor::from_vec(values(14, 4), (7, 2), &Device::Cpu).unwrap();
+        let x = xt.t().unwrap();
+        let w = var(&[3, 7], 5);
+        let b = var(&[3], 6);
+        let y = linear(&x, &w, Some(&b), true).unwrap();
+        let r = x
+            .matmul(&w.t().unwrap())
+            .unwrap()
+            .broadcast_add(&b)
+            .unwrap()
+            .relu()
+            .unwrap();
+        close(&y, &r, 1e-5);
+        let grads = y.sum_all().unwrap().backward().unwrap();
+        assert!(grads.get(&x).is_none());
+        assert!(grads.get(&w).is_some());
+    }
+
+    #[test]
+    fn cross_entropy_matches_candle() {
+        let logits = var(&[6, 4], 7);
+        let scaled = (logits.as_tensor() * 5.0).unwrap();
+        let labels = Tensor::new(&[0u32, 3, 1, 2, 3, 0], &Device::Cpu).unwrap();
+        let a = softmax_cross_entropy(&scaled, &labels).unwrap();
+        let b = candle_nn::loss::cross_entropy(&scaled, &labels).unwrap();
+        close(&a, &b, 1e-6);
+        let ga = a.backward().unwrap();
+        let gb = b.backward().unwrap();
+        close(ga.get(&logits).unwrap(), gb.get(&logits).unwrap(), 1e-5);
+    }
+
+    #[test]
+    fn cross_entropy_refuses_a_label_out_of_range() {
+        let logits = Tensor::zeros((2, 3), DType::F32, &Device::Cpu).unwrap();
+        let labels = Tensor::new(&[0u32, 3], &Device::Cpu).unwrap();
+        let err = softmax_cross_entropy(&logits, &labels).unwrap_err();
+        assert!(err.to_string().contains("label 3"), "{err}");
+    }
+
+    #[test]
+    fn conv2d_and_pool_match_candle_nchw() {
+        // NHWC input [2, 6, 6, 3]; the reference runs on its NCHW view.
+        let x = var(&[2, 6, 6, 3], 8);
+        let k = var(&[4, 3, 3, 3], 9);
+        let b = var(&[4], 10);
+        for padding in [0, 1] {
+            let o = 6 + 2 * padding - 2;
+            same_function(
+                &[&x, &k, &b],
+                &[2, 4, o / 2, o / 2],
+                || {
+                    let y = conv2d(&x, &k, Some(&b), padding, true).unwrap();
+                    max_pool2x2(&y, true).unwrap()
+                },
+                || {
+                    x.permute((0, 3, 1, 2))
+                        .unwrap()
+                        .conv2d(&k, padding, 1, 1, 1)
+                        .unwrap()
+                        .broadcast_add(&b.reshape((1, 4, 1, 1)).unwrap())
+                        .unwrap()
+                        .relu()
+                        .unwrap()
+                        .apply(&max_pool2x2_nchw)
+                        .unwrap()
+                },
+            );
+        }
+        // NHWC output of the pool; the forward is candle's max_pool2d.
+        let y = max_pool2x2(x.as_tensor(), false).unwrap();
+        let r = x
+            .permute((0, 3, 1, 2))
+            .unwrap()
+            .max_pool2d(2)
+            .unwrap()
+            .permute((0, 2, 3, 1))
+            .unwrap();
+        close(&y, &r, 0.0);
+    }
+
+    /// candle 0.11's `max_pool2d` backward gives a unique maximum a quarter
+    /// of its gradient; ours (and the reshape + max reference) all of it.
+    #[test]
+    fn pool_gradient_is_exact_where_candles_is_a_quarter() {
+        let x = Var::from_vec(vec![1.0f32, 4.0, 2.0, 3.0], (1, 2, 2, 1), &Device::Cpu).unwrap();
+        let ours = max_pool2x2(x.as_tensor(), true).unwrap();
+        let g = ours.sum_all().unwrap().backward().unwrap();
+        let g: Vec<f32> = g.get(&x).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        assert_eq!(g, vec![0.0, 1.0, 0.0, 0.0]);
+        let nchw = x.as_tensor().permute((0, 3, 1, 2)).unwrap();
+        let candle = nchw.max_pool2d(2).unwrap();
+        let g = candle.sum_all().unwrap().backward().unwrap();
+        let g: Vec<f32> = g.get(&x).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        assert_eq!(
+            g,
+            vec![0.0, 0.25, 0.0, 0.0],
+            "candle's backward changed: revisit the docs"
+        );
+    }
+
+    #[test]
+    fn update_in_place_writes_the_shared_storage() {
+        let theta = var(&[4, 5], 11);
+        let view = theta.as_tensor().clone();
+        let before: Vec<f32> = view.flatten_all().unwrap().to_vec1().unwrap();
+        // A transposed gradient is made contiguous first.
+        let g = Tensor::from_vec(values(20, 12), (5, 4), &Device::Cpu)
+            .unwrap()
+            .t()
+            .unwrap();
+        let expected: Vec<f32> = (theta.as_tensor() - (&g * 0.5).unwrap())
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let done = update_in_place(&theta, &g, |p, g| {
+            for (p, g) in p.iter_mut().zip(g) {
+                *p -= 0.5 * g;
+            }
+        })
+        .unwrap();
+        assert!(done);
+        let after: Vec<f32> = view.flatten_all().unwrap().to_vec1().unwrap();
+        assert_eq!(after, expected);
+        assert_ne!(after, before);
+        // Not f32: nothing done, the caller falls back.
+        let t64 = theta.as_tensor().to_dtype(DType::F64).unwrap();
+        let g64 = g.to_dtype(DType::F64).unwrap();
+        assert!(!update_in_place(&t64, &g64, |_, _| unreachable!()).unwrap());
+        // A gradient of the wrong size is an error, not a partial update.
+        let short = Tensor::zeros(3, DType::F32, &Device::Cpu).unwrap();
+        assert!(update_in_place(&theta, &short, |_, _| unreachable!()).is_err());
+    }
+
+    /// On a CUDA device the kernels fall back to candle's ops; they must
+    /// compute what the fused CPU kernels compute. Skips without a GPU.
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn cuda_fallbacks_match_the_cpu_kernels() {
+        let Ok(gpu) = Device::new_cuda(0) else {
+            eprintln!("cuda_fallbacks_match_the_cpu_kernels: no CUDA device, skipped");
+            return;
+        };
+        let to_gpu = |v: &Var| v.as_tensor().to_device(&gpu).unwrap();
+        let back = |t: &Tensor| t.to_device(&Device::Cpu).unwrap();
+        let x = var(&[2, 6, 6, 3], 21);
+        let k = var(&[4, 3, 3, 3], 22);
+        let b = var(&[4], 23);
+        let cpu = max_pool2x2(&conv2d(&x, &k, Some(&b), 1, true).unwrap(), true).unwrap();
+        let on_gpu = max_pool2x2(
+            &conv2d(&to_gpu(&x), &to_gpu(&k), Some(&to_gpu(&b)), 1, true).unwrap(),
+            true,
+        )
+        .unwrap();
+        close(&back(&on_gpu), &cpu, 1e-4);
+        let w = var(&[3, 7], 24);
+        let xb = var(&[5, 7], 25);
+        let lb = var(&[3], 26);
+        let cpu = linear(&xb, &w, Some(&lb), true).unwrap();
+        let on_gpu = linear(&to_gpu(&xb), &to_gpu(&w), Some(&to_gpu(&lb)), true).unwrap();
+        close(&back(&on_gpu), &cpu, 1e-4);
+        let labels = Tensor::new(&[0u32, 2, 1, 1, 0], &Device::Cpu).unwrap();
+        let cpu = softmax_cross_entropy(&cpu, &labels).unwrap();
+        let on_gpu = softmax_cross_entropy(&on_gpu, &labels.to_device(&gpu).unwrap()).unwrap();
+        close(&back(&on_gpu), &cpu, 1e-4);
+    }
+}
