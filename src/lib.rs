@@ -15,6 +15,7 @@
 //! | [`metrics`] | per-stage counters and timers, readable while the pipeline runs; the bottleneck stage |
 //! | [`train`] | the candle training loop, stall-versus-compute and start-up reports, checkpoints, prediction |
 //! | [`convert`] | CSV, JSON, MNIST IDX and image folders to sharded TFRecord with a schema file |
+//! | [`storage`] | local paths, `s3://` / `gs://` / `az://` / `http(s)://` URLs and globs; the record index and global shuffle |
 //!
 //! # An example
 //!
@@ -68,6 +69,8 @@
 //! # Features
 //!
 //! - `cuda`: train and predict on NVIDIA GPUs through candle's CUDA backend.
+//! - `object-store` (default): reading and writing `s3://`, `gs://`, `az://`
+//!   and `http(s)://` URLs through the `object_store` crate.
 //! - `images`: decoding and resizing images in `tfpipe convert images --resize`.
 
 mod atomic_file;
@@ -78,6 +81,7 @@ pub mod example;
 pub mod metrics;
 pub mod pipeline;
 pub mod spawn;
+pub mod storage;
 pub mod tfrecord;
 pub mod train;
 

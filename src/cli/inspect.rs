@@ -144,9 +144,9 @@ fn inspect_file(path: &PathBuf, args: &Args) -> anyhow::Result<FileReport> {
     let file_bytes = if path.as_os_str() == "-" {
         None
     } else {
-        let metadata =
-            std::fs::metadata(path).with_context(|| format!("{}: cannot open", path.display()))?;
-        Some(metadata.len())
+        let size = tfpipe::storage::size_of(path)
+            .with_context(|| format!("{}: cannot open", path.display()))?;
+        Some(size)
     };
     let mut reader = open(path, options)?;
     let mut schema = SchemaStats::default();

@@ -13,6 +13,7 @@ mod bench;
 mod cat;
 mod convert;
 mod demo;
+mod index;
 mod inspect;
 mod predict;
 mod train;
@@ -44,6 +45,8 @@ enum Command {
     Predict(predict::Args),
     /// The end-to-end demo on the bundled MNIST sample (the default).
     Demo(demo::Args),
+    /// Write a record index (FILE.idx, DALI's format) for each TFRecord file.
+    Index(index::Args),
 }
 
 /// Process exit statuses.
@@ -92,6 +95,7 @@ pub fn main() -> ExitCode {
         Some(Command::Train(args)) => train::run(*args),
         Some(Command::Predict(args)) => predict::run(args),
         Some(Command::Demo(args)) => demo::run(args),
+        Some(Command::Index(args)) => index::run(args),
         None => demo::run(demo::Args::default()),
     };
     match result {

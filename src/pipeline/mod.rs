@@ -205,6 +205,29 @@ pub enum PipelineError {
     /// The pipeline was built with a setting that makes no sense.
     #[error("invalid pipeline: {0}")]
     Config(String),
+    /// Listing or opening object storage failed (not a missing file: that is
+    /// [`NoFiles`](Self::NoFiles)).
+    #[error(transparent)]
+    Storage(crate::storage::StorageError),
+    /// Reading a record through a record index failed, or the index is
+    /// stale (with the location).
+    #[error("stage {stage}: {source}")]
+    Index {
+        stage: String,
+        #[source]
+        source: crate::storage::IndexError,
+    },
+}
+
+impl From<crate::storage::StorageError> for PipelineError {
+    fn from(error: crate::storage::StorageError) -> PipelineError {
+        use crate::storage::StorageError;
+        match error {
+            StorageError::NoMatch { pattern } => PipelineError::NoFiles { pattern },
+            StorageError::BadGlob { pattern, reason } => PipelineError::BadGlob { pattern, reason },
+            other => PipelineError::Storage(other),
+        }
+    }
 }
 
 impl PipelineError {
@@ -217,7 +240,8 @@ impl PipelineError {
             | PipelineError::Parse { stage, .. }
             | PipelineError::Element { stage, .. }
             | PipelineError::Cache { stage, .. }
-            | PipelineError::Spawn { stage, .. } => Some(stage),
+            | PipelineError::Spawn { stage, .. }
+            | PipelineError::Index { stage, .. } => Some(stage),
             _ => None,
         }
     }
@@ -228,6 +252,7 @@ impl PipelineError {
             PipelineError::Record { source, .. } | PipelineError::Cache { source, .. } => {
                 source.location()
             }
+            PipelineError::Index { source, .. } => source.location(),
             _ => None,
         }
     }

@@ -104,7 +104,15 @@ pub type FileRecordReader = RecordReader<Box<dyn Read + Send>>;
 
 impl FileRecordReader {
     /// Opens `path`, with the compression from `options` or else from its name.
+    /// `path` may also be an object-store URL (`s3://bucket/key`, see
+    /// [`crate::storage`]).
     pub fn open(path: impl AsRef<Path>, options: ReaderOptions) -> Result<Self, RecordError> {
+        crate::storage::open_records(path, options)
+    }
+
+    /// Opens the local file `path` (never a URL), with the compression from
+    /// `options` or else from its name.
+    pub fn open_local(path: impl AsRef<Path>, options: ReaderOptions) -> Result<Self, RecordError> {
         let path = path.as_ref();
         let file = File::open(path).map_err(|source| RecordError::Open {
             path: path.to_path_buf(),
