@@ -73,7 +73,7 @@
 //!   and `http(s)://` URLs through the `object_store` crate.
 //! - `images`: decoding and resizing images in `tfpipe convert images --resize`.
 
-mod atomic_file;
+pub mod atomic_file;
 pub mod batch;
 pub mod convert;
 pub mod error;

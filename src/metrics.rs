@@ -123,6 +123,13 @@ impl StageCounters {
         }
     }
 
+    /// Counts `n` skipped errors whose messages were not kept.
+    pub(crate) fn add_skipped_uncited(&self, n: u64) {
+        if n > 0 {
+            self.skipped.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
     pub(crate) fn set_first_output(&self, d: Duration) {
         // Only the first caller wins; later outputs keep the first time.
         let _ = self.first_output_ns.compare_exchange(

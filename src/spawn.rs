@@ -269,6 +269,97 @@ impl<T> Drop for Thread<T> {
     }
 }
 
+/// A thread started by [`scoped`]: like [`Thread`], for a body that borrows
+/// from the caller's stack. Dropping it cancels it; the enclosing
+/// [`std::thread::scope`] joins it.
+#[derive(Debug)]
+pub struct ScopedThread<'scope, T> {
+    name: String,
+    cancel: Cancel,
+    handle: Option<std::thread::ScopedJoinHandle<'scope, Result<T, Panicked>>>,
+}
+
+/// Starts `body` on a thread named `tfpipe-NAME` inside `scope`, with the
+/// shared signal `cancel`, under the same guard as [`Thread::spawn_with`]: a
+/// panic becomes [`Panicked`], and the thread is counted in [`live_threads`].
+/// For workers that borrow the caller's data (the converter's encoders).
+///
+/// ```
+/// use tfpipe::spawn::{Cancel, scoped};
+///
+/// let data = vec![1, 2, 3];
+/// let sum = std::thread::scope(|s| {
+///     let t = scoped(s, "summer", Cancel::new(), |_| data.iter().sum::<i32>())?;
+///     Ok::<_, Box<dyn std::error::Error>>(t.join()?)
+/// })?;
+/// assert_eq!(sum, 6);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn scoped<'scope, 'env, T: Send + 'scope>(
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+    name: impl Into<String>,
+    cancel: Cancel,
+    body: impl FnOnce(&Cancel) -> T + Send + 'scope,
+) -> io::Result<ScopedThread<'scope, T>> {
+    let name = name.into();
+    let thread_name = name.clone();
+    let body_cancel = cancel.clone();
+    LIVE.fetch_add(1, Ordering::SeqCst);
+    let guard = LiveGuard;
+    #[allow(clippy::disallowed_methods)] // the one place allowed to spawn
+    let handle = std::thread::Builder::new()
+        .name(format!("tfpipe-{name}"))
+        .spawn_scoped(scope, move || {
+            let _guard = guard;
+            catch_unwind(AssertUnwindSafe(|| body(&body_cancel))).map_err(|payload| Panicked {
+                thread: thread_name,
+                message: panic_message(payload.as_ref()),
+            })
+        })?;
+    Ok(ScopedThread {
+        name,
+        cancel,
+        handle: Some(handle),
+    })
+}
+
+impl<T> ScopedThread<'_, T> {
+    /// The name given at spawn.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Raises the cancel signal; the thread stops at its next check.
+    pub fn cancel(&self) {
+        self.cancel.cancel();
+    }
+
+    /// Waits for the body and returns its value, or its panic.
+    pub fn join(mut self) -> Result<T, Panicked> {
+        let Some(handle) = self.handle.take() else {
+            return Err(Panicked {
+                thread: self.name.clone(),
+                message: "already joined".to_string(),
+            });
+        };
+        match handle.join() {
+            Ok(result) => result,
+            Err(payload) => Err(Panicked {
+                thread: self.name.clone(),
+                message: panic_message(payload.as_ref()),
+            }),
+        }
+    }
+}
+
+impl<T> Drop for ScopedThread<'_, T> {
+    fn drop(&mut self) {
+        if self.handle.is_some() {
+            self.cancel.cancel();
+        }
+    }
+}
+
 /// The text of a panic payload.
 pub fn panic_message(payload: &(dyn Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {

@@ -10,4 +10,5 @@ mod convert {
     mod idx;
     mod images;
     mod json;
+    mod outputs;
 }

@@ -4,6 +4,8 @@
 
 #[path = "records/common.rs"]
 mod common;
+#[path = "records/compressed.rs"]
+mod compressed;
 #[path = "records/corrupt.rs"]
 mod corrupt;
 #[path = "records/crosscheck.rs"]

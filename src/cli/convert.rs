@@ -54,16 +54,16 @@ pub struct Args {
     #[arg(short, long)]
     pub output: PathBuf,
     /// Number of shards [default: one per 128 MiB of input].
-    #[arg(long, conflicts_with = "records_per_shard")]
+    #[arg(long, conflicts_with = "records_per_shard", allow_hyphen_values = true, value_parser = positive::<usize>)]
     pub shards: Option<usize>,
     /// Records per shard (instead of --shards).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = positive::<u64>)]
     pub records_per_shard: Option<u64>,
     /// Shard compression: none, gzip or zlib.
     #[arg(long, default_value = "none")]
     pub compression: Compression,
     /// Encoding threads [default: one per core].
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = positive::<usize>)]
     pub threads: Option<usize>,
     /// Skip bad rows (counted and reported) instead of failing.
     #[arg(long)]
@@ -95,6 +95,32 @@ pub struct Args {
     /// images: decode and resize to WxH, storing raw RGB pixels (needs the `images` feature).
     #[arg(long, value_name = "WxH")]
     pub resize: Option<String>,
+}
+
+/// A whole number of at least 1, with a message that says so (clap's own
+/// answer to `-3` is a misleading hint about `--`).
+fn positive<T>(text: &str) -> Result<T, String>
+where
+    T: std::str::FromStr + TryFrom<u64>,
+{
+    let bad = || format!("{text:?} is not a whole number of at least 1");
+    let n: u64 = text.trim().parse().map_err(|_| bad())?;
+    if n == 0 {
+        return Err(bad());
+    }
+    T::try_from(n).map_err(|_| format!("{text:?} is too large"))
+}
+
+/// An error with its causes, each once: `a: b: c`.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }
 
 fn format_of(args: &Args) -> anyhow::Result<Format> {
@@ -249,9 +275,10 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         Err(
             e @ (ConvertError::BadRow { .. }
             | ConvertError::BadInput { .. }
+            | ConvertError::Gzip { .. }
             | ConvertError::NoRecords { .. }),
         ) => {
-            eprintln!("tfpipe: {e}");
+            eprintln!("tfpipe: {}", chain(&e));
             if e.is_bad_row() && !args.skip_bad_rows {
                 eprintln!("tfpipe: no output was written (--skip-bad-rows skips such rows)");
             } else {

@@ -328,12 +328,12 @@ pub(crate) fn convert(
     };
     let mut declared = vec![None; names.len()];
     for (name, dtype) in &options.columns {
-        declared[find(name, "--column")?] = Some(*dtype);
+        declared[find(name, "column type for")?] = Some(*dtype);
     }
     let label = options
         .label
         .as_deref()
-        .map(|l| find(l, "--label"))
+        .map(|l| find(l, "label column"))
         .transpose()?;
     let na: Vec<Vec<u8>> = options.na.iter().map(|s| s.as_bytes().to_vec()).collect();
     let shape = Shape {
@@ -379,6 +379,9 @@ pub(crate) fn convert(
         ctx.run_ordered(
             scan_tasks,
             |task| scan(&files[task.file], task, &shape, skip),
+            |task| {
+                SourceLocation::in_text(&files[task.file].path, &files[task.file].data, task.start)
+            },
             |mut s: Scan| {
                 let file = task_files[index];
                 index += 1;
@@ -410,7 +413,10 @@ pub(crate) fn convert(
         .map_err(|e| fix_first_error(e, &files, &tasks))?;
     }
     if rows == 0 {
-        return Err(ConvertError::NoRecords { skipped: bad.count });
+        return Err(ConvertError::NoRecords {
+            inputs: inputs.to_vec(),
+            skipped: bad.count,
+        });
     }
 
     let mut columns = Vec::with_capacity(ncols);
@@ -419,7 +425,7 @@ pub(crate) fn convert(
         let vocab = if Some(c) == label && dtype == DType::Bytes {
             if labels.len() > MAX_CLASSES {
                 return Err(ConvertError::Options(format!(
-                    "--label {:?}: more than {MAX_CLASSES} distinct text values; that is not a class label",
+                    "label column {:?}: more than {MAX_CLASSES} distinct text values; that is not a class label",
                     names[c]
                 )));
             }
@@ -444,17 +450,25 @@ pub(crate) fn convert(
     ctx.begin_phase(Phase::Encoding, bytes_total);
     let any_bad = bad.count > 0;
     let encode_tasks: Vec<(usize, &Task)> = tasks.iter().enumerate().collect();
-    let shards = ctx.write_shards(&plan, bytes_total, encode_tasks, |(i, task)| {
-        encode(
-            &files[task.file],
-            task,
-            line_base[i],
-            &shape,
-            &columns,
-            &order,
-            any_bad,
-        )
-    })?;
+    let shards = ctx.write_shards(
+        &plan,
+        bytes_total,
+        encode_tasks,
+        |(i, task)| {
+            encode(
+                &files[task.file],
+                task,
+                line_base[i],
+                &shape,
+                &columns,
+                &order,
+                any_bad,
+            )
+        },
+        |(_, task)| {
+            SourceLocation::in_text(&files[task.file].path, &files[task.file].data, task.start)
+        },
+    )?;
 
     let done = infer::TabularDone {
         format: "csv",

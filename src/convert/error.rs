@@ -84,11 +84,27 @@ impl fmt::Display for SourceLocation {
 #[derive(Debug, thiserror::Error)]
 pub enum ConvertError {
     /// An input file could not be read.
-    #[error("{}: cannot read: {source}", path.display())]
+    #[error("{}: cannot read", path.display())]
     Read {
         path: PathBuf,
         #[source]
         source: std::io::Error,
+    },
+    /// A gzip-compressed input is damaged: `offset` bytes decompressed
+    /// cleanly before the damage.
+    #[error("{}: corrupt gzip data after {offset} decompressed bytes", path.display())]
+    Gzip {
+        path: PathBuf,
+        offset: u64,
+        #[source]
+        source: std::io::Error,
+    },
+    /// An input changed size while it was being read.
+    #[error("{}: the file changed while being read ({expected} bytes when opened, {read} read)", path.display())]
+    Changed {
+        path: PathBuf,
+        expected: u64,
+        read: u64,
     },
     /// A row (CSV line, JSON object, image file) that cannot be converted.
     /// `--skip-bad-rows` skips these; every other error stops the conversion.
@@ -114,21 +130,57 @@ pub enum ConvertError {
     )]
     ResizeUnavailable,
     /// Every row was bad (or the input was empty).
-    #[error("no records to write ({skipped} bad rows skipped)")]
-    NoRecords { skipped: u64 },
+    #[error(
+        "{}: no records to write ({skipped} bad rows skipped)",
+        files_text(inputs)
+    )]
+    NoRecords { inputs: Vec<PathBuf>, skipped: u64 },
     /// Writing a shard failed.
     #[error(transparent)]
     Write(#[from] RecordError),
     /// The schema file could not be written.
-    #[error("cannot write the schema file: {0}")]
+    #[error("cannot write the schema file")]
     Schema(#[from] SchemaError),
     /// Writing or renaming an output file failed.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: cannot write", path.display())]
     Output {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
+    /// Creating, syncing or switching an output into place failed.
+    #[error(transparent)]
+    Commit(#[from] crate::atomic_file::OutputError),
+    /// Converting the records at `location` panicked: a bug in tfpipe. The
+    /// conversion stopped and wrote nothing.
+    #[error(
+        "{location}: the converter panicked on the records from here (a bug in tfpipe; please report it)"
+    )]
+    Panicked {
+        location: Box<SourceLocation>,
+        #[source]
+        source: Box<crate::spawn::Panicked>,
+    },
+    /// A converter thread panicked outside the work on any record.
+    #[error("a converter thread failed")]
+    Thread(#[source] crate::spawn::Panicked),
+    /// The operating system could not start the converter's threads.
+    #[error("cannot start {threads} converter threads")]
+    Spawn {
+        threads: usize,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Converter threads ended before their work was done (only after a
+    /// failure of theirs, which is reported instead).
+    #[error("the converter's threads stopped early")]
+    WorkersGone,
+    /// The second pass over the input found another number of records than
+    /// the first: an input changed during the conversion.
+    #[error(
+        "the record count differs from the first pass: did an input change during the conversion?"
+    )]
+    CountChanged,
     /// The conversion was cancelled (Ctrl-C).
     #[error("interrupted; no output was written")]
     Interrupted,
@@ -146,6 +198,7 @@ impl ConvertError {
             ConvertError::BadRow { location, .. } | ConvertError::BadInput { location, .. } => {
                 Some(location)
             }
+            ConvertError::Panicked { location, .. } => Some(location),
             _ => None,
         }
     }
@@ -155,6 +208,15 @@ impl ConvertError {
             path: path.to_path_buf(),
             source,
         }
+    }
+}
+
+/// `a.csv`, or `a.csv (and 2 more files)`.
+fn files_text(inputs: &[PathBuf]) -> String {
+    match inputs {
+        [] => "no input".into(),
+        [one] => one.display().to_string(),
+        [first, rest @ ..] => format!("{} (and {} more files)", first.display(), rest.len()),
     }
 }
 

@@ -115,6 +115,19 @@ impl Idx {
                 u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize
             })
             .collect();
+        if let Some(i) = (1..dims.len()).find(|&i| dims[i] == 0) {
+            return Err(bad(
+                4 + 4 * i,
+                format!(
+                    "IDX {what} of size {}: an item with 0 elements cannot be converted",
+                    dims[1..]
+                        .iter()
+                        .map(|d| d.to_string())
+                        .collect::<Vec<_>>()
+                        .join("x")
+                ),
+            ));
+        }
         let payload = dims
             .iter()
             .try_fold(1usize, |acc, &d| acc.checked_mul(d))
@@ -164,7 +177,7 @@ pub(crate) fn convert(
 ) -> Result<Summary, ConvertError> {
     if options.labels.is_some() && inputs.len() != 1 {
         return Err(ConvertError::Options(
-            "--labels names one labels file, so give exactly one images file (or leave --labels out to infer each)".into(),
+            "one labels file was given, so give exactly one images file (or let each labels file be inferred)".into(),
         ));
     }
     let mut pairs = Vec::with_capacity(inputs.len());
@@ -173,7 +186,7 @@ pub(crate) fn convert(
             Some(p) => p.clone(),
             None => labels_path_for(path).ok_or_else(|| {
                 ConvertError::Options(format!(
-                    "{}: cannot infer the labels file from this name (expected *-images-idx3-ubyte*); give it with --labels",
+                    "{}: cannot infer the labels file from this name (expected *-images-idx3-ubyte*); name it explicitly",
                     path.display()
                 ))
             })?,
@@ -211,7 +224,10 @@ pub(crate) fn convert(
 
     let total: u64 = pairs.iter().map(|p| p.images.dims[0] as u64).sum();
     if total == 0 {
-        return Err(ConvertError::NoRecords { skipped: 0 });
+        return Err(ConvertError::NoRecords {
+            inputs: inputs.to_vec(),
+            skipped: 0,
+        });
     }
     let bytes_in: u64 = pairs
         .iter()
@@ -237,9 +253,17 @@ pub(crate) fn convert(
     let plan = plan_shards(total, ctx.options.sharding, bytes_in);
     ctx.begin_phase(Phase::Encoding, bytes_in);
     let as_float = options.as_float;
-    let shards = ctx.write_shards(&plan, bytes_in, tasks, |(i, from, to)| {
-        Ok(encode(&pairs[i], from, to, as_float))
-    })?;
+    let shards = ctx.write_shards(
+        &plan,
+        bytes_in,
+        tasks,
+        |(i, from, to)| Ok(encode(&pairs[i], from, to, as_float)),
+        |&(i, from, _)| {
+            let images = &pairs[i].images;
+            let item: usize = images.dims.iter().skip(1).product();
+            SourceLocation::at_byte(&images.path, (images.start + from * item) as u64)
+        },
+    )?;
 
     let schema = Schema {
         features: vec![

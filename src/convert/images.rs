@@ -175,7 +175,7 @@ pub(crate) fn convert(
         && (w == 0 || h == 0)
     {
         return Err(ConvertError::Options(format!(
-            "--resize {w}x{h}: both sides must be at least 1"
+            "resize to {w}x{h}: both sides must be at least 1"
         )));
     }
     let [root] = inputs else {
@@ -251,6 +251,7 @@ pub(crate) fn convert(
             }
             Ok(out)
         },
+        |task| SourceLocation::at_byte(task.first().map_or(root, |item| &item.path), 0),
         |results: Vec<(u64, Result<Header, ConvertError>)>| {
             let n = results.len() as u64;
             for (len, verdict) in results {
@@ -272,7 +273,10 @@ pub(crate) fn convert(
     )?;
     let total = good.iter().filter(|&&g| g).count() as u64;
     if total == 0 {
-        return Err(ConvertError::NoRecords { skipped: bad.count });
+        return Err(ConvertError::NoRecords {
+            inputs: inputs.to_vec(),
+            skipped: bad.count,
+        });
     }
 
     // Pass 2: encode.
@@ -283,42 +287,48 @@ pub(crate) fn convert(
         .enumerate()
         .map(|(i, t)| (i * FILES_PER_TASK, *t))
         .collect();
-    let shards = ctx.write_shards(&plan, bytes_in, indexed, |(first, task)| {
-        let mut chunk = Chunk::default();
-        let mut enc = ExampleEncoder::default();
-        for (k, item) in task.iter().enumerate() {
-            if !good[first + k] {
-                continue;
-            }
-            let data = fs::read(&item.path).map_err(|e| ConvertError::read(&item.path, e))?;
-            chunk.bytes_in += data.len() as u64;
-            let header = read_header(&data).map_err(|(at, problem)| ConvertError::BadRow {
-                location: SourceLocation::at_byte(&item.path, at as u64),
-                problem: format!("{problem} (the file changed during the conversion?)"),
-            })?;
-            let class = &classes[item.class];
-            enc.begin();
-            enc.int64(b"image/class/label", item.class as i64);
-            enc.bytes(b"image/class/text", class.as_bytes());
-            match resize {
-                None => {
-                    enc.bytes(b"image/encoded", &data);
-                    enc.bytes(b"image/format", header.format.as_bytes());
-                    enc.int64(b"image/height", i64::from(header.height));
-                    enc.int64(b"image/width", i64::from(header.width));
+    let shards = ctx.write_shards(
+        &plan,
+        bytes_in,
+        indexed,
+        |(first, task)| {
+            let mut chunk = Chunk::default();
+            let mut enc = ExampleEncoder::default();
+            for (k, item) in task.iter().enumerate() {
+                if !good[first + k] {
+                    continue;
                 }
-                Some((w, h)) => {
-                    let raw = pixels(&item.path, &data, w, h)?;
-                    enc.int64(b"image/height", i64::from(h));
-                    enc.bytes(b"image/raw", &raw);
-                    enc.int64(b"image/width", i64::from(w));
+                let data = fs::read(&item.path).map_err(|e| ConvertError::read(&item.path, e))?;
+                chunk.bytes_in += data.len() as u64;
+                let header = read_header(&data).map_err(|(at, problem)| ConvertError::BadRow {
+                    location: SourceLocation::at_byte(&item.path, at as u64),
+                    problem: format!("{problem} (the file changed during the conversion?)"),
+                })?;
+                let class = &classes[item.class];
+                enc.begin();
+                enc.int64(b"image/class/label", item.class as i64);
+                enc.bytes(b"image/class/text", class.as_bytes());
+                match resize {
+                    None => {
+                        enc.bytes(b"image/encoded", &data);
+                        enc.bytes(b"image/format", header.format.as_bytes());
+                        enc.int64(b"image/height", i64::from(header.height));
+                        enc.int64(b"image/width", i64::from(header.width));
+                    }
+                    Some((w, h)) => {
+                        let raw = pixels(&item.path, &data, w, h)?;
+                        enc.int64(b"image/height", i64::from(h));
+                        enc.bytes(b"image/raw", &raw);
+                        enc.int64(b"image/width", i64::from(w));
+                    }
                 }
+                enc.end();
             }
-            enc.end();
-        }
-        chunk.fill(enc);
-        Ok(chunk)
-    })?;
+            chunk.fill(enc);
+            Ok(chunk)
+        },
+        |(_, task)| SourceLocation::at_byte(task.first().map_or(root, |item| &item.path), 0),
+    )?;
 
     let scalar = |name: &str, dtype| FeatureSpec {
         name: name.into(),

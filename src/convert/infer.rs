@@ -205,7 +205,7 @@ fn slow_classify(b: &[u8]) -> Kind {
 pub(crate) fn parse_override(text: &str) -> Result<(String, DType), ConvertError> {
     let bad = |why: &str| {
         ConvertError::Options(format!(
-            "--column {text:?}: {why} (expected NAME:DTYPE with DTYPE int64, float32 or bytes, e.g. year:int64)"
+            "column type {text:?}: {why} (expected NAME:DTYPE with DTYPE int64, float32 or bytes, e.g. year:int64)"
         ))
     };
     let (name, dtype) = text.rsplit_once(':').ok_or_else(|| bad("no ':'"))?;

@@ -744,12 +744,15 @@ pub(crate) fn convert(
     }
     let total = records.len() as u64;
     if total == 0 {
-        return Err(ConvertError::NoRecords { skipped: bad.count });
+        return Err(ConvertError::NoRecords {
+            inputs: inputs.to_vec(),
+            skipped: bad.count,
+        });
     }
     for (name, _) in &options.columns {
         if !states.contains_key(name) {
             return Err(ConvertError::Options(format!(
-                "--column {name:?}: no such key in the input (keys: {order:?})"
+                "column type for {name:?}: no such key in the input (keys: {order:?})"
             )));
         }
     }
@@ -757,7 +760,7 @@ pub(crate) fn convert(
         && !states.contains_key(label)
     {
         return Err(ConvertError::Options(format!(
-            "--label {label:?}: no such key in the input (keys: {order:?})"
+            "label column {label:?}: no such key in the input (keys: {order:?})"
         )));
     }
     let declared: HashMap<&str, DType> = options
@@ -777,7 +780,7 @@ pub(crate) fn convert(
         let is_label = options.label.as_deref() == Some(name.as_str());
         if is_label && state.list {
             return Err(ConvertError::Options(format!(
-                "--label {name:?}: the key holds lists; a label must be one value"
+                "label column {name:?}: the key holds lists; a label must be one value"
             )));
         }
         let vocab = (is_label && dtype == DType::Bytes).then(|| infer::vocabulary(state.labels));
@@ -807,9 +810,16 @@ pub(crate) fn convert(
     let plan = plan_shards(total, ctx.options.sharding, bytes_total);
     ctx.begin_phase(Phase::Encoding, bytes_total);
     let tasks: Vec<&[(usize, usize, usize)]> = records.chunks(RECORDS_PER_TASK).collect();
-    let shards = ctx.write_shards(&plan, bytes_total, tasks, |task| {
-        encode(task, inputs, &files, &columns, &index)
-    })?;
+    let shards = ctx.write_shards(
+        &plan,
+        bytes_total,
+        tasks,
+        |task| encode(task, inputs, &files, &columns, &index),
+        |task| {
+            let (fi, start) = task.first().map_or((0, 0), |&(fi, start, _)| (fi, start));
+            SourceLocation::in_text(&inputs[fi], &files[fi], start)
+        },
+    )?;
     let done = infer::TabularDone {
         format: "json",
         columns: &columns,

@@ -131,7 +131,8 @@ pub type ProgressFn = Arc<dyn Fn(&Progress) + Send + Sync>;
 #[derive(Clone)]
 pub struct OutputOptions {
     /// Output prefix: shards are `PREFIX-00000-of-00008.tfrecord`, the schema
-    /// `PREFIX.features.json`. Its directory must exist.
+    /// `PREFIX.features.json`. Missing directories above it are created (and
+    /// removed again if the conversion fails).
     pub prefix: PathBuf,
     /// How records are spread over shards. By default [`Sharding::Auto`].
     pub sharding: Sharding,
@@ -225,40 +226,65 @@ pub fn convert(
     }
     match output.sharding {
         Sharding::Shards(0) => {
-            return Err(ConvertError::Options("--shards must be at least 1".into()));
+            return Err(ConvertError::Options(
+                "the shard count must be at least 1".into(),
+            ));
         }
         Sharding::RecordsPerShard(0) => {
             return Err(ConvertError::Options(
-                "--records-per-shard must be at least 1".into(),
+                "the records per shard must be at least 1".into(),
             ));
         }
         _ => {}
     }
-    check_prefix(&output.prefix)?;
+    let created = check_prefix(&output.prefix)?;
     let ctx = output::Ctx::new(output)?;
-    match format {
+    let result = match format {
         Format::Csv(options) => csv::convert(inputs, options, &ctx),
         Format::Json(options) => json::convert(inputs, options, &ctx),
         Format::Idx(options) => idx::convert(inputs, options, &ctx),
         Format::Images(options) => images::convert(inputs, options, &ctx),
+    };
+    if result.is_err() {
+        // A failed conversion leaves nothing, not even the directories it
+        // created (only empty ones are removed, innermost first).
+        for dir in created.iter().rev() {
+            let _ = std::fs::remove_dir(dir);
+        }
     }
+    result
 }
 
-fn check_prefix(prefix: &Path) -> Result<(), ConvertError> {
+/// Checks the output prefix before any work: it has a file name, and no file
+/// sits where its directory should be. Returns the directories above it that
+/// do not exist yet (outermost first): they are created with the first output
+/// file, and removed again if the conversion fails.
+fn check_prefix(prefix: &Path) -> Result<Vec<PathBuf>, ConvertError> {
     if prefix.as_os_str().is_empty() || prefix.file_name().is_none() {
         return Err(ConvertError::Options(format!(
-            "--output {:?} needs a file-name prefix, e.g. out/data",
+            "output prefix {:?} needs a file-name part, e.g. out/data",
             prefix.display().to_string()
         )));
     }
-    if let Some(dir) = prefix.parent()
-        && !dir.as_os_str().is_empty()
-        && !dir.is_dir()
-    {
-        return Err(ConvertError::Options(format!(
-            "--output: directory {} does not exist (create it first)",
-            dir.display()
-        )));
+    let mut missing = Vec::new();
+    let mut at = prefix.parent();
+    while let Some(dir) = at {
+        if dir.as_os_str().is_empty() {
+            break;
+        }
+        match std::fs::metadata(dir) {
+            Ok(meta) if meta.is_dir() => break,
+            Ok(_) => {
+                return Err(ConvertError::Options(format!(
+                    "output prefix {}: {} is a file, not a directory",
+                    prefix.display(),
+                    dir.display()
+                )));
+            }
+            Err(_) => missing.push(dir.to_path_buf()),
+        }
+        at = dir.parent();
     }
-    Ok(())
+    missing.reverse();
+    Ok(missing)
 }

@@ -9,43 +9,53 @@
 //! or on scheduling.
 //!
 //! Safety: every shard is written through [`FileRecordWriter`] under a
-//! temporary name and closed with `finish_pending`; only when all shards are
-//! complete are they renamed into place, then the schema file last. On any
-//! error (or cancellation) the pending files are dropped, which deletes them,
-//! and names that were already renamed are removed again.
+//! temporary name and sealed (synced to disk) with `finish_pending`; only when
+//! all shards and the schema file are complete are they switched into place
+//! together as one [`FileSet`], the schema file last. On any error (or
+//! cancellation) before that the pending files are dropped, which deletes
+//! them; a failure during the switch puts the previous conversion's files
+//! back.
 
 use std::fs;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::ops::Deref;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::RecvTimeoutError;
 
 use serde_json::{Map, Value as Json, json};
 
-use super::error::ConvertError;
+use super::error::{ConvertError, SourceLocation};
 use super::{OutputOptions, Phase, Progress, Sharding, Summary};
+use crate::atomic_file::{AtomicFile, FileSet};
 use crate::example::Schema;
+use crate::spawn::{self, Cancel, Panicked, Stopped};
 use crate::tfrecord::{Compression, FileRecordWriter, PendingFile};
+
+/// How often a conversion waiting for its workers looks at the cancel flag.
+const CANCEL_POLL: Duration = Duration::from_millis(50);
 
 /// How many bad-row errors a conversion keeps to report (the rest are counted).
 pub(crate) const BAD_ROWS_KEPT: usize = 5;
 
-/// A whole input file in memory: mapped when it is a plain file, decompressed
-/// when it starts with the gzip magic bytes.
-pub(crate) enum Input {
-    Mapped(memmap2::Mmap),
-    Owned(Vec<u8>),
-}
+/// A whole input file in memory, decompressed when it starts with the gzip
+/// magic bytes.
+///
+/// Inputs are read, not memory-mapped: a mapped file truncated by another
+/// process while being converted kills the process with SIGBUS, with no
+/// message and temporary shards left behind. Reading costs one copy at
+/// memory speed (a few percent of a CSV conversion) and a file that changes
+/// size while it is read is an error naming it.
+pub(crate) struct Input(Vec<u8>);
 
 impl Deref for Input {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        match self {
-            Input::Mapped(m) => m,
-            Input::Owned(v) => v,
-        }
+        &self.0
     }
 }
 
@@ -54,10 +64,8 @@ impl Input {
     /// decompressed, so byte offsets in errors are in the uncompressed data.
     pub(crate) fn load(path: &Path) -> Result<Input, ConvertError> {
         let mut file = fs::File::open(path).map_err(|e| ConvertError::read(path, e))?;
-        let len = file
-            .metadata()
-            .map_err(|e| ConvertError::read(path, e))?
-            .len();
+        let meta = file.metadata().map_err(|e| ConvertError::read(path, e))?;
+        let len = meta.len();
         let mut magic = [0u8; 2];
         let n = file
             .read(&mut magic)
@@ -65,28 +73,28 @@ impl Input {
         if n == 2 && magic == [0x1f, 0x8b] {
             let file = fs::File::open(path).map_err(|e| ConvertError::read(path, e))?;
             let mut out = Vec::with_capacity((len as usize).saturating_mul(4));
-            flate2::read::MultiGzDecoder::new(std::io::BufReader::new(file))
+            let mut decoder = flate2::read::MultiGzDecoder::new(std::io::BufReader::new(file));
+            decoder
                 .read_to_end(&mut out)
-                .map_err(|e| ConvertError::read(path, e))?;
-            return Ok(Input::Owned(out));
+                .map_err(|source| ConvertError::Gzip {
+                    path: path.to_path_buf(),
+                    offset: out.len() as u64,
+                    source,
+                })?;
+            return Ok(Input(out));
         }
-        if len == 0 {
-            return Ok(Input::Owned(Vec::new()));
+        let mut out = Vec::with_capacity(if meta.is_file() { len as usize } else { 0 });
+        out.extend_from_slice(&magic[..n]);
+        file.read_to_end(&mut out)
+            .map_err(|e| ConvertError::read(path, e))?;
+        if meta.is_file() && out.len() as u64 != len {
+            return Err(ConvertError::Changed {
+                path: path.to_path_buf(),
+                expected: len,
+                read: out.len() as u64,
+            });
         }
-        // SAFETY: the map is read-only and lives only for this conversion; as
-        // with every mmap, a file truncated under us by another process could
-        // fault. Inputs are not expected to change while being converted.
-        match unsafe { memmap2::Mmap::map(&file) } {
-            Ok(map) => Ok(Input::Mapped(map)),
-            // Not mappable (a pipe, /dev/stdin): read it.
-            Err(_) => {
-                let mut out = Vec::new();
-                fs::File::open(path)
-                    .and_then(|mut f| f.read_to_end(&mut out))
-                    .map_err(|e| ConvertError::read(path, e))?;
-                Ok(Input::Owned(out))
-            }
-        }
+        Ok(Input(out))
     }
 }
 
@@ -157,46 +165,64 @@ impl<'a> Ctx<'a> {
     /// window of tasks is in flight (taken but not yet consumed), which bounds
     /// memory; within it a worker takes the next task as soon as it is free,
     /// so no thread waits for a whole batch to finish (a barrier per batch
-    /// left a core idle at every batch end, and rayon's idle workers spun on
-    /// `sched_yield`, taking CPU from the shard writers). Stops at the first
-    /// error (from `work`, in task order, or from `consume`) or on cancel.
-    pub(crate) fn run_ordered<T, R, F, C>(
+    /// left a core idle at every batch end). Stops at the first error (from
+    /// `work`, in task order, or from `consume`) or on cancel.
+    ///
+    /// No hang is possible: every task taken yields exactly one result, a
+    /// panic in `work` included (it becomes [`ConvertError::Panicked`] at the
+    /// input position `locate` gives for the task), and the wait for results
+    /// wakes on the cancel flag.
+    pub(crate) fn run_ordered<T, R, F, L, C>(
         &self,
         tasks: Vec<T>,
         work: F,
+        locate: L,
         mut consume: C,
     ) -> Result<(), ConvertError>
     where
-        T: Send,
+        T: Send + Clone,
         R: Send,
         F: Fn(T) -> Result<R, ConvertError> + Sync + Send,
+        L: Fn(&T) -> SourceLocation + Sync + Send,
         C: FnMut(R) -> Result<(), ConvertError> + Send,
     {
         let window = (self.threads * 4).max(2);
-        let work = &work;
+        let (work, locate) = (&work, &locate);
+        let stop = Cancel::new();
         std::thread::scope(|scope| {
-            // Both channels hold at most `window` items: never more are in flight.
+            // Both channels hold at most `window` items: never more are in flight,
+            // so no worker ever blocks on sending a result.
             let (task_tx, task_rx) = crossbeam_channel::bounded::<(usize, T)>(window);
             let (done_tx, done_rx) =
                 crossbeam_channel::bounded::<(usize, Result<R, ConvertError>)>(window);
+            let mut workers = Vec::with_capacity(self.threads);
             for i in 0..self.threads {
                 let (task_rx, done_tx) = (task_rx.clone(), done_tx.clone());
-                std::thread::Builder::new()
-                    .name(format!("tfpipe-convert-{i}"))
-                    .spawn_scoped(scope, move || {
-                        for (index, task) in task_rx {
-                            // A closed channel means the caller stopped.
-                            if done_tx.send((index, work(task))).is_err() {
+                let worker =
+                    spawn::scoped(scope, format!("convert-{i}"), stop.clone(), move |stop| {
+                        while let Ok((index, task)) = stop.recv(&task_rx) {
+                            let kept = task.clone();
+                            let result = catch_unwind(AssertUnwindSafe(|| work(task)))
+                                .unwrap_or_else(|payload| {
+                                    Err(ConvertError::Panicked {
+                                        location: Box::new(locate(&kept)),
+                                        source: Box::new(Panicked {
+                                            thread: format!("convert-{i}"),
+                                            message: spawn::panic_message(payload.as_ref()),
+                                        }),
+                                    })
+                                });
+                            if stop.send(&done_tx, (index, result)).is_err() {
                                 break;
                             }
                         }
                     })
-                    .map_err(|e| {
-                        ConvertError::Options(format!("cannot start {} threads: {e}", self.threads))
+                    .map_err(|source| ConvertError::Spawn {
+                        threads: self.threads,
+                        source,
                     })?;
+                workers.push(worker);
             }
-            // Workers that all ended (only by a panic) close `done_rx`; the
-            // scope then re-raises the panic.
             drop((task_rx, done_tx));
             let mut tasks = tasks.into_iter().enumerate();
             let mut in_flight = 0usize;
@@ -217,8 +243,11 @@ impl<'a> Ctx<'a> {
                 if in_flight == 0 {
                     break Ok(());
                 }
-                let Ok((index, result)) = done_rx.recv() else {
-                    break Err(ConvertError::Options("a conversion worker stopped".into()));
+                let (index, result) = match done_rx.recv_timeout(CANCEL_POLL) {
+                    Ok(got) => got,
+                    // Look at the cancel flag again.
+                    Err(RecvTimeoutError::Timeout) => continue,
+                    Err(RecvTimeoutError::Disconnected) => break Err(ConvertError::WorkersGone),
                 };
                 // Held until its turn: only the first error in task order counts.
                 early.insert(index, result);
@@ -235,8 +264,17 @@ impl<'a> Ctx<'a> {
                     break Err(e);
                 }
             };
+            stop.cancel();
             drop(task_tx);
             drop(done_rx);
+            for worker in workers {
+                // Bodies cannot panic outside `work`, which is caught above.
+                if let Err(panicked) = worker.join()
+                    && result.is_ok()
+                {
+                    return Err(ConvertError::Thread(panicked));
+                }
+            }
             result
         })
     }
@@ -249,19 +287,22 @@ impl Ctx<'_> {
     /// some shards and compress and write them in parallel; each gets every
     /// chunk, in order, and writes the records of its shards. Returns the
     /// closed shards, in shard order, still under temporary names.
-    pub(crate) fn write_shards<T, F>(
+    pub(crate) fn write_shards<T, F, L>(
         &self,
         plan: &[u64],
         bytes_total: u64,
         tasks: Vec<T>,
         work: F,
+        locate: L,
     ) -> Result<Vec<ShardDone>, ConvertError>
     where
-        T: Send,
+        T: Send + Clone,
         F: Fn(T) -> Result<Chunk, ConvertError> + Sync + Send,
+        L: Fn(&T) -> SourceLocation + Sync + Send,
     {
         let shards = plan.len();
         let writers = self.threads.clamp(1, shards.max(1));
+        let stop = Cancel::new();
         std::thread::scope(|scope| {
             let mut senders = Vec::with_capacity(writers);
             let mut handles = Vec::with_capacity(writers);
@@ -269,21 +310,34 @@ impl Ctx<'_> {
                 let (tx, rx) = crossbeam_channel::bounded::<(u64, Arc<Chunk>)>(4);
                 senders.push(tx);
                 let options = self.options;
-                handles.push(scope.spawn(move || write_worker(options, shards, writers, w, rx)));
+                let writer = spawn::scoped(
+                    scope,
+                    format!("convert-writer-{w}"),
+                    stop.clone(),
+                    move |stop| write_worker(options, shards, writers, w, rx, stop),
+                )
+                .map_err(|source| ConvertError::Spawn {
+                    threads: writers,
+                    source,
+                })?;
+                handles.push(writer);
             }
             let mut next = 0u64;
-            let encoded = self.run_ordered(tasks, work, |chunk: Chunk| {
+            let encoded = self.run_ordered(tasks, work, locate, |chunk: Chunk| {
                 let (records, bytes) = (chunk.ends.len() as u64, chunk.bytes_in);
                 let chunk = Arc::new(chunk);
                 for tx in &senders {
                     // A closed channel means that writer failed; its error wins below.
-                    tx.send((next, chunk.clone()))
-                        .map_err(|_| ConvertError::Options("a shard writer stopped".into()))?;
+                    stop.send(tx, (next, chunk.clone()))
+                        .map_err(|_| ConvertError::WorkersGone)?;
                 }
                 next += records;
                 self.advance(Phase::Encoding, bytes_total, bytes, records);
                 Ok(())
             });
+            if encoded.is_err() {
+                stop.cancel();
+            }
             drop(senders);
             let mut done: Vec<Option<ShardDone>> = (0..shards).map(|_| None).collect();
             let mut failed = None;
@@ -294,10 +348,14 @@ impl Ctx<'_> {
                             done[k] = Some(shard);
                         }
                     }
+                    // A writer stopped by `stop` reports Interrupted: not the cause.
+                    Ok(Err(ConvertError::Interrupted)) if encoded.is_err() => {}
                     Ok(Err(e)) => {
                         failed.get_or_insert(e);
                     }
-                    Err(panic) => std::panic::resume_unwind(panic),
+                    Err(panicked) => {
+                        failed.get_or_insert(ConvertError::Thread(panicked));
+                    }
                 }
             }
             match (encoded, failed) {
@@ -310,12 +368,7 @@ impl Ctx<'_> {
             for (k, shard) in done.into_iter().enumerate() {
                 match shard {
                     Some(shard) if shard.records == plan[k] => out.push(shard),
-                    _ => {
-                        return Err(ConvertError::Options(
-                            "the record count differs from the first pass: did the input change during the conversion?"
-                                .into(),
-                        ));
-                    }
+                    _ => return Err(ConvertError::CountChanged),
                 }
             }
             Ok(out)
@@ -331,6 +384,7 @@ fn write_worker(
     writers: usize,
     w: usize,
     rx: crossbeam_channel::Receiver<(u64, Arc<Chunk>)>,
+    stop: &Cancel,
 ) -> Result<Vec<(usize, ShardDone)>, ConvertError> {
     let mine: Vec<usize> = (w..shards).step_by(writers).collect();
     let mut files = Vec::with_capacity(mine.len());
@@ -339,7 +393,12 @@ fn write_worker(
         files.push(FileRecordWriter::create(&path, options.compression)?);
     }
     let n = shards as u64;
-    for (first, chunk) in rx {
+    loop {
+        let (first, chunk) = match stop.recv(&rx) {
+            Ok(got) => got,
+            Err(Stopped::Disconnected) => break,
+            Err(Stopped::Cancelled) => return Err(ConvertError::Interrupted),
+        };
         if let Some(flag) = &options.cancel
             && flag.load(Ordering::Relaxed)
         {
@@ -432,17 +491,6 @@ pub(crate) struct ShardDone {
     bytes: u64,
 }
 
-/// Removes already-renamed outputs when a later rename fails.
-struct Rollback(Vec<PathBuf>);
-
-impl Drop for Rollback {
-    fn drop(&mut self) {
-        for path in &self.0 {
-            let _ = fs::remove_file(path);
-        }
-    }
-}
-
 /// What a format hands to [`finish`] besides the shards.
 pub(crate) struct Finished {
     pub(crate) schema: Schema,
@@ -455,8 +503,10 @@ pub(crate) struct Finished {
     pub(crate) extra: Map<String, Json>,
 }
 
-/// Renames every shard into place, then writes the schema file with the
-/// counts as metadata. All or nothing: on any failure nothing final remains.
+/// Seals the schema file (with the counts as metadata) beside the shards and
+/// switches shards and schema file into place together, the schema file last
+/// ([`FileSet`]): all or nothing, and a failure at any step leaves the
+/// previous conversion's files as they were.
 pub(crate) fn finish(
     ctx: &Ctx<'_>,
     shards: Vec<ShardDone>,
@@ -465,32 +515,25 @@ pub(crate) fn finish(
     ctx.check_cancel()?;
     let options = ctx.options;
     let records: u64 = shards.iter().map(|s| s.records).sum();
-    let mut rollback = Rollback(Vec::new());
     let mut shard_meta = Vec::with_capacity(shards.len());
-    let mut paths = Vec::with_capacity(shards.len());
     let mut bytes_out = 0;
-    // Rename only when all shards are complete: `shards` holds them all now.
-    let mut infos = Vec::with_capacity(shards.len());
+    let mut set = FileSet::new();
     for shard in shards {
-        infos.push((shard.records, shard.bytes));
-        let path = shard.pending.persist()?;
-        rollback.0.push(path.clone());
-        paths.push(path);
-    }
-    for (path, (records, bytes)) in paths.iter().zip(infos) {
-        let size = fs::metadata(path)
+        let pending = shard.pending.into_pending();
+        let size = fs::metadata(pending.temp_path())
             .map_err(|source| ConvertError::Output {
-                path: path.clone(),
+                path: pending.path().to_path_buf(),
                 source,
             })?
             .len();
         bytes_out += size;
         shard_meta.push(json!({
-            "file": path.file_name().map(|n| n.to_string_lossy().into_owned()),
-            "records": records,
-            "bytes": bytes,
+            "file": pending.path().file_name().map(|n| n.to_string_lossy().into_owned()),
+            "records": shard.records,
+            "bytes": shard.bytes,
             "file_bytes": size,
         }));
+        set.push(pending);
     }
     let uncompressed: u64 = shard_meta.iter().filter_map(|m| m["bytes"].as_u64()).sum();
     let mut metadata = Map::new();
@@ -519,21 +562,18 @@ pub(crate) fn finish(
     metadata.insert("source".into(), Json::Object(source));
 
     let schema_file = schema_path(&options.prefix);
-    let temp = crate::atomic_file::temp_file_for(&schema_file)
+    let text = finished.schema.to_file_text(&metadata)?;
+    let mut schema_out = AtomicFile::create(&schema_file)?;
+    schema_out
+        .write_all(text.as_bytes())
         .map_err(|source| ConvertError::Output {
             path: schema_file.clone(),
             source,
-        })?
-        .into_temp_path();
-    finished.schema.save(&temp, &metadata)?;
-    ctx.check_cancel()?;
-    temp.persist(&schema_file)
-        .map_err(|e| ConvertError::Output {
-            path: schema_file.clone(),
-            source: e.error,
         })?;
-    // Everything is in place: keep it.
-    rollback.0.clear();
+    set.push(schema_out.seal()?);
+    ctx.check_cancel()?;
+    let mut paths = set.commit()?;
+    paths.pop(); // the schema file
     let stale = stale_shards(&options.prefix, &paths);
     Ok(Summary {
         stale_shards: stale,
@@ -594,6 +634,49 @@ impl BadRows {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_panicking_task_is_an_error_at_its_position_and_never_a_hang() {
+        for threads in [1, 2, 4] {
+            let (tx, rx) = crossbeam_channel::bounded(1);
+            let _driver = crate::spawn::Thread::spawn("test-driver", move |_| {
+                let options = OutputOptions {
+                    threads,
+                    ..OutputOptions::new("unused")
+                };
+                let Ok(ctx) = Ctx::new(&options) else { return };
+                let mut seen = Vec::new();
+                let result = ctx.run_ordered(
+                    (0..100u64).collect(),
+                    |t| {
+                        if t == 37 {
+                            panic!("boom at {t}")
+                        } else {
+                            Ok(t)
+                        }
+                    },
+                    |&t| SourceLocation::at_byte(Path::new("in.bin"), t * 10),
+                    |t| {
+                        seen.push(t);
+                        Ok(())
+                    },
+                );
+                let _ = tx.send((result, seen));
+            })
+            .expect("spawn");
+            let (result, seen) = rx
+                .recv_timeout(Duration::from_secs(120))
+                .expect("run_ordered hung after a panic");
+            assert_eq!(seen, (0..37).collect::<Vec<_>>(), "{threads} threads");
+            match result {
+                Err(ConvertError::Panicked { location, source }) => {
+                    assert_eq!(location.byte, 370);
+                    assert!(source.message.contains("boom at 37"), "{source}");
+                }
+                other => panic!("expected a panic error, got {other:?}"),
+            }
+        }
+    }
 
     #[test]
     fn shard_plans_cover_every_record() {

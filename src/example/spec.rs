@@ -982,6 +982,18 @@ impl Schema {
             path: path.display().to_string(),
             reason,
         };
+        let text = self.to_file_text(metadata).map_err(|e| match e {
+            SchemaError::Json(reason) => file_error(reason),
+            other => other,
+        })?;
+        crate::atomic_file::write(path, text.as_bytes())
+            .map_err(|e| file_error(format!("cannot {}: {}", e.action, e.source)))?;
+        Ok(())
+    }
+
+    /// The text of this schema's schema file, with `metadata` as extra
+    /// top-level keys (see [`Schema::save`]).
+    pub(crate) fn to_file_text(&self, metadata: &Map<String, Json>) -> Result<String, SchemaError> {
         self.validate()?;
         let mut obj = self.to_json_map();
         for (key, value) in metadata {
@@ -993,15 +1005,9 @@ impl Schema {
             obj.insert(key.clone(), value.clone());
         }
         let mut text = serde_json::to_string_pretty(&Json::Object(obj))
-            .map_err(|e| file_error(e.to_string()))?;
+            .map_err(|e| SchemaError::Json(e.to_string()))?;
         text.push('\n');
-        let mut tmp = crate::atomic_file::temp_file_for(path)
-            .map_err(|e| file_error(format!("cannot create a temporary file: {e}")))?;
-        std::io::Write::write_all(&mut tmp, text.as_bytes())
-            .map_err(|e| file_error(e.to_string()))?;
-        tmp.persist(path)
-            .map_err(|e| file_error(format!("cannot rename the temporary file: {}", e.error)))?;
-        Ok(())
+        Ok(text)
     }
 }
 

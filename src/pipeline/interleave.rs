@@ -29,6 +29,7 @@ use super::autotune::Autotuner;
 use super::worker::{Worker, call_user};
 use super::{Env, Event, Parallelism, Pipeline, PipelineError, Stream};
 use crate::metrics::StageCounters;
+use crate::spawn::Cancel;
 
 /// How [`Pipeline::interleave`] reads its inputs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -195,8 +196,9 @@ impl Permits {
     }
 }
 
-/// An open input: pulled in place, or by a producer thread. Field order in
-/// `Remote`: the receiver drops before the worker is joined.
+/// An open input: pulled in place, or by a producer thread. Dropping a
+/// `Remote` cancels its producer, which wakes even while blocked on the full
+/// channel, so the fields may drop in any order.
 enum Slot<U> {
     Local(Stream<U>),
     Remote {
@@ -269,73 +271,18 @@ impl<T: Send + 'static, U: Send + 'static> InterleaveStream<T, U> {
         let Some(permits) = &self.permits else {
             return Ok(Slot::Local(pipeline.build_stream(&self.nested)));
         };
-        let (tx, rx) = bounded::<Chunk<U>>(2);
-        let panic_tx = tx.clone();
-        let stage = self.counters.name().to_string();
         // Whole blocks per chunk, at least CHUNK_MIN elements: a handoff
         // between threads can cost a scheduler time slice on a busy machine,
         // so each one should move plenty of work.
         let block = self.options.block_length * CHUNK_MIN.div_ceil(self.options.block_length);
-        let (nested, permits, stop, counters) = (
+        spawn_producer(
+            pipeline,
             self.nested.clone(),
             Arc::clone(permits),
             Arc::clone(&self.stop),
             Arc::clone(&self.counters),
-        );
-        let body = move || {
-            let stopping = || stop.load(Ordering::Relaxed) || nested.cancelled();
-            let mut stream = pipeline.build_stream(&nested);
-            let mut chunk = Vec::with_capacity(block);
-            let mut ended = false;
-            while !ended {
-                let t = Instant::now();
-                if !permits.acquire(stopping) {
-                    return;
-                }
-                let t1 = Instant::now();
-                counters.add_wait_in(t1 - t);
-                while chunk.len() < block {
-                    match stream.next() {
-                        Some(Event::EpochEnd(_)) => {}
-                        Some(event) => chunk.push(event),
-                        None => {
-                            ended = true;
-                            break;
-                        }
-                    }
-                }
-                permits.release();
-                counters.add_busy(t1.elapsed());
-                if chunk.is_empty() {
-                    continue;
-                }
-                let full = std::mem::replace(&mut chunk, Vec::with_capacity(block));
-                match tx.try_send(full) {
-                    Ok(()) => {}
-                    Err(TrySendError::Full(full)) => {
-                        let t = Instant::now();
-                        let sent = tx.send(full);
-                        counters.add_blocked_out(t.elapsed());
-                        if sent.is_err() {
-                            return;
-                        }
-                    }
-                    Err(TrySendError::Disconnected(_)) => return,
-                }
-            }
-        };
-        let on_panic = move |message| {
-            let _ = panic_tx.send(vec![Event::Item(Err(PipelineError::Panic {
-                stage,
-                message,
-            }))]);
-        };
-        let worker = Worker::spawn(self.env.live(), "interleave", body, on_panic)?;
-        Ok(Slot::Remote {
-            rx,
-            pending: Vec::new().into_iter(),
-            _worker: worker,
-        })
+            block,
+        )
     }
 
     /// The next element of slot `index`; `None` when it is exhausted.
@@ -497,6 +444,75 @@ impl<T: Send + 'static, U: Send + 'static> InterleaveStream<T, U> {
     }
 }
 
+/// Starts a producer thread that pulls `pipeline` a chunk of `block` events
+/// at a time, holding a permit only while pulling.
+fn spawn_producer<U: Send + 'static>(
+    pipeline: Pipeline<U>,
+    nested: Env,
+    permits: Arc<Permits>,
+    stop: Arc<AtomicBool>,
+    counters: Arc<StageCounters>,
+    block: usize,
+) -> Result<Slot<U>, PipelineError> {
+    let (tx, rx) = bounded::<Chunk<U>>(2);
+    let panic_tx = tx.clone();
+    let stage = counters.name().to_string();
+    let live = nested.live().clone();
+    let body = move |cancel: &Cancel| {
+        let stopping =
+            || stop.load(Ordering::Relaxed) || nested.cancelled() || cancel.is_cancelled();
+        let mut stream = pipeline.build_stream(&nested);
+        let mut chunk = Vec::with_capacity(block);
+        let mut ended = false;
+        while !ended {
+            let t = Instant::now();
+            if !permits.acquire(stopping) {
+                return;
+            }
+            let t1 = Instant::now();
+            counters.add_wait_in(t1 - t);
+            while chunk.len() < block {
+                match stream.next() {
+                    Some(Event::EpochEnd(_)) => {}
+                    Some(event) => chunk.push(event),
+                    None => {
+                        ended = true;
+                        break;
+                    }
+                }
+            }
+            permits.release();
+            counters.add_busy(t1.elapsed());
+            if chunk.is_empty() {
+                continue;
+            }
+            let full = std::mem::replace(&mut chunk, Vec::with_capacity(block));
+            match tx.try_send(full) {
+                Ok(()) => {}
+                Err(TrySendError::Full(full)) => {
+                    let t = Instant::now();
+                    let sent = cancel.send(&tx, full);
+                    counters.add_blocked_out(t.elapsed());
+                    if sent.is_err() {
+                        return;
+                    }
+                }
+                Err(TrySendError::Disconnected(_)) => return,
+            }
+        }
+    };
+    let on_panic = move |cancel: &Cancel, message| {
+        let error = PipelineError::Panic { stage, message };
+        let _ = cancel.send(&panic_tx, vec![Event::Item(Err(error))]);
+    };
+    let worker = Worker::spawn(&live, "interleave", body, on_panic)?;
+    Ok(Slot::Remote {
+        rx,
+        pending: Vec::new().into_iter(),
+        _worker: worker,
+    })
+}
+
 impl<T: Send + 'static, U: Send + 'static> Iterator for InterleaveStream<T, U> {
     type Item = Event<U>;
 
@@ -519,7 +535,64 @@ impl<T, U> Drop for InterleaveStream<T, U> {
         if let Some(permits) = &self.permits {
             permits.set_limit(usize::MAX);
         }
-        // Each slot drops its receiver, then joins its producer.
+        // Cancel every producer before joining any (each slot's drop joins).
+        for slot in self.slots.iter().flatten() {
+            if let Slot::Remote { _worker, .. } = slot {
+                _worker.cancel();
+            }
+        }
         self.slots.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::MetricsRegistry;
+    use crate::pipeline::{LiveThreads, Shared};
+    use crate::spawn::Thread;
+
+    /// A producer blocked on its full channel is joined while the slot's
+    /// receiver is still alive: it must still return.
+    #[test]
+    fn joining_a_producer_before_dropping_its_receiver_does_not_hang() {
+        let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+        let test = Thread::spawn("interleave-test", move |_| {
+            let env = Env {
+                shared: Arc::new(Shared {
+                    cancel: AtomicBool::new(false),
+                    metrics: MetricsRegistry::new(),
+                    live: LiveThreads::default(),
+                    cores: 2,
+                }),
+                epoch: 0,
+                prefix: "".into(),
+            };
+            let slot = spawn_producer(
+                Pipeline::from_generator(|| 0u64..),
+                env.nested(1),
+                Arc::new(Permits::new(1)),
+                Arc::new(AtomicBool::new(false)),
+                env.stage(1, "interleave"),
+                CHUNK_MIN,
+            )
+            .unwrap();
+            let Slot::Remote { rx, _worker, .. } = slot else {
+                unreachable!("a producer slot")
+            };
+            while !rx.is_full() {
+                std::thread::yield_now();
+            }
+            drop(_worker); // joins, with `rx` alive
+            let _ = done_tx.send(env.live().get());
+            drop(rx);
+        })
+        .unwrap();
+        let live = done_rx.recv_timeout(Duration::from_secs(20));
+        if live.is_err() {
+            std::mem::forget(test); // a hung thread cannot be joined; fail instead
+            panic!("joining an interleave producer with its receiver alive hung");
+        }
+        assert_eq!(live, Ok(0));
     }
 }

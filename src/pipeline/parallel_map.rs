@@ -29,6 +29,7 @@ use super::{
     BoxError, Env, Event, Parallelism, Pipeline, PipelineError, Stream, byte_size, user_error,
 };
 use crate::metrics::StageCounters;
+use crate::spawn::Cancel;
 
 /// How [`Pipeline::map_parallel_with`] runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -182,12 +183,13 @@ where
         let panic_tx = out_tx.clone();
         let stage = counters.name().to_string();
         let job = Arc::clone(&job);
-        let on_panic = move |message| {
+        let on_panic = move |cancel: &Cancel, message| {
             // A bug in the engine, not in the user function: report it first.
             let error = PipelineError::Panic { stage, message };
-            let _ = panic_tx.send((UNTAGGED, 0, Event::Item(Err(error))));
+            let _ = cancel.send(&panic_tx, (UNTAGGED, 0, Event::Item(Err(error))));
         };
-        match Worker::spawn(env.live(), "map", move || ctx.run(&job), on_panic) {
+        let body = move |cancel: &Cancel| ctx.run(&job, cancel);
+        match Worker::spawn(env.live(), "map", body, on_panic) {
             Ok(w) => workers.push(w),
             Err(err) => {
                 spawn_error = Some(err);
@@ -229,13 +231,14 @@ struct WorkerCtx<T, U> {
 }
 
 impl<T: Send + 'static, U: Send + 'static> WorkerCtx<T, U> {
-    fn stopping(&self) -> bool {
-        self.shared.stop.load(Ordering::Relaxed)
+    fn stopping(&self, cancel: &Cancel) -> bool {
+        cancel.is_cancelled()
+            || self.shared.stop.load(Ordering::Relaxed)
             || self.shared.exhausted.load(Ordering::Relaxed)
             || self.env.cancelled()
     }
 
-    fn run<S, E, I, F>(&self, job: &Job<I, F>)
+    fn run<S, E, I, F>(&self, job: &Job<I, F>, cancel: &Cancel)
     where
         E: Into<BoxError>,
         I: Fn() -> S,
@@ -245,7 +248,7 @@ impl<T: Send + 'static, U: Send + 'static> WorkerCtx<T, U> {
         // becomes an error saying why.
         let mut state = call_user(self.counters.name(), &job.init).map_err(|e| e.to_string());
         loop {
-            if self.stopping() {
+            if self.stopping(cancel) {
                 return;
             }
             if self.index >= self.shared.target.load(Ordering::Relaxed) {
@@ -254,7 +257,9 @@ impl<T: Send + 'static, U: Send + 'static> WorkerCtx<T, U> {
                     .park
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner);
-                if self.index >= self.shared.target.load(Ordering::Relaxed) && !self.stopping() {
+                if self.index >= self.shared.target.load(Ordering::Relaxed)
+                    && !self.stopping(cancel)
+                {
                     let _ = self
                         .shared
                         .wake
@@ -268,7 +273,7 @@ impl<T: Send + 'static, U: Send + 'static> WorkerCtx<T, U> {
                 Ok(()) => {}
                 Err(TrySendError::Full(())) => {
                     let t = Instant::now();
-                    let sent = self.tokens.send(());
+                    let sent = cancel.send(&self.tokens, ());
                     self.counters.add_blocked_out(t.elapsed());
                     if sent.is_err() {
                         return;
@@ -334,8 +339,15 @@ impl<T: Send + 'static, U: Send + 'static> WorkerCtx<T, U> {
                 Event::Item(Err(err)) => Event::Item(Err(err)),
                 Event::EpochEnd(e) => Event::EpochEnd(e),
             };
-            if self.out.send((seq, epoch, event)).is_err() {
-                return;
+            // Never full in practice: a window token was taken for this element.
+            match self.out.try_send((seq, epoch, event)) {
+                Ok(()) => {}
+                Err(TrySendError::Full(message)) => {
+                    if cancel.send(&self.out, message).is_err() {
+                        return;
+                    }
+                }
+                Err(TrySendError::Disconnected(_)) => return,
             }
         }
     }
@@ -348,7 +360,8 @@ enum Slot<U> {
 }
 
 /// The consumer's end: restores order, returns window tokens, runs the
-/// autotuner. Field order matters for drop: channels before workers.
+/// autotuner. Dropping it cancels the workers, which wake wherever they
+/// wait, so the fields may drop in any order.
 struct MapStream<T, U> {
     out: Option<Receiver<Tagged<U>>>,
     tokens: Option<Receiver<()>>,
@@ -468,7 +481,10 @@ impl<T, U> Drop for MapStream<T, U> {
         self.out = None;
         self.tokens = None;
         self.shared.wake_all();
-        // Workers are joined as `workers` drops, after the channels.
+        // Cancel them all before joining any, so none waits on another.
+        for worker in &self.workers {
+            worker.cancel();
+        }
         self.workers.clear();
     }
 }

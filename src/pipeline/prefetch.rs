@@ -7,6 +7,7 @@ use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 use super::worker::Worker;
 use super::{Event, Pipeline, PipelineError, Stream, byte_size};
 use crate::metrics::StageCounters;
+use crate::spawn::Cancel;
 
 impl<T: Send + 'static> Pipeline<T> {
     /// Runs everything upstream on a new thread that keeps up to `n` elements
@@ -30,10 +31,11 @@ impl<T: Send + 'static> Pipeline<T> {
             let body = {
                 let env = env.clone();
                 let counters = counters.clone();
-                move || produce(up, tx, &counters, || env.cancelled())
+                move |cancel: &Cancel| produce(up, &tx, &counters, cancel, || env.cancelled())
             };
-            let on_panic = move |message| {
-                let _ = panic_tx.send(Event::Item(Err(PipelineError::Panic { stage, message })));
+            let on_panic = move |cancel: &Cancel, message| {
+                let error = PipelineError::Panic { stage, message };
+                let _ = cancel.send(&panic_tx, Event::Item(Err(error)));
             };
             match Worker::spawn(env.live(), "prefetch", body, on_panic) {
                 Ok(worker) => Box::new(Prefetch {
@@ -47,16 +49,18 @@ impl<T: Send + 'static> Pipeline<T> {
 }
 
 /// Pulls `up` and sends each event on, timing the two waits. Returns when the
-/// upstream ends, the receiver is gone, or the pipeline is cancelled.
+/// upstream ends, the receiver is gone, the worker is cancelled (even while
+/// blocked on a full channel), or the pipeline is cancelled.
 pub(crate) fn produce<T: 'static>(
     mut up: Stream<T>,
-    tx: Sender<Event<T>>,
+    tx: &Sender<Event<T>>,
     counters: &StageCounters,
+    cancel: &Cancel,
     cancelled: impl Fn() -> bool,
 ) {
     let mut first = Some(Instant::now());
     loop {
-        if cancelled() {
+        if cancelled() || cancel.is_cancelled() {
             return;
         }
         let t = Instant::now();
@@ -74,7 +78,7 @@ pub(crate) fn produce<T: 'static>(
             Ok(()) => {}
             Err(TrySendError::Full(event)) => {
                 let t = Instant::now();
-                let sent = tx.send(event);
+                let sent = cancel.send(tx, event);
                 counters.add_blocked_out(t.elapsed());
                 if sent.is_err() {
                     return;
@@ -85,8 +89,8 @@ pub(crate) fn produce<T: 'static>(
     }
 }
 
-/// The consumer's end. Field order matters: the receiver drops before the
-/// worker is joined, so a worker blocked in `send` wakes up and exits.
+/// The consumer's end. Dropping it cancels the worker, which wakes even
+/// while blocked on the full channel, so the fields may drop in any order.
 struct Prefetch<T> {
     rx: Receiver<Event<T>>,
     _worker: Worker,
@@ -97,5 +101,52 @@ impl<T> Iterator for Prefetch<T> {
 
     fn next(&mut self) -> Option<Event<T>> {
         self.rx.recv().ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::LiveThreads;
+    use crate::spawn::Thread;
+    use std::time::Duration;
+
+    /// The worker is joined while the receiver is still alive and the
+    /// producer is blocked on the full channel: it must still return.
+    #[test]
+    fn joining_the_worker_first_does_not_hang() {
+        let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+        let test = Thread::spawn("prefetch-test", move |_| {
+            let live = LiveThreads::default();
+            let (tx, rx) = bounded(1);
+            let counters = StageCounters::new("prefetch".into());
+            let up: Stream<u64> = Box::new((0u64..).map(|i| Event::Item(Ok(i))));
+            let worker = Worker::spawn(
+                &live,
+                "prefetch",
+                move |cancel: &Cancel| produce(up, &tx, &counters, cancel, || false),
+                |_, _| {},
+            )
+            .unwrap();
+            let prefetch = Prefetch {
+                rx,
+                _worker: worker,
+            };
+            // Let the producer fill the channel and block.
+            while !prefetch.rx.is_full() {
+                std::thread::yield_now();
+            }
+            let Prefetch { rx, _worker } = prefetch;
+            drop(_worker); // joins, with `rx` alive
+            let _ = done_tx.send(live.get());
+            drop(rx);
+        })
+        .unwrap();
+        let live = done_rx.recv_timeout(Duration::from_secs(20));
+        if live.is_err() {
+            std::mem::forget(test); // a hung thread cannot be joined; fail instead
+            panic!("joining the prefetch worker with its receiver alive hung");
+        }
+        assert_eq!(live, Ok(0));
     }
 }

@@ -39,7 +39,7 @@ type FreeList = (Sender<Vec<u8>>, Receiver<Vec<u8>>);
 
 /// A serialized record, as read from a TFRecord file: bytes you read through
 /// `Deref<Target = [u8]>` / `AsRef<[u8]>`, whose buffer goes back to a
-/// bounded free list when dropped (see the [module docs](self)).
+/// bounded free list when dropped (see the [pipeline module docs](crate::pipeline)).
 ///
 /// Convert from and to `Vec<u8>` with `From`/[`into_vec`](Record::into_vec);
 /// it compares equal to byte slices and vectors with the same bytes.

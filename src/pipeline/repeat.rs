@@ -5,7 +5,7 @@ use super::{Env, Event, Pipeline, Stream};
 impl<T: Send + 'static> Pipeline<T> {
     /// Runs the upstream `count` times (`None`: forever), rebuilding it each
     /// epoch (so `shuffle` reshuffles) and ending each pass with an epoch
-    /// marker ([`Event::EpochEnd`](super::Event::EpochEnd)). Markers from an
+    /// marker ([`Event::EpochEnd`]). Markers from an
     /// inner `repeat` are absorbed. Repeating an empty input forever ends
     /// instead of spinning.
     ///

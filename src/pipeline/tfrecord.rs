@@ -192,6 +192,10 @@ impl Iterator for FileStream {
                 for corruption in reader.corruptions() {
                     self.counters.add_skipped(corruption.to_string());
                 }
+                // Beyond the first few, the reader only counts them.
+                let kept = reader.corruptions().len() as u64;
+                self.counters
+                    .add_skipped_uncited(reader.corruption_count().saturating_sub(kept));
                 self.done = true;
                 self.reader = None;
                 None

@@ -1,27 +1,28 @@
-//! The one place that spawns threads.
+//! Pipeline worker threads, on the crate's one spawner ([`crate::spawn`]).
 //!
-//! A [`Worker`] is a guard: dropping it joins its thread. Every stage that runs
-//! work on a thread owns the guards of its threads *after* the receiving ends
-//! of their channels, so on drop the receiver goes first (a worker blocked in
-//! `send` wakes with a disconnection error and returns) and the join second.
-//! Joining first would deadlock a worker blocked on a full channel.
+//! A [`Worker`] is a [`Thread`] plus the pipeline's thread count: dropping it
+//! cancels the thread and joins it. A worker body blocks only through its
+//! [`Cancel`] ([`Cancel::send`], [`Cancel::recv`]) or in waits that poll
+//! [`Cancel::is_cancelled`], so cancelling wakes it wherever it waits. That is
+//! why shutdown does not depend on the order in which a stage's fields drop:
+//! a worker blocked on a full channel returns even while the stage still
+//! holds the receiving end.
 //!
-//! Each thread runs its body under `catch_unwind`; a panic that escapes the
-//! body (a bug in tfpipe: user functions are caught where they are called) is
-//! handed to `on_panic`, which forwards it downstream as an `Err` item, so a
-//! panic never vanishes and never aborts the process.
+//! Each body runs under `catch_unwind`; a panic that escapes the body (a bug
+//! in tfpipe: user functions are caught where they are called) is handed to
+//! `on_panic`, which forwards it downstream as an `Err` item, so a panic
+//! never vanishes and never aborts the process.
 //!
 //! Live threads are counted per pipeline ([`LiveThreads`]) and process-wide
 //! ([`live_worker_threads`]), which is how the tests show that no thread
 //! outlives its pipeline.
 
-use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::thread::{self, JoinHandle};
 
 use super::PipelineError;
+use crate::spawn::{Cancel, Thread, panic_message};
 
 static LIVE_WORKERS: AtomicUsize = AtomicUsize::new(0);
 
@@ -52,36 +53,33 @@ impl Drop for LiveGuard {
     }
 }
 
-/// A running thread, joined when dropped.
+/// A running worker: cancelled, then joined, when dropped.
 #[derive(Debug)]
 pub(crate) struct Worker {
-    handle: Option<JoinHandle<()>>,
+    thread: Thread<()>,
 }
 
 impl Worker {
     /// Spawns `body` on a named thread counted in `live`; `on_panic` gets the
-    /// message of a panic that escapes `body`.
+    /// message of a panic that escapes `body` (and the thread's signal, to
+    /// send it on without blocking past a cancel).
     pub(crate) fn spawn(
         live: &LiveThreads,
         name: &str,
-        body: impl FnOnce() + Send + 'static,
-        on_panic: impl FnOnce(String) + Send + 'static,
+        body: impl FnOnce(&Cancel) + Send + 'static,
+        on_panic: impl FnOnce(&Cancel, String) + Send + 'static,
     ) -> Result<Worker, PipelineError> {
         live.0.fetch_add(1, Ordering::SeqCst);
         LIVE_WORKERS.fetch_add(1, Ordering::SeqCst);
         let guard = LiveGuard(Arc::clone(&live.0));
-        let spawned = thread::Builder::new()
-            .name(format!("tfpipe-{name}"))
-            .spawn(move || {
-                let _guard = guard;
-                if let Err(payload) = catch_unwind(AssertUnwindSafe(body)) {
-                    on_panic(panic_message(payload.as_ref()));
-                }
-            });
+        let spawned = Thread::spawn(name, move |cancel: &Cancel| {
+            let _guard = guard;
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| body(cancel))) {
+                on_panic(cancel, panic_message(payload.as_ref()));
+            }
+        });
         match spawned {
-            Ok(handle) => Ok(Worker {
-                handle: Some(handle),
-            }),
+            Ok(thread) => Ok(Worker { thread }),
             // The closure (and the guard in it) was dropped: the counts are right.
             Err(source) => Err(PipelineError::Spawn {
                 stage: name.to_string(),
@@ -89,25 +87,10 @@ impl Worker {
             }),
         }
     }
-}
 
-impl Drop for Worker {
-    fn drop(&mut self) {
-        if let Some(handle) = self.handle.take() {
-            // The body cannot panic out of catch_unwind; a join error is impossible.
-            let _ = handle.join();
-        }
-    }
-}
-
-/// The text of a panic payload.
-pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "panic with a non-string payload".to_string()
+    /// Raises the worker's cancel signal without waiting for it.
+    pub(crate) fn cancel(&self) {
+        self.thread.cancel();
     }
 }
 
@@ -125,24 +108,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn drop_joins_and_counts() {
+    fn drop_cancels_a_sender_blocked_on_a_live_receiver() {
         let live = LiveThreads::default();
         let (tx, rx) = crossbeam_channel::bounded::<u32>(1);
         let w = Worker::spawn(
             &live,
             "t",
-            move || {
-                let _ = tx.send(1);
-                let _ = tx.send(2);
-                let _ = tx.send(3); // blocks until rx is dropped
+            move |cancel| {
+                let mut n = 0;
+                while cancel.send(&tx, n).is_ok() {
+                    n += 1;
+                }
             },
-            |_| {},
+            |_, _| {},
         )
         .unwrap();
-        assert_eq!(rx.recv_timeout(std::time::Duration::from_secs(5)), Ok(1));
-        drop(rx);
+        assert_eq!(rx.recv_timeout(std::time::Duration::from_secs(5)), Ok(0));
+        // The receiver is still alive: only the cancel signal can wake it.
         drop(w);
         assert_eq!(live.get(), 0);
+        drop(rx);
     }
 
     #[test]
@@ -152,8 +137,8 @@ mod tests {
         let w = Worker::spawn(
             &live,
             "p",
-            || panic!("boom"),
-            move |m| {
+            |_| panic!("boom"),
+            move |_, m| {
                 let _ = tx.send(m);
             },
         )

@@ -66,7 +66,7 @@ mod index;
 mod object;
 mod resolve;
 
-use std::io;
+use std::io::{self, Read as _};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -210,15 +210,30 @@ pub fn open_records_with(
         path: path.to_path_buf(),
         source: source.into_io(),
     };
-    let reader = open_object(url, read).map_err(open_error)?;
-    let compression = options
-        .compression
-        .unwrap_or_else(|| Compression::from_path(path));
+    let mut object = open_object(url, read).map_err(open_error)?;
+    // As for local files: a name that says uncompressed, content that
+    // starts like GZIP or ZLIB, is read as such.
+    let (compression, input): (Compression, Box<dyn io::Read + Send>) = match options.compression {
+        Some(compression) => (compression, Box::new(object)),
+        None => match Compression::from_path(path) {
+            Compression::None => {
+                let head = crate::tfrecord::read_head(&mut object).map_err(|source| {
+                    RecordError::Open {
+                        path: path.to_path_buf(),
+                        source,
+                    }
+                })?;
+                let compression = crate::tfrecord::sniff_compression(&head);
+                (compression, Box::new(io::Cursor::new(head).chain(object)))
+            }
+            named => (named, Box::new(object)),
+        },
+    };
     let options = ReaderOptions {
         compression: Some(compression),
         ..options
     };
-    Ok(FileRecordReader::decoding(reader, options).with_path(PathBuf::from(url)))
+    Ok(FileRecordReader::decoding(input, options).with_path(PathBuf::from(url)))
 }
 
 /// Opens an object for reading as a byte stream (`io::Read`), with

@@ -10,8 +10,9 @@ use std::path::Path;
 use std::str::FromStr;
 
 use flate2::Compression as Level;
-use flate2::read::{MultiGzDecoder, ZlibDecoder};
 use flate2::write::{GzEncoder, ZlibEncoder};
+
+use super::inflate::{Format, Inflater};
 
 /// How a TFRecord stream is compressed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -21,7 +22,7 @@ pub enum Compression {
     None,
     /// One gzip stream (RFC 1952) around the records; multi-member files read fully.
     Gzip,
-    /// One zlib stream (RFC 1950) around the records.
+    /// One zlib stream (RFC 1950) around the records; concatenated streams read fully.
     Zlib,
 }
 
@@ -56,12 +57,14 @@ impl Compression {
         }
     }
 
-    /// Wraps `reader` in the matching decompressor.
+    /// Wraps `reader` in the matching decompressor. Its errors carry a
+    /// [`DecodeError`](super::DecodeError) (see [`DecodeError::of`](super::DecodeError::of)),
+    /// and the bytes decoded before a damaged spot are returned before the error.
+    /// An empty input is an empty stream.
     pub fn decoder<'a, R: Read + Send + 'a>(self, reader: R) -> Box<dyn Read + Send + 'a> {
-        match self {
-            Compression::None => Box::new(reader),
-            Compression::Gzip => Box::new(MultiGzDecoder::new(reader)),
-            Compression::Zlib => Box::new(ZlibDecoder::new(reader)),
+        match Format::of_compression(self) {
+            None => Box::new(reader),
+            Some(format) => Box::new(Inflater::new(reader, format)),
         }
     }
 }

@@ -19,6 +19,7 @@
 mod compression;
 pub mod crc;
 pub mod frame;
+mod inflate;
 mod reader;
 mod writer;
 
@@ -27,8 +28,13 @@ use std::path::PathBuf;
 
 pub use crate::error::Location;
 pub use compression::{Compression, UnknownCompression};
-pub use reader::{FileRecordReader, OnCorruption, Position, ReaderOptions, RecordReader, Records};
+pub use inflate::{DecodeError, Format};
+pub use reader::{
+    FileRecordReader, MAX_CORRUPTIONS_KEPT, OnCorruption, Position, ReaderOptions, RecordReader,
+    Records,
+};
 pub use writer::{FileRecordWriter, PendingFile, RecordWriter};
+pub(crate) use reader::{read_head, sniff_compression};
 
 /// What is wrong with a corrupt record.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -59,6 +65,14 @@ pub enum CorruptionKind {
         "truncated record: the header promises {length} data bytes and a 4-byte CRC, the stream ends after {available} bytes"
     )]
     TruncatedData { length: u64, available: u64 },
+    /// The stream's first header is not a TFRecord header, and its bytes
+    /// show what the file is instead (JSON, PNG, ...).
+    #[error("not a TFRecord file: it starts like {what}")]
+    NotTfRecord { what: &'static str },
+    /// The compressed stream around the records is damaged, or has bytes
+    /// after its end (counted under a skip policy instead of failing).
+    #[error("{reason}")]
+    Compressed { reason: String },
     /// The length field passed its CRC but exceeds the reader's limit.
     #[error(
         "implausible record length {length} bytes (limit {limit}; raise ReaderOptions::max_record_len if it is real)"

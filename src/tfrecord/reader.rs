@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 use super::compression::Compression;
 use super::frame::{self, FOOTER_LEN, HEADER_LEN, Header};
-use super::{Corruption, CorruptionKind, RecordError};
+use super::inflate::Format;
+use super::{Corruption, CorruptionKind, DecodeError, RecordError};
 use crate::error::Location;
 
 /// What the reader does when a record is corrupt.
@@ -96,14 +97,26 @@ pub struct RecordReader<R> {
     path: Option<Arc<Path>>,
     position: Position,
     options: ReaderOptions,
+    /// The first [`MAX_CORRUPTIONS_KEPT`] corruptions skipped or ended at.
     corruptions: Vec<Corruption>,
+    /// All of them, kept or not.
+    corruption_count: u64,
+    /// A read error that came with (or after) bytes still buffered: returned
+    /// once every complete record before it has been delivered.
+    pending: Option<RecordError>,
 }
+
+/// How many skipped corruptions a reader keeps with their locations; beyond
+/// that they are only counted ([`RecordReader::corruption_count`]).
+pub const MAX_CORRUPTIONS_KEPT: usize = 16;
 
 /// A reader over a file, decompressing as needed.
 pub type FileRecordReader = RecordReader<Box<dyn Read + Send>>;
 
 impl FileRecordReader {
-    /// Opens `path`, with the compression from `options` or else from its name.
+    /// Opens `path`, with the compression from `options` or else from its
+    /// name. A file whose name says uncompressed but whose content starts
+    /// like GZIP or ZLIB (and not like a TFRecord header) is read as such.
     /// `path` may also be an object-store URL (`s3://bucket/key`, see
     /// [`crate::storage`]).
     pub fn open(path: impl AsRef<Path>, options: ReaderOptions) -> Result<Self, RecordError> {
@@ -114,14 +127,23 @@ impl FileRecordReader {
     /// `options` or else from its name.
     pub fn open_local(path: impl AsRef<Path>, options: ReaderOptions) -> Result<Self, RecordError> {
         let path = path.as_ref();
-        let file = File::open(path).map_err(|source| RecordError::Open {
+        let open_error = |source| RecordError::Open {
             path: path.to_path_buf(),
             source,
-        })?;
-        let compression = options
-            .compression
-            .unwrap_or_else(|| Compression::from_path(path));
-        let mut reader = RecordReader::new(compression.decoder(file), options);
+        };
+        let mut file = File::open(path).map_err(open_error)?;
+        let (compression, input): (Compression, Box<dyn Read + Send>) = match options.compression {
+            Some(compression) => (compression, Box::new(file)),
+            None => match Compression::from_path(path) {
+                Compression::None => {
+                    let head = read_head(&mut file).map_err(open_error)?;
+                    let compression = sniff_compression(&head);
+                    (compression, Box::new(io::Cursor::new(head).chain(file)))
+                }
+                named => (named, Box::new(file)),
+            },
+        };
+        let mut reader = RecordReader::new(compression.decoder(input), options);
         reader.path = Some(Arc::from(path));
         Ok(reader)
     }
@@ -152,6 +174,8 @@ impl<R: Read> RecordReader<R> {
             position: Position::default(),
             options,
             corruptions: Vec::new(),
+            corruption_count: 0,
+            pending: None,
         }
     }
 
@@ -171,10 +195,24 @@ impl<R: Read> RecordReader<R> {
         self.position
     }
 
-    /// The corrupt records skipped so far under [`OnCorruption::Skip`] or
-    /// [`OnCorruption::EndStream`].
+    /// The first [`MAX_CORRUPTIONS_KEPT`] corrupt records skipped so far
+    /// under [`OnCorruption::Skip`] or [`OnCorruption::EndStream`], with
+    /// their locations; [`corruption_count`](Self::corruption_count) counts
+    /// them all.
     pub fn corruptions(&self) -> &[Corruption] {
         &self.corruptions
+    }
+
+    /// How many corruptions were skipped (or ended the stream) so far.
+    pub fn corruption_count(&self) -> u64 {
+        self.corruption_count
+    }
+
+    fn note(&mut self, corruption: Corruption) {
+        self.corruption_count += 1;
+        if self.corruptions.len() < MAX_CORRUPTIONS_KEPT {
+            self.corruptions.push(corruption);
+        }
     }
 
     /// Reads the next record into `record` (cleared first). `Ok(false)` at the
@@ -201,9 +239,10 @@ impl<R: Read> RecordReader<R> {
             let record_start = self.position.offset;
             let available = self.fill(HEADER_LEN)?;
             if available == 0 {
-                return Ok(None);
+                return self.end_of_data();
             }
             if available < HEADER_LEN {
+                self.fail_pending()?;
                 self.corrupt(record_start, CorruptionKind::TruncatedHeader { available })?;
                 continue;
             }
@@ -217,10 +256,14 @@ impl<R: Read> RecordReader<R> {
                     stored,
                     computed,
                 } => {
-                    let kind = CorruptionKind::LengthCrc {
-                        length,
-                        stored,
-                        computed,
+                    let what = (record_start == 0).then(|| what_it_is(header)).flatten();
+                    let kind = match what {
+                        Some(what) => CorruptionKind::NotTfRecord { what },
+                        None => CorruptionKind::LengthCrc {
+                            length,
+                            stored,
+                            computed,
+                        },
                     };
                     self.corrupt(record_start, kind)?;
                     continue;
@@ -246,6 +289,8 @@ impl<R: Read> RecordReader<R> {
             };
             let available = self.fill(framed)?;
             if available < framed {
+                // A decompressor error cut the record short: report that.
+                self.fail_pending()?;
                 let kind = CorruptionKind::TruncatedData {
                     length,
                     available: available.saturating_sub(HEADER_LEN) as u64,
@@ -270,7 +315,7 @@ impl<R: Read> RecordReader<R> {
                     let data_offset = record_start + HEADER_LEN as u64;
                     if self.options.on_corruption == OnCorruption::Skip {
                         let location = self.location(data_offset);
-                        self.corruptions.push(Corruption { location, kind });
+                        self.note(Corruption { location, kind });
                         self.consume(framed);
                     } else {
                         self.corrupt(data_offset, kind)?;
@@ -309,10 +354,50 @@ impl<R: Read> RecordReader<R> {
         match self.options.on_corruption {
             OnCorruption::Fail => Err(RecordError::Corrupt { location, kind }),
             OnCorruption::Skip | OnCorruption::EndStream => {
-                self.corruptions.push(Corruption { location, kind });
+                self.note(Corruption { location, kind });
                 Ok(())
             }
         }
+    }
+
+    /// At the end of the buffered data: the clean end, or the read error
+    /// that came after the last complete record.
+    fn end_of_data(&mut self) -> Result<Option<&[u8]>, RecordError> {
+        self.fail_pending()?;
+        Ok(None)
+    }
+
+    /// Returns the pending read error, if any, at the next record's position
+    /// (the first record not delivered), fusing the reader. Under
+    /// [`OnCorruption::EndStream`], and for bytes after a compressed stream's
+    /// end under [`OnCorruption::Skip`], the error is counted instead.
+    fn fail_pending(&mut self) -> Result<(), RecordError> {
+        let Some(mut err) = self.pending.take() else {
+            return Ok(());
+        };
+        self.fused = true;
+        if let RecordError::Io { location, source } = &mut err {
+            *location = self.location(self.position.offset);
+            let trailing = matches!(
+                DecodeError::of(source),
+                Some(DecodeError::TrailingData { .. })
+            );
+            let quiet = match self.options.on_corruption {
+                OnCorruption::Fail => false,
+                OnCorruption::Skip => trailing,
+                OnCorruption::EndStream => err.is_corruption(),
+            };
+            if quiet {
+                if let RecordError::Io { location, source } = err {
+                    let kind = CorruptionKind::Compressed {
+                        reason: source.to_string(),
+                    };
+                    self.note(Corruption { location, kind });
+                }
+                return Ok(());
+            }
+        }
+        Err(err)
     }
 
     /// Reads until `need` unconsumed bytes are buffered or the stream ends;
@@ -337,13 +422,63 @@ impl<R: Read> RecordReader<R> {
                 Ok(n) => self.end += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(source) => {
-                    self.fused = true;
+                    // Deliver the complete records already buffered first;
+                    // the location is fixed when the error is returned.
+                    self.eof = true;
                     let location = self.location(self.position.offset);
-                    return Err(RecordError::Io { location, source });
+                    self.pending = Some(RecordError::Io { location, source });
                 }
             }
         }
         Ok(self.end - self.pos)
+    }
+}
+
+/// The first [`HEADER_LEN`] bytes of `file` (fewer if it is shorter).
+pub(crate) fn read_head<R: Read>(file: &mut R) -> io::Result<Vec<u8>> {
+    let mut head = Vec::with_capacity(HEADER_LEN);
+    file.by_ref()
+        .take(HEADER_LEN as u64)
+        .read_to_end(&mut head)?;
+    Ok(head)
+}
+
+/// The compression the first bytes of a stream show: GZIP or ZLIB if they
+/// start such a stream and are not a valid TFRecord header.
+pub(crate) fn sniff_compression(head: &[u8]) -> Compression {
+    if let Ok(header) = <&[u8; HEADER_LEN]>::try_from(head)
+        && matches!(frame::decode_header(header), Header::Valid(_))
+    {
+        return Compression::None;
+    }
+    if Format::Gzip.starts(head) {
+        Compression::Gzip
+    } else if Format::Zlib.starts(head) {
+        Compression::Zlib
+    } else {
+        Compression::None
+    }
+}
+
+/// What a stream that fails its first header looks like instead, when that
+/// is clear from its first bytes.
+fn what_it_is(head: &[u8]) -> Option<&'static str> {
+    let text = |b: &u8| b.is_ascii_graphic() || b.is_ascii_whitespace();
+    if head.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some("a PNG image")
+    } else if head.starts_with(&[0xff, 0xd8, 0xff]) {
+        Some("a JPEG image")
+    } else if head.starts_with(&[0x1f, 0x8b, 0x08]) {
+        Some("GZIP-compressed data (read it with compression GZIP)")
+    } else if head.starts_with(b"PK\x03\x04") {
+        Some("a ZIP archive")
+    } else if head.iter().all(text) {
+        match head.iter().find(|b| !b.is_ascii_whitespace()) {
+            Some(b'{' | b'[') => Some("JSON text"),
+            _ => Some("text (CSV or similar)"),
+        }
+    } else {
+        None
     }
 }
 

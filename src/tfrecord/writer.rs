@@ -5,8 +5,6 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use tempfile::TempPath;
-
 use super::RecordError;
 use super::compression::{Compression, Encoder};
 use super::frame;
@@ -110,7 +108,7 @@ fn write_error(path: Option<PathBuf>, source: std::io::Error) -> RecordError {
 /// ```
 pub struct FileRecordWriter {
     writer: RecordWriter<File>,
-    temp: TempPath,
+    temp: crate::atomic_file::Unsealed,
     path: PathBuf,
 }
 
@@ -119,9 +117,9 @@ impl FileRecordWriter {
     pub fn create(path: impl AsRef<Path>, compression: Compression) -> Result<Self, RecordError> {
         let path = path.as_ref().to_path_buf();
         let temp =
-            crate::atomic_file::temp_file_for(&path).map_err(|source| RecordError::Create {
+            crate::atomic_file::AtomicFile::create(&path).map_err(|e| RecordError::Create {
                 path: path.clone(),
-                source,
+                source: e.source,
             })?;
         let (file, temp) = temp.into_parts();
         let mut writer = RecordWriter::new(file, compression);
@@ -154,38 +152,43 @@ impl FileRecordWriter {
         self.finish_pending()?.persist()
     }
 
-    /// Flushes and closes the file but leaves it under its temporary name, so
-    /// several files can be renamed into place together once all succeeded.
+    /// Flushes, syncs to disk and closes the file but leaves it under its
+    /// temporary name, so several files can be renamed into place together
+    /// once all succeeded.
     pub fn finish_pending(self) -> Result<PendingFile, RecordError> {
         let file = self.writer.finish()?;
-        drop(file);
-        Ok(PendingFile {
-            temp: self.temp,
-            path: self.path,
-        })
+        let pending = self.temp.seal(file).map_err(|e| RecordError::Write {
+            path: Some(self.path.clone()),
+            source: e.source,
+        })?;
+        Ok(PendingFile { pending })
     }
 }
 
 /// A completely written file still under its temporary name; removed if
 /// dropped without [`PendingFile::persist`].
 pub struct PendingFile {
-    temp: TempPath,
-    path: PathBuf,
+    pending: crate::atomic_file::Pending,
 }
 
 impl PendingFile {
     /// The final path it will get.
     pub fn path(&self) -> &Path {
-        &self.path
+        self.pending.path()
     }
 
-    /// Renames it to its final path.
+    /// Renames it to its final path (and syncs the directory).
     pub fn persist(self) -> Result<PathBuf, RecordError> {
-        let path = self.path;
-        self.temp.persist(&path).map_err(|e| RecordError::Create {
-            path: path.clone(),
-            source: e.error,
-        })?;
-        Ok(path)
+        let path = self.pending.path().to_path_buf();
+        self.pending.commit().map_err(|e| RecordError::Create {
+            path,
+            source: e.source,
+        })
+    }
+
+    /// The sealed file, for committing together with others
+    /// ([`crate::atomic_file::FileSet`]).
+    pub fn into_pending(self) -> crate::atomic_file::Pending {
+        self.pending
     }
 }

@@ -257,11 +257,26 @@ fn empty_and_header_only_inputs() {
             .contains("empty file: expected a header row")
     );
     assert_no_output(dir.path(), &["e.csv"]);
-    let (_dir, result) = convert_text("h.csv", b"a,b\n", Format::Csv(CsvOptions::default()), false);
-    assert!(matches!(
-        result.unwrap_err(),
-        ConvertError::NoRecords { skipped: 0 }
-    ));
+    let (dir, result) = convert_text("h.csv", b"a,b\n", Format::Csv(CsvOptions::default()), false);
+    let err = result.unwrap_err();
+    assert!(matches!(err, ConvertError::NoRecords { skipped: 0, .. }));
+    assert!(
+        err.to_string().starts_with(&format!(
+            "{}: no records",
+            dir.path().join("h.csv").display()
+        )),
+        "{err}"
+    );
+    for text in [&b""[..], b"[]", b"[ ]\n"] {
+        let (dir, result) =
+            convert_text("e.json", text, Format::Json(JsonOptions::default()), false);
+        let err = result.unwrap_err();
+        assert!(
+            err.to_string().contains("e.json: no records to write"),
+            "{err}"
+        );
+        assert_no_output(dir.path(), &["e.json"]);
+    }
 }
 
 #[test]

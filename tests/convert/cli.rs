@@ -121,11 +121,97 @@ fn usage_errors_exit_2() {
         .assert()
         .code(2);
     assert!(
-        stderr(&assert).contains("--label \"nope\": no such column"),
+        stderr(&assert).contains("label column \"nope\": no such column"),
         "{}",
         stderr(&assert)
     );
     assert!(files_in(dir.path()).is_empty());
+}
+
+#[test]
+fn negative_or_zero_counts_get_a_plain_message() {
+    let dir = tempfile::tempdir().unwrap();
+    for (flag, value) in [
+        ("--shards", "-3"),
+        ("--shards", "0"),
+        ("--records-per-shard", "-1"),
+        ("--threads", "0"),
+    ] {
+        let assert = tfpipe()
+            .args(["convert", "csv"])
+            .arg(testdata("tabular/penguins.csv"))
+            .arg("-o")
+            .arg(dir.path().join("x"))
+            .args([flag, value])
+            .assert()
+            .code(2);
+        let err = stderr(&assert);
+        assert!(err.contains("is not a whole number of at least 1"), "{err}");
+        assert!(!err.contains("-- "), "no hint about `--`: {err}");
+    }
+}
+
+/// An IDX images file with the given sizes (no pixels unless `pixels`).
+fn idx_images(count: u32, rows: u32, cols: u32, pixels: &[u8]) -> Vec<u8> {
+    let mut data = vec![0, 0, 8, 3];
+    for d in [count, rows, cols] {
+        data.extend_from_slice(&d.to_be_bytes());
+    }
+    data.extend_from_slice(pixels);
+    data
+}
+
+fn idx_labels(labels: &[u8]) -> Vec<u8> {
+    let mut data = vec![0, 0, 8, 1];
+    data.extend_from_slice(&(labels.len() as u32).to_be_bytes());
+    data.extend_from_slice(labels);
+    data
+}
+
+#[test]
+fn idx_corrupt_gzip_exits_1_with_an_offset_and_0x0_images_are_rejected() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let images = idx_images(50, 28, 28, &vec![7u8; 50 * 784]);
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&images).unwrap();
+    let mut gz = gz.finish().unwrap();
+    let n = gz.len();
+    gz[n - 6] ^= 0xff; // the CRC-32 trailer
+    std::fs::write(dir.path().join("t-images-idx3-ubyte.gz"), &gz).unwrap();
+    std::fs::write(dir.path().join("t-labels-idx1-ubyte"), idx_labels(&[1; 50])).unwrap();
+    let assert = tfpipe()
+        .args(["convert", "idx"])
+        .arg(dir.path().join("t-images-idx3-ubyte.gz"))
+        .arg("-o")
+        .arg(dir.path().join("out/m"))
+        .assert()
+        .code(1);
+    let err = stderr(&assert);
+    assert!(
+        err.contains("t-images-idx3-ubyte.gz: corrupt gzip data after"),
+        "{err}"
+    );
+    assert!(!dir.path().join("out").exists());
+
+    std::fs::write(
+        dir.path().join("z-images-idx3-ubyte"),
+        idx_images(2, 0, 0, &[]),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("z-labels-idx1-ubyte"), idx_labels(&[1, 2])).unwrap();
+    let assert = tfpipe()
+        .args(["convert", "idx"])
+        .arg(dir.path().join("z-images-idx3-ubyte"))
+        .arg("-o")
+        .arg(dir.path().join("out/z"))
+        .assert()
+        .code(1);
+    let err = stderr(&assert);
+    assert!(
+        err.contains("z-images-idx3-ubyte: byte 8: IDX images of size 0x0"),
+        "{err}"
+    );
 }
 
 #[cfg(not(feature = "images"))]

@@ -73,14 +73,21 @@ fn pending_files_appear_only_when_persisted() {
 }
 
 #[test]
-fn creating_in_a_missing_directory_names_the_path() {
+fn missing_directories_are_created_and_a_file_in_the_way_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("missing/out.tfrecord");
+    FileRecordWriter::create(&path, Compression::None)
+        .unwrap()
+        .finish()
+        .unwrap();
+    assert!(path.is_file());
+    std::fs::write(dir.path().join("file"), "").unwrap();
+    let path = dir.path().join("file/out.tfrecord");
     let Err(err) = FileRecordWriter::create(&path, Compression::None) else {
-        panic!("created a file in a missing directory");
+        panic!("created a file under a file");
     };
     assert!(matches!(err, RecordError::Create { .. }));
-    assert!(err.to_string().contains("missing/out.tfrecord"), "{err}");
+    assert!(err.to_string().contains("file/out.tfrecord"), "{err}");
 }
 
 /// A header with a valid CRC claiming `length` data bytes.
