@@ -84,7 +84,9 @@ pub enum IndexProblem {
     #[error("the record at the indexed offset does not match the index: {reason}")]
     RecordMismatch { reason: String },
     /// The data file is compressed.
-    #[error("{compression}-compressed files cannot be indexed (there are no byte offsets to seek to)")]
+    #[error(
+        "{compression}-compressed files cannot be indexed (there are no byte offsets to seek to)"
+    )]
     Compressed { compression: Compression },
 }
 
@@ -115,6 +117,9 @@ pub enum IndexError {
     /// Reading the data file failed (while building, or a record).
     #[error(transparent)]
     Read(#[from] RecordError),
+    /// Writing a local index file failed.
+    #[error(transparent)]
+    Output(#[from] crate::atomic_file::OutputError),
     /// Reading or writing through object storage failed.
     #[error(transparent)]
     Storage(#[from] StorageError),
@@ -212,7 +217,9 @@ impl RecordIndex {
             }
             let mut fields = line.split_ascii_whitespace();
             let parsed = match (fields.next(), fields.next(), fields.next()) {
-                (Some(offset), Some(size), None) => offset.parse::<u64>().ok().zip(size.parse().ok()),
+                (Some(offset), Some(size), None) => {
+                    offset.parse::<u64>().ok().zip(size.parse().ok())
+                }
                 _ => None,
             };
             let Some(entry) = parsed else {
@@ -317,17 +324,10 @@ impl RecordIndex {
     /// into place, or a multipart upload for a URL).
     pub fn write(&self, path: &Path) -> Result<(), IndexError> {
         let text = self.to_text();
-        let io_error = |source| IndexError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
         if let Some(url) = url_str(path) {
             return write_object(url, text.as_bytes());
         }
-        let mut temp = crate::atomic_file::temp_file_for(path).map_err(io_error)?;
-        temp.write_all(text.as_bytes()).map_err(io_error)?;
-        temp.as_file().sync_all().map_err(io_error)?;
-        temp.persist(path).map_err(|e| io_error(e.error))?;
+        crate::atomic_file::write(path, text.as_bytes())?;
         Ok(())
     }
 }
@@ -357,7 +357,10 @@ fn read_whole(path: &Path) -> Result<Vec<u8>, IndexError> {
         Some(_) => {
             let size = super::size_of(path)?;
             let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
-            let mut reader = super::open_object(path.to_str().unwrap_or_default(), &super::ReadOptions::default())?;
+            let mut reader = super::open_object(
+                path.to_str().unwrap_or_default(),
+                &super::ReadOptions::default(),
+            )?;
             io::Read::read_to_end(&mut reader, &mut bytes).map_err(|source| IndexError::Io {
                 path: path.to_path_buf(),
                 source,
@@ -490,10 +493,12 @@ impl IndexedFiles {
             total += index.len();
             let local = match url_str(&path) {
                 Some(_) => None,
-                None => Some(std::fs::File::open(&path).map_err(|source| RecordError::Open {
-                    path: path.clone(),
-                    source,
-                })?),
+                None => Some(
+                    std::fs::File::open(&path).map_err(|source| RecordError::Open {
+                        path: path.clone(),
+                        source,
+                    })?,
+                ),
             };
             files.push(IndexedFile { path, index, local });
         }
@@ -558,23 +563,28 @@ impl IndexedFiles {
     pub fn read(&self, position: RecordPosition) -> Result<Vec<u8>, IndexError> {
         let (file, range) = self.locate(position)?;
         let framed = match &file.local {
-            Some(handle) => pread_file(handle, range.clone()).map_err(|source| {
-                RecordError::Io {
+            Some(handle) => {
+                pread_file(handle, range.clone()).map_err(|source| RecordError::Io {
                     location: Location {
                         path: Some(file.path.clone()),
                         record: position.record,
                         offset: range.start,
                     },
                     source,
-                }
-            })?,
+                })?
+            }
             None => read_object_range(&file.path, range.clone())?,
         };
         let data = self.check(position, range.start, &framed)?;
         Ok(framed[data].to_vec())
     }
 
-    fn check(&self, position: RecordPosition, offset: u64, framed: &[u8]) -> Result<Range<usize>, IndexError> {
+    fn check(
+        &self,
+        position: RecordPosition,
+        offset: u64,
+        framed: &[u8],
+    ) -> Result<Range<usize>, IndexError> {
         check_framed(framed).map_err(|problem| IndexError::Record {
             location: Location {
                 path: Some(self.files[position.file].path.clone()),
@@ -725,7 +735,11 @@ fn read_object_range(path: &Path, _range: Range<u64>) -> Result<Vec<u8>, IndexEr
 }
 
 #[cfg(feature = "object-store")]
-fn start_object_read(path: &Path, position: RecordPosition, range: Range<u64>) -> Result<InFlight, IndexError> {
+fn start_object_read(
+    path: &Path,
+    position: RecordPosition,
+    range: Range<u64>,
+) -> Result<InFlight, IndexError> {
     // One RangeReader per file would be cheaper; the store lookup is a hash
     // probe, small next to a GET.
     let url = path.to_str().unwrap_or_default();
@@ -735,7 +749,11 @@ fn start_object_read(path: &Path, position: RecordPosition, range: Range<u64>) -
 }
 
 #[cfg(not(feature = "object-store"))]
-fn start_object_read(path: &Path, _position: RecordPosition, _range: Range<u64>) -> Result<InFlight, IndexError> {
+fn start_object_read(
+    path: &Path,
+    _position: RecordPosition,
+    _range: Range<u64>,
+) -> Result<InFlight, IndexError> {
     Err(StorageError::NotBuilt {
         url: path.display().to_string(),
     }
@@ -998,7 +1016,10 @@ mod tests {
         let err = RecordIndex::parse("0 17\nx 3\n", p, p).unwrap_err();
         assert!(err.to_string().contains("line 2"), "{err}");
         let err = RecordIndex::parse("0 17\n18 16\n", p, p).unwrap_err();
-        assert!(err.to_string().contains("entry 1 starts at byte 18"), "{err}");
+        assert!(
+            err.to_string().contains("entry 1 starts at byte 18"),
+            "{err}"
+        );
         let err = RecordIndex::parse("0 3\n", p, p).unwrap_err();
         assert!(err.to_string().contains("less than the 16 bytes"), "{err}");
         let index = RecordIndex::parse("0 17\n17 16\n", p, p).unwrap();

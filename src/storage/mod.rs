@@ -72,8 +72,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use index::{
-    GlobalShuffle, IndexError, IndexProblem, IndexedFiles, RecordIndex, RecordPosition,
-    index_path,
+    GlobalShuffle, IndexError, IndexProblem, IndexedFiles, RecordIndex, RecordPosition, index_path,
 };
 #[cfg(feature = "object-store")]
 pub use object::{ObjectWriter, PendingObject, delete_object, set_bucket_options};

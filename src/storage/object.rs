@@ -112,7 +112,9 @@ pub fn set_bucket_options<K: Into<String>, V: Into<String>>(
 }
 
 fn bucket_options(base: &str) -> Vec<(String, String)> {
-    let all = BUCKET_OPTIONS.read().unwrap_or_else(PoisonError::into_inner);
+    let all = BUCKET_OPTIONS
+        .read()
+        .unwrap_or_else(PoisonError::into_inner);
     all.iter()
         .find(|(b, _)| b == base)
         .map(|(_, o)| o.clone())
@@ -207,7 +209,10 @@ impl Context {
     }
 
     /// The store for `url`'s bucket (built once per context) and the key.
-    pub(crate) fn store(&self, url: &str) -> Result<(Arc<dyn ObjectStore>, ObjectPath), StorageError> {
+    pub(crate) fn store(
+        &self,
+        url: &str,
+    ) -> Result<(Arc<dyn ObjectStore>, ObjectPath), StorageError> {
         let parsed = parse(url)?;
         let mut stores = self.stores.lock().unwrap_or_else(PoisonError::into_inner);
         let store = match stores.get(&parsed.base) {
@@ -224,7 +229,12 @@ impl Context {
 
 impl Drop for Context {
     fn drop(&mut self) {
-        if let Some(stop) = self.stop.get_mut().unwrap_or_else(PoisonError::into_inner).take() {
+        if let Some(stop) = self
+            .stop
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
             let _ = stop.send(());
         }
         if let Some(thread) = self
@@ -432,7 +442,12 @@ fn transient(error: &object_store::Error) -> bool {
     )
 }
 
-fn store_error(url: &str, operation: String, attempts: u32, source: object_store::Error) -> StorageError {
+fn store_error(
+    url: &str,
+    operation: String,
+    attempts: u32,
+    source: object_store::Error,
+) -> StorageError {
     StorageError::Store {
         url: url.to_string(),
         operation,
@@ -522,7 +537,9 @@ fn parse_pattern(pattern: &str) -> Result<ParsedPattern, StorageError> {
         return Err(bad("the URL names no bucket or host"));
     }
     if has_glob(authority) {
-        return Err(bad("wildcards are allowed in the key, not in the bucket or host"));
+        return Err(bad(
+            "wildcards are allowed in the key, not in the bucket or host",
+        ));
     }
     Ok(ParsedPattern {
         base: format!("{}://{authority}", scheme.to_ascii_lowercase()),
@@ -669,7 +686,11 @@ impl ObjectReader {
     }
 
     /// Reads an object of known `size` (no `HEAD`).
-    pub fn with_size(url: &str, size: u64, options: ReadOptions) -> Result<ObjectReader, StorageError> {
+    pub fn with_size(
+        url: &str,
+        size: u64,
+        options: ReadOptions,
+    ) -> Result<ObjectReader, StorageError> {
         let mut reader = ObjectReader {
             ranges: RangeReader::new(url, options)?,
             size,
@@ -863,9 +884,8 @@ impl PendingObject {
             return Ok(());
         };
         let done = self.context.run(async move { upload.complete().await });
-        done?.map_err(|e| {
-            store_error(&self.url, "completing the multipart upload".into(), 1, e)
-        })?;
+        done?
+            .map_err(|e| store_error(&self.url, "completing the multipart upload".into(), 1, e))?;
         Ok(())
     }
 }

@@ -33,8 +33,8 @@ pub use reader::{
     FileRecordReader, MAX_CORRUPTIONS_KEPT, OnCorruption, Position, ReaderOptions, RecordReader,
     Records,
 };
-pub use writer::{FileRecordWriter, PendingFile, RecordWriter};
 pub(crate) use reader::{read_head, sniff_compression};
+pub use writer::{FileRecordWriter, PendingFile, RecordWriter};
 
 /// What is wrong with a corrupt record.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

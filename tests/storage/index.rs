@@ -83,7 +83,13 @@ fn stale_and_truncated_indexes_are_reported_not_trusted() {
     std::fs::write(data, &bytes).unwrap();
     let err = IndexedFiles::open([data], None).unwrap_err();
     assert!(
-        matches!(&err, IndexError::Invalid { problem: IndexProblem::SizeMismatch { .. }, .. }),
+        matches!(
+            &err,
+            IndexError::Invalid {
+                problem: IndexProblem::SizeMismatch { .. },
+                ..
+            }
+        ),
         "{err}"
     );
     assert!(err.to_string().contains("part-0.tfrecord"), "{err}");
@@ -102,7 +108,10 @@ fn stale_and_truncated_indexes_are_reported_not_trusted() {
     recs[3].push(b'!');
     recs[4].pop();
     std::fs::write(data, tfrecord(&recs, Compression::None)).unwrap();
-    assert_eq!(std::fs::metadata(data).unwrap().len(), original.len() as u64);
+    assert_eq!(
+        std::fs::metadata(data).unwrap().len(),
+        original.len() as u64
+    );
     let files = IndexedFiles::open([data], None).unwrap();
     let err = files.read(files.position(4).unwrap()).unwrap_err();
     let location = err.location().expect("location");
@@ -152,7 +161,10 @@ fn global_shuffle_reads_a_permutation_across_files_each_epoch() {
     let dir = tempfile::tempdir().unwrap();
     let (paths, all) = write_files(dir.path(), 4, 25);
     for p in &paths {
-        RecordIndex::build(p).unwrap().write(&index_path(p, None)).unwrap();
+        RecordIndex::build(p)
+            .unwrap()
+            .write(&index_path(p, None))
+            .unwrap();
     }
     let files = IndexedFiles::open(&paths, None).unwrap();
     let mut expected: Vec<Vec<u8>> = all.concat();
@@ -163,7 +175,10 @@ fn global_shuffle_reads_a_permutation_across_files_each_epoch() {
     for epoch in [first, second] {
         let mut sorted = epoch.to_vec();
         sorted.sort();
-        assert_eq!(sorted, expected, "each epoch is a permutation of all records");
+        assert_eq!(
+            sorted, expected,
+            "each epoch is a permutation of all records"
+        );
     }
     assert_ne!(first, second, "each epoch draws a new order");
     // The first 25 records come from more than one file: no per-file order.
@@ -176,7 +191,14 @@ fn global_shuffle_reads_a_permutation_across_files_each_epoch() {
         .collect();
     union.sort();
     assert_eq!(union, expected);
-    assert!(files.global_shuffle(1).shard(2, 2).pipeline().start().is_err());
+    assert!(
+        files
+            .global_shuffle(1)
+            .shard(2, 2)
+            .pipeline()
+            .start()
+            .is_err()
+    );
 }
 
 #[test]

@@ -4,10 +4,10 @@
 use std::io;
 use std::sync::atomic::Ordering;
 
+use tfpipe::Compression;
 use tfpipe::pipeline::{Pipeline, PipelineError};
 use tfpipe::storage::{self, ReadOptions, StorageError};
 use tfpipe::tfrecord::{ReaderOptions, RecordError};
-use tfpipe::Compression;
 
 use crate::server::{S3Server, records, tfrecord};
 
@@ -48,9 +48,15 @@ fn globs_list_by_prefix_then_match_keys() {
     // A plain URL must exist; a glob must match.
     let err = storage::resolve([format!("{bucket}/train/part-7.tfrecord")]).unwrap_err();
     assert!(matches!(err, StorageError::NoMatch { .. }), "{err}");
-    let err = Pipeline::tfrecord_files([format!("{bucket}/test-*.tfrecord")]).err().unwrap();
+    let err = Pipeline::tfrecord_files([format!("{bucket}/test-*.tfrecord")])
+        .err()
+        .unwrap();
     assert!(matches!(err, PipelineError::NoFiles { .. }), "{err}");
-    assert!(err.to_string().contains(&format!("{bucket}/test-*.tfrecord")), "{err}");
+    assert!(
+        err.to_string()
+            .contains(&format!("{bucket}/test-*.tfrecord")),
+        "{err}"
+    );
 }
 
 #[test]
@@ -60,7 +66,11 @@ fn plain_and_gzip_shards_read_through_the_pipeline() {
     let mut expected = Vec::new();
     for f in 0..4 {
         let recs = records(f, 300, 200);
-        let compression = if f % 2 == 0 { Compression::None } else { Compression::Gzip };
+        let compression = if f % 2 == 0 {
+            Compression::None
+        } else {
+            Compression::Gzip
+        };
         let key = format!("{bucket}/data/part-{f}.tfrecord{}", compression.suffix());
         server.put(&key, tfrecord(&recs, compression));
         expected.extend(recs);
@@ -116,7 +126,10 @@ fn a_connection_dropped_mid_read_is_retried() {
         ..ReadOptions::default()
     };
     assert_eq!(read_all(&url, &read).unwrap(), recs);
-    assert!(cut.load(Ordering::SeqCst) >= 1, "the proxy never cut a connection");
+    assert!(
+        cut.load(Ordering::SeqCst) >= 1,
+        "the proxy never cut a connection"
+    );
 }
 
 #[test]
@@ -124,7 +137,9 @@ fn a_missing_object_is_named_and_not_found() {
     let server = S3Server::start();
     let bucket = server.bucket("missing");
     let url = format!("{bucket}/nope.tfrecord");
-    let err = storage::open_records(&url, ReaderOptions::default()).err().unwrap();
+    let err = storage::open_records(&url, ReaderOptions::default())
+        .err()
+        .unwrap();
     match &err {
         RecordError::Open { path, source } => {
             assert_eq!(path.to_str(), Some(url.as_str()));
@@ -141,7 +156,9 @@ fn a_bad_credential_fails_at_once_naming_the_url() {
     let bucket = server.bucket_at("badcred", &server.endpoint(), "not-the-secret");
     let url = format!("{bucket}/x.tfrecord");
     server.put(&url, tfrecord(&records(0, 3, 10), Compression::None));
-    let err = storage::open_records(&url, ReaderOptions::default()).err().unwrap();
+    let err = storage::open_records(&url, ReaderOptions::default())
+        .err()
+        .unwrap();
     let RecordError::Open { source, .. } = &err else {
         panic!("{err}");
     };
@@ -169,8 +186,15 @@ fn corruption_in_an_object_is_located_by_url_record_and_offset() {
     };
     let err = read_all(&url, &read).unwrap_err();
     let location = err.location().expect("a location");
-    assert_eq!(location.path.as_deref().and_then(|p| p.to_str()), Some(url.as_str()));
+    assert_eq!(
+        location.path.as_deref().and_then(|p| p.to_str()),
+        Some(url.as_str())
+    );
     assert_eq!(location.record, 10);
     assert_eq!(location.offset, offset as u64 + 12);
-    assert!(err.to_string().starts_with(&format!("{url}: record 10 at byte")), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with(&format!("{url}: record 10 at byte")),
+        "{err}"
+    );
 }

@@ -24,8 +24,11 @@ fn an_object_appears_only_when_its_upload_completes() {
     assert_eq!(writer.finish().unwrap(), payload.len() as u64);
     assert!(server.exists(&url));
     let mut back = Vec::new();
-    std::io::Read::read_to_end(&mut tfpipe::storage::open_object(&url, &options).unwrap(), &mut back)
-        .unwrap();
+    std::io::Read::read_to_end(
+        &mut tfpipe::storage::open_object(&url, &options).unwrap(),
+        &mut back,
+    )
+    .unwrap();
     assert!(back == payload, "round trip differs");
 }
 
@@ -38,4 +41,42 @@ fn a_dropped_writer_leaves_no_object() {
     writer.write_all(&vec![7u8; 9 << 20]).unwrap();
     drop(writer); // interrupted: the upload is aborted
     assert!(!server.exists(&url));
+}
+
+#[test]
+fn convert_output_to_s3_appears_only_on_success() {
+    use tfpipe::convert::{self, CsvOptions, Format, OutputOptions, Sharding};
+    let server = S3Server::start();
+    let bucket = server.bucket("convert");
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.csv");
+    let mut text = String::from("a,b\n");
+    for i in 0..500 {
+        text.push_str(&format!("{i},{}\n", i * 2));
+    }
+    std::fs::write(&good, &text).unwrap();
+    let format = Format::Csv(CsvOptions::default());
+    let mut options = OutputOptions::new(format!("{bucket}/out/data"));
+    options.sharding = Sharding::Shards(3);
+    let summary = convert::convert(&format, std::slice::from_ref(&good), &options).unwrap();
+    assert_eq!(summary.records, 500);
+    assert_eq!(summary.shards.len(), 3);
+    assert!(server.exists(&format!("{bucket}/out/data.features.json")));
+    // The shards read back through the pipeline, every record once.
+    let got = tfpipe::Pipeline::tfrecord_files([format!("{bucket}/out/data-*.tfrecord")])
+        .unwrap()
+        .records()
+        .start()
+        .unwrap()
+        .count();
+    assert_eq!(got, 500);
+
+    // A conversion that fails leaves no object under its final names.
+    let bad = dir.path().join("bad.csv");
+    std::fs::write(&bad, "a,b\n1,2\n3\n").unwrap();
+    let mut options = OutputOptions::new(format!("{bucket}/failed/data"));
+    options.sharding = Sharding::Shards(2);
+    convert::convert(&format, &[bad], &options).unwrap_err();
+    let err = tfpipe::storage::resolve([format!("{bucket}/failed/*")]).unwrap_err();
+    assert!(matches!(err, tfpipe::storage::StorageError::NoMatch { .. }), "{err}");
 }
