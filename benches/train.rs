@@ -17,8 +17,9 @@ use tfpipe::example::{DType, Example, FeatureSpec, Layout, Schema};
 use tfpipe::pipeline::{Parallelism, Pipeline};
 use tfpipe::tfrecord::{Compression, FileRecordWriter};
 use tfpipe::train::{
-    BatchStream, BatchTensors, BoxError, Checkpoint, InputSpec, IterStream, Model, ModelConfig,
-    OptimizerConfig, OptimizerKind, Predictor, TrainConfig, Trainer, batch_to_tensors,
+    BatchStream, BatchTensors, BoxError, BuiltinModel, Checkpoint, InputSpec, IterStream,
+    ModelConfig, OptimizerConfig, OptimizerKind, Predictor, Task, TrainConfig, Trainer,
+    batch_to_tensors,
 };
 
 const BATCH: usize = 256;
@@ -74,18 +75,25 @@ fn schema() -> Schema {
 }
 
 fn input() -> InputSpec {
-    InputSpec::from_schema(&schema(), 10)
+    InputSpec::from_schema(&schema(), Task::Classification { classes: 10 })
         .expect("valid schema")
         .spec
 }
 
-fn config(kind: OptimizerKind) -> TrainConfig {
-    let model = ModelConfig::Mlp {
+fn mlp() -> ModelConfig {
+    ModelConfig::Mlp {
         inputs: PIXELS,
         hidden: vec![256],
         classes: 10,
-    };
-    TrainConfig::new(model, OptimizerConfig::default_for(kind), input())
+    }
+}
+
+fn trainer(cfg: TrainConfig, kind: OptimizerKind) -> Trainer {
+    Trainer::builtin(cfg, mlp(), OptimizerConfig::default_for(kind)).expect("config")
+}
+
+fn config() -> TrainConfig {
+    TrainConfig::new(input())
 }
 
 /// Writes `records` MNIST-like examples into 4 shards; returns the glob.
@@ -137,9 +145,9 @@ where
     S: BatchStream + 'static,
     F: FnMut(u64) -> Result<S, BoxError>,
 {
-    let mut cfg = config(kind);
+    let mut cfg = config();
     cfg.steps = Some(iters + 1);
-    let mut trainer = Trainer::new(cfg).expect("config");
+    let mut trainer = trainer(cfg, kind);
     let report = trainer.fit(open, None).expect("fit");
     let steady_ms = report.data_wait_ms.total + report.compute_ms.total - report.first_step_ms;
     Duration::from_secs_f64(steady_ms.max(0.0) / 1e3)
@@ -152,11 +160,11 @@ fn step(c: &mut Criterion) {
         batch_to_tensors(mnist_like_batch(1), &input(), 0, &Device::Cpu).expect("tensors");
     for kind in [
         OptimizerKind::Sgd,
+        OptimizerKind::Adam,
         OptimizerKind::AdamW,
-        OptimizerKind::AdamWFused,
     ] {
         let name = format!("{kind:?}").to_lowercase();
-        let mut trainer = Trainer::new(config(kind)).expect("config");
+        let mut trainer = trainer(config(), kind);
         group.bench_function(format!("{name}/memory_tensors"), |b| {
             b.iter(|| trainer.step(&tensors).expect("step"))
         });
@@ -206,11 +214,10 @@ fn step(c: &mut Criterion) {
 /// AdamW and SGD versus one fused pass over the same parameters.
 fn optimizer_update(c: &mut Criterion) {
     let mut group = c.benchmark_group("optimizer_update_mlp_784_256_10");
-    let (model, varmap) =
-        Model::init(config(OptimizerKind::AdamW).model, 0, &Device::Cpu).expect("model");
+    let (model, varmap) = BuiltinModel::init(mlp(), 0, &Device::Cpu).expect("model");
     let tensors =
         batch_to_tensors(mnist_like_batch(3), &input(), 0, &Device::Cpu).expect("tensors");
-    let logits = model.forward(&tensors.features).expect("forward");
+    let logits = model.forward_features(&tensors.features).expect("forward");
     let labels = tensors.labels.expect("labels");
     let loss = candle_nn::loss::cross_entropy(&logits, &labels).expect("loss");
     let grads = loss.backward().expect("backward");
@@ -263,8 +270,7 @@ fn optimizer_update(c: &mut Criterion) {
 
 fn checkpoint_and_predict(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut trainer = Trainer::new(config(OptimizerKind::AdamW)).expect("config");
-    trainer.prepare().expect("model");
+    let trainer = trainer(config(), OptimizerKind::AdamW);
     trainer.save(dir.path()).expect("save");
     let features = batch_to_tensors(mnist_like_batch(5), &input(), 0, &Device::Cpu)
         .expect("tensors")

@@ -21,7 +21,7 @@
 //!
 //! Four shapes of output:
 //!
-//! - one file: [`AtomicFile`] (or [`write`] for bytes already in memory);
+//! - one file: [`AtomicFile`] (or [`write()`] for bytes already in memory);
 //! - one file finished now but made visible later, with others:
 //!   [`AtomicFile::seal`] gives a [`Pending`];
 //! - several files in one directory that switch together: [`FileSet`]

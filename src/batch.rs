@@ -26,10 +26,27 @@ pub enum Values {
     Int64(Vec<i64>),
     Float32(Vec<f32>),
     Uint8(Vec<u8>),
+    /// From `raw_int16` features.
+    Int16(Vec<i16>),
+    /// From `raw_uint16` features.
+    Uint16(Vec<u16>),
+    /// From `raw_int32` features.
+    Int32(Vec<i32>),
+    /// From `raw_float64` features.
+    Float64(Vec<f64>),
     /// Byte strings: value `i` is `data[offsets[i]..offsets[i + 1]]`.
     Bytes {
         data: Vec<u8>,
         offsets: Vec<usize>,
+    },
+    /// Values at coordinates (a `SparseFeature`, TensorFlow's `SparseTensor` per
+    /// record): element `i` is `values`' element `i`, at
+    /// `indices[i * size.len()..(i + 1) * size.len()]` within its record's dense
+    /// tensor of shape `size`. Within a record, indices are sorted and distinct.
+    Sparse {
+        indices: Vec<usize>,
+        size: Vec<usize>,
+        values: Box<Values>,
     },
 }
 
@@ -40,7 +57,12 @@ impl Values {
             Values::Int64(v) => v.len(),
             Values::Float32(v) => v.len(),
             Values::Uint8(v) => v.len(),
+            Values::Int16(v) => v.len(),
+            Values::Uint16(v) => v.len(),
+            Values::Int32(v) => v.len(),
+            Values::Float64(v) => v.len(),
             Values::Bytes { offsets, .. } => offsets.len().saturating_sub(1),
+            Values::Sparse { values, .. } => values.len(),
         }
     }
 
@@ -86,7 +108,12 @@ impl Values {
             Values::Int64(_) => DType::Int64,
             Values::Float32(_) => DType::Float32,
             Values::Uint8(_) => DType::Uint8,
+            Values::Int16(_) => DType::RawInt16,
+            Values::Uint16(_) => DType::RawUint16,
+            Values::Int32(_) => DType::RawInt32,
+            Values::Float64(_) => DType::RawFloat64,
             Values::Bytes { .. } => DType::Bytes,
+            Values::Sparse { values, .. } => values.dtype(),
         }
     }
 
@@ -94,6 +121,7 @@ impl Values {
     pub fn as_i64(&self) -> Option<&[i64]> {
         match self {
             Values::Int64(v) => Some(v),
+            Values::Sparse { values, .. } => values.as_i64(),
             _ => None,
         }
     }
@@ -102,6 +130,7 @@ impl Values {
     pub fn as_f32(&self) -> Option<&[f32]> {
         match self {
             Values::Float32(v) => Some(v),
+            Values::Sparse { values, .. } => values.as_f32(),
             _ => None,
         }
     }
@@ -121,6 +150,7 @@ impl Values {
                 let (&start, &end) = (offsets.get(i)?, offsets.get(i + 1)?);
                 data.get(start..end)
             }
+            Values::Sparse { values, .. } => values.bytes(i),
             _ => None,
         }
     }
@@ -134,6 +164,10 @@ impl Values {
             Values::Int64(v) => Values::Int64(v[range].to_vec()),
             Values::Float32(v) => Values::Float32(v[range].to_vec()),
             Values::Uint8(v) => Values::Uint8(v[range].to_vec()),
+            Values::Int16(v) => Values::Int16(v[range].to_vec()),
+            Values::Uint16(v) => Values::Uint16(v[range].to_vec()),
+            Values::Int32(v) => Values::Int32(v[range].to_vec()),
+            Values::Float64(v) => Values::Float64(v[range].to_vec()),
             Values::Bytes { data, offsets } => {
                 let offsets = &offsets[range.start..=range.end];
                 let base = offsets[0];
@@ -141,6 +175,43 @@ impl Values {
                     data: data[base..offsets[offsets.len() - 1]].to_vec(),
                     offsets: offsets.iter().map(|o| o - base).collect(),
                 }
+            }
+            Values::Sparse {
+                indices,
+                size,
+                values,
+            } => {
+                let rank = size.len();
+                Values::Sparse {
+                    indices: indices[range.start * rank..range.end * rank].to_vec(),
+                    size: size.clone(),
+                    values: Box::new(values.slice(range)),
+                }
+            }
+        }
+    }
+
+    /// Keeps the first `n` elements (all of them if there are fewer).
+    pub fn truncate(&mut self, n: usize) {
+        match self {
+            Values::Int64(v) => v.truncate(n),
+            Values::Float32(v) => v.truncate(n),
+            Values::Uint8(v) => v.truncate(n),
+            Values::Int16(v) => v.truncate(n),
+            Values::Uint16(v) => v.truncate(n),
+            Values::Int32(v) => v.truncate(n),
+            Values::Float64(v) => v.truncate(n),
+            Values::Bytes { data, offsets } => {
+                offsets.truncate(n + 1);
+                data.truncate(offsets.last().copied().unwrap_or(0));
+            }
+            Values::Sparse {
+                indices,
+                size,
+                values,
+            } => {
+                indices.truncate(n.saturating_mul(size.len()));
+                values.truncate(n);
             }
         }
     }
@@ -151,6 +222,10 @@ impl Values {
             (Values::Int64(a), Values::Int64(b)) => a.extend_from_slice(b),
             (Values::Float32(a), Values::Float32(b)) => a.extend_from_slice(b),
             (Values::Uint8(a), Values::Uint8(b)) => a.extend_from_slice(b),
+            (Values::Int16(a), Values::Int16(b)) => a.extend_from_slice(b),
+            (Values::Uint16(a), Values::Uint16(b)) => a.extend_from_slice(b),
+            (Values::Int32(a), Values::Int32(b)) => a.extend_from_slice(b),
+            (Values::Float64(a), Values::Float64(b)) => a.extend_from_slice(b),
             (
                 Values::Bytes { data, offsets },
                 Values::Bytes {
@@ -161,6 +236,23 @@ impl Values {
                 let base = data.len();
                 data.extend_from_slice(more);
                 offsets.extend(more_offsets.iter().skip(1).map(|o| o + base));
+            }
+            (
+                Values::Sparse {
+                    indices,
+                    size,
+                    values,
+                },
+                Values::Sparse {
+                    indices: more_indices,
+                    size: more_size,
+                    values: more,
+                },
+            ) => {
+                if size != more_size || values.dtype() != more.dtype() || !values.extend(more) {
+                    return false;
+                }
+                indices.extend_from_slice(more_indices);
             }
             _ => return false,
         }
@@ -229,6 +321,20 @@ impl Column {
         Some(lo * inner..hi * inner)
     }
 
+    /// Drops every row from `rows` on, through every ragged level, keeping
+    /// the buffers' capacity: how a parser rolls back a row that failed
+    /// half-way (its values may be partly appended). Rows already complete
+    /// are untouched; a column with fewer rows is left as it is.
+    pub fn truncate_rows(&mut self, rows: usize) {
+        let mut n = rows;
+        for splits in &mut self.row_splits {
+            splits.truncate(n + 1);
+            n = splits.last().copied().unwrap_or(0);
+        }
+        let n = n.saturating_mul(self.inner_len());
+        self.values.truncate(n);
+    }
+
     /// Rows `rows` as a new column.
     ///
     /// # Panics
@@ -256,6 +362,23 @@ impl Column {
     /// `SparseTensor.indices` (`[row, position]` for var-length, `[row, step, position]`
     /// for a var-length sequence, `[row, step, i...]` for a fixed sequence).
     pub fn sparse_indices(&self) -> Vec<Vec<usize>> {
+        if let Values::Sparse { indices, size, .. } = &self.values {
+            // `[row, index...]`: the row from the splits, the rest as stored.
+            let rank = size.len().max(1);
+            let mut out = Vec::with_capacity(self.values.len());
+            if let Some(splits) = self.row_splits.first() {
+                for (row, w) in splits.windows(2).enumerate() {
+                    for i in w[0]..w[1] {
+                        let mut index = vec![row];
+                        index.extend_from_slice(
+                            indices.get(i * rank..(i + 1) * rank).unwrap_or(&[]),
+                        );
+                        out.push(index);
+                    }
+                }
+            }
+            return out;
+        }
         let inner = self.inner_len().max(1);
         // Position of each innermost element within its parent, level by level.
         let mut indices: Vec<Vec<usize>> = (0..self.num_rows()).map(|r| vec![r]).collect();
@@ -343,6 +466,10 @@ impl Column {
     /// The shape of the padded dense tensor: `[rows, (max count per ragged level)..., inner_shape...]`.
     pub fn dense_shape(&self) -> Vec<usize> {
         let mut shape = vec![self.num_rows()];
+        if let Values::Sparse { size, .. } = &self.values {
+            shape.extend_from_slice(size);
+            return shape;
+        }
         for splits in &self.row_splits {
             shape.push(splits.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0));
         }
@@ -382,6 +509,15 @@ impl Batch {
             num_rows: rows.len(),
             columns: self.columns.iter().map(|c| c.slice(rows.clone())).collect(),
         }
+    }
+
+    /// Keeps the first `rows` rows of every column (see
+    /// [`Column::truncate_rows`]) and sets `num_rows` to match.
+    pub fn truncate_rows(&mut self, rows: usize) {
+        for column in &mut self.columns {
+            column.truncate_rows(rows);
+        }
+        self.num_rows = self.num_rows.min(rows);
     }
 
     /// The rows of `batches`, in order, as one batch. All must have the same columns
@@ -424,6 +560,49 @@ impl Batch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Rolling back to `rows` gives the same column as slicing the first
+    /// `rows`, for dense, ragged, two-level and byte columns, even with a
+    /// half-appended row after them.
+    #[test]
+    fn truncate_rows_matches_slice_with_a_partial_row_after() {
+        let columns = [
+            Column {
+                name: "dense".into(),
+                values: Values::Float32(vec![1., 2., 3., 4., 5., 6., 7.]),
+                row_splits: vec![],
+                inner_shape: vec![2],
+            },
+            Column {
+                name: "ragged".into(),
+                values: Values::Int64(vec![1, 2, 3, 4, 5]),
+                row_splits: vec![vec![0, 2, 2, 4, 5]],
+                inner_shape: vec![],
+            },
+            Column {
+                name: "seq".into(),
+                values: Values::Int64(vec![1, 2, 3, 4, 5, 6]),
+                row_splits: vec![vec![0, 1, 3, 4], vec![0, 2, 2, 5, 6]],
+                inner_shape: vec![],
+            },
+            Column {
+                name: "bytes".into(),
+                values: Values::Bytes {
+                    data: b"abcdefg".to_vec(),
+                    offsets: vec![0, 1, 3, 6, 7],
+                },
+                row_splits: vec![vec![0, 1, 3, 4]],
+                inner_shape: vec![],
+            },
+        ];
+        for column in columns {
+            for rows in 0..=2 {
+                let mut cut = column.clone();
+                cut.truncate_rows(rows);
+                assert_eq!(cut, column.slice(0..rows), "{} to {rows}", column.name);
+            }
+        }
+    }
 
     #[test]
     fn from_sparse_rejects_bad_indices() {

@@ -78,6 +78,7 @@ pub mod batch;
 pub mod convert;
 pub mod error;
 pub mod example;
+pub mod fuzzing;
 pub mod metrics;
 pub mod pipeline;
 pub mod spawn;

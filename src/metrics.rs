@@ -22,6 +22,12 @@
 //! `ignore_errors`) count elements only; their time lands in their
 //! downstream's wait. The autotuner reads the clock every 16th element.
 //!
+//! Time is *exclusive*: a stage that pulls a nested pipeline (`interleave`
+//! reading files) counts that pull as waiting for input, since the nested
+//! stages report the work as their own; only opening an input is its busy
+//! time. So a slow file source shows up as `tfrecord`, not as the
+//! `interleave` around it.
+//!
 //! The bottleneck is the stage with the most busy time per worker: the one that
 //! limits throughput when everything upstream blocks on output and everything
 //! downstream waits for input. [`PipelineMetrics::bottleneck_stage`] names it.
@@ -144,6 +150,15 @@ impl StageCounters {
         self.parallelism.store(n as u64, Ordering::Relaxed);
     }
 
+    /// A guard that adds the time until it is dropped to this stage's busy
+    /// time: the stage's own work, so nothing nested may run inside it.
+    pub(crate) fn busy_timer(&self) -> BusyTimer<'_> {
+        BusyTimer {
+            counters: self,
+            start: Instant::now(),
+        }
+    }
+
     pub(crate) fn busy_ns(&self) -> u64 {
         self.busy_ns.load(Ordering::Relaxed)
     }
@@ -178,6 +193,20 @@ impl StageCounters {
                 .unwrap_or_else(PoisonError::into_inner)
                 .clone(),
         }
+    }
+}
+
+/// Records the time from [`StageCounters::busy_timer`] to its drop as busy
+/// time, on every path out of the scope (early returns and `?` included).
+#[must_use = "the time is recorded when the timer is dropped"]
+pub(crate) struct BusyTimer<'a> {
+    counters: &'a StageCounters,
+    start: Instant,
+}
+
+impl Drop for BusyTimer<'_> {
+    fn drop(&mut self) {
+        self.counters.add_busy(self.start.elapsed());
     }
 }
 

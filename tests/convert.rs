@@ -11,4 +11,5 @@ mod convert {
     mod images;
     mod json;
     mod outputs;
+    mod schema;
 }

@@ -7,4 +7,5 @@ mod decode {
     mod errors;
     mod golden;
     mod props;
+    mod tf_semantics;
 }

@@ -15,7 +15,13 @@ mod files;
 mod memory;
 #[path = "pipeline/metrics.rs"]
 mod metrics;
+#[path = "pipeline/positions.rs"]
+mod positions;
 #[path = "pipeline/props.rs"]
 mod props;
+#[path = "pipeline/ranks.rs"]
+mod ranks;
 #[path = "pipeline/shutdown.rs"]
 mod shutdown;
+#[path = "pipeline/state.rs"]
+mod state;

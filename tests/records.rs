@@ -10,6 +10,8 @@ mod compressed;
 mod corrupt;
 #[path = "records/crosscheck.rs"]
 mod crosscheck;
+#[path = "records/fuzz.rs"]
+mod fuzz;
 #[path = "records/golden.rs"]
 mod golden;
 #[path = "records/props.rs"]

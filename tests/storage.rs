@@ -6,6 +6,8 @@
 #[path = "storage/server.rs"]
 mod server;
 
+#[path = "storage/cli.rs"]
+mod cli;
 #[path = "storage/index.rs"]
 mod index;
 #[path = "storage/read.rs"]

@@ -8,8 +8,9 @@ use tfpipe::batch::{Batch, Column, Values};
 use tfpipe::example::proto::{Event, event, summary};
 use tfpipe::tfrecord::{FileRecordReader, ReaderOptions};
 use tfpipe::train::{
-    BatchStream, BoxError, Checkpoint, InputSpec, IterStream, ModelConfig, OptimizerConfig,
-    OptimizerKind, Predictor, TrainConfig, Trainer, Verdict, WithBottleneck, batch_to_tensors,
+    BatchStream, BoxError, Checkpoint, InputSpec, IterStream, Model, ModelConfig, OptimizerConfig,
+    OptimizerKind, Predictor, Task, TrainConfig, TrainError, Trainer, Verdict, WithBottleneck,
+    batch_to_tensors,
 };
 
 const WIDTH: usize = 8;
@@ -63,18 +64,46 @@ fn input() -> InputSpec {
     InputSpec {
         features: vec![("x".into(), WIDTH)],
         label: Some("label".into()),
-        classes: CLASSES,
+        task: Task::Classification { classes: CLASSES },
         standardize: vec![],
     }
 }
 
-fn config(kind: OptimizerKind) -> TrainConfig {
+/// A run's config with the built-in model and optimizer it trains.
+struct Cfg {
+    run: TrainConfig,
+    model: ModelConfig,
+    optimizer: OptimizerConfig,
+}
+
+impl std::ops::Deref for Cfg {
+    type Target = TrainConfig;
+    fn deref(&self) -> &TrainConfig {
+        &self.run
+    }
+}
+
+impl std::ops::DerefMut for Cfg {
+    fn deref_mut(&mut self) -> &mut TrainConfig {
+        &mut self.run
+    }
+}
+
+fn config(kind: OptimizerKind) -> Cfg {
     let model = ModelConfig::Mlp {
         inputs: WIDTH,
         hidden: vec![16],
         classes: CLASSES,
     };
-    TrainConfig::new(model, OptimizerConfig::default_for(kind), input())
+    Cfg {
+        run: TrainConfig::new(input()),
+        model,
+        optimizer: OptimizerConfig::default_for(kind),
+    }
+}
+
+fn new_trainer(cfg: Cfg) -> Result<Trainer, TrainError> {
+    Trainer::builtin(cfg.run, cfg.model, cfg.optimizer)
 }
 
 type Stream = IterStream<std::vec::IntoIter<Result<Batch, BoxError>>>;
@@ -96,14 +125,14 @@ fn memory(batches: Vec<Batch>) -> impl FnMut(u64) -> Result<Stream, BoxError> {
 fn loss_falls_over_a_few_steps() {
     for kind in [
         OptimizerKind::Sgd,
+        OptimizerKind::Adam,
         OptimizerKind::AdamW,
-        OptimizerKind::AdamWFused,
     ] {
         let mut cfg = config(kind);
         if kind != OptimizerKind::Sgd {
             cfg.optimizer.lr = 0.01;
         }
-        let mut trainer = Trainer::new(cfg).unwrap();
+        let mut trainer = new_trainer(cfg).unwrap();
         let mut losses = Vec::new();
         for batch in dataset(30, 32, 1) {
             let t = batch_to_tensors(batch, &input(), 0, &Device::Cpu).unwrap();
@@ -120,7 +149,7 @@ fn loss_falls_over_a_few_steps() {
 fn fit_evaluates_each_epoch_and_learns() {
     let mut cfg = config(OptimizerKind::Sgd);
     cfg.epochs = Some(3);
-    let mut trainer = Trainer::new(cfg).unwrap();
+    let mut trainer = new_trainer(cfg).unwrap();
     let test = dataset(4, 32, 99);
     let mut open_test = move || -> Result<Box<dyn BatchStream>, BoxError> {
         Ok(Box::new(IterStream(
@@ -134,8 +163,8 @@ fn fit_evaluates_each_epoch_and_learns() {
     assert_eq!(report.steps, 30);
     assert_eq!(report.examples, 960);
     assert_eq!(trainer.epoch(), 3);
-    assert!(report.test_accuracy.unwrap() > 0.9, "{report}");
-    assert!(report.epochs[2].test_loss.unwrap() < report.epochs[0].train_loss);
+    assert!(report.val_accuracy.unwrap() > 0.9, "{report}");
+    assert!(report.epochs[2].val_loss.unwrap() < report.epochs[0].loss);
     let json: serde_json::Value = serde_json::to_value(&report).unwrap();
     for key in [
         "examples",
@@ -151,8 +180,8 @@ fn fit_evaluates_each_epoch_and_learns() {
         "startup_ms",
         "first_step_ms",
         "steady_step_ms_p50",
-        "test_loss",
-        "test_accuracy",
+        "val_loss",
+        "val_accuracy",
     ] {
         assert!(json.get(key).is_some(), "missing {key}");
     }
@@ -174,27 +203,16 @@ fn fit_evaluates_each_epoch_and_learns() {
 fn checkpoint_round_trip_gives_identical_predictions() {
     let mut cfg = config(OptimizerKind::AdamW);
     cfg.steps = Some(5);
-    let mut trainer = Trainer::new(cfg).unwrap();
+    let mut trainer = new_trainer(cfg).unwrap();
     trainer.fit(memory(dataset(5, 16, 3)), None).unwrap();
     let dir = tempfile::tempdir().unwrap();
     trainer.save(dir.path()).unwrap();
     assert!(dir.path().join("model.safetensors").exists());
 
     let probe = batch_to_tensors(dataset(1, 64, 4).remove(0), &input(), 0, &Device::Cpu).unwrap();
-    let before: Vec<Vec<f32>> = trainer
-        .model()
-        .unwrap()
-        .forward(&probe.features)
-        .unwrap()
-        .to_vec2()
-        .unwrap();
+    let before: Vec<Vec<f32>> = trainer.model().forward(&probe).unwrap().to_vec2().unwrap();
     let loaded = Checkpoint::load(dir.path(), &Device::Cpu).unwrap();
-    let after: Vec<Vec<f32>> = loaded
-        .model
-        .forward(&probe.features)
-        .unwrap()
-        .to_vec2()
-        .unwrap();
+    let after: Vec<Vec<f32>> = loaded.model.forward(&probe).unwrap().to_vec2().unwrap();
     assert_eq!(before, after);
     assert_eq!(loaded.meta.step, 5);
     // The input spec, with the standardisation `fit` computed from the first batch.
@@ -230,15 +248,14 @@ fn checkpoint_round_trip_gives_identical_predictions() {
 #[test]
 fn a_corrupt_checkpoint_is_an_error_not_a_panic() {
     let dir = tempfile::tempdir().unwrap();
-    let mut trainer = Trainer::new(config(OptimizerKind::Sgd)).unwrap();
-    trainer.prepare().unwrap();
+    let trainer = new_trainer(config(OptimizerKind::Sgd)).unwrap();
     trainer.save(dir.path()).unwrap();
     std::fs::write(dir.path().join("model.safetensors"), b"not safetensors").unwrap();
     let err = Checkpoint::load(dir.path(), &Device::Cpu).err().unwrap();
     assert!(err.to_string().contains("model.safetensors"), "{err}");
     std::fs::write(dir.path().join("checkpoint.json"), b"{\"format\": 3").unwrap();
     let err = Checkpoint::load(dir.path(), &Device::Cpu).err().unwrap();
-    assert!(err.to_string().contains("checkpoint.json: line 1"), "{err}");
+    assert!(err.to_string().contains("checkpoint.json line 1"), "{err}");
 }
 
 #[test]
@@ -246,14 +263,14 @@ fn resume_continues_the_step_count() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(OptimizerKind::Sgd);
     cfg.steps = Some(7);
-    let mut first = Trainer::new(cfg).unwrap();
+    let mut first = new_trainer(cfg).unwrap();
     first.fit(memory(dataset(10, 8, 6)), None).unwrap();
     first.save(dir.path()).unwrap();
 
     let mut cfg = config(OptimizerKind::Sgd);
     cfg.steps = Some(4);
     cfg.resume = Some(dir.path().to_path_buf());
-    let mut second = Trainer::new(cfg).unwrap();
+    let mut second = new_trainer(cfg).unwrap();
     // Inputs are scaled as the checkpoint's model was trained, not re-estimated.
     assert_eq!(second.config().input.standardize.len(), 1);
     assert_eq!(
@@ -282,10 +299,7 @@ fn resume_continues_the_step_count() {
         classes: CLASSES,
     };
     cfg.resume = Some(dir.path().to_path_buf());
-    let err = Trainer::new(cfg)
-        .unwrap()
-        .fit(memory(dataset(1, 8, 7)), None)
-        .unwrap_err();
+    let err = new_trainer(cfg).err().unwrap();
     assert!(err.to_string().contains("holds mlp 8-16-3"), "{err}");
 }
 
@@ -312,7 +326,7 @@ fn the_phases_add_up_to_the_wall_time() {
         let mut cfg = config(OptimizerKind::Sgd);
         cfg.epochs = Some(2);
         cfg.prefetch = prefetch;
-        let mut trainer = Trainer::new(cfg).unwrap();
+        let mut trainer = new_trainer(cfg).unwrap();
         let start = Instant::now();
         let report = trainer
             .fit(slow(dataset(15, 16, 8), Duration::from_millis(4)), None)
@@ -345,7 +359,7 @@ fn the_phases_add_up_to_the_wall_time() {
 fn stall_is_high_when_the_pipeline_is_slow_and_low_when_not() {
     let mut cfg = config(OptimizerKind::Sgd);
     cfg.epochs = Some(1);
-    let mut trainer = Trainer::new(cfg).unwrap();
+    let mut trainer = new_trainer(cfg).unwrap();
     let report = trainer
         .fit(slow(dataset(12, 16, 9), Duration::from_millis(15)), None)
         .unwrap();
@@ -365,13 +379,13 @@ fn stall_is_high_when_the_pipeline_is_slow_and_low_when_not() {
         hidden: vec![512, 512],
         classes: CLASSES,
     };
-    let mut cfg = TrainConfig::new(
+    let mut cfg = Cfg {
+        run: TrainConfig::new(input()),
         model,
-        OptimizerConfig::default_for(OptimizerKind::Sgd),
-        input(),
-    );
+        optimizer: OptimizerConfig::default_for(OptimizerKind::Sgd),
+    };
     cfg.epochs = Some(1);
-    let mut trainer = Trainer::new(cfg).unwrap();
+    let mut trainer = new_trainer(cfg).unwrap();
     let report = trainer.fit(memory(dataset(30, 256, 10)), None).unwrap();
     assert!(report.stall_fraction < 0.2, "{report}");
     assert!(
@@ -380,21 +394,13 @@ fn stall_is_high_when_the_pipeline_is_slow_and_low_when_not() {
     );
 }
 
-#[test]
-fn tensorboard_file_reads_back_as_events() {
-    let logdir = tempfile::tempdir().unwrap();
-    let mut cfg = config(OptimizerKind::Sgd);
-    cfg.epochs = Some(2);
-    cfg.log_every = 2;
-    cfg.logdir = Some(logdir.path().to_path_buf());
-    let mut trainer = Trainer::new(cfg).unwrap();
-    trainer.fit(memory(dataset(6, 8, 11)), None).unwrap();
-
-    let files: Vec<_> = std::fs::read_dir(logdir.path())
+/// Every event of the one event file in `dir`: (step, tag, value).
+fn read_events(dir: &std::path::Path) -> Vec<(i64, String, f32)> {
+    let files: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
-    assert_eq!(files.len(), 1);
+    assert_eq!(files.len(), 1, "{files:?}");
     let name = files[0].file_name().unwrap().to_string_lossy().into_owned();
     assert!(name.starts_with("events.out.tfevents."), "{name}");
     let mut reader = FileRecordReader::open(&files[0], ReaderOptions::default()).unwrap();
@@ -407,33 +413,71 @@ fn tensorboard_file_reads_back_as_events() {
         events[0].what,
         Some(event::What::FileVersion("brain.Event:2".into()))
     );
-    let mut tags = Vec::new();
+    let mut out = Vec::new();
     for e in &events[1..] {
         let Some(event::What::Summary(s)) = &e.what else {
             panic!("not a summary: {e:?}")
         };
         for v in &s.value {
-            assert!(
-                matches!(v.value, Some(summary::value::Value::SimpleValue(x)) if x.is_finite())
-            );
-            tags.push((e.step, v.tag.clone()));
+            let Some(summary::value::Value::SimpleValue(x)) = v.value else {
+                panic!("not a simple value: {v:?}")
+            };
+            assert!(x.is_finite());
+            out.push((e.step, v.tag.clone(), x));
         }
     }
-    for tag in [
-        "train/loss",
-        "train/examples_per_sec",
-        "train/stall_fraction",
-        "epoch/train_accuracy",
-    ] {
-        assert!(tags.iter().any(|(_, t)| t == tag), "no {tag} in {tags:?}");
+    out
+}
+
+#[test]
+fn tensorboard_writes_keras_train_and_validation_runs_by_epoch() {
+    let logdir = tempfile::tempdir().unwrap();
+    let mut cfg = config(OptimizerKind::Sgd);
+    cfg.epochs = Some(2);
+    let mut trainer = new_trainer(cfg).unwrap();
+    trainer.observe(tfpipe::train::TensorBoard::create(logdir.path(), 2).unwrap());
+    let validation = dataset(2, 8, 12);
+    let mut open = move || -> Result<Box<dyn BatchStream>, BoxError> {
+        Ok(Box::new(IterStream(
+            validation.clone().into_iter().map(Ok::<_, BoxError>),
+        )))
+    };
+    let report = trainer
+        .fit(memory(dataset(6, 8, 11)), Some(&mut open))
+        .unwrap();
+
+    let train = read_events(&logdir.path().join("train"));
+    let tags = |events: &[(i64, String, f32)], tag: &str| -> Vec<i64> {
+        events.iter().filter(|e| e.1 == tag).map(|e| e.0).collect()
+    };
+    // Keras' epoch scalars, stepped by epoch.
+    for tag in ["epoch_loss", "epoch_accuracy", "epoch_learning_rate"] {
+        assert_eq!(tags(&train, tag), [0, 1], "{tag} in {train:?}");
     }
-    assert!(tags.contains(&(6, "train/loss".to_string())));
-    assert!(tags.contains(&(12, "epoch/train_loss".to_string())));
+    // Ours, per step (every 2 steps, stepped by global step).
+    for tag in ["batch_loss", "examples_per_sec", "stall_fraction"] {
+        assert_eq!(tags(&train, tag), [2, 4, 6, 8, 10, 12], "{tag}");
+    }
+    let validation = read_events(&logdir.path().join("validation"));
+    assert_eq!(tags(&validation, "epoch_loss"), [0, 1]);
+    assert_eq!(tags(&validation, "epoch_accuracy"), [0, 1]);
+    let val_loss = validation
+        .iter()
+        .find(|e| e.1 == "epoch_loss" && e.0 == 1)
+        .unwrap()
+        .2;
+    assert_eq!(val_loss, report.epochs[1].val_loss.unwrap() as f32);
+    let lr = train
+        .iter()
+        .find(|e| e.1 == "epoch_learning_rate")
+        .unwrap()
+        .2;
+    assert_eq!(lr, 0.1);
 }
 
 #[test]
 fn data_errors_arrive_as_errors() {
-    let mut trainer = Trainer::new(config(OptimizerKind::Sgd)).unwrap();
+    let mut trainer = new_trainer(config(OptimizerKind::Sgd)).unwrap();
     let err = trainer
         .fit(
             |_| {
@@ -448,7 +492,7 @@ fn data_errors_arrive_as_errors() {
         )
         .unwrap_err();
     assert!(err.to_string().contains("record 7 at byte 99"), "{err}");
-    let mut trainer = Trainer::new(config(OptimizerKind::Sgd)).unwrap();
+    let mut trainer = new_trainer(config(OptimizerKind::Sgd)).unwrap();
     let err = trainer
         .fit(
             |_| {
@@ -558,7 +602,7 @@ fn cli_train_then_predict() {
         serde_json::from_slice(&std::fs::read(d.join("train.json")).unwrap()).unwrap();
     assert_eq!(report["steps"], 8);
     assert_eq!(report["examples"], 128);
-    assert!(report["test_accuracy"].as_f64().unwrap() > 0.5, "{report}");
+    assert!(report["val_accuracy"].as_f64().unwrap() > 0.5, "{report}");
     assert!(report["data_wait_ms"]["p99"].is_number());
 
     let out = assert_cmd::Command::cargo_bin("tfpipe")
@@ -661,13 +705,10 @@ fn trains_on_cuda() {
     let mut cfg = config(OptimizerKind::AdamW);
     cfg.device = tfpipe::train::parse_device("cuda:0").unwrap();
     cfg.epochs = Some(2);
-    let mut trainer = Trainer::new(cfg).unwrap();
+    let mut trainer = new_trainer(cfg).unwrap();
     let report = trainer.fit(memory(dataset(10, 32, 12)), None).unwrap();
     assert_eq!(report.device, "cuda:0");
-    assert!(
-        report.epochs[1].train_loss < report.epochs[0].train_loss,
-        "{report}"
-    );
+    assert!(report.epochs[1].loss < report.epochs[0].loss, "{report}");
 }
 
 /// Converts `testdata/tabular/penguins.csv` (label `species`, text columns
@@ -723,8 +764,8 @@ fn cli_trains_on_a_converted_csv_with_nothing_else() {
     assert_eq!(report["skipped_features"][1]["reason"], "bytes");
     assert_eq!(report["standardized"], true);
     for epoch in report["epochs"].as_array().unwrap() {
-        let loss = epoch["train_loss"].as_f64().unwrap();
-        let accuracy = epoch["train_accuracy"].as_f64().unwrap();
+        let loss = epoch["loss"].as_f64().unwrap();
+        let accuracy = epoch["accuracy"].as_f64().unwrap();
         assert!(loss.is_finite() && loss > 0.0, "{report}");
         assert!((0.0..=1.0).contains(&accuracy), "{report}");
     }
@@ -769,9 +810,9 @@ fn standardised_tabular_inputs_learn_and_predict_with_missing_values() {
     );
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&report_path).unwrap()).unwrap();
-    let accuracy = report["test_accuracy"].as_f64().unwrap();
+    let accuracy = report["val_accuracy"].as_f64().unwrap();
     assert!(accuracy > 0.9, "{report}");
-    assert!(report["test_loss"].as_f64().unwrap().is_finite());
+    assert!(report["val_loss"].as_f64().unwrap().is_finite());
 
     // The checkpoint scales inputs and fills missing values (2 rows have NA
     // measurements) as training did.
@@ -796,4 +837,193 @@ fn standardised_tabular_inputs_learn_and_predict_with_missing_values() {
         .and_then(|s| s.trim().trim_end_matches('%').parse().ok())
         .unwrap_or_else(|| panic!("no accuracy in {stdout}"));
     assert!((predicted / 100.0 - accuracy).abs() < 1e-3, "{stdout}");
+}
+
+/// The example's model code, reused: a custom candle model trained through
+/// `Trainer::fit` with validation, TensorBoard and a checkpoint.
+#[path = "../examples/custom_model.rs"]
+mod custom_model;
+
+#[test]
+fn a_custom_model_trains_through_fit_with_the_full_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = custom_model::train(3, Some(dir.path())).unwrap();
+    assert_eq!(report.model, "residual mlp 16-32-32-4");
+    assert_eq!(report.epochs.len(), 3);
+    assert!(report.val_accuracy.unwrap() > 0.9, "{report}");
+    assert!(report.epochs[2].loss < report.epochs[0].loss, "{report}");
+    assert!(
+        report.optimizer.starts_with("adamw"),
+        "{}",
+        report.optimizer
+    );
+    // The observers ran: a checkpoint with optimizer state, Keras' runs.
+    let meta = Checkpoint::read_meta(dir.path().join("checkpoint")).unwrap();
+    assert_eq!(meta.model, None);
+    assert_eq!(meta.model_description, "residual mlp 16-32-32-4");
+    assert!(meta.optimizer_state);
+    assert_eq!((meta.epoch, meta.step), (3, 60));
+    for run in ["train", "validation"] {
+        assert!(
+            std::fs::read_dir(dir.path().join("logs").join(run))
+                .unwrap()
+                .next()
+                .is_some(),
+            "no {run} events"
+        );
+    }
+}
+
+/// Epoch `e` sees the batches rotated by `e` (a stand-in for the
+/// pipeline's per-epoch shuffle).
+fn rotating(batches: Vec<Batch>) -> impl FnMut(u64) -> Result<Stream, BoxError> {
+    move |epoch| {
+        let mut b = batches.clone();
+        let n = b.len();
+        b.rotate_left((tfpipe::train::epoch_seed(0, epoch) as usize) % n);
+        Ok(IterStream(
+            b.into_iter().map(Ok).collect::<Vec<_>>().into_iter(),
+        ))
+    }
+}
+
+fn weights(trainer: &Trainer) -> Vec<(String, Vec<f32>)> {
+    let data = trainer.varmap().data().lock().unwrap();
+    let mut out: Vec<(String, Vec<f32>)> = data
+        .iter()
+        .map(|(k, v)| (k.clone(), v.flatten_all().unwrap().to_vec1().unwrap()))
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+#[test]
+fn two_epochs_straight_equal_one_then_resume_one_bit_for_bit() {
+    for kind in [
+        OptimizerKind::Adam,
+        OptimizerKind::AdamW,
+        OptimizerKind::Sgd,
+    ] {
+        let data = dataset(6, 16, 21);
+        let mut cfg = config(kind);
+        cfg.optimizer.momentum = if kind == OptimizerKind::Sgd { 0.9 } else { 0.0 };
+        cfg.epochs = Some(2);
+        let momentum = cfg.optimizer.momentum;
+        let mut straight = new_trainer(cfg).unwrap();
+        let full = straight.fit(rotating(data.clone()), None).unwrap();
+
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = config(kind);
+        cfg.optimizer.momentum = momentum;
+        cfg.epochs = Some(1);
+        let mut first = new_trainer(cfg).unwrap();
+        first.fit(rotating(data.clone()), None).unwrap();
+        first.save(dir.path()).unwrap();
+
+        let mut cfg = config(kind);
+        cfg.optimizer.momentum = momentum;
+        cfg.epochs = Some(1);
+        cfg.resume = Some(dir.path().to_path_buf());
+        let mut resumed = new_trainer(cfg).unwrap();
+        assert!(resumed.warnings().is_empty(), "{:?}", resumed.warnings());
+        let rest = resumed.fit(rotating(data.clone()), None).unwrap();
+
+        assert_eq!(weights(&straight), weights(&resumed), "{kind}");
+        // Epoch numbers carry on, and the numbers are the same.
+        assert_eq!(rest.epochs[0].epoch, 1);
+        assert_eq!(rest.epochs[0].loss, full.epochs[1].loss, "{kind}");
+        assert_eq!(rest.epochs[0].accuracy, full.epochs[1].accuracy);
+        assert_eq!((resumed.epoch(), resumed.global_step()), (2, 12));
+    }
+}
+
+#[test]
+fn a_foreign_optimizer_trains_and_resume_warns_its_state_is_not_saved() {
+    use candle_nn::Optimizer as _;
+    let varmap = candle_nn::VarMap::new();
+    let vb = candle_nn::VarBuilder::from_varmap(&varmap, candle_core::DType::F32, &Device::Cpu);
+    let model = tfpipe::train::BuiltinModel::new(config(OptimizerKind::Sgd).model, vb).unwrap();
+    tfpipe::train::seed_vars(&varmap, 1, &Device::Cpu).unwrap();
+    let candle_sgd = candle_nn::SGD::new(varmap.all_vars(), 0.1).unwrap();
+    let mut cfg = TrainConfig::new(input());
+    cfg.epochs = Some(2);
+    let mut trainer = Trainer::new(
+        cfg,
+        model,
+        varmap,
+        tfpipe::train::Foreign::new(candle_sgd, "candle sgd"),
+    )
+    .unwrap();
+    let report = trainer.fit(memory(dataset(10, 32, 2)), None).unwrap();
+    assert!(report.epochs[1].loss < report.epochs[0].loss, "{report}");
+    let dir = tempfile::tempdir().unwrap();
+    trainer.save(dir.path()).unwrap();
+    let meta = Checkpoint::read_meta(dir.path()).unwrap();
+    assert!(!meta.optimizer_state && meta.optimizer.is_none());
+
+    // Resuming with a foreign optimizer again: the weights load, and a warning says the rest.
+    let varmap = candle_nn::VarMap::new();
+    let vb = candle_nn::VarBuilder::from_varmap(&varmap, candle_core::DType::F32, &Device::Cpu);
+    let model = tfpipe::train::BuiltinModel::new(config(OptimizerKind::Sgd).model, vb).unwrap();
+    let candle_sgd = candle_nn::SGD::new(varmap.all_vars(), 0.1).unwrap();
+    let mut cfg = TrainConfig::new(input());
+    cfg.resume = Some(dir.path().to_path_buf());
+    let resumed = Trainer::new(
+        cfg,
+        model,
+        varmap,
+        tfpipe::train::Foreign::new(candle_sgd, "candle sgd"),
+    )
+    .unwrap();
+    assert_eq!(resumed.global_step(), 20);
+    assert!(
+        resumed.warnings()[0].contains("does not expose its state"),
+        "{:?}",
+        resumed.warnings()
+    );
+}
+
+#[test]
+fn regression_learns_a_linear_target_with_mse_mae_rmse() {
+    // y = 2 x0 - x1 + 0.5 from the blobs' features.
+    let batches: Vec<Batch> = dataset(20, 32, 31)
+        .into_iter()
+        .map(|mut b| {
+            let Values::Float32(x) = &b.columns[0].values else {
+                unreachable!()
+            };
+            let y: Vec<f32> = x.chunks(WIDTH).map(|r| 2.0 * r[0] - r[1] + 0.5).collect();
+            b.columns[1].values = Values::Float32(y);
+            b
+        })
+        .collect();
+    let input = InputSpec {
+        features: vec![("x".into(), WIDTH)],
+        label: Some("label".into()),
+        task: Task::Regression,
+        standardize: vec![],
+    };
+    let mut cfg = TrainConfig::new(input);
+    cfg.epochs = Some(8);
+    let model = ModelConfig::mlp(WIDTH, vec![16], Task::Regression);
+    let optimizer = OptimizerConfig {
+        lr: 0.01,
+        ..OptimizerConfig::default_for(OptimizerKind::Adam)
+    };
+    let mut trainer = Trainer::builtin(cfg, model, optimizer).unwrap();
+    let validation = batches[..4].to_vec();
+    let mut open = move || -> Result<Box<dyn BatchStream>, BoxError> {
+        Ok(Box::new(IterStream(
+            validation.clone().into_iter().map(Ok::<_, BoxError>),
+        )))
+    };
+    let report = trainer.fit(memory(batches), Some(&mut open)).unwrap();
+    let (first, last) = (&report.epochs[0], report.epochs.last().unwrap());
+    assert!(last.loss < first.loss * 0.2, "{report}");
+    assert!(last.accuracy.is_none() && last.mae.is_some() && last.rmse.is_some());
+    assert!(report.val_mae.unwrap() < 0.5, "{report}");
+    // RMSE is the root of the mean squared error, the loss.
+    let val_loss = report.val_loss.unwrap();
+    assert!((report.val_rmse.unwrap() - val_loss.sqrt()).abs() < 1e-3 * (1.0 + val_loss));
+    assert!(report.to_string().contains("val_mae"), "{report}");
 }

@@ -121,7 +121,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
                         "parallel", "examples/s", "MB/s", "first batch ms", "tuned", "peak RSS MB"
                     );
                 }
-                let tuned = report.metrics.stage("map").map_or(0, |s| s.parallelism);
+                let tuned = report.metrics.stage("parse").map_or(0, |s| s.parallelism);
                 println!(
                     "{:>8} {:>12.0} {:>9.1} {:>14.2} {:>8} {:>12.1}",
                     report.num_parallel_calls,

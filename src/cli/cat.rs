@@ -94,7 +94,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     let mut out = BufWriter::with_capacity(1 << 16, stdout.lock());
     let mut status = Status::Ok;
     let mut left = args.limit.unwrap_or(u64::MAX);
-    for path in &args.files {
+    for path in &tfpipe::storage::expand_url_globs(&args.files)? {
         if left == 0 {
             break;
         }

@@ -6,7 +6,6 @@
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -17,7 +16,7 @@ use tfpipe::convert::{
 };
 use tfpipe::tfrecord::Compression;
 
-use super::Status;
+use super::{Status, interrupt};
 
 /// Input formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -65,6 +64,14 @@ pub struct Args {
     /// Encoding threads [default: one per core].
     #[arg(long, allow_hyphen_values = true, value_parser = positive::<usize>)]
     pub threads: Option<usize>,
+    /// Fan-out: this conversion is one of N workers (with --worker-index); each converts every
+    /// N-th input file into --shards shards numbered globally (PREFIX-...-of-N*shards).
+    /// Needs a fixed schema (--schema for csv); worker 0 writes the schema file.
+    #[arg(long, value_name = "N", requires = "worker_index", allow_hyphen_values = true, value_parser = positive::<usize>)]
+    pub num_workers: Option<usize>,
+    /// Fan-out: which worker this is, 0..N.
+    #[arg(long, value_name = "I", requires = "num_workers")]
+    pub worker_index: Option<usize>,
     /// Skip bad rows (counted and reported) instead of failing.
     #[arg(long)]
     pub skip_bad_rows: bool,
@@ -77,6 +84,10 @@ pub struct Args {
     /// csv, json: a column type overriding inference, NAME:DTYPE (int64, float32, bytes); repeatable.
     #[arg(long = "column", value_name = "NAME:DTYPE")]
     pub columns: Vec<String>,
+    /// csv: convert with this schema file (PREFIX.features.json of an earlier convert) instead of
+    /// inferring one: the same types, defaults and label vocabulary.
+    #[arg(long, value_name = "FILE")]
+    pub schema: Option<PathBuf>,
     /// csv: another value meaning "missing" (besides empty and NA); repeatable.
     #[arg(long)]
     pub na: Vec<String>,
@@ -146,6 +157,15 @@ fn format_of(args: &Args) -> anyhow::Result<Format> {
     only(args.labels.is_some(), "--labels", &[Idx])?;
     only(args.as_float, "--as-float", &[Idx])?;
     only(args.resize.is_some(), "--resize", &[Images])?;
+    only(args.schema.is_some(), "--schema", &[Csv])?;
+    if args.schema.is_some() && !args.columns.is_empty() {
+        bail!("--column does not apply with --schema: the schema gives every column's type");
+    }
+    let schema = args
+        .schema
+        .as_ref()
+        .map(convert::FixedSchema::load)
+        .transpose()?;
     let missing = match args.missing {
         MissingArg::Default => Missing::Default,
         MissingArg::Var => Missing::Var,
@@ -163,6 +183,7 @@ fn format_of(args: &Args) -> anyhow::Result<Format> {
                     na: args.na.clone(),
                     label: args.label.clone(),
                     missing,
+                    schema,
                     ..CsvOptions::default()
                 }
                 .with_column_texts(&args.columns)?,
@@ -215,13 +236,7 @@ fn progress_bar() -> ProgressBar {
 /// Runs `tfpipe convert`.
 pub fn run(args: Args) -> anyhow::Result<Status> {
     let format = format_of(&args)?;
-    let cancel = Arc::new(AtomicBool::new(false));
-    {
-        let cancel = cancel.clone();
-        // Fails only if a handler is already installed (a second conversion in
-        // one process); the first handler keeps working then.
-        let _ = ctrlc::set_handler(move || cancel.store(true, Ordering::Relaxed));
-    }
+    let interrupt = interrupt::install()?;
     let bar = progress_bar();
     let progress = {
         let bar = bar.clone();
@@ -244,14 +259,26 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         compression: args.compression,
         threads: args.threads.unwrap_or(0),
         skip_bad_rows: args.skip_bad_rows,
-        cancel: Some(cancel.clone()),
+        cancel: Some(interrupt.flag()),
         progress: Some(progress),
+        fanout: match (args.num_workers, args.worker_index) {
+            (Some(workers), Some(index)) => Some(convert::Fanout { workers, index }),
+            _ => None,
+        },
         ..OutputOptions::new(&args.output)
     };
     let result = convert::convert(&format, &args.inputs, &output);
     bar.finish_and_clear();
+    if result.is_err() && interrupt.is_set() {
+        // Whatever stopped the conversion (the cancel check, or a read cut
+        // short by the signal), it was interrupted.
+        return Err(interrupt.error().note("no output was written").into());
+    }
     match result {
         Ok(summary) => {
+            for warning in &summary.warnings {
+                eprintln!("tfpipe: warning: {warning}");
+            }
             if !summary.stale_shards.is_empty() {
                 eprintln!(
                     "tfpipe: warning: {} shard(s) of an earlier conversion share this prefix and match PREFIX-* (e.g. {}); remove them before reading with a glob",
@@ -269,8 +296,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
             Ok(Status::Ok)
         }
         Err(ConvertError::Interrupted) => {
-            eprintln!("tfpipe: interrupted; no output was written");
-            Ok(Status::Interrupted)
+            Err(interrupt.error().note("no output was written").into())
         }
         Err(
             e @ (ConvertError::BadRow { .. }
@@ -321,6 +347,7 @@ fn summary_json(s: &Summary) -> serde_json::Value {
         "schema": s.schema_path.display().to_string(),
         "features": features_text(s),
         "seconds": s.seconds,
+        "warnings": s.warnings,
         "stale_shards": s.stale_shards.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
         "mb_per_sec_in": mb(s.bytes_in) / s.seconds.max(1e-9),
         "records_per_sec": s.records as f64 / s.seconds.max(1e-9),

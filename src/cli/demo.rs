@@ -11,12 +11,13 @@ use anyhow::Context;
 use tfpipe::convert::{self, Format, IdxOptions, OutputOptions, Sharding, Summary};
 use tfpipe::pipeline::Parallelism;
 use tfpipe::train::{
-    InputSpec, ModelConfig, OptimizerConfig, OptimizerKind, Predictor, SchemaMeta, TrainConfig,
+    InputSpec, ModelConfig, OptimizerConfig, OptimizerKind, Predictor, SchemaMeta, Task,
+    TrainConfig,
 };
 
 use super::Status;
 use super::predict::predict;
-use super::train::{DataOptions, ms_since, set_compute_threads, train, write_json};
+use super::train::{DataOptions, RunOptions, ms_since, set_compute_threads, train, write_json};
 
 /// Arguments of `tfpipe demo`.
 #[derive(Debug, Default, clap::Args)]
@@ -98,7 +99,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         "\n== 2. train mlp 784-256-10 (adamw, batch {batch_size}, {epochs} epochs, {compute_threads} compute threads) through the pipeline"
     )?;
     let schema = train_files.schema.clone();
-    let selection = InputSpec::from_schema(&schema, 10)?;
+    let selection = InputSpec::from_schema(&schema, Task::Classification { classes: 10 })?;
     let schema = selection.schema;
     let input = selection.spec;
     let model = ModelConfig::Mlp {
@@ -106,16 +107,11 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         hidden: vec![256],
         classes: 10,
     };
-    let mut config = TrainConfig::new(
-        model,
-        OptimizerConfig::default_for(OptimizerKind::AdamW),
-        input,
-    );
+    let mut config = TrainConfig::new(input);
     config.schema = Some(SchemaMeta::from_schema(&schema));
     config.skipped_features = selection.skipped;
     config.epochs = Some(epochs);
     config.seed = seed;
-    config.logdir = Some(out.join("logs"));
     config.origin = super::process_start();
     let data = DataOptions {
         files: globs(&train_files),
@@ -132,8 +128,20 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         ..data.clone()
     };
     let checkpoint = out.join("checkpoint");
-    let report = train(config, &data, Some(&test), Some(&checkpoint))?;
-    write!(stdout, "{report}")?;
+    let run = RunOptions {
+        save: Some(checkpoint.clone()),
+        logdir: Some(out.join("logs")),
+        ..RunOptions::default()
+    };
+    let report = train(
+        config,
+        model,
+        OptimizerConfig::default_for(OptimizerKind::AdamW),
+        &data,
+        Some(&test),
+        &run,
+    )?;
+    write!(stdout, "{report:#}")?;
     writeln!(stdout, "checkpoint saved to {}", checkpoint.display())?;
     write_json(&out.join("train-report.json"), &report)?;
 
@@ -160,7 +168,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         "\n== done in {:.1} s",
         started.elapsed().as_secs_f64()
     )?;
-    if let Some(accuracy) = report.test_accuracy {
+    if let Some(accuracy) = report.val_accuracy {
         writeln!(
             stdout,
             "test accuracy {:.2}% after {} epochs",

@@ -59,8 +59,8 @@ pub struct Args {
 
 /// Runs `tfpipe inspect`.
 pub fn run(args: Args) -> anyhow::Result<Status> {
-    let reports: Vec<Result<FileReport, String>> = args
-        .files
+    let files = tfpipe::storage::expand_url_globs(&args.files)?;
+    let reports: Vec<Result<FileReport, String>> = files
         .par_iter()
         .map(|path| inspect_file(path, &args).map_err(|err| format!("{err:#}")))
         .collect();

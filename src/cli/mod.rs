@@ -1,7 +1,8 @@
 //! The `tfpipe` command line: one file per subcommand, parsed with clap derive.
 //!
 //! Exit codes: 0 success, 1 problems found in the data (corruption, bad rows),
-//! 2 usage or I/O errors, 130 interrupted. A closed stdout (`| head`) exits 0.
+//! 2 usage or I/O errors, 128 + the signal when interrupted (130 SIGINT, 143
+//! SIGTERM, 129 SIGHUP; see [`interrupt`]). A closed stdout (`| head`) exits 0.
 
 use std::process::ExitCode;
 use std::sync::OnceLock;
@@ -15,6 +16,7 @@ mod convert;
 mod demo;
 mod index;
 mod inspect;
+pub mod interrupt;
 mod predict;
 mod train;
 
@@ -58,8 +60,8 @@ pub enum Status {
     Problems = 1,
     /// Usage or I/O error.
     Error = 2,
-    /// Interrupted (Ctrl-C).
-    Interrupted = 130,
+    // Interrupted: a command returns `Err(interrupt::Interrupted)`, and
+    // `main` exits with 128 + the signal.
 }
 
 impl From<Status> for ExitCode {
@@ -103,9 +105,23 @@ pub fn main() -> ExitCode {
         Err(err) if is_broken_pipe(&err) => Status::Ok.into(),
         Err(err) => {
             eprintln!("tfpipe: {err:#}");
-            Status::Error.into()
+            exit_code(&err)
         }
     }
+}
+
+/// The exit status for an error a command returned: 128 + the signal once a
+/// signal arrived (whatever the error: it is a consequence of stopping), 2
+/// for everything else.
+fn exit_code(err: &anyhow::Error) -> ExitCode {
+    let interrupted = err
+        .chain()
+        .find_map(|cause| cause.downcast_ref::<interrupt::Interrupted>().copied())
+        .or_else(interrupt::received);
+    if let Some(interrupted) = interrupted {
+        return ExitCode::from(interrupted.exit_code());
+    }
+    Status::Error.into()
 }
 
 fn is_broken_pipe(err: &anyhow::Error) -> bool {

@@ -6,15 +6,20 @@
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tfpipe::Schema;
+use tfpipe::example::DType;
 use tfpipe::pipeline::{Parallelism, Pipeline};
 use tfpipe::train::{
-    BatchStream, BoxError, Checkpoint, InputSpec, ModelConfig, OptimizerConfig, OptimizerKind,
-    SchemaMeta, TrainConfig, TrainReport, Trainer, classes_from_metadata, parse_device,
+    BatchStream, BoxError, Checkpoint, Checkpointer, Control, Decay, EarlyStopping, EpochReport,
+    InputSpec, LrSchedule, ModelConfig, Monitor, Observer, OptimizerConfig, OptimizerKind,
+    Progress, RunInfo, SchemaMeta, Task, TensorBoard, TrainConfig, TrainError, TrainReport,
+    Trainer, classes_from_metadata, epoch_seed, parse_device,
 };
 
 use super::Status;
@@ -31,7 +36,8 @@ pub struct Args {
     /// A schema file (`PREFIX.features.json` from `tfpipe convert`).
     #[arg(long)]
     pub schema: Option<PathBuf>,
-    /// The label feature (int64 class ids). By default the schema's label.
+    /// The label feature: int64 class ids (classification) or float32
+    /// values (regression). By default the schema's label.
     #[arg(long)]
     pub label: Option<String>,
     /// The number of classes (labels must be below it). By default the size
@@ -39,9 +45,13 @@ pub struct Args {
     /// else 10.
     #[arg(long)]
     pub classes: Option<usize>,
-    /// Test data, evaluated after every epoch.
-    #[arg(long, num_args = 1..)]
-    pub test_data: Vec<String>,
+    /// classification or regression. By default regression for a float32
+    /// label, classification otherwise.
+    #[arg(long)]
+    pub task: Option<String>,
+    /// Validation data, evaluated after every epoch (`--test-data` is an alias).
+    #[arg(long = "validation-data", visible_alias = "test-data", num_args = 1..)]
+    pub validation_data: Vec<String>,
     /// The model: mlp or cnn (LeNet-like, for 28x28 inputs). By default mlp,
     /// or the checkpoint's with --resume.
     #[arg(long)]
@@ -49,17 +59,38 @@ pub struct Args {
     /// The MLP's hidden layer sizes, comma-separated. By default 256.
     #[arg(long)]
     pub hidden: Option<String>,
-    /// The optimizer: adamw, adamw-fused (the same update in one pass per
-    /// tensor, CPU only, much faster) or sgd. By default adamw, or the checkpoint's.
+    /// The optimizer: adam, adamw or sgd. By default adamw, or the
+    /// checkpoint's. (adamw-fused is accepted as adamw.)
     #[arg(long)]
     pub optimizer: Option<String>,
-    /// The learning rate. By default 0.001 for adamw, 0.1 for sgd.
-    #[arg(long)]
+    /// The learning rate. By default 0.001 for adam and adamw, 0.1 for sgd.
+    #[arg(long, allow_negative_numbers = true)]
     pub lr: Option<f64>,
-    /// Epochs to train. By default 1.
+    /// Weight decay: decoupled for adamw (default 0.01), L2 for adam and sgd (default 0).
+    #[arg(long, allow_negative_numbers = true)]
+    pub weight_decay: Option<f64>,
+    /// SGD momentum in [0, 1). By default 0.
+    #[arg(long, allow_negative_numbers = true)]
+    pub momentum: Option<f64>,
+    /// Learning-rate schedule: constant, step or cosine. By default constant.
+    #[arg(long, default_value = "constant")]
+    pub lr_schedule: String,
+    /// step schedule: multiply the rate by --lr-gamma every this many epochs.
+    #[arg(long, default_value_t = 1)]
+    pub lr_step_epochs: u64,
+    /// step schedule: the factor.
+    #[arg(long, default_value_t = 0.5)]
+    pub lr_gamma: f64,
+    /// cosine schedule: the final rate.
+    #[arg(long, default_value_t = 0.0)]
+    pub min_lr: f64,
+    /// Linear warm-up over this many steps.
+    #[arg(long, default_value_t = 0)]
+    pub warmup_steps: u64,
+    /// Epochs to train (with --resume: this many more). By default 1.
     #[arg(long, conflicts_with = "steps")]
     pub epochs: Option<u64>,
-    /// Steps to train (instead of epochs).
+    /// Steps to train instead of epochs (with --resume: this many more).
     #[arg(long)]
     pub steps: Option<u64>,
     /// Examples per batch.
@@ -77,19 +108,32 @@ pub struct Args {
     /// cpu, cuda or cuda:N (cuda needs the `cuda` cargo feature).
     #[arg(long, default_value = "cpu")]
     pub device: String,
-    /// Save a checkpoint here at the end.
+    /// Save a checkpoint (a directory) here at the end, and on Ctrl-C.
     #[arg(long)]
     pub save: Option<PathBuf>,
-    /// Continue from the checkpoint here.
+    /// With --save: also save every this many epochs.
+    #[arg(long, requires = "save")]
+    pub checkpoint_every: Option<u64>,
+    /// With --save DIR: keep the best epoch by --monitor in DIR-best.
+    #[arg(long, requires = "save")]
+    pub keep_best: bool,
+    /// Stop when --monitor has not improved for this many epochs.
+    #[arg(long)]
+    pub early_stopping: Option<u64>,
+    /// What --keep-best and --early-stopping watch: loss (validation loss)
+    /// or metric (validation accuracy, or MAE for regression).
+    #[arg(long, default_value = "loss")]
+    pub monitor: String,
+    /// Continue from the checkpoint here (its weights, optimizer state, epoch and step).
     #[arg(long)]
     pub resume: Option<PathBuf>,
-    /// Write TensorBoard event files here.
+    /// Write TensorBoard event files here (`train/` and `validation/` runs, as Keras).
     #[arg(long)]
     pub logdir: Option<PathBuf>,
     /// Write the report as JSON here.
     #[arg(long)]
     pub report_json: Option<PathBuf>,
-    /// Seeds weight initialisation and shuffling.
+    /// Seeds weight initialisation and shuffling (epoch E shuffles with seed + E).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// CPU threads for the model's math (candle). By default half the cores
@@ -103,6 +147,9 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<Status> {
     set_compute_threads(args.compute_threads)?;
     // Resolve and check everything before any work starts.
+    check_output_dir(args.save.as_deref(), "--save")?;
+    check_output_dir(args.logdir.as_deref(), "--logdir")?;
+    check_output_file(args.report_json.as_deref(), "--report-json")?;
     let device = parse_device(&args.device)?;
     let resumed = match &args.resume {
         Some(dir) => Some(Checkpoint::read_meta(dir)?),
@@ -113,33 +160,89 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         args.schema.as_deref(),
         args.label.as_deref(),
     )?;
-    if schema.label.is_none() {
+    let recorded = match &args.schema {
+        Some(path) if args.label.is_none() || args.label == schema.label => {
+            SchemaFacts::read(path)?
+        }
+        _ => SchemaFacts::default(),
+    };
+    let Some(label) = schema.label.clone() else {
         bail!("no label: name the label feature with --label NAME");
-    }
+    };
     if args.classes == Some(0) {
         bail!("--classes must be at least 1");
     }
-    let classes = args.classes.or(recorded_classes).unwrap_or(10);
+    let float_label = schema.feature(&label).map(|f| f.dtype) == Some(DType::Float32);
+    let task = match args.task.as_deref() {
+        Some("classification") => None,
+        Some("regression") => Some(Task::Regression),
+        Some(other) => bail!("--task {other:?}: expected classification or regression"),
+        None if float_label => Some(Task::Regression),
+        None => None,
+    };
+    let task = match task {
+        Some(t) => t,
+        None => {
+            let classes = args.classes.or(recorded_classes).unwrap_or(10);
+            // The last layer alone holds classes x hidden weights.
+            check_size("--classes", classes as u128 * 4 * 64)?;
+            Task::Classification { classes }
+        }
+    };
     // Parse only what the model takes: skipped features cost nothing.
-    let selection = InputSpec::from_schema(&schema, classes)?;
+    let selection = match InputSpec::from_schema(&schema, task) {
+        Ok(s) => s,
+        Err(e) => {
+            let hint = if matches!(task, Task::Classification { .. }) && float_label {
+                "a float32 label is a regression target (--task regression)"
+            } else {
+                "choose the inputs with --feature NAME:DTYPE[:SHAPE], or convert numbers as such (`tfpipe convert csv --column NAME:float32`)"
+            };
+            return Err(anyhow::Error::new(e).context(hint));
+        }
+    };
     let schema = selection.schema;
     let input = selection.spec;
-    let model = match (&args.model, &args.hidden, &resumed) {
-        (None, None, Some(meta)) => meta.model.clone(),
+    if let (Some(meta), Some(vocab)) = (&resumed, &recorded.vocabulary)
+        && let Some(trained) = &meta.label_vocabulary
+        && trained != vocab
+    {
+        bail!(
+            "the checkpoint {} was trained with the label vocabulary {trained:?}, but this data's schema records {vocab:?}: class ids would mean other labels (convert the data with the training schema)",
+            args.resume.as_deref().unwrap_or(Path::new("")).display()
+        );
+    }
+    let resumed_model = resumed.as_ref().and_then(|m| m.model.clone());
+    let model = match (&args.model, &args.hidden, resumed_model) {
+        (None, None, Some(model)) => model,
         _ => model_config(args.model.as_deref(), args.hidden.as_deref(), &input)?,
     };
-    let kind = match (&args.optimizer, &resumed) {
+    check_model_size(&model, &input, args.batch_size, args.prefetch)?;
+    let resumed_optimizer = resumed.as_ref().and_then(|m| m.optimizer);
+    let kind = match (&args.optimizer, resumed_optimizer) {
         (Some(text), _) => text.parse::<OptimizerKind>().map_err(anyhow::Error::msg)?,
-        (None, Some(meta)) => meta.optimizer.kind,
+        (None, Some(o)) => o.kind,
         (None, None) => OptimizerKind::AdamW,
     };
-    let mut optimizer = match &resumed {
-        Some(meta) if meta.optimizer.kind == kind => meta.optimizer,
+    let mut optimizer = match resumed_optimizer {
+        Some(o) if o.kind == kind => o,
         _ => OptimizerConfig::default_for(kind),
     };
     if let Some(lr) = args.lr {
         optimizer.lr = lr;
     }
+    if let Some(wd) = args.weight_decay {
+        optimizer.weight_decay = wd;
+    }
+    if let Some(m) = args.momentum {
+        if kind != OptimizerKind::Sgd && m != 0.0 {
+            bail!("--momentum applies to --optimizer sgd (adam and adamw have their own moments)");
+        }
+        optimizer.momentum = m;
+    }
+    optimizer
+        .validate()
+        .map_err(|e| anyhow::Error::new(e).context("check --lr, --weight-decay and --momentum"))?;
     let parallelism: Parallelism = args
         .num_parallel_calls
         .parse()
@@ -147,8 +250,30 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     if args.batch_size == 0 {
         bail!("--batch-size must be at least 1");
     }
-    let mut config = TrainConfig::new(model, optimizer, input);
+    let steps_per_epoch = recorded
+        .records
+        .map(|r| r.div_ceil(args.batch_size as u64).max(1));
+    let schedule = schedule(&args, steps_per_epoch)?;
+    if args.resume.is_some() && args.save.is_none() {
+        eprintln!(
+            "tfpipe: warning: --resume without --save: this run's progress will not be saved (add --save DIR; --save {} continues in place)",
+            args.resume.as_deref().unwrap_or(Path::new("")).display()
+        );
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = Arc::clone(&stop);
+        // Fails only when a handler is already set in this process.
+        let _ = ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst));
+    }
+    let monitor = match args.monitor.as_str() {
+        "loss" => Monitor::Loss,
+        "metric" => Monitor::Metric,
+        other => bail!("--monitor {other:?}: expected loss or metric"),
+    };
+    let mut config = TrainConfig::new(input);
     config.schema = Some(SchemaMeta::from_schema(&schema));
+    config.label_vocabulary = recorded.vocabulary.clone();
     config.skipped_features = selection.skipped;
     config.epochs = args.epochs;
     config.steps = args.steps;
@@ -156,7 +281,9 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     config.device = device;
     config.prefetch = args.prefetch;
     config.resume = args.resume.clone();
-    config.logdir = args.logdir.clone();
+    config.schedule = schedule;
+    config.examples_per_epoch = recorded.records;
+    config.stop = Some(Arc::clone(&stop));
     config.origin = super::process_start();
     let data = DataOptions {
         files: args.data.clone(),
@@ -166,14 +293,22 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         seed: args.seed,
         parallelism,
     };
-    let test = (!args.test_data.is_empty()).then(|| DataOptions {
-        files: args.test_data.clone(),
+    let validation = (!args.validation_data.is_empty()).then(|| DataOptions {
+        files: args.validation_data.clone(),
         shuffle_buffer: 0,
         ..data.clone()
     });
-    let report = train(config, &data, test.as_ref(), args.save.as_deref())?;
+    let run = RunOptions {
+        save: args.save.clone(),
+        logdir: args.logdir.clone(),
+        checkpoint_every: args.checkpoint_every,
+        keep_best: args.keep_best.then_some(monitor),
+        early_stopping: args.early_stopping.map(|p| (monitor, p)),
+    };
+    let report = train(config, model, optimizer, &data, validation.as_ref(), &run)?;
     let mut stdout = std::io::stdout().lock();
-    write!(stdout, "{report}")?;
+    // The per-epoch lines were printed as the epochs ended.
+    write!(stdout, "{report:#}")?;
     if let Some(dir) = &args.save {
         writeln!(
             stdout,
@@ -185,45 +320,343 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     if let Some(path) = &args.report_json {
         write_json(path, &report)?;
     }
-    Ok(Status::Ok)
+    Ok(if report.interrupted {
+        Status::Interrupted
+    } else {
+        Status::Ok
+    })
 }
 
-/// Trains with a progress bar; saves to `save` when given.
+/// What a schema file's metadata records besides the schema: the label
+/// vocabulary and the record count.
+#[derive(Debug, Default)]
+pub(super) struct SchemaFacts {
+    pub vocabulary: Option<Vec<String>>,
+    pub records: Option<u64>,
+}
+
+impl SchemaFacts {
+    pub(super) fn read(path: &Path) -> anyhow::Result<SchemaFacts> {
+        let (_, metadata) = Schema::load_with_metadata(path)?;
+        let source = metadata.get("source");
+        let vocabulary = source
+            .and_then(|s| s.get("label_vocabulary").or_else(|| s.get("classes")))
+            .and_then(|v| v.as_array())
+            .map(|a| {
+                a.iter()
+                    .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+                    .collect()
+            });
+        let records = metadata.get("records").and_then(|r| r.as_u64());
+        Ok(SchemaFacts {
+            vocabulary,
+            records,
+        })
+    }
+}
+
+/// The learning-rate schedule the flags ask for.
+fn schedule(args: &Args, steps_per_epoch: Option<u64>) -> anyhow::Result<LrSchedule> {
+    let decay = match args.lr_schedule.as_str() {
+        "constant" => Decay::Constant,
+        "step" => Decay::Step {
+            epochs: args.lr_step_epochs,
+            gamma: args.lr_gamma,
+        },
+        "cosine" => {
+            let steps = match (args.steps, args.epochs.unwrap_or(1), steps_per_epoch) {
+                (Some(s), _, _) => s,
+                (None, e, Some(per)) => e * per,
+                (None, _, None) => bail!(
+                    "--lr-schedule cosine needs the run's length in steps: give --steps, or a --schema file that records the record count"
+                ),
+            };
+            Decay::Cosine {
+                steps: steps.saturating_sub(args.warmup_steps).max(1),
+                min_lr: args.min_lr,
+            }
+        }
+        other => bail!("--lr-schedule {other:?}: expected constant, step or cosine"),
+    };
+    let schedule = LrSchedule {
+        decay,
+        warmup_steps: args.warmup_steps,
+    };
+    schedule.validate()?;
+    Ok(schedule)
+}
+
+/// Where a run's outputs go, and its observers' settings.
+#[derive(Debug, Default)]
+pub(super) struct RunOptions {
+    pub save: Option<PathBuf>,
+    pub logdir: Option<PathBuf>,
+    pub checkpoint_every: Option<u64>,
+    pub keep_best: Option<Monitor>,
+    pub early_stopping: Option<(Monitor, u64)>,
+}
+
+/// Trains with a progress bar and per-epoch lines on stdout; checkpoints
+/// and TensorBoard as `run` says. An interrupted run still saves.
 pub(super) fn train(
     config: TrainConfig,
+    model: ModelConfig,
+    optimizer: OptimizerConfig,
     data: &DataOptions,
-    test: Option<&DataOptions>,
-    save: Option<&Path>,
+    validation: Option<&DataOptions>,
+    run: &RunOptions,
 ) -> anyhow::Result<TrainReport> {
-    let bar = progress_bar(config.steps);
-    let mut trainer = Trainer::new(config)?;
-    let shown = bar.clone();
-    trainer.on_progress(move |p| {
-        shown.set_position(p.run_steps);
-        shown.set_message(format!(
+    let mut trainer = Trainer::builtin(config, model, optimizer)?;
+    for warning in trainer.warnings() {
+        eprintln!("tfpipe: warning: {warning}");
+    }
+    let bar = progress_bar(None);
+    trainer.observe(Bar::new(bar.clone(), data.batch_size));
+    if let Some(dir) = &run.logdir {
+        trainer.observe(TensorBoard::create(dir, 10)?);
+    }
+    if let Some(dir) = &run.save {
+        let mut checkpointer = Checkpointer::new(dir);
+        if let Some(n) = run.checkpoint_every {
+            checkpointer = checkpointer.every(n);
+        }
+        if let Some(monitor) = run.keep_best {
+            checkpointer = checkpointer.keep_best(monitor);
+        }
+        trainer.observe(checkpointer);
+    }
+    if let Some((monitor, patience)) = run.early_stopping {
+        trainer.observe(EarlyStopping::new(monitor, patience));
+    }
+    let train_data = data.clone();
+    let open = move |epoch: u64| train_data.open(epoch);
+    let report = match validation {
+        Some(v) => {
+            let v = v.clone();
+            let mut open_validation = move || v.open(0);
+            trainer.fit(open, Some(&mut open_validation))
+        }
+        None => trainer.fit(open, None),
+    };
+    bar.finish_and_clear();
+    report.map_err(with_hint)
+}
+
+/// The progress bar: steps of the run with a total and an ETA when the
+/// length is known (steps, or epochs times steps per epoch, from the
+/// schema's record count or the first epoch), and each epoch's line on
+/// stdout as it ends.
+struct Bar {
+    bar: ProgressBar,
+    batch_size: usize,
+    epochs: Option<u64>,
+}
+
+impl Bar {
+    fn new(bar: ProgressBar, batch_size: usize) -> Bar {
+        Bar {
+            bar,
+            batch_size,
+            epochs: None,
+        }
+    }
+
+    fn set_length(&self, steps: u64) {
+        self.bar.set_length(steps);
+        if let Ok(style) = ProgressStyle::with_template(
+            "{spinner} step {pos}/{len} [{elapsed_precise}, ETA {eta}] {wide_bar} {msg}",
+        ) {
+            self.bar.set_style(style);
+        }
+    }
+}
+
+impl Observer for Bar {
+    fn on_train_begin(&mut self, run: &RunInfo) -> Result<(), TrainError> {
+        self.epochs = run.epochs;
+        let per_epoch = run
+            .examples_per_epoch
+            .map(|n| n.div_ceil(self.batch_size as u64).max(1));
+        match (run.steps, run.epochs, per_epoch) {
+            (Some(steps), _, _) => self.set_length(steps),
+            (None, Some(epochs), Some(per)) => self.set_length(epochs * per),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn on_step(&mut self, p: &Progress) -> Result<(), TrainError> {
+        self.bar.set_position(p.run_steps);
+        self.bar.set_message(format!(
             "epoch {}  loss {:.4}  {:.0} examples/s  stall {:.1}%",
             p.epoch,
             p.loss,
             p.examples_per_sec,
             p.stall_fraction * 100.0
         ));
-    });
-    let train_data = data.clone();
-    let open = move |epoch: u64| train_data.open(epoch);
-    let report = match test {
-        Some(test) => {
-            let test = test.clone();
-            let mut open_test = move || test.open(0);
-            trainer.fit(open, Some(&mut open_test))
-        }
-        None => trainer.fit(open, None),
-    };
-    bar.finish_and_clear();
-    let report = report?;
-    if let Some(dir) = save {
-        trainer.save(dir)?;
+        Ok(())
     }
-    Ok(report)
+
+    fn on_epoch_end(&mut self, e: &EpochReport, _: &Trainer) -> Result<Control, TrainError> {
+        // Without a record count, the first epoch tells how long one is.
+        if self.bar.length().is_none()
+            && let Some(epochs) = self.epochs
+        {
+            self.set_length(epochs * e.steps);
+        }
+        let line = e.line();
+        self.bar.suspend(|| {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{line}");
+            let _ = out.flush();
+        });
+        Ok(Control::Continue)
+    }
+}
+
+/// Fails unless `path` can be a directory we write: not a file, and its
+/// parent exists (or can be created) and is writable.
+pub(super) fn check_output_dir(path: Option<&Path>, flag: &str) -> anyhow::Result<()> {
+    let Some(path) = path else { return Ok(()) };
+    if path.is_file() {
+        bail!(
+            "{flag} {}: is a file; a directory is needed",
+            path.display()
+        );
+    }
+    let probe_in = if path.is_dir() {
+        path.to_path_buf()
+    } else {
+        let parent = parent_dir(path);
+        std::fs::create_dir_all(&parent).with_context(|| {
+            format!(
+                "{flag} {}: cannot create {}",
+                path.display(),
+                parent.display()
+            )
+        })?;
+        parent
+    };
+    probe_writable(&probe_in).with_context(|| format!("{flag} {}: not writable", path.display()))
+}
+
+/// Fails unless `path` can be a file we write: not a directory, in a
+/// writable directory.
+pub(super) fn check_output_file(path: Option<&Path>, flag: &str) -> anyhow::Result<()> {
+    let Some(path) = path else { return Ok(()) };
+    if path.is_dir() {
+        bail!(
+            "{flag} {}: is a directory; a file name is needed",
+            path.display()
+        );
+    }
+    let parent = parent_dir(path);
+    if !parent.is_dir() {
+        bail!(
+            "{flag} {}: the directory {} does not exist",
+            path.display(),
+            parent.display()
+        );
+    }
+    probe_writable(&parent).with_context(|| format!("{flag} {}: not writable", path.display()))
+}
+
+fn parent_dir(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+fn probe_writable(dir: &Path) -> anyhow::Result<()> {
+    tempfile::Builder::new()
+        .prefix(".tfpipe-probe")
+        .tempfile_in(dir)
+        .map(drop)
+        .map_err(anyhow::Error::from)
+}
+
+/// The memory this machine has for us: MemAvailable, or 16 GiB when unknown.
+fn available_memory() -> u128 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find(|l| l.starts_with("MemAvailable:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u128>().ok())
+        })
+        .map_or(16 << 30, |kb| kb * 1024)
+}
+
+/// Fails when `bytes` would not fit in memory, saying how much the setting needs.
+pub(super) fn check_size(what: &str, bytes: u128) -> anyhow::Result<()> {
+    let available = available_memory();
+    if bytes > available {
+        bail!(
+            "{what}: this setting needs about {} of memory, more than the {} available",
+            human_bytes(bytes),
+            human_bytes(available)
+        );
+    }
+    Ok(())
+}
+
+/// `1.5 GiB`, `3.2e6 TiB`.
+pub(super) fn human_bytes(bytes: u128) -> String {
+    let units = ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < units.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} bytes")
+    } else if value >= 1e6 {
+        format!("{value:.2e} {}", units[unit])
+    } else {
+        format!("{value:.1} {}", units[unit])
+    }
+}
+
+/// Checks the model's weights (with gradients and two optimizer moments)
+/// and a step's batches and activations against the memory there is,
+/// before anything is allocated.
+fn check_model_size(
+    model: &ModelConfig,
+    input: &InputSpec,
+    batch_size: usize,
+    prefetch: usize,
+) -> anyhow::Result<()> {
+    let f32s = |n: u128| n.saturating_mul(4);
+    check_size(
+        "--hidden / --classes (the model's weights, gradients and optimizer moments)",
+        f32s(model.parameters().saturating_mul(4)),
+    )?;
+    let batch = batch_size as u128;
+    // The batches in flight (pipeline and device prefetch), and one step's activations.
+    let inflight = (prefetch as u128 + 4)
+        .saturating_mul(batch)
+        .saturating_mul(input.inputs() as u128);
+    let activations = batch.saturating_mul(4 * model.widest_layer() as u128);
+    check_size(
+        "--batch-size / --prefetch (the batches in flight and a step's activations)",
+        f32s(inflight.saturating_add(activations)),
+    )
+}
+
+/// The library's error, with the flag that fixes it where there is one
+/// (library messages name no flags).
+pub(super) fn with_hint(e: TrainError) -> anyhow::Error {
+    let hint = match &e {
+        TrainError::Label { .. } => Some("set the number of classes with --classes"),
+        _ => None,
+    };
+    match hint {
+        Some(hint) => anyhow::Error::new(e).context(hint),
+        None => anyhow::Error::new(e),
+    }
 }
 
 /// What it takes to open the data as a pipeline of batches.
@@ -246,7 +679,7 @@ impl DataOptions {
         let records = if self.shuffle_buffer > 0 {
             files
                 .interleave(4, 16)
-                .shuffle(self.shuffle_buffer, self.seed.wrapping_add(epoch))
+                .shuffle(self.shuffle_buffer, epoch_seed(self.seed, epoch))
         } else {
             files.records()
         };
@@ -312,25 +745,22 @@ fn model_config(
                     })
                 })
                 .collect::<anyhow::Result<Vec<_>>>()?;
-            Ok(ModelConfig::Mlp {
-                inputs: input.inputs(),
-                hidden,
-                classes: input.classes,
-            })
+            Ok(ModelConfig::mlp(input.inputs(), hidden, input.task))
         }
         "cnn" => {
             if hidden.is_some() {
                 bail!("--hidden applies to --model mlp only");
             }
+            let Task::Classification { classes } = input.task else {
+                bail!("--model cnn is a classifier; regression takes --model mlp");
+            };
             if input.inputs() != 28 * 28 {
                 bail!(
                     "--model cnn takes 28x28 inputs (784 values per example); the features give {}",
                     input.inputs()
                 );
             }
-            Ok(ModelConfig::Cnn {
-                classes: input.classes,
-            })
+            Ok(ModelConfig::Cnn { classes })
         }
         other => bail!("unknown model {other:?} (expected mlp or cnn)"),
     }

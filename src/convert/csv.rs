@@ -19,7 +19,7 @@ use super::encode::ExampleEncoder;
 use super::error::{ConvertError, SourceLocation, quote};
 use super::infer::{self, Column, Kind, classify, fits, parse_f32, parse_i64, trim};
 use super::output::{BadRows, Chunk, Ctx, Input, finish, plan_shards};
-use super::{Missing, Phase, Summary};
+use super::{FixedSchema, Missing, Phase, Summary};
 use crate::example::DType;
 
 /// Options of the CSV converter.
@@ -36,6 +36,10 @@ pub struct CsvOptions {
     /// What a column with missing values becomes in the schema.
     /// By default [`Missing::Default`].
     pub missing: Missing,
+    /// Convert with this schema instead of inferring one (`--schema`): the
+    /// same types, defaults and label vocabulary, so several conversions
+    /// (splits, workers) agree. By default `None`.
+    pub schema: Option<FixedSchema>,
 }
 
 impl Default for CsvOptions {
@@ -46,6 +50,7 @@ impl Default for CsvOptions {
             na: Vec::new(),
             label: None,
             missing: Missing::Default,
+            schema: None,
         }
     }
 }
@@ -90,6 +95,10 @@ struct Shape<'a> {
     label: Option<usize>,
     na: &'a [Vec<u8>],
     delimiter: u8,
+    /// The label vocabulary of a fixed schema: other labels are bad rows.
+    vocab: Option<&'a [Vec<u8>]>,
+    /// Columns a fixed schema gives no default: a missing value is a bad row.
+    required: &'a [bool],
     /// The columns `check` looks at: declared ones and the label.
     checked: Vec<usize>,
 }
@@ -132,7 +141,30 @@ impl Shape<'_> {
                         ),
                     ));
                 }
+                if self.required[i] {
+                    return Err((
+                        Some(i),
+                        format!(
+                            "the value is missing ({}), and the schema gives column {:?} no default",
+                            quote(raw),
+                            self.names[i]
+                        ),
+                    ));
+                }
                 continue;
+            }
+            if Some(i) == self.label
+                && let Some(vocab) = self.vocab
+                && vocab.binary_search_by(|v| v.as_slice().cmp(value)).is_err()
+            {
+                return Err((
+                    Some(i),
+                    format!(
+                        "label {} is not in the schema's vocabulary of {} classes",
+                        quote(raw),
+                        vocab.len()
+                    ),
+                ));
             }
             if let Some(dtype) = &self.declared[i]
                 && !fits(classify(value), *dtype)
@@ -150,6 +182,9 @@ impl Shape<'_> {
                         infer::dtype_name(*dtype),
                     ),
                 ));
+            }
+            if self.declared[i] == Some(DType::Float32) && infer::beyond_f32(value) {
+                return Err((Some(i), infer::beyond_f32_problem(raw)));
             }
         }
         Ok(())
@@ -228,6 +263,40 @@ fn header(
     Ok((names, start, first_line))
 }
 
+/// Where a quoted field opens that is still open at the end of `data`, read
+/// from `start` (a row start) as the `csv` crate reads it: a quote opens a
+/// field only at the field's start, `""` inside is an escaped quote, and a
+/// quote in the middle of an unquoted field is an ordinary byte.
+fn unclosed_quote(data: &[u8], start: usize, delimiter: u8) -> Option<usize> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum State {
+        FieldStart,
+        Unquoted,
+        Quoted,
+        QuoteInQuoted,
+    }
+    let mut state = State::FieldStart;
+    let mut opened = 0;
+    for (i, &b) in data.iter().enumerate().skip(start) {
+        state = match state {
+            State::FieldStart | State::Unquoted if b == delimiter || b == b'\n' || b == b'\r' => {
+                State::FieldStart
+            }
+            State::FieldStart if b == b'"' => {
+                opened = i;
+                State::Quoted
+            }
+            State::FieldStart | State::Unquoted => State::Unquoted,
+            State::Quoted if b == b'"' => State::QuoteInQuoted,
+            State::Quoted => State::Quoted,
+            State::QuoteInQuoted if b == b'"' => State::Quoted,
+            State::QuoteInQuoted if b == delimiter || b == b'\n' || b == b'\r' => State::FieldStart,
+            State::QuoteInQuoted => State::Unquoted,
+        };
+    }
+    (state == State::Quoted).then_some(opened)
+}
+
 /// Cuts `data[start..]` into chunks of whole rows.
 fn cut(data: &[u8], start: usize, delimiter: u8, quoted: bool) -> Vec<(usize, usize)> {
     let end = data.len();
@@ -284,6 +353,11 @@ struct Scan {
     labels: BTreeSet<Vec<u8>>,
     bad: BadRows,
     bytes: u64,
+    /// Per column, the first number beyond float32's range: an error if the
+    /// column turns out float32 (lines chunk-relative).
+    beyond_f32: Vec<Option<ConvertError>>,
+    /// Per column, the first integer beyond int64 (kept as text), for the warning.
+    big_int: Vec<Option<ConvertError>>,
 }
 
 pub(crate) fn convert(
@@ -310,6 +384,13 @@ pub(crate) fn convert(
             Some(_) => {}
         }
         let quoted = memchr::memchr(b'"', data.get(data_start..).unwrap_or_default()).is_some();
+        if quoted && let Some(open) = unclosed_quote(&data, data_start, d) {
+            return Err(ConvertError::BadInput {
+                location: SourceLocation::in_text(path, &data, open),
+                problem: "this quoted field is never closed: the quote runs to the end of the file"
+                    .into(),
+            });
+        }
         files.push(File {
             path: path.clone(),
             data,
@@ -330,11 +411,34 @@ pub(crate) fn convert(
     for (name, dtype) in &options.columns {
         declared[find(name, "column type for")?] = Some(*dtype);
     }
-    let label = options
-        .label
+    let label_name = match &options.schema {
+        Some(fixed) => fixed.label_for(options.label.as_deref())?,
+        None => options.label.clone(),
+    };
+    let label = label_name
         .as_deref()
         .map(|l| find(l, "label column"))
         .transpose()?;
+    // With a fixed schema: every column's type, whether it may be missing,
+    // and the label vocabulary come from it.
+    let mut required = vec![false; names.len()];
+    let fixed_vocab: Option<Vec<Vec<u8>>> = match &options.schema {
+        None => None,
+        Some(fixed) => {
+            fixed.check_columns(&names)?;
+            for (c, name) in names.iter().enumerate() {
+                let (dtype, may_miss) = fixed.column(name)?;
+                required[c] = !may_miss;
+                if Some(c) != label || fixed.vocabulary.is_none() {
+                    declared[c] = Some(dtype);
+                }
+            }
+            fixed
+                .vocabulary
+                .as_ref()
+                .map(|v| v.iter().map(|s| s.as_bytes().to_vec()).collect())
+        }
+    };
     let na: Vec<Vec<u8>> = options.na.iter().map(|s| s.as_bytes().to_vec()).collect();
     let shape = Shape {
         names: &names,
@@ -342,8 +446,10 @@ pub(crate) fn convert(
         label,
         na: &na,
         delimiter: d,
+        vocab: fixed_vocab.as_deref(),
+        required: &required,
         checked: (0..names.len())
-            .filter(|&i| declared[i].is_some() || Some(i) == label)
+            .filter(|&i| declared[i].is_some() || Some(i) == label || required[i])
             .collect(),
     };
 
@@ -370,6 +476,8 @@ pub(crate) fn convert(
     let mut rows = 0u64;
     let mut bad = BadRows::default();
     let mut line_base: Vec<u64> = Vec::with_capacity(tasks.len());
+    let mut beyond_f32: Vec<Option<ConvertError>> = (0..ncols).map(|_| None).collect();
+    let mut big_int: Vec<Option<ConvertError>> = (0..ncols).map(|_| None).collect();
     {
         let mut current_file = usize::MAX;
         let mut line = 0;
@@ -390,9 +498,22 @@ pub(crate) fn convert(
                     line = files[file].first_line;
                 }
                 line_base.push(line);
-                for e in &mut s.bad.kept {
+                let firsts = s
+                    .beyond_f32
+                    .iter_mut()
+                    .chain(s.big_int.iter_mut())
+                    .flatten();
+                for e in s.bad.kept.iter_mut().chain(firsts) {
                     if let ConvertError::BadRow { location, .. } = e {
                         location.line = location.line.map(|rel| line + rel - 1);
+                    }
+                }
+                for c in 0..ncols {
+                    if beyond_f32[c].is_none() {
+                        beyond_f32[c] = s.beyond_f32[c].take();
+                    }
+                    if big_int[c].is_none() {
+                        big_int[c] = s.big_int[c].take();
                     }
                 }
                 line += s.newlines;
@@ -420,9 +541,29 @@ pub(crate) fn convert(
     }
 
     let mut columns = Vec::with_capacity(ncols);
+    let mut warnings = Vec::new();
     for c in 0..ncols {
         let dtype = declared[c].unwrap_or(kinds[c].dtype());
-        let vocab = if Some(c) == label && dtype == DType::Bytes {
+        if dtype == DType::Float32
+            && let Some(e) = beyond_f32[c].take()
+        {
+            // Not a bad row that --skip-bad-rows may skip: the first pass
+            // could not know the column's type yet, so it counted the row.
+            return Err(e);
+        }
+        if kinds[c] == Kind::BigInt
+            && dtype == DType::Bytes
+            && let Some(e) = big_int[c].take()
+        {
+            warnings.push(format!(
+                "column {:?} holds integers beyond int64, kept exactly as text (bytes): first at {}",
+                names[c],
+                e.location().map(|l| l.to_string()).unwrap_or_default()
+            ));
+        }
+        let vocab = if Some(c) == label && fixed_vocab.is_some() {
+            fixed_vocab.clone()
+        } else if Some(c) == label && dtype == DType::Bytes {
             if labels.len() > MAX_CLASSES {
                 return Err(ConvertError::Options(format!(
                     "label column {:?}: more than {MAX_CLASSES} distinct text values; that is not a class label",
@@ -473,11 +614,13 @@ pub(crate) fn convert(
     let done = infer::TabularDone {
         format: "csv",
         columns: &columns,
-        label: options.label.as_deref(),
+        label: label_name.as_deref(),
         missing: options.missing,
         inputs,
         bytes_in: bytes_total,
         bad,
+        warnings,
+        fixed: options.schema.as_ref().map(|f| &f.schema),
     };
     finish(ctx, shards, done.finished())
 }
@@ -517,6 +660,8 @@ fn scan(file: &File, task: &Task, shape: &Shape<'_>, skip: bool) -> Result<Scan,
         labels: BTreeSet::new(),
         bad: BadRows::default(),
         bytes: data.len() as u64,
+        beyond_f32: (0..n).map(|_| None).collect(),
+        big_int: (0..n).map(|_| None).collect(),
     };
     let mut rows = Rows::with_quotes(data, shape.delimiter, file.quoted);
     while let Some((row, start, line)) = rows.next_row() {
@@ -547,7 +692,28 @@ fn scan(file: &File, task: &Task, shape: &Shape<'_>, skip: bool) -> Result<Scan,
                 s.labels.insert(value.to_vec());
             }
             if shape.declared[c].is_none() && s.kinds[c] != Kind::Text {
-                s.kinds[c] = s.kinds[c].join(classify(value));
+                let kind = classify(value);
+                s.kinds[c] = s.kinds[c].join(kind);
+                let first = match kind {
+                    Kind::Float if s.beyond_f32[c].is_none() && infer::beyond_f32(value) => {
+                        Some((&mut s.beyond_f32[c], infer::beyond_f32_problem(value)))
+                    }
+                    Kind::BigInt if s.big_int[c].is_none() => Some((
+                        &mut s.big_int[c],
+                        format!("{} is beyond int64", quote(value)),
+                    )),
+                    _ => None,
+                };
+                if let Some((slot, problem)) = first {
+                    let at = row.offset(c).unwrap_or(start);
+                    *slot = Some(shape.bad_row(
+                        &file.path,
+                        line,
+                        (task.start + at) as u64,
+                        Some(c),
+                        problem,
+                    ));
+                }
             }
         }
     }
@@ -868,6 +1034,24 @@ mod tests {
             ..Rows::new(data, delimiter)
         };
         (collect(simple), collect(general))
+    }
+
+    #[test]
+    fn an_unclosed_quote_is_found_where_it_opens() {
+        let open = |text: &str| unclosed_quote(text.as_bytes(), 0, b',');
+        assert_eq!(open("a,b\n1,\"never closed\n2,3\n4,5\n"), Some(6));
+        assert_eq!(open("a,b\n1,\"closed\"\n2,\"x\"\"y\"\n"), None);
+        assert_eq!(
+            open("a,b\n1,ab\"c\n"),
+            None,
+            "a quote inside a field is a byte"
+        );
+        assert_eq!(
+            open("a\n\"\"\"\n"),
+            Some(2),
+            "an escaped quote does not close"
+        );
+        assert_eq!(open("a\n\"x\"y,\"\n"), Some(7));
     }
 
     #[test]

@@ -181,6 +181,13 @@ pub enum ConvertError {
         "the record count differs from the first pass: did an input change during the conversion?"
     )]
     CountChanged,
+    /// The schema to convert with cannot be read.
+    #[error("{}: cannot use this schema", path.display())]
+    FixedSchema {
+        path: PathBuf,
+        #[source]
+        source: SchemaError,
+    },
     /// The conversion was cancelled (Ctrl-C).
     #[error("interrupted; no output was written")]
     Interrupted,
@@ -232,6 +239,17 @@ pub(crate) fn quote(raw: &[u8]) -> String {
         format!("{short:?}...")
     } else {
         format!("{text:?}")
+    }
+}
+
+impl From<crate::storage::SinkError> for ConvertError {
+    fn from(error: crate::storage::SinkError) -> ConvertError {
+        use crate::storage::SinkError;
+        match error {
+            SinkError::Record(e) => ConvertError::Write(e),
+            SinkError::Output(e) => ConvertError::Commit(e),
+            SinkError::Storage(e) => ConvertError::Storage(e),
+        }
     }
 }
 

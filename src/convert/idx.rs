@@ -318,6 +318,7 @@ pub(crate) fn convert(
             rows_skipped: 0,
             bad_rows: Vec::new(),
             extra,
+            warnings: Vec::new(),
         },
     )
 }

@@ -373,6 +373,14 @@ pub(crate) fn convert(
             rows_skipped: bad.count,
             bad_rows: bad.kept,
             extra,
+            warnings: if ignored > 0 {
+                vec![format!(
+                    "{}: {ignored} file(s) ignored (not a class folder, or not .png/.jpg/.jpeg)",
+                    root.display()
+                )]
+            } else {
+                Vec::new()
+            },
         },
     )
 }

@@ -26,6 +26,9 @@ pub(crate) enum Kind {
     Int,
     /// Every value is a number.
     Float,
+    /// Every value is a number, and some are integers beyond int64 (ids):
+    /// kept exactly, as their text (bytes), since float32 would change them.
+    BigInt,
     /// Anything else.
     Text,
 }
@@ -40,7 +43,7 @@ impl Kind {
             Kind::Int => DType::Int64,
             Kind::Float => DType::Float32,
             // A column with no value at all becomes bytes: nothing to lose.
-            Kind::Empty | Kind::Text => DType::Bytes,
+            Kind::Empty | Kind::BigInt | Kind::Text => DType::Bytes,
         }
     }
 }
@@ -160,7 +163,7 @@ pub(crate) fn classify(b: &[u8]) -> Kind {
             0 => Kind::Text,
             1..=18 => Kind::Int,
             _ if parse_i64(b).is_some() => Kind::Int,
-            _ => Kind::Float, // a long digit string is still a number
+            _ => Kind::BigInt,
         };
     }
     let mut frac_digits = 0;
@@ -190,6 +193,37 @@ pub(crate) fn classify(b: &[u8]) -> Kind {
     } else {
         slow_classify(b)
     }
+}
+
+/// Whether a value that classifies as a number is beyond float32's range
+/// (it would become infinity). Cheap for the common short plain decimal.
+#[inline]
+pub(crate) fn beyond_f32(b: &[u8]) -> bool {
+    if b.len() < 39 && !b.iter().any(|&c| c == b'e' || c == b'E') {
+        return false;
+    }
+    beyond_f32_slow(b)
+}
+
+#[cold]
+fn beyond_f32_slow(b: &[u8]) -> bool {
+    let Ok(text) = std::str::from_utf8(b) else {
+        return false;
+    };
+    let lower = text.trim_start_matches(['+', '-']).to_ascii_lowercase();
+    if lower.starts_with("inf") || lower.starts_with("nan") {
+        return false; // asked for by name
+    }
+    text.parse::<f32>().is_ok_and(|x| x.is_infinite())
+}
+
+/// The message for a value beyond float32's range.
+pub(crate) fn beyond_f32_problem(raw: &[u8]) -> String {
+    format!(
+        "{} is beyond the range of float32 (largest magnitude {:e}); it would become infinity",
+        super::error::quote(raw),
+        f32::MAX
+    )
 }
 
 #[cold]
@@ -225,18 +259,14 @@ pub(crate) fn parse_override(text: &str) -> Result<(String, DType), ConvertError
 pub(crate) fn fits(kind: Kind, dtype: DType) -> bool {
     match dtype {
         DType::Int64 => matches!(kind, Kind::Int),
-        DType::Float32 => matches!(kind, Kind::Int | Kind::Float),
-        DType::Bytes | DType::Uint8 => true,
+        DType::Float32 => matches!(kind, Kind::Int | Kind::Float | Kind::BigInt),
+        // Only int64, float32 and bytes are inferred; the raw dtypes read bytes.
+        _ => true,
     }
 }
 
 pub(crate) fn dtype_name(dtype: DType) -> &'static str {
-    match dtype {
-        DType::Int64 => "int64",
-        DType::Float32 => "float32",
-        DType::Bytes => "bytes",
-        DType::Uint8 => "uint8",
-    }
+    dtype.name()
 }
 
 /// A column as the tabular converters resolve it after the first pass.
@@ -283,7 +313,8 @@ pub(crate) fn tabular_schema(columns: &[Column], label: Option<&str>, missing: M
                     let default = match dtype {
                         DType::Int64 => Value::Int64(vec![0]),
                         DType::Float32 => Value::Float32(vec![0.0]),
-                        DType::Bytes | DType::Uint8 => Value::Bytes(vec![Vec::new()]),
+                        // Only int64, float32 and bytes are inferred.
+                        _ => Value::Bytes(vec![Vec::new()]),
                     };
                     (Layout::Fixed(Vec::new()), Some(default))
                 } else {
@@ -313,18 +344,26 @@ pub(crate) struct TabularDone<'a> {
     pub(crate) inputs: &'a [PathBuf],
     pub(crate) bytes_in: u64,
     pub(crate) bad: BadRows,
+    /// For the summary (integers beyond int64 kept as text, ...).
+    pub(crate) warnings: Vec<String>,
+    /// The schema converted with (`--schema`): written out as it is.
+    pub(crate) fixed: Option<&'a Schema>,
 }
 
 impl TabularDone<'_> {
     pub(crate) fn finished(self) -> Finished {
         Finished {
-            schema: tabular_schema(self.columns, self.label, self.missing),
+            schema: match self.fixed {
+                Some(schema) => schema.clone(),
+                None => tabular_schema(self.columns, self.label, self.missing),
+            },
             format: self.format,
             inputs: self.inputs.to_vec(),
             bytes_in: self.bytes_in,
             rows_skipped: self.bad.count,
             bad_rows: self.bad.kept,
             extra: columns_metadata(self.columns),
+            warnings: self.warnings,
         }
     }
 }
@@ -367,7 +406,7 @@ mod tests {
             ("-12", Kind::Int),
             ("+7", Kind::Int),
             ("9223372036854775807", Kind::Int),
-            ("9223372036854775808", Kind::Float),
+            ("9223372036854775808", Kind::BigInt),
             ("1.5", Kind::Float),
             ("-.5", Kind::Float),
             ("3.", Kind::Float),
@@ -439,7 +478,7 @@ mod tests {
         fn classification_agrees_with_parsers(text in "[-+]?[0-9]{0,20}(\\.[0-9]{0,5})?([eE][-+]?[0-9]{0,3})?") {
             let kind = classify(text.as_bytes());
             proptest::prop_assert_eq!(kind == Kind::Int, parse_i64(text.as_bytes()).is_some());
-            proptest::prop_assert_eq!(kind <= Kind::Float, parse_f32(text.as_bytes()).is_some());
+            proptest::prop_assert_eq!(kind <= Kind::BigInt, parse_f32(text.as_bytes()).is_some());
         }
     }
 }

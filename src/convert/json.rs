@@ -61,8 +61,11 @@ impl Scalar<'_> {
     fn kind(&self) -> Kind {
         match self {
             Scalar::Num(t) => {
-                if t.iter().any(|&b| matches!(b, b'.' | b'e' | b'E')) || parse_i64(t).is_none() {
+                if t.iter().any(|&b| matches!(b, b'.' | b'e' | b'E')) {
                     Kind::Float
+                } else if parse_i64(t).is_none() {
+                    // An integer beyond int64 (an id): kept exactly, as text.
+                    Kind::BigInt
                 } else {
                     Kind::Int
                 }
@@ -419,22 +422,36 @@ impl<'a> Parser<'a> {
                         b'r' => '\r',
                         b't' => '\t',
                         b'u' => {
+                            let at = i - 2;
                             let hi = self.hex4(i)?;
                             i += 4;
-                            if (0xD800..0xDC00).contains(&hi)
-                                && d.get(i) == Some(&b'\\')
-                                && d.get(i + 1) == Some(&b'u')
-                            {
+                            let lone = |code: u32| {
+                                self.err(
+                                    at,
+                                    format!(
+                                        "JSON string: lone surrogate \\u{code:04x} (half of a UTF-16 pair, not a character; the text would be changed)"
+                                    ),
+                                )
+                            };
+                            if (0xD800..0xDC00).contains(&hi) {
+                                if d.get(i) != Some(&b'\\') || d.get(i + 1) != Some(&b'u') {
+                                    return lone(hi);
+                                }
                                 let lo = self.hex4(i + 2)?;
-                                if (0xDC00..0xE000).contains(&lo) {
-                                    i += 6;
-                                    let code = 0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00);
-                                    char::from_u32(code).unwrap_or('\u{FFFD}')
-                                } else {
-                                    '\u{FFFD}'
+                                if !(0xDC00..0xE000).contains(&lo) {
+                                    return lone(hi);
+                                }
+                                i += 6;
+                                let code = 0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00);
+                                match char::from_u32(code) {
+                                    Some(c) => c,
+                                    None => return lone(hi),
                                 }
                             } else {
-                                char::from_u32(hi).unwrap_or('\u{FFFD}')
+                                match char::from_u32(hi) {
+                                    Some(c) => c,
+                                    None => return lone(hi),
+                                }
                             }
                         }
                         _ => {
@@ -483,6 +500,11 @@ struct ColState {
     list: bool,
     present: u64,
     labels: BTreeSet<Vec<u8>>,
+    /// The first number beyond float32's range (file, byte): an error if
+    /// the column is float32.
+    beyond_f32: Option<(usize, usize)>,
+    /// The first integer beyond int64 (file, byte), for the warning.
+    big_int: Option<(usize, usize)>,
 }
 
 struct Judge<'o> {
@@ -512,9 +534,16 @@ impl Judge<'_> {
         if let Some(&dtype) = self.declared.get(key) {
             let ok = match dtype {
                 DType::Int64 => kind == Kind::Int,
-                DType::Float32 => kind <= Kind::Float,
+                DType::Float32 => kind <= Kind::BigInt,
                 _ => kind == Kind::Text,
             };
+            if ok
+                && dtype == DType::Float32
+                && let Scalar::Num(t) = value
+                && infer::beyond_f32(t)
+            {
+                return Err(self.bad(offset, infer::beyond_f32_problem(t)));
+            }
             if !ok {
                 return Err(self.bad(
                     offset,
@@ -650,16 +679,30 @@ pub(crate) fn convert(
             let parsed = p.record(&mut fields);
             let row_bad = match parsed {
                 Err(s) => match layout {
-                    // In JSON Lines a broken line can be skipped: resume at the next line.
-                    Layout::Lines if skip => {
+                    Layout::Lines => {
+                        // The broken record is the one on the line where it
+                        // starts: an error found lines later (an object left
+                        // open reads on into the next lines) is reported
+                        // within that line, and skipping resumes on the next.
+                        let line_end =
+                            memchr::memchr(b'\n', &data[start..]).map_or(data.len(), |i| start + i);
+                        let s = if s.offset > line_end {
+                            let mut on_line = Parser {
+                                data: &data[..line_end],
+                                pos: start,
+                            };
+                            let mut scratch = Vec::new();
+                            on_line.record(&mut scratch).err().unwrap_or(s)
+                        } else {
+                            s
+                        };
+                        if !skip {
+                            return Err(syntax(s, true));
+                        }
                         bad.push(syntax(s, true));
-                        p.pos = data[p.pos.min(data.len())..]
-                            .iter()
-                            .position(|&b| b == b'\n')
-                            .map_or(data.len(), |i| p.pos + i + 1);
+                        p.pos = (line_end + 1).min(data.len());
                         continue;
                     }
-                    Layout::Lines => return Err(syntax(s, true)),
                     Layout::Array => return Err(syntax(s, false)),
                 },
                 Ok(()) => judge_record(&judge, &fields, &states),
@@ -710,6 +753,15 @@ pub(crate) fn convert(
                     state.kind = state.kind.join(kind);
                     if state.first.is_none() {
                         state.first = Some((at, kind != Kind::Text));
+                    }
+                    if let Scalar::Num(t) = s {
+                        if kind == Kind::Float && state.beyond_f32.is_none() && infer::beyond_f32(t)
+                        {
+                            state.beyond_f32 = Some((fi, at));
+                        }
+                        if kind == Kind::BigInt && state.big_int.is_none() {
+                            state.big_int = Some((fi, at));
+                        }
                     }
                     if judge.label == Some(key)
                         && let Scalar::Str(text) = s
@@ -769,6 +821,7 @@ pub(crate) fn convert(
         .map(|(n, d)| (n.as_str(), *d))
         .collect();
     let mut columns = Vec::with_capacity(order.len());
+    let mut warnings = Vec::new();
     for name in &order {
         let Some(state) = states.remove(name) else {
             continue;
@@ -777,6 +830,28 @@ pub(crate) fn convert(
             .get(name.as_str())
             .copied()
             .unwrap_or(state.kind.dtype());
+        let at =
+            |(fi, byte): (usize, usize)| SourceLocation::in_text(&inputs[fi], &files[fi], byte);
+        if dtype == DType::Float32
+            && let Some(first) = state.beyond_f32
+        {
+            let location = at(first);
+            let raw = number_at(&files[first.0], first.1);
+            // Not skippable: the first pass could not know the key's type yet.
+            return Err(ConvertError::BadRow {
+                location,
+                problem: format!("key {name:?}: {}", infer::beyond_f32_problem(raw)),
+            });
+        }
+        if state.kind == Kind::BigInt
+            && dtype == DType::Bytes
+            && let Some(first) = state.big_int
+        {
+            warnings.push(format!(
+                "key {name:?} holds integers beyond int64, kept exactly as text (bytes): first at {}",
+                at(first)
+            ));
+        }
         let is_label = options.label.as_deref() == Some(name.as_str());
         if is_label && state.list {
             return Err(ConvertError::Options(format!(
@@ -828,8 +903,20 @@ pub(crate) fn convert(
         inputs,
         bytes_in: bytes_total,
         bad,
+        warnings,
+        fixed: None,
     };
     finish(ctx, shards, done.finished())
+}
+
+/// The JSON number starting at `at` in `data`.
+fn number_at(data: &[u8], at: usize) -> &[u8] {
+    let rest = data.get(at..).unwrap_or_default();
+    let len = rest
+        .iter()
+        .position(|&b| !(b.is_ascii_digit() || matches!(b, b'+' | b'-' | b'.' | b'e' | b'E')))
+        .unwrap_or(rest.len());
+    &rest[..len]
 }
 
 fn judge_record(
@@ -996,8 +1083,11 @@ fn encode(
                     for (s, at) in items {
                         match s {
                             Scalar::Str(t) => texts.push(t.to_vec()),
-                            _ => return Err(changed(*at, "a non-string in a text key")),
+                            // Integers beyond int64 (and what shares their key) as their text.
+                            Scalar::Num(t) => texts.push(t.to_vec()),
+                            Scalar::Bool(b) => texts.push(b.to_string().into_bytes()),
                         }
+                        let _ = at;
                     }
                     enc.bytes_list(key, texts.iter().map(Vec::as_slice));
                 }

@@ -75,8 +75,149 @@ pub use images::{ImagesOptions, RESIZE_AVAILABLE};
 pub use json::JsonOptions;
 pub use output::{schema_path, shard_path};
 
-use crate::example::Schema;
+use crate::example::{DType, Layout, Schema};
 use crate::tfrecord::Compression;
+
+/// A schema to convert with, instead of inferring one: the features (types,
+/// defaults, var-length or fixed) and the label vocabulary of an earlier
+/// conversion's schema file, so that a test split, new data, or the workers of
+/// a fanned-out conversion encode exactly as the training data did.
+///
+/// With it, every input column must be a feature of the schema and every
+/// feature a column; a value that does not fit the feature's type, a missing
+/// value where the feature has no default, and a label outside the
+/// vocabulary are bad rows (errors with line and column, or skipped and
+/// counted). The schema file written is the given schema.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FixedSchema {
+    /// The features and the label.
+    pub schema: Schema,
+    /// The text label's classes in class-index order (`source.label_vocabulary`
+    /// in the schema file), when the label was text.
+    pub vocabulary: Option<Vec<String>>,
+    /// Where it came from, for messages.
+    pub path: PathBuf,
+}
+
+impl FixedSchema {
+    /// Reads a schema file written by a conversion (`PREFIX.features.json`).
+    pub fn load(path: impl AsRef<Path>) -> Result<FixedSchema, ConvertError> {
+        let path = path.as_ref();
+        let (schema, metadata) =
+            Schema::load_with_metadata(path).map_err(|source| ConvertError::FixedSchema {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        let bad = |problem: String| ConvertError::Options(format!("{}: {problem}", path.display()));
+        let vocabulary = match metadata
+            .get("source")
+            .and_then(|s| s.get("label_vocabulary"))
+        {
+            None => None,
+            Some(serde_json::Value::Array(items)) => {
+                let mut vocab = Vec::with_capacity(items.len());
+                for item in items {
+                    match item.as_str() {
+                        Some(text) => vocab.push(text.to_string()),
+                        None => {
+                            return Err(bad("source.label_vocabulary holds a non-string".into()));
+                        }
+                    }
+                }
+                if !vocab.windows(2).all(|w| w[0].as_bytes() < w[1].as_bytes()) {
+                    return Err(bad(
+                        "source.label_vocabulary is not sorted and distinct, as conversions write it"
+                            .into(),
+                    ));
+                }
+                Some(vocab)
+            }
+            Some(_) => return Err(bad("source.label_vocabulary is not a list".into())),
+        };
+        if vocabulary.is_some() && schema.label.is_none() {
+            return Err(bad("a label vocabulary but no label".into()));
+        }
+        Ok(FixedSchema {
+            schema,
+            vocabulary,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The label: the schema's; `asked` (an explicit label option) must agree.
+    pub(crate) fn label_for(&self, asked: Option<&str>) -> Result<Option<String>, ConvertError> {
+        match (asked, &self.schema.label) {
+            (Some(a), Some(l)) if a != l => Err(ConvertError::Options(format!(
+                "label column {a:?} differs from the label {l:?} of the schema {}",
+                self.path.display()
+            ))),
+            (Some(a), None) => Err(ConvertError::Options(format!(
+                "label column {a:?}: the schema {} has no label",
+                self.path.display()
+            ))),
+            (_, l) => Ok(l.clone()),
+        }
+    }
+
+    /// Every column is a feature and every feature a column.
+    pub(crate) fn check_columns(&self, names: &[String]) -> Result<(), ConvertError> {
+        let features: Vec<&str> = self
+            .schema
+            .features
+            .iter()
+            .map(|f| f.name.as_str())
+            .collect();
+        let extra: Vec<&String> = names
+            .iter()
+            .filter(|n| !features.contains(&n.as_str()))
+            .collect();
+        let absent: Vec<&&str> = features
+            .iter()
+            .filter(|f| !names.iter().any(|n| n == **f))
+            .collect();
+        if extra.is_empty() && absent.is_empty() {
+            return Ok(());
+        }
+        Err(ConvertError::Options(format!(
+            "the input's columns do not match the schema {}: {}{}",
+            self.path.display(),
+            if extra.is_empty() {
+                String::new()
+            } else {
+                format!("not in the schema: {extra:?}; ")
+            },
+            if absent.is_empty() {
+                String::new()
+            } else {
+                format!("missing from the input: {absent:?}")
+            },
+        )))
+    }
+
+    /// The feature `name`'s type and whether a value may be missing (the
+    /// feature has a default or is var-length).
+    pub(crate) fn column(&self, name: &str) -> Result<(DType, bool), ConvertError> {
+        let Some(feature) = self.schema.features.iter().find(|f| f.name == name) else {
+            return Err(ConvertError::Options(format!(
+                "column {name:?} is not in the schema {}",
+                self.path.display()
+            )));
+        };
+        let scalar = match &feature.layout {
+            Layout::Fixed(shape) => shape.iter().product::<usize>() == 1,
+            Layout::Var => true,
+            _ => false,
+        };
+        if !scalar || !matches!(feature.dtype, DType::Int64 | DType::Float32 | DType::Bytes) {
+            return Err(ConvertError::Options(format!(
+                "feature {name:?} of the schema {} is {feature}: a table column converts only to a scalar (or var-length) int64, float32 or bytes",
+                self.path.display()
+            )));
+        }
+        let may_miss = feature.default.is_some() || matches!(feature.layout, Layout::Var);
+        Ok((feature.dtype, may_miss))
+    }
+}
 
 /// How records are spread over shards.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -147,6 +288,32 @@ pub struct OutputOptions {
     pub cancel: Option<Arc<AtomicBool>>,
     /// Called with progress after each window of work. By default `None`.
     pub progress: Option<ProgressFn>,
+    /// Convert only this worker's part of the inputs (see [`Fanout`]). By
+    /// default `None`: all of them.
+    pub fanout: Option<Fanout>,
+}
+
+/// One worker of a conversion fanned out over `workers` processes (a Slurm
+/// array job, a Kubernetes indexed Job, ...), which need not talk to each
+/// other:
+///
+/// - worker `index` converts the input files `i` with `i % workers == index`;
+/// - each writes the same number of shards `k` ([`Sharding::Shards`]),
+///   numbered globally: worker `w`'s shard `j` is
+///   `PREFIX-{w*k + j}-of-{workers*k}`, so together they form one set;
+/// - the schema must be fixed beforehand ([`CsvOptions::schema`], from a
+///   schema file), so types and label classes agree across workers (IDX
+///   files have a fixed schema of their own);
+/// - worker 0 writes the schema file.
+///
+/// Together the workers write the same records as one conversion of all the
+/// inputs with that schema (in another order across shards).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fanout {
+    /// How many workers share the inputs (at least 1).
+    pub workers: usize,
+    /// This worker, `0..workers`.
+    pub index: usize,
 }
 
 impl std::fmt::Debug for OutputOptions {
@@ -172,6 +339,20 @@ impl OutputOptions {
             skip_bad_rows: false,
             cancel: None,
             progress: None,
+            fanout: None,
+        }
+    }
+
+    /// Shard `k` of this conversion's `shards`: globally numbered in a fan-out.
+    pub(crate) fn shard_file(&self, k: usize, shards: usize) -> PathBuf {
+        match self.fanout {
+            Some(f) => shard_path(
+                &self.prefix,
+                f.index * shards + k,
+                f.workers * shards,
+                self.compression,
+            ),
+            None => shard_path(&self.prefix, k, shards, self.compression),
         }
     }
 }
@@ -198,6 +379,9 @@ pub struct Summary {
     pub rows_skipped: u64,
     /// The first few skipped rows' errors.
     pub bad_rows: Vec<ConvertError>,
+    /// What the user should know although nothing failed: integers beyond
+    /// int64 kept exactly as text, files ignored in an image folder, ...
+    pub warnings: Vec<String>,
     /// Input bytes (uncompressed).
     pub bytes_in: u64,
     /// Output bytes on disk (all shards).
@@ -237,6 +421,14 @@ pub fn convert(
         }
         _ => {}
     }
+    let mine;
+    let inputs = match output.fanout {
+        None => inputs,
+        Some(f) => {
+            mine = fanout_inputs(f, format, inputs, output.sharding)?;
+            &mine[..]
+        }
+    };
     let created = check_prefix(&output.prefix)?;
     let ctx = output::Ctx::new(output)?;
     let result = match format {
@@ -253,6 +445,52 @@ pub fn convert(
         }
     }
     result
+}
+
+/// This worker's inputs, after checking that a fan-out makes sense.
+fn fanout_inputs(
+    f: Fanout,
+    format: &Format,
+    inputs: &[PathBuf],
+    sharding: Sharding,
+) -> Result<Vec<PathBuf>, ConvertError> {
+    if f.workers == 0 || f.index >= f.workers {
+        return Err(ConvertError::Options(format!(
+            "worker index {} of {} workers: the index must be below the worker count",
+            f.index, f.workers
+        )));
+    }
+    if !matches!(sharding, Sharding::Shards(_)) {
+        return Err(ConvertError::Options(
+            "a fanned-out conversion needs a fixed shard count per worker, so the workers' shard numbers agree"
+                .into(),
+        ));
+    }
+    match format {
+        Format::Csv(CsvOptions {
+            schema: Some(_), ..
+        })
+        | Format::Idx(_) => {}
+        _ => {
+            return Err(ConvertError::Options(
+                "a fanned-out conversion needs a fixed schema (csv with a schema file, or idx), so the workers' types and classes agree"
+                    .into(),
+            ));
+        }
+    }
+    if inputs.len() < f.workers {
+        return Err(ConvertError::Options(format!(
+            "{} workers share {} input files by file: give at least as many files as workers",
+            f.workers,
+            inputs.len()
+        )));
+    }
+    Ok(inputs
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % f.workers == f.index)
+        .map(|(_, p)| p.clone())
+        .collect())
 }
 
 /// Checks the output prefix before any work: it has a file name, and no file

@@ -8,16 +8,17 @@
 //! shard `i % shards`. So the bytes written never depend on the thread count
 //! or on scheduling.
 //!
-//! Safety: every shard is written through [`FileRecordWriter`] under a
-//! temporary name and sealed (synced to disk) with `finish_pending`; only when
-//! all shards and the schema file are complete are they switched into place
-//! together as one [`FileSet`], the schema file last. On any error (or
-//! cancellation) before that the pending files are dropped, which deletes
-//! them; a failure during the switch puts the previous conversion's files
-//! back.
+//! Safety: every shard is written through a [`ShardSink`] (a local file
+//! under a temporary name, or an uncompleted multipart upload when the prefix
+//! is an object-store URL) and sealed with `finish_pending`; only when all
+//! shards and the schema file are complete are they switched into place
+//! together as one [`OutputSet`], the schema file last. On any error (or
+//! cancellation) before that the pending outputs are dropped, which deletes
+//! (or aborts) them; a failure during the switch puts the previous
+//! conversion's files back (objects completed so far are deleted).
 
 use std::fs;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::ops::Deref;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
@@ -31,10 +32,10 @@ use serde_json::{Map, Value as Json, json};
 
 use super::error::{ConvertError, SourceLocation};
 use super::{OutputOptions, Phase, Progress, Sharding, Summary};
-use crate::atomic_file::{AtomicFile, FileSet};
 use crate::example::Schema;
 use crate::spawn::{self, Cancel, Panicked, Stopped};
-use crate::tfrecord::{Compression, FileRecordWriter, PendingFile, RecordError};
+use crate::storage::{OutputSet, PendingShard, ShardSink};
+use crate::tfrecord::Compression;
 
 /// How often a conversion waiting for its workers looks at the cancel flag.
 const CANCEL_POLL: Duration = Duration::from_millis(50);
@@ -389,8 +390,8 @@ fn write_worker(
     let mine: Vec<usize> = (w..shards).step_by(writers).collect();
     let mut files = Vec::with_capacity(mine.len());
     for &k in &mine {
-        let path = shard_path(&options.prefix, k, shards, options.compression);
-        files.push(ShardWriter::create(&path, options.compression)?);
+        let path = options.shard_file(k, shards);
+        files.push(ShardSink::create(&path, options.compression)?);
     }
     let n = shards as u64;
     loop {
@@ -486,71 +487,9 @@ pub fn schema_path(prefix: &Path) -> PathBuf {
 
 /// A shard closed under its temporary name.
 pub(crate) struct ShardDone {
-    pending: ShardPending,
+    pending: PendingShard,
     records: u64,
     bytes: u64,
-}
-
-/// Where a shard is written: a local file (temporary name, renamed at the
-/// end) or an object (multipart upload, completed at the end).
-enum ShardWriter {
-    File(FileRecordWriter),
-    #[cfg(feature = "object-store")]
-    Object(crate::tfrecord::RecordWriter<crate::storage::ObjectWriter>),
-}
-
-/// A shard written in full and not yet visible under its final name.
-enum ShardPending {
-    File(PendingFile),
-    #[cfg(feature = "object-store")]
-    Object(crate::storage::PendingObject),
-}
-
-impl ShardWriter {
-    fn create(path: &Path, compression: Compression) -> Result<ShardWriter, ConvertError> {
-        #[cfg(feature = "object-store")]
-        if let Some(url) = path.to_str().filter(|_| crate::storage::is_url(path)) {
-            let object =
-                crate::storage::ObjectWriter::create(url, &crate::storage::ReadOptions::default())?;
-            return Ok(ShardWriter::Object(crate::tfrecord::RecordWriter::new(
-                object,
-                compression,
-            )));
-        }
-        Ok(ShardWriter::File(FileRecordWriter::create(path, compression)?))
-    }
-
-    fn write_record(&mut self, record: &[u8]) -> Result<(), RecordError> {
-        match self {
-            ShardWriter::File(w) => w.write_record(record),
-            #[cfg(feature = "object-store")]
-            ShardWriter::Object(w) => w.write_record(record),
-        }
-    }
-
-    fn records(&self) -> u64 {
-        match self {
-            ShardWriter::File(w) => w.records(),
-            #[cfg(feature = "object-store")]
-            ShardWriter::Object(w) => w.records(),
-        }
-    }
-
-    fn bytes(&self) -> u64 {
-        match self {
-            ShardWriter::File(w) => w.bytes(),
-            #[cfg(feature = "object-store")]
-            ShardWriter::Object(w) => w.bytes(),
-        }
-    }
-
-    fn finish_pending(self) -> Result<ShardPending, ConvertError> {
-        match self {
-            ShardWriter::File(w) => Ok(ShardPending::File(w.finish_pending()?)),
-            #[cfg(feature = "object-store")]
-            ShardWriter::Object(w) => Ok(ShardPending::Object(w.finish()?.finish_pending()?)),
-        }
-    }
 }
 
 /// What a format hands to [`finish`] besides the shards.
@@ -563,11 +502,13 @@ pub(crate) struct Finished {
     pub(crate) bad_rows: Vec<ConvertError>,
     /// Format-specific metadata (missing counts, label vocabulary, ...).
     pub(crate) extra: Map<String, Json>,
+    /// Things the user should hear about (see [`Summary::warnings`]).
+    pub(crate) warnings: Vec<String>,
 }
 
 /// Seals the schema file (with the counts as metadata) beside the shards and
 /// switches shards and schema file into place together, the schema file last
-/// ([`FileSet`]): all or nothing, and a failure at any step leaves the
+/// ([`OutputSet`]): all or nothing, and a failure at any step leaves the
 /// previous conversion's files as they were.
 pub(crate) fn finish(
     ctx: &Ctx<'_>,
@@ -579,32 +520,10 @@ pub(crate) fn finish(
     let records: u64 = shards.iter().map(|s| s.records).sum();
     let mut shard_meta = Vec::with_capacity(shards.len());
     let mut bytes_out = 0;
-    let mut set = FileSet::new();
-    #[cfg(feature = "object-store")]
-    let mut objects = Vec::new();
+    let mut set = OutputSet::new();
     for shard in shards {
-        let pending = match shard.pending {
-            ShardPending::File(pending) => pending.into_pending(),
-            #[cfg(feature = "object-store")]
-            ShardPending::Object(object) => {
-                let size = object.bytes();
-                bytes_out += size;
-                shard_meta.push(json!({
-                    "file": Path::new(object.url()).file_name().map(|n| n.to_string_lossy().into_owned()),
-                    "records": shard.records,
-                    "bytes": shard.bytes,
-                    "file_bytes": size,
-                }));
-                objects.push(object);
-                continue;
-            }
-        };
-        let size = fs::metadata(pending.temp_path())
-            .map_err(|source| ConvertError::Output {
-                path: pending.path().to_path_buf(),
-                source,
-            })?
-            .len();
+        let pending = shard.pending;
+        let size = pending.size()?;
         bytes_out += size;
         shard_meta.push(json!({
             "file": pending.path().file_name().map(|n| n.to_string_lossy().into_owned()),
@@ -639,42 +558,41 @@ pub(crate) fn finish(
         source.insert(key, value);
     }
     metadata.insert("source".into(), Json::Object(source));
+    if let Some(f) = options.fanout {
+        metadata.insert(
+            "fanout".into(),
+            json!({
+                "workers": f.workers,
+                "total_shards": f.workers * set.len(),
+                "note": "records, bytes and shards above describe worker 0's part only",
+            }),
+        );
+    }
 
     let schema_file = schema_path(&options.prefix);
-    let text = finished.schema.to_file_text(&metadata)?;
-    #[cfg(feature = "object-store")]
-    if !objects.is_empty() {
-        let shards = commit_objects(ctx, objects, &schema_file, text.as_bytes())?;
-        return Ok(Summary {
-            stale_shards: Vec::new(),
-            records,
-            rows_skipped: finished.rows_skipped,
-            bad_rows: finished.bad_rows,
-            bytes_in: finished.bytes_in,
-            bytes_out,
-            shards,
-            schema_path: schema_file,
-            schema: finished.schema,
-            seconds: ctx.elapsed_secs(),
-        });
+    // In a fan-out, worker 0 writes the schema file (the fixed schema: the
+    // same for every worker); the others write shards only.
+    let writes_schema = options.fanout.is_none_or(|f| f.index == 0);
+    if writes_schema {
+        let text = finished.schema.to_file_text(&metadata)?;
+        set.push_bytes(&schema_file, text.as_bytes())?;
     }
-    let mut schema_out = AtomicFile::create(&schema_file)?;
-    schema_out
-        .write_all(text.as_bytes())
-        .map_err(|source| ConvertError::Output {
-            path: schema_file.clone(),
-            source,
-        })?;
-    set.push(schema_out.seal()?);
     ctx.check_cancel()?;
     let mut paths = set.commit()?;
-    paths.pop(); // the schema file
-    let stale = stale_shards(&options.prefix, &paths);
+    if writes_schema {
+        paths.pop(); // the schema file
+    }
+    let stale = if options.fanout.is_some() {
+        Vec::new() // the other workers' shards match the pattern too
+    } else {
+        stale_shards(&options.prefix, &paths)
+    };
     Ok(Summary {
         stale_shards: stale,
         records,
         rows_skipped: finished.rows_skipped,
         bad_rows: finished.bad_rows,
+        warnings: finished.warnings,
         bytes_in: finished.bytes_in,
         bytes_out,
         shards: paths,
@@ -682,52 +600,6 @@ pub(crate) fn finish(
         schema: finished.schema,
         seconds: ctx.elapsed_secs(),
     })
-}
-
-/// Uploads the schema file, then completes every shard's upload and the
-/// schema's, the schema last: until then nothing is visible. If a completion
-/// fails, the objects completed before it are deleted again, and dropping the
-/// rest aborts their uploads, so a failed convert leaves no final objects.
-#[cfg(feature = "object-store")]
-fn commit_objects(
-    ctx: &Ctx<'_>,
-    shards: Vec<crate::storage::PendingObject>,
-    schema_file: &Path,
-    schema_text: &[u8],
-) -> Result<Vec<PathBuf>, ConvertError> {
-    use crate::storage::{ObjectWriter, ReadOptions, delete_object};
-    let schema_url = schema_file.to_string_lossy().into_owned();
-    let mut schema = ObjectWriter::create(&schema_url, &ReadOptions::default())?;
-    schema
-        .write_all(schema_text)
-        .map_err(|source| ConvertError::Output {
-            path: schema_file.to_path_buf(),
-            source,
-        })?;
-    let schema = schema.finish_pending()?;
-    ctx.check_cancel()?;
-    let mut done: Vec<String> = Vec::with_capacity(shards.len() + 1);
-    let mut all = shards;
-    all.push(schema);
-    let mut result = Ok(());
-    for object in all.drain(..) {
-        let url = object.url().to_string();
-        if let Err(e) = ctx.check_cancel().and_then(|()| Ok(object.complete()?)) {
-            result = Err(e);
-            break;
-        }
-        done.push(url);
-    }
-    // The uploads not completed are aborted as `all` drops.
-    drop(all);
-    if let Err(e) = result {
-        for url in &done {
-            let _ = delete_object(url);
-        }
-        return Err(e);
-    }
-    done.pop(); // the schema file
-    Ok(done.into_iter().map(PathBuf::from).collect())
 }
 
 /// Shards of an earlier conversion under the same prefix with another shard

@@ -28,6 +28,14 @@
 //!   `product(shape)` bytes, copied raw.
 //! * Var-length: a missing key, a kind-less `Feature` or an empty list give the row
 //!   no values.
+//! * `var:DIMS` (`FixedLenSequenceFeature` in an `Example`): like var-length, but the
+//!   count must be a multiple of `product(DIMS)`; the column counts elements.
+//! * Ragged: the values as var-length, then each partition checked against the rows
+//!   inside it (see `spec.rs`); partition keys are read from the same record.
+//! * Raw dtypes (`uint8`, `raw_*`): one bytes value of exactly `product(shape)` elements.
+//! * A missing fixed-length feature without default is an error that suggests the
+//!   record's (or else the schema's) nearest key; a default whose values cannot be
+//!   allocated is an error giving the memory per record and per batch.
 //! * A list of the wrong kind is an error naming the expected and the found kind.
 //! * Sequences (schemas with a sequence feature parse `SequenceExample`s): the other
 //!   features come from `context`, the sequence ones from `feature_lists`; a missing
@@ -46,7 +54,7 @@
 use std::collections::HashMap;
 
 use crate::batch::{Batch, Column, Values};
-use crate::example::spec::{DType, FeatureSpec, Layout, Schema, SchemaError, Value};
+use crate::example::spec::{DType, FeatureSpec, Layout, Partition, Schema, SchemaError, Value};
 
 /// Why a record could not be parsed under the schema.
 #[derive(Debug, thiserror::Error)]
@@ -318,7 +326,7 @@ fn dtype_kind(dtype: DType) -> u64 {
     match dtype {
         DType::Int64 => KIND_INT64,
         DType::Float32 => KIND_FLOAT,
-        DType::Bytes | DType::Uint8 => KIND_BYTES,
+        _ => KIND_BYTES,
     }
 }
 
@@ -402,6 +410,18 @@ enum Shape {
     Var,
     FixedSequence,
     VarSequence,
+    /// `Layout::VarFixed`: decoded as `Var`, counted in elements of `len` values.
+    VarFixed,
+    Ragged,
+    Sparse,
+}
+
+/// A ragged feature's partition, with the slot of the feature it reads.
+#[derive(Debug, Clone, Copy)]
+enum Part {
+    Splits(usize),
+    Lengths(usize),
+    Uniform(usize),
 }
 
 /// A fixed-length feature's default: `product(shape)` values, or one to repeat.
@@ -416,21 +436,59 @@ enum Fill {
 #[derive(Debug, Clone)]
 struct Plan {
     dtype: DType,
+    /// `dtype.raw_width()`: the one bytes value is decoded raw.
+    raw: Option<usize>,
     shape: Shape,
-    /// Values per record (`Fixed`) or step (`FixedSequence`); 0 for var-length.
+    /// Values per record (`Fixed`), step (`FixedSequence`) or element (`VarFixed`,
+    /// and `Ragged`: the product of its trailing uniform row lengths); 0 for var-length.
     len: usize,
     default: Option<Fill>,
+    /// The slot of this feature's own key.
+    slot: usize,
+    /// `Ragged`: the partitions that become row splits, outermost first (trailing
+    /// uniform row lengths are the column's inner shape instead).
+    parts: Vec<Part>,
+    /// `parts` in the text form, for messages.
+    part_names: Vec<String>,
 }
 
 impl Plan {
-    fn new(spec: &FeatureSpec) -> Plan {
+    fn new(spec: &FeatureSpec, slot: usize, key_slot: &dyn Fn(&str) -> usize) -> Plan {
         let shape = match spec.layout {
             Layout::Fixed(_) => Shape::Fixed,
             Layout::Var => Shape::Var,
+            Layout::Sparse { .. } => Shape::Sparse,
             Layout::FixedSequence(_) => Shape::FixedSequence,
             Layout::VarSequence => Shape::VarSequence,
+            Layout::VarFixed(_) => Shape::VarFixed,
+            Layout::Ragged(_) => Shape::Ragged,
         };
-        let len = spec.fixed_len().unwrap_or(0);
+        let (_, inner) = column_layout(&spec.layout);
+        let parts = match &spec.layout {
+            // A sparse feature's index keys, one per dimension, as `Lengths` slots.
+            Layout::Sparse { index_keys, .. } => index_keys
+                .iter()
+                .map(|k| Part::Lengths(key_slot(k)))
+                .collect(),
+            Layout::Ragged(parts) => parts[..parts.len() - trailing_uniform(parts)]
+                .iter()
+                .map(|p| match p {
+                    Partition::RowSplits(k) => Part::Splits(key_slot(k)),
+                    Partition::RowLengths(k) => Part::Lengths(key_slot(k)),
+                    Partition::UniformRowLength(n) => Part::Uniform(*n),
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        let part_names = match &spec.layout {
+            Layout::Ragged(parts) => parts.iter().map(|p| p.to_string()).collect(),
+            Layout::Sparse { index_keys, .. } => index_keys.clone(),
+            _ => Vec::new(),
+        };
+        let len = match spec.layout {
+            Layout::Ragged(_) => inner.iter().product(),
+            _ => spec.fixed_len().unwrap_or(0),
+        };
         let default = spec.default.as_ref().map(|d| match (spec.dtype, d) {
             // Validated to lie in 0..=255.
             (DType::Uint8, Value::Int64(v)) => Fill::Uint8(v.iter().map(|&x| x as u8).collect()),
@@ -440,9 +498,44 @@ impl Plan {
         });
         Plan {
             dtype: spec.dtype,
+            raw: spec.dtype.raw_width(),
             shape,
             len,
             default,
+            slot,
+            parts,
+            part_names,
+        }
+    }
+}
+
+/// How many of `parts` (from the end) are uniform row lengths: those become the
+/// column's inner shape.
+fn trailing_uniform(parts: &[Partition]) -> usize {
+    parts
+        .iter()
+        .rev()
+        .take_while(|p| matches!(p, Partition::UniformRowLength(_)))
+        .count()
+}
+
+/// A column's ragged levels and inner shape for `layout` (see `src/batch.rs`).
+fn column_layout(layout: &Layout) -> (usize, Vec<usize>) {
+    match layout {
+        Layout::Fixed(shape) => (0, shape.clone()),
+        Layout::Var | Layout::Sparse { .. } => (1, Vec::new()),
+        Layout::FixedSequence(shape) | Layout::VarFixed(shape) => (1, shape.clone()),
+        Layout::VarSequence => (2, Vec::new()),
+        Layout::Ragged(parts) => {
+            let uniform = trailing_uniform(parts);
+            let inner = parts[parts.len() - uniform..]
+                .iter()
+                .map(|p| match p {
+                    Partition::UniformRowLength(n) => *n,
+                    _ => 1,
+                })
+                .collect();
+            (1 + parts.len() - uniform, inner)
         }
     }
 }
@@ -526,29 +619,90 @@ pub struct BatchParser {
     /// Sequence features: `SequenceExample.feature_lists`.
     lists: Lookup,
     sequence: bool,
-    /// Per record: the byte range of each feature's last map entry.
+    /// Per record: the byte range of each key's last map entry (the features', then
+    /// the other keys that ragged partitions read).
     slots: Vec<Option<Slot>>,
+    /// Scratch for ragged partitions: a partition key's values, and each level's
+    /// row splits for the record being parsed (kept, so nothing is allocated once warm).
+    ints: Values,
+    levels: Vec<Vec<usize>>,
+    /// Scratch for sparse features: each index key's values, and the sort order.
+    index_lists: Vec<Vec<i64>>,
+    order: Vec<usize>,
 }
 
 impl BatchParser {
     /// A parser for `schema`; checks the schema first.
     pub fn new(schema: Schema) -> Result<BatchParser, SchemaError> {
         schema.validate()?;
-        let plans = schema.features.iter().map(Plan::new).collect();
+        // Slots: one per feature, then one per other context key a partition reads.
+        let mut extra: Vec<String> = Vec::new();
+        for f in &schema.features {
+            for key in f.layout.keys() {
+                let is_context_feature =
+                    schema.feature(key).is_some_and(|k| !k.layout.is_sequence());
+                if !is_context_feature && !extra.iter().any(|e| e == key) {
+                    extra.push(key.to_string());
+                }
+            }
+        }
+        let n = schema.features.len();
+        let key_slot = |key: &str| -> usize {
+            match schema.index_of(key) {
+                Some(i) if !schema.features[i].layout.is_sequence() => i,
+                _ => n + extra.iter().position(|e| e == key).unwrap_or(0),
+            }
+        };
+        let plans = schema
+            .features
+            .iter()
+            .enumerate()
+            .map(|(i, f)| Plan::new(f, i, &key_slot))
+            .collect();
         let names = |sequence: bool| {
-            schema
+            let mut names: Vec<(Box<[u8]>, usize)> = schema
                 .features
                 .iter()
                 .enumerate()
                 .filter(|(_, f)| f.layout.is_sequence() == sequence)
                 .map(|(i, f)| (f.name.as_bytes().into(), i))
-                .collect::<Vec<_>>()
+                .collect();
+            if !sequence {
+                names.extend(
+                    extra
+                        .iter()
+                        .enumerate()
+                        .map(|(i, k)| (k.as_bytes().into(), n + i)),
+                );
+            }
+            names
         };
+        let max_levels = schema
+            .features
+            .iter()
+            .map(|f| column_layout(&f.layout).0)
+            .max()
+            .unwrap_or(0);
         Ok(BatchParser {
             context: Lookup::new(names(false)),
             lists: Lookup::new(names(true)),
             sequence: schema.is_sequence(),
-            slots: vec![None; schema.features.len()],
+            slots: vec![None; n + extra.len()],
+            ints: Values::Int64(Vec::new()),
+            levels: vec![Vec::new(); max_levels],
+            index_lists: vec![
+                Vec::new();
+                schema
+                    .features
+                    .iter()
+                    .map(|f| match &f.layout {
+                        Layout::Sparse { index_keys, .. } => index_keys.len(),
+                        _ => 0,
+                    })
+                    .max()
+                    .unwrap_or(0)
+            ],
+            order: Vec::new(),
             plans,
             schema,
         })
@@ -593,24 +747,82 @@ impl BatchParser {
         for (index, record) in records.iter().enumerate() {
             let record = record.as_ref();
             self.parse_record(record, &mut batch.columns)
-                .map_err(|fail| match fail {
-                    Fail::Wire(e) => ParseError::Malformed {
-                        record: index,
-                        reason: e.describe(record),
-                    },
-                    Fail::Feature(feature, problem) => ParseError::Feature {
-                        record: index,
-                        feature: self.schema.features[feature].name.clone(),
-                        reason: problem.describe(record),
-                    },
-                })?;
+                .map_err(|fail| self.error(fail, index, record, records.len()))?;
             batch.num_rows = index + 1;
         }
         Ok(())
     }
 
+    /// Parses `records` into `batch`, leaving out each record that fails:
+    /// its partial values are rolled back, and `on_bad` gets its index in
+    /// `records` and the error. `batch` holds the good records, in order.
+    pub fn parse_into_skipping<R: AsRef<[u8]>>(
+        &mut self,
+        records: &[R],
+        batch: &mut Batch,
+        mut on_bad: impl FnMut(usize, ParseError),
+    ) {
+        self.reset(batch, records.len());
+        for (index, record) in records.iter().enumerate() {
+            let record = record.as_ref();
+            match self.parse_record(record, &mut batch.columns) {
+                Ok(()) => batch.num_rows += 1,
+                Err(fail) => {
+                    batch.truncate_rows(batch.num_rows);
+                    on_bad(index, self.error(fail, index, record, records.len()));
+                }
+            }
+        }
+    }
+
+    fn error(&self, fail: Fail, index: usize, record: &[u8], rows: usize) -> ParseError {
+        match fail {
+            Fail::Wire(e) => ParseError::Malformed {
+                record: index,
+                reason: e.describe(record),
+            },
+            Fail::Feature(feature, problem) => {
+                let name = &self.schema.features[feature].name;
+                let reason = match problem {
+                    Problem::NoSuchKey => {
+                        let mut reason = Problem::NoSuchKey.describe(record);
+                        if let Some(near) = nearest_key(record, name, &self.schema) {
+                            reason.push_str(&format!(" (did you mean {near:?}?)"));
+                        }
+                        reason
+                    }
+                    Problem::OutOfMemory(len, dtype) => {
+                        let per_record = (len as u64).saturating_mul(dtype.element_bytes() as u64);
+                        format!(
+                            "{} ({} for a batch of {rows} records)",
+                            Problem::OutOfMemory(len, dtype).describe(record),
+                            crate::example::spec::human_bytes(
+                                per_record.saturating_mul(rows as u64)
+                            ),
+                        )
+                    }
+                    other => other.describe(record),
+                };
+                ParseError::Feature {
+                    record: index,
+                    feature: name.clone(),
+                    reason,
+                }
+            }
+        }
+    }
+
     /// Empties `batch` for `rows` records, keeping (and growing) its buffers.
     fn reset(&self, batch: &mut Batch, rows: usize) {
+        for column in &mut batch.columns {
+            if let Values::Sparse {
+                indices, values, ..
+            } = &mut column.values
+            {
+                indices.clear();
+                clear_values(values);
+            }
+        }
         let fits = batch.columns.len() == self.schema.features.len()
             && batch
                 .columns
@@ -632,11 +844,17 @@ impl BatchParser {
                 Values::Int64(v) => reset_vec(v, fixed_values),
                 Values::Float32(v) => reset_vec(v, fixed_values),
                 Values::Uint8(v) => reset_vec(v, fixed_values),
+                Values::Int16(v) => reset_vec(v, fixed_values),
+                Values::Uint16(v) => reset_vec(v, fixed_values),
+                Values::Int32(v) => reset_vec(v, fixed_values),
+                Values::Float64(v) => reset_vec(v, fixed_values),
                 Values::Bytes { data, offsets } => {
                     data.clear();
                     reset_vec(offsets, fixed_values + 1);
                     offsets.push(0);
                 }
+                // Cleared above.
+                Values::Sparse { .. } => {}
             }
             for (level, splits) in column.row_splits.iter_mut().enumerate() {
                 reset_vec(splits, if level == 0 { rows + 1 } else { 0 });
@@ -678,17 +896,73 @@ impl BatchParser {
             }
         }
         for (index, (plan, column)) in self.plans.iter().zip(columns.iter_mut()).enumerate() {
-            let slot = self.slots[index];
+            let slot = self.slots[plan.slot];
             let result = match plan.shape {
-                Shape::Fixed | Shape::Var => decode_feature(plan, record, slot, column),
+                Shape::Fixed | Shape::Var | Shape::VarFixed => {
+                    decode_feature(plan, record, slot, column)
+                }
                 Shape::FixedSequence | Shape::VarSequence => {
                     decode_list(plan, slot.map(|s| s.entry(record)), column)
                 }
+                Shape::Ragged => decode_ragged(
+                    plan,
+                    record,
+                    &self.slots,
+                    column,
+                    &mut self.ints,
+                    &mut self.levels,
+                ),
+                Shape::Sparse => decode_sparse(
+                    plan,
+                    record,
+                    &self.slots,
+                    column,
+                    &mut self.ints,
+                    &mut self.index_lists,
+                    &mut self.order,
+                ),
             };
             result.map_err(|reason| Fail::Feature(index, reason))?;
         }
         Ok(())
     }
+}
+
+/// The key nearest to `name` by edit distance among `record`'s features (its
+/// `features` / `context` map), else among `schema`'s other features: only a
+/// plausible typo (distance at most a third of the name's length, at least 1).
+fn nearest_key(record: &[u8], name: &str, schema: &Schema) -> Option<String> {
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    let mut message = Wire::new(record);
+    while !message.done() {
+        let Ok(Some(mut map)) = message.next_len_field(1) else {
+            break;
+        };
+        while !map.done() {
+            match map.next_len_field(1) {
+                Ok(Some(entry)) => {
+                    if let Ok((key, _)) = scan_entry(entry, record) {
+                        keys.push(key.to_vec());
+                    }
+                }
+                Ok(None) => {}
+                Err(_) => break,
+            }
+        }
+    }
+    let from_record = keys.iter().filter_map(|k| std::str::from_utf8(k).ok());
+    crate::example::spec::nearest(name, from_record)
+        .or_else(|| {
+            crate::example::spec::nearest(
+                name,
+                schema
+                    .features
+                    .iter()
+                    .map(|f| f.name.as_str())
+                    .filter(|n| *n != name),
+            )
+        })
+        .map(str::to_string)
 }
 
 fn reset_vec<T>(v: &mut Vec<T>, capacity: usize) {
@@ -786,11 +1060,26 @@ fn resolve_feature(mut feature: Wire<'_>) -> WireResult<Found<'_>> {
     })
 }
 
+fn empty_values_for(spec: &FeatureSpec) -> Values {
+    match &spec.layout {
+        Layout::Sparse { size, .. } => Values::Sparse {
+            indices: Vec::new(),
+            size: size.clone(),
+            values: Box::new(empty_values(spec.dtype)),
+        },
+        _ => empty_values(spec.dtype),
+    }
+}
+
 fn empty_values(dtype: DType) -> Values {
     match dtype {
         DType::Int64 => Values::Int64(Vec::new()),
-        DType::Float32 => Values::Float32(Vec::new()),
+        DType::Float32 | DType::RawFloat32 => Values::Float32(Vec::new()),
         DType::Uint8 => Values::Uint8(Vec::new()),
+        DType::RawInt16 => Values::Int16(Vec::new()),
+        DType::RawUint16 => Values::Uint16(Vec::new()),
+        DType::RawInt32 => Values::Int32(Vec::new()),
+        DType::RawFloat64 => Values::Float64(Vec::new()),
         DType::Bytes => Values::Bytes {
             data: Vec::new(),
             offsets: vec![0],
@@ -798,45 +1087,88 @@ fn empty_values(dtype: DType) -> Values {
     }
 }
 
-fn ragged_levels(layout: &Layout) -> usize {
-    match layout {
-        Layout::Fixed(_) => 0,
-        Layout::Var | Layout::FixedSequence(_) => 1,
-        Layout::VarSequence => 2,
-    }
-}
-
 /// An empty column for `spec`, in the layout `src/batch.rs` documents.
 fn empty_column(spec: &FeatureSpec) -> Column {
+    let (levels, inner_shape) = column_layout(&spec.layout);
     Column {
         name: spec.name.clone(),
-        values: empty_values(spec.dtype),
-        row_splits: vec![vec![0]; ragged_levels(&spec.layout)],
-        inner_shape: spec.layout.fixed_shape().unwrap_or(&[]).to_vec(),
+        values: empty_values_for(spec),
+        row_splits: vec![vec![0]; levels],
+        inner_shape,
     }
 }
 
+/// Whether `column` has `spec`'s layout (checked on every `parse_into`: allocates nothing).
 fn column_fits(column: &Column, spec: &FeatureSpec) -> bool {
-    let dtype_fits = matches!(
-        (&column.values, spec.dtype),
+    let values_fit = match (&column.values, &spec.layout) {
+        (Values::Sparse { size, values, .. }, Layout::Sparse { size: want, .. }) => {
+            size == want && values_fit(values, spec.dtype)
+        }
+        (Values::Sparse { .. }, _) | (_, Layout::Sparse { .. }) => false,
+        (values, _) => values_fit(values, spec.dtype),
+    };
+    let (levels, inner_fits) = match &spec.layout {
+        Layout::Ragged(parts) => {
+            let uniform = &parts[parts.len() - trailing_uniform(parts)..];
+            let fits = column.inner_shape.len() == uniform.len()
+                && column
+                    .inner_shape
+                    .iter()
+                    .zip(uniform)
+                    .all(|(d, p)| matches!(p, Partition::UniformRowLength(n) if n == d));
+            (1 + parts.len() - uniform.len(), fits)
+        }
+        layout => (
+            column_layout_levels(layout),
+            column.inner_shape == layout.fixed_shape().unwrap_or(&[]),
+        ),
+    };
+    values_fit && inner_fits && column.name == spec.name && column.row_splits.len() == levels
+}
+
+/// Whether `values` is the buffer a column of `dtype` holds.
+fn values_fit(values: &Values, dtype: DType) -> bool {
+    matches!(
+        (values, dtype),
         (Values::Int64(_), DType::Int64)
-            | (Values::Float32(_), DType::Float32)
+            | (Values::Float32(_), DType::Float32 | DType::RawFloat32)
             | (Values::Uint8(_), DType::Uint8)
+            | (Values::Int16(_), DType::RawInt16)
+            | (Values::Uint16(_), DType::RawUint16)
+            | (Values::Int32(_), DType::RawInt32)
+            | (Values::Float64(_), DType::RawFloat64)
             | (Values::Bytes { .. }, DType::Bytes)
-    );
-    dtype_fits
-        && column.name == spec.name
-        && column.row_splits.len() == ragged_levels(&spec.layout)
-        && column.inner_shape == spec.layout.fixed_shape().unwrap_or(&[])
+    )
+}
+
+/// [`column_layout`]'s level count, for layouts other than `Ragged`.
+fn column_layout_levels(layout: &Layout) -> usize {
+    match layout {
+        Layout::Fixed(_) => 0,
+        Layout::VarSequence => 2,
+        Layout::Ragged(parts) => 1 + parts.len() - trailing_uniform(parts),
+        _ => 1,
+    }
 }
 
 /// Why a feature could not be decoded.
 enum Problem {
     Wire(WireError),
     Text(String),
+    /// A fixed-length feature without default whose key the record lacks.
+    NoSuchKey,
+    /// Filling the default (this many values of this dtype) could not allocate.
+    OutOfMemory(usize, DType),
 }
 
 impl Problem {
+    fn in_partition(self, name: &str) -> Problem {
+        match self {
+            Problem::Text(t) => Problem::Text(format!("partition {name}: {t}")),
+            wire => wire,
+        }
+    }
+
     fn in_step(self, index: usize) -> Problem {
         match self {
             Problem::Text(t) => Problem::Text(format!("step {index}: {t}")),
@@ -848,6 +1180,13 @@ impl Problem {
         match self {
             Problem::Wire(e) => format!("malformed protobuf: {}", e.describe(record)),
             Problem::Text(t) => t,
+            Problem::NoSuchKey => "missing (no such key) and the spec has no default".into(),
+            Problem::OutOfMemory(len, dtype) => format!(
+                "missing, and its default of {len} values needs {} per record: out of memory",
+                crate::example::spec::human_bytes(
+                    (len as u64).saturating_mul(dtype.element_bytes() as u64)
+                )
+            ),
         }
     }
 }
@@ -896,8 +1235,8 @@ fn append_list<'a>(
     values: &mut Values,
     raw: &mut &'a [u8],
 ) -> Result<usize, Problem> {
-    match (plan.dtype, values) {
-        (DType::Uint8, _) => {
+    match (plan.raw, values) {
+        (Some(_), _) => {
             let mut n = 0;
             let mut list = list;
             while !list.done() {
@@ -913,7 +1252,8 @@ fn append_list<'a>(
         (_, Values::Bytes { data, offsets }) => {
             append_bytes(list, data, offsets).map_err(Problem::Wire)
         }
-        (_, Values::Uint8(_)) => Ok(0),
+        // Raw dtypes are handled above; `column_fits` keeps the other pairs apart.
+        _ => Ok(0),
     }
 }
 
@@ -926,30 +1266,61 @@ fn finish_list(
     raw: &[u8],
     values: &mut Values,
 ) -> Result<usize, Problem> {
-    if plan.dtype == DType::Uint8 {
-        if let (1, Values::Uint8(v)) = (count, values) {
-            if raw.len() != plan.len {
+    if let Some(width) = plan.raw {
+        let want = plan.len * width;
+        if count == 1 {
+            if raw.len() != want {
                 return Err(text(format!(
-                    "uint8 value has {} bytes, expected {} (the shape's size)",
+                    "{} value has {} bytes, expected {want} ({} values of {width} bytes, the shape's size)",
+                    plan.dtype,
                     raw.len(),
                     plan.len
                 )));
             }
-            v.extend_from_slice(raw);
+            decode_raw(raw, values);
             return Ok(plan.len);
         }
         if count == 0 {
             return Err(text(format!(
-                "present but empty list, expected one bytes value of {} bytes",
-                plan.len
+                "present but empty list, expected one bytes value of {want} bytes"
             )));
         }
         return Err(text(format!(
-            "uint8 needs exactly one bytes value of {} bytes, found {count} values",
-            plan.len
+            "{} needs exactly one bytes value of {want} bytes, found {count} values",
+            plan.dtype
         )));
     }
     Ok(count)
+}
+
+/// Appends `raw` (of a whole number of elements) decoded little-endian.
+#[inline(always)]
+fn decode_raw(raw: &[u8], values: &mut Values) {
+    match values {
+        Values::Uint8(v) => v.extend_from_slice(raw),
+        Values::Int16(v) => v.extend(
+            raw.chunks_exact(2)
+                .map(|c| i16::from_le_bytes([c[0], c[1]])),
+        ),
+        Values::Uint16(v) => v.extend(
+            raw.chunks_exact(2)
+                .map(|c| u16::from_le_bytes([c[0], c[1]])),
+        ),
+        Values::Int32(v) => v.extend(
+            raw.chunks_exact(4)
+                .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+        ),
+        Values::Float32(v) => v.extend(
+            raw.chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+        ),
+        Values::Float64(v) => v.extend(
+            raw.chunks_exact(8)
+                .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])),
+        ),
+        // Raw dtypes only have the columns above.
+        Values::Int64(_) | Values::Bytes { .. } | Values::Sparse { .. } => {}
+    }
 }
 
 #[inline(always)]
@@ -1019,6 +1390,175 @@ fn append_bytes(
         }
     }
     Ok(count)
+}
+
+/// Reserves room for `additional` more values; `false` if that cannot be allocated.
+fn try_reserve(values: &mut Values, additional: usize) -> bool {
+    match values {
+        Values::Int64(v) => v.try_reserve(additional).is_ok(),
+        Values::Float32(v) => v.try_reserve(additional).is_ok(),
+        Values::Uint8(v) => v.try_reserve(additional).is_ok(),
+        Values::Int16(v) => v.try_reserve(additional).is_ok(),
+        Values::Uint16(v) => v.try_reserve(additional).is_ok(),
+        Values::Int32(v) => v.try_reserve(additional).is_ok(),
+        Values::Float64(v) => v.try_reserve(additional).is_ok(),
+        Values::Bytes { offsets, .. } => offsets.try_reserve(additional).is_ok(),
+        Values::Sparse { values, .. } => try_reserve(values, additional),
+    }
+}
+
+/// Empties `values` (a byte-string buffer keeps its leading 0 offset).
+fn clear_values(values: &mut Values) {
+    match values {
+        Values::Int64(v) => v.clear(),
+        Values::Float32(v) => v.clear(),
+        Values::Uint8(v) => v.clear(),
+        Values::Int16(v) => v.clear(),
+        Values::Uint16(v) => v.clear(),
+        Values::Int32(v) => v.clear(),
+        Values::Float64(v) => v.clear(),
+        Values::Bytes { data, offsets } => {
+            data.clear();
+            offsets.clear();
+            offsets.push(0);
+        }
+        Values::Sparse {
+            indices, values, ..
+        } => {
+            indices.clear();
+            clear_values(values);
+        }
+    }
+}
+
+/// Reorders the last `order.len()` values of `values` so that new position `i`
+/// holds old tail position `order[i]`.
+fn permute_tail(values: &mut Values, order: &[usize]) {
+    fn permute<T: Copy>(v: &mut [T], order: &[usize]) {
+        let tail: Vec<T> = v.to_vec();
+        for (slot, &from) in v.iter_mut().zip(order) {
+            *slot = tail[from];
+        }
+    }
+    let n = order.len();
+    match values {
+        Values::Int64(v) => {
+            let at = v.len() - n;
+            permute(&mut v[at..], order)
+        }
+        Values::Float32(v) => {
+            let at = v.len() - n;
+            permute(&mut v[at..], order)
+        }
+        Values::Bytes { data, offsets } => {
+            let first = offsets.len() - 1 - n;
+            let base = offsets[first];
+            let old_data = data[base..].to_vec();
+            let old: Vec<usize> = offsets[first..].iter().map(|o| o - base).collect();
+            data.truncate(base);
+            offsets.truncate(first + 1);
+            for &from in order {
+                data.extend_from_slice(&old_data[old[from]..old[from + 1]]);
+                offsets.push(data.len());
+            }
+        }
+        // Sparse values are int64, float32 or bytes (validated).
+        _ => {}
+    }
+}
+
+/// A sparse feature of one record (TensorFlow's `SparseFeature`): its values, and
+/// for each one an index per dimension from the index keys; sorted by index, with
+/// every index inside the size and none twice.
+#[allow(clippy::too_many_arguments)]
+fn decode_sparse(
+    plan: &Plan,
+    record: &[u8],
+    slots: &[Option<Slot>],
+    column: &mut Column,
+    ints: &mut Values,
+    index_lists: &mut [Vec<i64>],
+    order: &mut Vec<usize>,
+) -> Result<(), Problem> {
+    let Values::Sparse {
+        indices,
+        size,
+        values,
+    } = &mut column.values
+    else {
+        return Ok(());
+    };
+    let count = var_values(plan, record, slots[plan.slot], values)?;
+    for (dim, part) in plan.parts.iter().enumerate() {
+        let (Part::Lengths(slot), Values::Int64(v)) = (part, &mut *ints) else {
+            continue;
+        };
+        v.clear();
+        let key = part_name(plan, dim);
+        var_values(&PARTITION_PLAN, record, slots[*slot], ints)
+            .map_err(|e| e.in_partition(&format!("index key {key:?}")))?;
+        let Values::Int64(v) = &*ints else {
+            continue;
+        };
+        if v.len() != count {
+            return Err(text(format!(
+                "index key {key:?} holds {} indices for {count} values",
+                v.len()
+            )));
+        }
+        if let Some((i, &x)) = v
+            .iter()
+            .enumerate()
+            .find(|&(_, &x)| usize::try_from(x).map_or(true, |x| x >= size[dim]))
+        {
+            return Err(text(format!(
+                "index key {key:?}: index {i} is {x}, outside 0..{} (size {size:?})",
+                size[dim]
+            )));
+        }
+        index_lists[dim].clear();
+        index_lists[dim].extend_from_slice(v);
+    }
+    let lists = &index_lists[..plan.parts.len()];
+    order.clear();
+    order.extend(0..count);
+    let sorted = (1..count).all(|i| {
+        lists
+            .iter()
+            .map(|l| l[i - 1])
+            .cmp(lists.iter().map(|l| l[i]))
+            .is_lt()
+    });
+    if !sorted {
+        order.sort_unstable_by(|&a, &b| {
+            lists
+                .iter()
+                .map(|l| l[a])
+                .cmp(lists.iter().map(|l| l[b]))
+                .then(a.cmp(&b))
+        });
+        if let Some(w) = order
+            .windows(2)
+            .find(|w| lists.iter().all(|l| l[w[0]] == l[w[1]]))
+        {
+            let at: Vec<i64> = lists.iter().map(|l| l[w[1]]).collect();
+            return Err(text(format!(
+                "values {} and {} have the same index {at:?}",
+                w[0].min(w[1]),
+                w[0].max(w[1])
+            )));
+        }
+        permute_tail(values, order);
+    }
+    for &i in order.iter() {
+        // In 0..size: checked above.
+        indices.extend(lists.iter().map(|l| l[i] as usize));
+    }
+    let total = values.len();
+    if let Some(splits) = column.row_splits.first_mut() {
+        splits.push(total);
+    }
+    Ok(())
 }
 
 fn fill<T: Copy>(out: &mut Vec<T>, default: &[T], len: usize) {
@@ -1099,19 +1639,18 @@ fn decode_feature(
         Some(count) => count,
         None if plan.shape == Shape::Fixed => match &plan.default {
             Some(fill) => {
+                if !try_reserve(&mut column.values, plan.len) {
+                    return Err(Problem::OutOfMemory(plan.len, plan.dtype));
+                }
                 fill_default(fill, plan.len, &mut column.values);
                 plan.len
             }
-            None => {
-                return Err(text(format!(
-                    "missing ({}) and the spec has no default",
-                    if slot.is_some() {
-                        "a Feature with no list set"
-                    } else {
-                        "no such key"
-                    }
-                )));
+            None if slot.is_some() => {
+                return Err(text(
+                    "missing (a Feature with no list set) and the spec has no default".into(),
+                ));
             }
+            None => return Err(Problem::NoSuchKey),
         },
         None => 0,
     };
@@ -1125,6 +1664,20 @@ fn decode_feature(
             format!("has {count} values, expected {}", plan.len)
         })),
         Shape::Fixed => Ok(()),
+        Shape::VarFixed => {
+            // `len` >= 1: validated.
+            let len = plan.len.max(1);
+            if count % len != 0 {
+                return Err(text(format!(
+                    "has {count} values, not a multiple of {len} (the element shape's size)"
+                )));
+            }
+            let total = column.values.len() / len;
+            if let Some(splits) = column.row_splits.first_mut() {
+                splits.push(total);
+            }
+            Ok(())
+        }
         _ => {
             let total = column.values.len();
             if let Some(splits) = column.row_splits.first_mut() {
@@ -1133,6 +1686,152 @@ fn decode_feature(
             Ok(())
         }
     }
+}
+
+/// The values of a var-length feature (or partition key) of one record, appended
+/// to `values`; returns how many (0 when missing or kind-less).
+fn var_values(
+    plan: &Plan,
+    record: &[u8],
+    slot: Option<Slot>,
+    values: &mut Values,
+) -> Result<usize, Problem> {
+    let count = match slot {
+        None => None,
+        Some(slot) if slot.values == 1 => {
+            let value = slot.value(record);
+            let found = resolve_feature(value).map_err(Problem::Wire)?;
+            append_feature(plan, found, Kinds::of_feature(value), values)?
+        }
+        Some(slot) => {
+            let entry = slot.entry(record);
+            let found = match Kinds::of_entry(entry).resolve().map_err(Problem::Wire)? {
+                None => Found::Nothing,
+                Some((kind, skip)) => Found::Merged(kind, skip),
+            };
+            append_feature(plan, found, Kinds::of_entry(entry), values)?
+        }
+    };
+    Ok(count.unwrap_or(0))
+}
+
+/// The plan of a partition key: any number of int64 values.
+const PARTITION_PLAN: Plan = Plan {
+    dtype: DType::Int64,
+    raw: None,
+    shape: Shape::Var,
+    len: 0,
+    default: None,
+    slot: 0,
+    parts: Vec::new(),
+    part_names: Vec::new(),
+};
+
+/// A ragged feature of one record (TensorFlow's `RaggedFeature` with `validate=True`):
+/// its values, then its partitions from the innermost out, each checked against
+/// the rows inside it.
+fn decode_ragged(
+    plan: &Plan,
+    record: &[u8],
+    slots: &[Option<Slot>],
+    column: &mut Column,
+    ints: &mut Values,
+    levels: &mut [Vec<usize>],
+) -> Result<(), Problem> {
+    let count = var_values(plan, record, slots[plan.slot], &mut column.values)?;
+    // Trailing uniform row lengths: the inner shape, `len` values per innermost row.
+    let len = plan.len.max(1);
+    if count % len != 0 {
+        return Err(text(format!(
+            "has {count} values, not a multiple of {len} (the product of its trailing uniform_row_length partitions)"
+        )));
+    }
+    let mut rows = count / len;
+    for (level, part) in plan.parts.iter().enumerate().rev() {
+        let splits = &mut levels[level];
+        splits.clear();
+        splits.push(0);
+        match *part {
+            Part::Uniform(n) => {
+                if rows % n != 0 {
+                    return Err(text(format!(
+                        "partition uniform_row_length({n}): the the {rows} rows inside it are not a multiple of {n}"
+                    )));
+                }
+                splits.extend((1..=rows / n).map(|i| i * n));
+            }
+            Part::Lengths(slot) | Part::Splits(slot) => {
+                let Values::Int64(v) = ints else {
+                    return Ok(());
+                };
+                v.clear();
+                var_values(&PARTITION_PLAN, record, slots[slot], ints)
+                    .map_err(|e| e.in_partition(part_name(plan, level)))?;
+                let Values::Int64(v) = ints else {
+                    return Ok(());
+                };
+                let name = || part_name(plan, level);
+                if let Part::Lengths(_) = part {
+                    let mut total = 0usize;
+                    for (i, &l) in v.iter().enumerate() {
+                        let l = usize::try_from(l).map_err(|_| {
+                            text(format!(
+                                "partition {}: row length {i} is {l}, below 0",
+                                name()
+                            ))
+                        })?;
+                        total = total.saturating_add(l);
+                        splits.push(total);
+                    }
+                    if total != rows {
+                        return Err(text(format!(
+                            "partition {}: row lengths sum to {total}, but there are {rows} rows inside it",
+                            name()
+                        )));
+                    }
+                } else {
+                    // An empty list is no rows (as TensorFlow reads it).
+                    let mut last = 0usize;
+                    for (i, &x) in v.iter().enumerate() {
+                        let ok = usize::try_from(x)
+                            .ok()
+                            .filter(|&x| (i > 0 || x == 0) && x >= last && x <= rows);
+                        let Some(x) = ok else {
+                            return Err(text(format!(
+                                "partition {}: row split {i} is {x}; splits must start at 0, never decrease and end at the {rows} rows inside it",
+                                name()
+                            )));
+                        };
+                        if i > 0 {
+                            splits.push(x);
+                        }
+                        last = x;
+                    }
+                    if last != rows {
+                        return Err(text(format!(
+                            "partition {}: row splits end at {last}, but there are {rows} rows inside it",
+                            name()
+                        )));
+                    }
+                }
+            }
+        }
+        rows = splits.len() - 1;
+    }
+    // Append this record's levels to the batch's: level 0 counts its outermost rows.
+    for (level, splits) in column.row_splits.iter_mut().enumerate() {
+        let base = splits.last().copied().unwrap_or(0);
+        match level.checked_sub(1).and_then(|l| levels.get(l)) {
+            None => splits.push(base + rows),
+            Some(local) => splits.extend(local.iter().skip(1).map(|s| s + base)),
+        }
+    }
+    Ok(())
+}
+
+/// The text form of a ragged plan's partition `level` (for messages).
+fn part_name(plan: &Plan, level: usize) -> &str {
+    plan.part_names.get(level).map_or("", String::as_str)
 }
 
 /// A sequence feature of one record, from its `FeatureLists` map entry.

@@ -15,4 +15,7 @@ mod spec;
 
 pub use decode::{BatchParser, ParseError};
 pub use proto::{Example, SequenceExample};
-pub use spec::{DType, FeatureSpec, Layout, SCHEMA_FORMAT, Schema, SchemaError, Value};
+pub use spec::{
+    DType, FeatureSpec, Layout, MAX_FEATURE_BYTES, Partition, SCHEMA_FORMAT, Schema, SchemaError,
+    Value, nearest,
+};

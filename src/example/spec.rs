@@ -1,19 +1,29 @@
 //! Feature specs: what a record should contain and how it becomes columns.
 //!
 //! The semantics are TensorFlow's (`FixedLenFeature`, `VarLenFeature`,
-//! `FixedLenSequenceFeature`, and a var-length feature per sequence step);
-//! the decoder that applies them lives in `decode.rs`.
+//! `FixedLenSequenceFeature`, `RaggedFeature`, `decode_raw`, and a var-length
+//! feature per sequence step); the decoder that applies them lives in `decode.rs`.
+//! Where they differ on purpose, the README's "Deliberate differences from
+//! TensorFlow" says so.
 //!
 //! # Text form (`--feature`)
 //!
 //! ```text
 //! SPEC    = NAME ":" DTYPE [":" SHAPE] ["=" DEFAULT]
 //! DTYPE   = int64 | float32 | bytes | uint8
-//! SHAPE   = DIMS                  fixed length: `784`, `28x28` (omitted: a scalar)
+//!         | raw_int16 | raw_uint16 | raw_int32 | raw_float32 | raw_float64
+//! SHAPE   = DIMS                  fixed length: `784`, `28x28`, `0` (omitted: a scalar)
 //!         | var                   var-length
+//!         | var ":" DIMS          var-length list of DIMS-shaped elements (FixedLenSequenceFeature
+//!                                 with allow_missing=True, in an Example)
 //!         | seq [":" DIMS]        a SequenceExample feature list, each step fixed (omitted: scalar)
 //!         | seq:var               a SequenceExample feature list, each step var-length
-//! DIMS    = N ("x" N)*            every N >= 1
+//!         | ragged (":" PART)*    RaggedFeature, partitions outermost first
+//!         | sparse(KEY,...):DIMS  SparseFeature: the int64 index keys (one per dimension)
+//!                                 and the dense size of each record's tensor
+//! PART    = row_splits(KEY) | row_lengths(KEY) | uniform_row_length(N)
+//! DIMS    = N ("x" N)*            N >= 0; N >= 1 for `var:` and `seq:` (each element or step
+//!                                 must hold a value)
 //! DEFAULT = VALUE ("," VALUE)*    fixed-length features only: one value (broadcast) or product(DIMS)
 //! ```
 //!
@@ -23,7 +33,17 @@
 //!
 //! * `uint8` reads a `bytes_list` holding exactly one value of `product(DIMS)` bytes and
 //!   decodes it raw (TensorFlow's `decode_raw(..., tf.uint8)`); only fixed shapes
-//!   (`DIMS` or `seq[:DIMS]`). Its default values are integers 0..=255.
+//!   (`DIMS` or `seq[:DIMS]`). Its default values are integers 0..=255. The `raw_*`
+//!   dtypes do the same with `product(DIMS)` little-endian elements of 2, 4 or 8 bytes
+//!   (`decode_raw(..., tf.int16)` etc.); they take no default.
+//! * `ragged` reads the feature's values (any number) and splits them by its
+//!   partitions, applied from the innermost out: `row_lengths(KEY)` and `row_splits(KEY)`
+//!   read the int64 feature KEY of the same record (which need not be in the schema),
+//!   `uniform_row_length(N)` groups N rows. Always validated (TensorFlow's
+//!   `validate=True`): lengths must be >= 0 and sum to the rows inside; splits must start
+//!   at 0, never decrease and end at the rows inside; a missing or empty KEY is no rows.
+//!   Trailing uniform lengths become the column's inner shape.
+//! * Every fixed-length feature must fit in 2 GiB per record ([`MAX_FEATURE_BYTES`]).
 //! * `int64` defaults are decimal integers; `float32` defaults are anything Rust's `f32`
 //!   parser reads (`0.5`, `-1e-3`, `NaN`, `inf`, `-inf`; a NaN payload is not kept).
 //! * `bytes` default values are text, with `\\`, `\,` and `\xHH` as escapes for a
@@ -61,18 +81,24 @@
 //! ```
 //!
 //! Feature object keys: `name` and `dtype` (required); `layout`: `"fixed"` (the default),
-//! `"var"`, `"fixed_sequence"` or `"var_sequence"`; `shape`: the dims for the two fixed
-//! layouts (default `[]`, a scalar); `default`: only for `"fixed"`, a flat list of one
+//! `"var"`, `"fixed_sequence"`, `"var_sequence"`, `"ragged"` or `"sparse"`; `shape`: the
+//! dims for the two fixed layouts (default `[]`, a scalar), and for `"var"` the shape of
+//! each element (`var:DIMS`); `partitions` for `"ragged"`: a list of one-key objects,
+//! `{"row_splits": KEY}`, `{"row_lengths": KEY}` or `{"uniform_row_length": N}`;
+//! `index_keys` and `size` for `"sparse"`; `default`: only for `"fixed"`, a flat list of one
 //! value (broadcast) or `product(shape)` values. int64 values are JSON integers or
 //! decimal strings; float32 values are numbers or the strings `"NaN"`, `"Infinity"`,
-//! `"-Infinity"`; bytes values are UTF-8 strings or `{"base64": "..."}` (written for
+//! `"-Infinity"` (numbers are rounded to float32 once, from the digits as written, when
+//! read from text or a file); bytes values are UTF-8 strings or `{"base64": "..."}` (written for
 //! values that are not UTF-8). Unknown feature keys are an error (they are typos).
 //!
 //! # Invariants
 //!
 //! [`Schema::validate`] (run by the parsers and by `BatchParser::new`) rejects duplicate
-//! names, zero-sized dims, `uint8` with a var-length layout, defaults on anything but a
-//! fixed layout, defaults of the wrong type or count, and a `label` naming no feature.
+//! names, zero-sized dims outside fixed shapes, raw dtypes with a var-length layout,
+//! shapes over 2 GiB per record, defaults on anything but a fixed layout, defaults of
+//! the wrong type or count, bad partitions or sparse keys, and a `label` naming no
+//! feature.
 
 use std::fmt;
 use std::path::Path;
@@ -86,12 +112,21 @@ use serde_json::{Map, Value as Json};
 /// The most elements a fixed shape may have (2^31), so sizes never overflow.
 pub const MAX_SHAPE_SIZE: usize = 1 << 31;
 
+/// The most bytes one record's values of one fixed-length feature may take in a
+/// batch (2 GiB, protobuf's limit on a whole message): a larger shape could only
+/// ever be filled from its default, and is refused before anything is allocated.
+pub const MAX_FEATURE_BYTES: u64 = 1 << 31;
+
 /// The `format` value of a schema file.
 pub const SCHEMA_FORMAT: &str = "tfpipe-schema/1";
 
 /// The element type of a feature, as stored in the batch.
+///
+/// `uint8` and the `raw_*` types read a `bytes_list` and decode its bytes raw,
+/// little-endian (TensorFlow's `decode_raw(bytes, dtype)` with its default
+/// `little_endian=True`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum DType {
     /// From an `int64_list`.
     Int64,
@@ -102,16 +137,45 @@ pub enum DType {
     /// From a `bytes_list` holding one value whose bytes are decoded raw as
     /// `uint8` elements (TensorFlow's `decode_raw(..., tf.uint8)`).
     Uint8,
+    /// Raw little-endian `int16` elements from one bytes value (`decode_raw(..., tf.int16)`).
+    RawInt16,
+    /// Raw little-endian `uint16` elements (`decode_raw(..., tf.uint16)`).
+    RawUint16,
+    /// Raw little-endian `int32` elements (`decode_raw(..., tf.int32)`).
+    RawInt32,
+    /// Raw little-endian `float32` elements (`decode_raw(..., tf.float32)`).
+    RawFloat32,
+    /// Raw little-endian `float64` elements (`decode_raw(..., tf.float64)`).
+    RawFloat64,
 }
 
+/// Every dtype, in the order the docs list them.
+const DTYPES: [DType; 9] = [
+    DType::Int64,
+    DType::Float32,
+    DType::Bytes,
+    DType::Uint8,
+    DType::RawInt16,
+    DType::RawUint16,
+    DType::RawInt32,
+    DType::RawFloat32,
+    DType::RawFloat64,
+];
+
 impl DType {
-    /// The name used in the text form and schema files (`int64`, `float32`, `bytes`, `uint8`).
+    /// The name used in the text form and schema files (`int64`, `float32`, `bytes`,
+    /// `uint8`, `raw_int16`, `raw_uint16`, `raw_int32`, `raw_float32`, `raw_float64`).
     pub fn name(self) -> &'static str {
         match self {
             DType::Int64 => "int64",
             DType::Float32 => "float32",
             DType::Bytes => "bytes",
             DType::Uint8 => "uint8",
+            DType::RawInt16 => "raw_int16",
+            DType::RawUint16 => "raw_uint16",
+            DType::RawInt32 => "raw_int32",
+            DType::RawFloat32 => "raw_float32",
+            DType::RawFloat64 => "raw_float64",
         }
     }
 
@@ -120,7 +184,27 @@ impl DType {
         match self {
             DType::Int64 => "int64_list",
             DType::Float32 => "float_list",
-            DType::Bytes | DType::Uint8 => "bytes_list",
+            _ => "bytes_list",
+        }
+    }
+
+    /// For the raw dtypes (`uint8`, `raw_*`): the width of one element in bytes.
+    pub fn raw_width(self) -> Option<usize> {
+        match self {
+            DType::Int64 | DType::Float32 | DType::Bytes => None,
+            DType::Uint8 => Some(1),
+            DType::RawInt16 | DType::RawUint16 => Some(2),
+            DType::RawInt32 | DType::RawFloat32 => Some(4),
+            DType::RawFloat64 => Some(8),
+        }
+    }
+
+    /// Bytes one element takes in a batch (a byte string counts its offset only).
+    pub fn element_bytes(self) -> usize {
+        match self {
+            DType::Int64 | DType::Bytes => 8,
+            DType::Float32 => 4,
+            raw => raw.raw_width().unwrap_or(8),
         }
     }
 }
@@ -135,14 +219,57 @@ impl FromStr for DType {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        match text {
-            "int64" => Ok(DType::Int64),
-            "float32" => Ok(DType::Float32),
-            "bytes" => Ok(DType::Bytes),
-            "uint8" => Ok(DType::Uint8),
-            _ => Err(format!(
-                "unknown dtype {text:?} (expected int64, float32, bytes or uint8)"
-            )),
+        if text == "raw_uint8" {
+            return Ok(DType::Uint8);
+        }
+        DTYPES.into_iter().find(|d| d.name() == text).ok_or_else(|| {
+            format!(
+                "unknown dtype {text:?} (expected int64, float32, bytes, uint8, raw_int16, raw_uint16, raw_int32, raw_float32 or raw_float64)"
+            )
+        })
+    }
+}
+
+/// One row partition of a [`Layout::Ragged`] feature (TensorFlow's
+/// `RaggedFeature.RowSplits`, `.RowLengths`, `.UniformRowLength`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Partition {
+    /// The int64 feature `key` holds row splits: `0`, non-decreasing, ending at the
+    /// number of inner rows.
+    RowSplits(String),
+    /// The int64 feature `key` holds row lengths: each `>= 0`, summing to the number
+    /// of inner rows.
+    RowLengths(String),
+    /// Every row holds exactly this many inner rows (`>= 1`).
+    UniformRowLength(usize),
+}
+
+impl Partition {
+    /// The feature this partition reads, if any.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            Partition::RowSplits(k) | Partition::RowLengths(k) => Some(k),
+            Partition::UniformRowLength(_) => None,
+        }
+    }
+
+    /// The name used in the text form and schema files.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Partition::RowSplits(_) => "row_splits",
+            Partition::RowLengths(_) => "row_lengths",
+            Partition::UniformRowLength(_) => "uniform_row_length",
+        }
+    }
+}
+
+impl fmt::Display for Partition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Partition::RowSplits(k) | Partition::RowLengths(k) => {
+                write!(f, "{}({k})", self.kind_name())
+            }
+            Partition::UniformRowLength(n) => write!(f, "uniform_row_length({n})"),
         }
     }
 }
@@ -150,7 +277,8 @@ impl FromStr for DType {
 /// How many values a feature has per record, and how they are shaped.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Layout {
-    /// Exactly `product(shape)` values per record (`[]` is a scalar).
+    /// Exactly `product(shape)` values per record (`[]` is a scalar; a zero
+    /// dimension means no values).
     Fixed(Vec<usize>),
     /// Any number of values per record.
     Var,
@@ -160,6 +288,23 @@ pub enum Layout {
     /// A `SequenceExample` feature list: any number of steps, each of any
     /// number of values.
     VarSequence,
+    /// Any number of elements per record, each of exactly `product(shape)` values
+    /// (`shape` not empty): the record's list holds a multiple of that
+    /// (TensorFlow's `FixedLenSequenceFeature(shape, allow_missing=True)` in an `Example`).
+    VarFixed(Vec<usize>),
+    /// A ragged tensor per record (TensorFlow's `RaggedFeature`): the feature's
+    /// values, split into rows by `partitions` (outermost first), each reading
+    /// another int64 feature of the record or a uniform length.
+    Ragged(Vec<Partition>),
+    /// A sparse tensor of dense shape `size` per record (TensorFlow's
+    /// `SparseFeature`): the feature's values sit at the coordinates held by the
+    /// int64 features `index_keys` (one per dimension of `size`).
+    Sparse {
+        /// The features holding each value's index along each dimension.
+        index_keys: Vec<String>,
+        /// The dense shape of each record's tensor.
+        size: Vec<usize>,
+    },
 }
 
 impl Layout {
@@ -168,21 +313,37 @@ impl Layout {
         matches!(self, Layout::FixedSequence(_) | Layout::VarSequence)
     }
 
-    /// The dense shape of each record (`Fixed`) or step (`FixedSequence`).
+    /// The dense shape of each record (`Fixed`), step (`FixedSequence`) or element
+    /// (`VarFixed`).
     pub fn fixed_shape(&self) -> Option<&[usize]> {
         match self {
-            Layout::Fixed(shape) | Layout::FixedSequence(shape) => Some(shape),
-            Layout::Var | Layout::VarSequence => None,
+            Layout::Fixed(shape) | Layout::FixedSequence(shape) | Layout::VarFixed(shape) => {
+                Some(shape)
+            }
+            Layout::Var | Layout::VarSequence | Layout::Ragged(_) | Layout::Sparse { .. } => None,
         }
     }
 
-    /// The name used in schema files (`fixed`, `var`, `fixed_sequence`, `var_sequence`).
+    /// The name used in schema files (`fixed`, `var`, `fixed_sequence`, `var_sequence`,
+    /// `ragged`, `sparse`; `VarFixed` is `var` with a `shape`).
     pub fn name(&self) -> &'static str {
         match self {
             Layout::Fixed(_) => "fixed",
-            Layout::Var => "var",
+            Layout::Var | Layout::VarFixed(_) => "var",
             Layout::FixedSequence(_) => "fixed_sequence",
             Layout::VarSequence => "var_sequence",
+            Layout::Ragged(_) => "ragged",
+            Layout::Sparse { .. } => "sparse",
+        }
+    }
+
+    /// The other features of the record this layout reads (ragged partitions,
+    /// sparse indices).
+    pub fn keys(&self) -> Vec<&str> {
+        match self {
+            Layout::Ragged(parts) => parts.iter().filter_map(Partition::key).collect(),
+            Layout::Sparse { index_keys, .. } => index_keys.iter().map(String::as_str).collect(),
+            _ => Vec::new(),
         }
     }
 }
@@ -268,6 +429,18 @@ impl FeatureSpec {
         self.layout.fixed_shape().map(|s| s.iter().product())
     }
 
+    /// Bytes one record's values of this feature take in a batch, when that is fixed
+    /// by the spec (`Fixed` layouts; `None` otherwise or on overflow).
+    pub fn bytes_per_record(&self) -> Option<u64> {
+        let Layout::Fixed(shape) = &self.layout else {
+            return None;
+        };
+        let n = shape
+            .iter()
+            .try_fold(1u64, |n, &d| n.checked_mul(d as u64))?;
+        n.checked_mul(self.dtype.element_bytes() as u64)
+    }
+
     /// Checks this spec on its own (see the module doc's invariants).
     pub fn validate(&self) -> Result<(), SchemaError> {
         let bad = |reason: String| {
@@ -277,23 +450,85 @@ impl FeatureSpec {
             )))
         };
         if let Some(shape) = self.layout.fixed_shape() {
-            if shape.contains(&0) {
-                return bad(format!(
-                    "shape {shape:?} has a zero dimension (every dimension must be >= 1)"
-                ));
-            }
             let size = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
             if size.is_none_or(|n| n > MAX_SHAPE_SIZE) {
                 return bad(format!(
                     "shape {shape:?} has more than {MAX_SHAPE_SIZE} elements"
                 ));
             }
+            if !matches!(self.layout, Layout::Fixed(_)) && shape.contains(&0) {
+                return bad(format!(
+                    "shape {shape:?} has a zero dimension: each {} must hold at least one value",
+                    if self.layout.is_sequence() {
+                        "step"
+                    } else {
+                        "element"
+                    }
+                ));
+            }
         }
-        if self.dtype == DType::Uint8 && self.layout.fixed_shape().is_none() {
-            return bad(
-                "uint8 needs a fixed shape (e.g. `:784`, `:28x28` or `:seq:4`), not a var-length one"
-                    .into(),
-            );
+        if let Some(bytes) = self.bytes_per_record()
+            && bytes > MAX_FEATURE_BYTES
+        {
+            return bad(format!(
+                "needs {} per record ({} bytes per {} value), more than the {} a record may decode to",
+                human_bytes(bytes),
+                self.dtype.element_bytes(),
+                self.dtype,
+                human_bytes(MAX_FEATURE_BYTES)
+            ));
+        }
+        match &self.layout {
+            Layout::VarFixed(shape) if shape.is_empty() => {
+                return bad(
+                    "a var-length layout with an empty element shape is `Layout::Var`".into(),
+                );
+            }
+            Layout::Ragged(parts) => {
+                for part in parts {
+                    match part {
+                        Partition::UniformRowLength(0) => {
+                            return bad("uniform_row_length must be at least 1".into());
+                        }
+                        Partition::RowSplits(k) | Partition::RowLengths(k) if *k == self.name => {
+                            return bad(format!("partition {part} reads the feature's own values"));
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            Layout::Sparse { index_keys, size } => {
+                if index_keys.is_empty() || index_keys.len() != size.len() {
+                    return bad(format!(
+                        "a sparse feature needs one index key per dimension of its size, found {} keys for size {size:?}",
+                        index_keys.len()
+                    ));
+                }
+                if size
+                    .iter()
+                    .try_fold(1usize, |n, &d| n.checked_mul(d))
+                    .is_none()
+                {
+                    return bad(format!("size {size:?} overflows"));
+                }
+                for (i, key) in index_keys.iter().enumerate() {
+                    if *key == self.name || index_keys[..i].contains(key) {
+                        return bad(format!(
+                            "index key {key:?} is the value key or listed twice"
+                        ));
+                    }
+                }
+            }
+            _ => {}
+        }
+        if self.dtype.raw_width().is_some()
+            && !matches!(self.layout, Layout::Fixed(_) | Layout::FixedSequence(_))
+        {
+            return bad(format!(
+                "{} needs a fixed shape (e.g. `:784`, `:28x28` or `:seq:4`), not layout {}",
+                self.dtype,
+                self.layout.name()
+            ));
         }
         let Some(default) = &self.default else {
             return Ok(());
@@ -314,6 +549,9 @@ impl FeatureSpec {
                     return bad(format!("uint8 default value {x} is outside 0..=255"));
                 }
                 true
+            }
+            (raw, _) if raw.raw_width().is_some() && raw != DType::Uint8 => {
+                return bad(format!("{raw} features take no default"));
             }
             _ => false,
         };
@@ -341,6 +579,25 @@ impl FeatureSpec {
     }
 }
 
+/// `bytes` as `N bytes`, `N KiB`, `N MiB`, `N GiB` or `N TiB` (one decimal when not whole).
+pub(crate) fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if bytes < 1024 {
+        return format!("{bytes} bytes");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if value.fract() == 0.0 {
+        format!("{value:.0} {}", UNITS[unit])
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
 fn text_error(spec: &str, reason: impl Into<String>) -> SchemaError {
     SchemaError::Text {
         spec: spec.to_string(),
@@ -350,16 +607,37 @@ fn text_error(spec: &str, reason: impl Into<String>) -> SchemaError {
 
 fn parse_dims(text: &str) -> Result<Vec<usize>, String> {
     text.split('x')
-        .map(|d| match d.parse::<usize>() {
-            Ok(0) => Err(format!(
-                "shape {text:?} has a zero dimension (every dimension must be >= 1)"
-            )),
-            Ok(n) => Ok(n),
-            Err(_) => Err(format!(
-                "invalid shape {text:?} (expected N or NxMx..., `var`, `seq`, `seq:N...` or `seq:var`)"
-            )),
+        .map(|d| {
+            d.parse::<usize>().map_err(|_| {
+                format!(
+                    "invalid shape {text:?} (expected N or NxMx..., `var`, `var:N...`, `seq`, `seq:N...`, `seq:var`, `ragged[:PARTITION...]` or `sparse(KEY,...):N...`)"
+                )
+            })
         })
         .collect()
+}
+
+/// `KIND(ARG)` -> (`KIND`, `ARG`).
+fn call(text: &str) -> Option<(&str, &str)> {
+    let (kind, rest) = text.split_once('(')?;
+    Some((kind, rest.strip_suffix(')')?))
+}
+
+fn parse_partition(text: &str) -> Result<Partition, String> {
+    let bad = || {
+        format!(
+            "invalid partition {text:?} (expected row_splits(KEY), row_lengths(KEY) or uniform_row_length(N))"
+        )
+    };
+    match call(text).ok_or_else(bad)? {
+        ("row_splits", key) if !key.is_empty() => Ok(Partition::RowSplits(key.to_string())),
+        ("row_lengths", key) if !key.is_empty() => Ok(Partition::RowLengths(key.to_string())),
+        ("uniform_row_length", n) => n
+            .parse()
+            .map(Partition::UniformRowLength)
+            .map_err(|_| bad()),
+        _ => Err(bad()),
+    }
 }
 
 fn parse_layout(text: Option<&str>) -> Result<Layout, String> {
@@ -367,14 +645,39 @@ fn parse_layout(text: Option<&str>) -> Result<Layout, String> {
         return Ok(Layout::Fixed(Vec::new()));
     };
     match text {
-        "var" => Ok(Layout::Var),
-        "seq" => Ok(Layout::FixedSequence(Vec::new())),
-        "seq:var" => Ok(Layout::VarSequence),
-        _ => match text.strip_prefix("seq:") {
-            Some(dims) => Ok(Layout::FixedSequence(parse_dims(dims)?)),
-            None => Ok(Layout::Fixed(parse_dims(text)?)),
-        },
+        "var" => return Ok(Layout::Var),
+        "seq" => return Ok(Layout::FixedSequence(Vec::new())),
+        "seq:var" => return Ok(Layout::VarSequence),
+        "ragged" => return Ok(Layout::Ragged(Vec::new())),
+        _ => {}
     }
+    if let Some(parts) = text.strip_prefix("ragged:") {
+        return parts
+            .split(':')
+            .map(parse_partition)
+            .collect::<Result<_, _>>()
+            .map(Layout::Ragged);
+    }
+    if text.starts_with("sparse(") {
+        let bad = || {
+            format!(
+                "invalid sparse shape {text:?} (expected sparse(INDEX_KEY,...):N..., e.g. sparse(ix):100)"
+            )
+        };
+        let (keys, dims) = text.split_once("):").ok_or_else(bad)?;
+        let keys = keys.strip_prefix("sparse(").ok_or_else(bad)?;
+        return Ok(Layout::Sparse {
+            index_keys: keys.split(',').map(str::to_string).collect(),
+            size: parse_dims(dims)?,
+        });
+    }
+    if let Some(dims) = text.strip_prefix("seq:") {
+        return Ok(Layout::FixedSequence(parse_dims(dims)?));
+    }
+    if let Some(dims) = text.strip_prefix("var:") {
+        return Ok(Layout::VarFixed(parse_dims(dims)?));
+    }
+    Ok(Layout::Fixed(parse_dims(text)?))
 }
 
 /// Splits on commas not escaped by a backslash.
@@ -457,6 +760,11 @@ fn escape_bytes(value: &[u8], out: &mut String) {
 fn parse_default(dtype: DType, text: &str) -> Result<Value, String> {
     let parts = split_default(text);
     match dtype {
+        DType::RawInt16
+        | DType::RawUint16
+        | DType::RawInt32
+        | DType::RawFloat32
+        | DType::RawFloat64 => Err(format!("{dtype} features take no default")),
         DType::Int64 | DType::Uint8 => parts
             .iter()
             .map(|p| {
@@ -568,6 +876,20 @@ impl fmt::Display for FeatureSpec {
                 write_dims(f, shape)?;
             }
             Layout::VarSequence => f.write_str(":seq:var")?,
+            Layout::VarFixed(shape) => {
+                f.write_str(":var:")?;
+                write_dims(f, shape)?;
+            }
+            Layout::Ragged(parts) => {
+                f.write_str(":ragged")?;
+                for part in parts {
+                    write!(f, ":{part}")?;
+                }
+            }
+            Layout::Sparse { index_keys, size } => {
+                write!(f, ":sparse({}):", index_keys.join(","))?;
+                write_dims(f, size)?;
+            }
         }
         if let Some(default) = &self.default {
             f.write_str("=")?;
@@ -635,7 +957,16 @@ pub enum SchemaError {
 }
 
 const RESERVED_KEYS: [&str; 3] = ["format", "features", "label"];
-const FEATURE_KEYS: [&str; 5] = ["name", "dtype", "layout", "shape", "default"];
+const FEATURE_KEYS: [&str; 8] = [
+    "name",
+    "dtype",
+    "layout",
+    "shape",
+    "default",
+    "partitions",
+    "index_keys",
+    "size",
+];
 
 fn float_to_json(x: f32) -> Json {
     if x.is_nan() {
@@ -662,6 +993,28 @@ fn feature_to_json(spec: &FeatureSpec) -> Json {
     {
         obj.insert("shape".into(), Json::from(shape.to_vec()));
     }
+    match &spec.layout {
+        Layout::Ragged(parts) => {
+            let parts = parts
+                .iter()
+                .map(|p| {
+                    let arg = match p {
+                        Partition::RowSplits(k) | Partition::RowLengths(k) => Json::from(k.clone()),
+                        Partition::UniformRowLength(n) => Json::from(*n),
+                    };
+                    let mut one = Map::new();
+                    one.insert(p.kind_name().into(), arg);
+                    Json::Object(one)
+                })
+                .collect();
+            obj.insert("partitions".into(), Json::Array(parts));
+        }
+        Layout::Sparse { index_keys, size } => {
+            obj.insert("index_keys".into(), Json::from(index_keys.clone()));
+            obj.insert("size".into(), Json::from(size.clone()));
+        }
+        _ => {}
+    }
     if let Some(default) = &spec.default {
         let values: Vec<Json> = match default {
             Value::Int64(v) => v.iter().map(|&x| Json::from(x)).collect(),
@@ -681,6 +1034,11 @@ fn feature_to_json(spec: &FeatureSpec) -> Json {
 
 fn json_default(dtype: DType, values: &[Json]) -> Result<Value, String> {
     match dtype {
+        DType::RawInt16
+        | DType::RawUint16
+        | DType::RawInt32
+        | DType::RawFloat32
+        | DType::RawFloat64 => Err(format!("{dtype} features take no default")),
         DType::Int64 | DType::Uint8 => values
             .iter()
             .map(|v| match v {
@@ -717,6 +1075,31 @@ fn json_default(dtype: DType, values: &[Json]) -> Result<Value, String> {
     }
 }
 
+fn partition_from_json(value: &Json) -> Result<Partition, String> {
+    let bad = || {
+        format!(
+            "invalid partition {value} (expected {{\"row_splits\": KEY}}, {{\"row_lengths\": KEY}} or {{\"uniform_row_length\": N}})"
+        )
+    };
+    let Json::Object(one) = value else {
+        return Err(bad());
+    };
+    let mut entries = one.iter();
+    let (Some((kind, arg)), None) = (entries.next(), entries.next()) else {
+        return Err(bad());
+    };
+    match (kind.as_str(), arg) {
+        ("row_splits", Json::String(k)) => Ok(Partition::RowSplits(k.clone())),
+        ("row_lengths", Json::String(k)) => Ok(Partition::RowLengths(k.clone())),
+        ("uniform_row_length", n) => n
+            .as_u64()
+            .and_then(|n| usize::try_from(n).ok())
+            .map(Partition::UniformRowLength)
+            .ok_or_else(bad),
+        _ => Err(bad()),
+    }
+}
+
 fn feature_from_json(value: &Json) -> Result<FeatureSpec, String> {
     let obj = match value {
         Json::String(text) => return text.parse().map_err(|e: SchemaError| e.to_string()),
@@ -729,7 +1112,7 @@ fn feature_from_json(value: &Json) -> Result<FeatureSpec, String> {
     };
     if let Some(key) = obj.keys().find(|k| !FEATURE_KEYS.contains(&k.as_str())) {
         return Err(format!(
-            "unknown key {key:?} (valid: name, dtype, layout, shape, default)"
+            "unknown key {key:?} (valid: name, dtype, layout, shape, default, partitions, index_keys, size)"
         ));
     }
     let name = obj
@@ -740,44 +1123,79 @@ fn feature_from_json(value: &Json) -> Result<FeatureSpec, String> {
     let dtype: DType = obj
         .get("dtype")
         .and_then(Json::as_str)
-        .ok_or("missing or non-string \"dtype\" (int64, float32, bytes or uint8)")?
+        .ok_or("missing or non-string \"dtype\" (int64, float32, bytes, uint8 or raw_*)")?
         .parse()?;
-    let shape = match obj.get("shape") {
-        None => None,
-        Some(Json::Array(dims)) => Some(
-            dims.iter()
+    let dims = |key: &str| -> Result<Option<Vec<usize>>, String> {
+        let bad = |v: &Json| format!("invalid {key:?} {v} (expected a list of integers >= 0)");
+        match obj.get(key) {
+            None => Ok(None),
+            Some(Json::Array(dims)) => dims
+                .iter()
                 .map(|d| d.as_u64().and_then(|d| usize::try_from(d).ok()))
                 .collect::<Option<Vec<usize>>>()
-                .ok_or_else(|| {
-                    format!(
-                        "invalid \"shape\" {} (expected a list of positive integers)",
-                        Json::Array(dims.clone())
-                    )
-                })?,
-        ),
-        Some(other) => {
-            return Err(format!(
-                "invalid \"shape\" {other} (expected a list of positive integers)"
-            ));
+                .map(Some)
+                .ok_or_else(|| bad(&obj[key])),
+            Some(other) => Err(bad(other)),
         }
     };
-    let layout = match obj.get("layout").map(|l| l.as_str()) {
-        None | Some(Some("fixed")) => Layout::Fixed(shape.clone().unwrap_or_default()),
-        Some(Some("fixed_sequence")) => Layout::FixedSequence(shape.clone().unwrap_or_default()),
-        Some(Some(l @ ("var" | "var_sequence"))) => {
-            if shape.is_some() {
-                return Err(format!("\"shape\" is not allowed with layout {l:?}"));
-            }
-            if l == "var" {
-                Layout::Var
-            } else {
-                Layout::VarSequence
-            }
-        }
-        Some(_) => {
+    let shape = dims("shape")?;
+    let layout_name = match obj.get("layout") {
+        None => "fixed",
+        Some(Json::String(l)) => l.as_str(),
+        Some(other) => return Err(format!("invalid \"layout\" {other} (expected a string)")),
+    };
+    let allowed: &[&str] = match layout_name {
+        "fixed" | "fixed_sequence" | "var" => &["shape"],
+        "ragged" => &["partitions"],
+        "sparse" => &["index_keys", "size"],
+        _ => &[],
+    };
+    for key in ["shape", "partitions", "index_keys", "size"] {
+        if obj.contains_key(key) && !allowed.contains(&key) {
             return Err(format!(
-                "invalid \"layout\" {} (expected \"fixed\", \"var\", \"fixed_sequence\" or \"var_sequence\")",
-                obj["layout"]
+                "{key:?} is not allowed with layout {layout_name:?}"
+            ));
+        }
+    }
+    let layout = match layout_name {
+        "fixed" => Layout::Fixed(shape.unwrap_or_default()),
+        "fixed_sequence" => Layout::FixedSequence(shape.unwrap_or_default()),
+        "var" => match shape {
+            Some(shape) if !shape.is_empty() => Layout::VarFixed(shape),
+            _ => Layout::Var,
+        },
+        "var_sequence" => Layout::VarSequence,
+        "ragged" => {
+            let parts = match obj.get("partitions") {
+                None => Vec::new(),
+                Some(Json::Array(parts)) => parts
+                    .iter()
+                    .map(partition_from_json)
+                    .collect::<Result<_, _>>()?,
+                Some(other) => {
+                    return Err(format!(
+                        "invalid \"partitions\" {other} (expected a list such as [{{\"row_lengths\": \"KEY\"}}])"
+                    ));
+                }
+            };
+            Layout::Ragged(parts)
+        }
+        "sparse" => {
+            let index_keys = match obj.get("index_keys") {
+                Some(Json::Array(keys)) => keys
+                    .iter()
+                    .map(|k| k.as_str().map(str::to_string))
+                    .collect::<Option<Vec<_>>>(),
+                _ => None,
+            }
+            .ok_or("a sparse feature needs \"index_keys\": a list of feature names")?;
+            let size = dims("size")?
+                .ok_or("a sparse feature needs \"size\": its dense shape, e.g. [100]")?;
+            Layout::Sparse { index_keys, size }
+        }
+        other => {
+            return Err(format!(
+                "invalid \"layout\" {other:?} (expected \"fixed\", \"var\", \"fixed_sequence\", \"var_sequence\", \"ragged\" or \"sparse\")"
             ));
         }
     };
@@ -841,8 +1259,11 @@ impl Schema {
             && self.feature(label).is_none()
         {
             let names: Vec<&str> = self.features.iter().map(|f| f.name.as_str()).collect();
+            let hint = nearest(label, names.iter().copied())
+                .map(|n| format!("; did you mean {n:?}?"))
+                .unwrap_or_default();
             return Err(SchemaError::Invalid(format!(
-                "label {label:?} names no feature (features: {names:?})"
+                "label {label:?} names no feature (features: {names:?}{hint})"
             )));
         }
         Ok(())
@@ -940,8 +1361,9 @@ impl Schema {
 
     /// A schema from schema-file JSON text (metadata keys are ignored).
     pub fn from_json_str(text: &str) -> Result<Schema, SchemaError> {
-        let value: Json =
+        let mut value: Json =
             serde_json::from_str(text).map_err(|e| SchemaError::Json(e.to_string()))?;
+        exact_float_defaults(text, &mut value);
         Self::from_json_value(&value)
     }
 
@@ -961,8 +1383,9 @@ impl Schema {
             reason,
         };
         let text = std::fs::read_to_string(path).map_err(|e| file_error(e.to_string()))?;
-        let value: Json =
+        let mut value: Json =
             serde_json::from_str(&text).map_err(|e| file_error(format!("invalid JSON: {e}")))?;
+        exact_float_defaults(&text, &mut value);
         Self::from_json_value_with_metadata(&value).map_err(|e| match e {
             SchemaError::Json(reason) | SchemaError::Invalid(reason) => file_error(reason),
             other => file_error(other.to_string()),
@@ -1009,6 +1432,96 @@ impl Schema {
         text.push('\n');
         Ok(text)
     }
+}
+
+/// Replaces each number in a float32 feature's `default` by its text as written, so
+/// that it is parsed straight to `f32` (one rounding) instead of through `f64`.
+/// `value` is `text` parsed; anything unexpected is left alone for the
+/// validation to report.
+fn exact_float_defaults(text: &str, value: &mut Json) {
+    use serde_json::value::RawValue;
+    #[derive(Deserialize)]
+    struct File<'a> {
+        #[serde(borrow)]
+        features: Option<Vec<&'a RawValue>>,
+    }
+    #[derive(Deserialize)]
+    struct Feature<'a> {
+        #[serde(borrow)]
+        default: Option<Vec<&'a RawValue>>,
+    }
+    let Ok(File {
+        features: Some(raw_features),
+    }) = serde_json::from_str::<File<'_>>(text)
+    else {
+        return;
+    };
+    let Some(Json::Array(features)) = value.get_mut("features") else {
+        return;
+    };
+    for (feature, raw) in features.iter_mut().zip(raw_features) {
+        if feature.get("dtype").and_then(Json::as_str) != Some("float32") {
+            continue;
+        }
+        let Ok(Feature {
+            default: Some(raw_default),
+        }) = serde_json::from_str::<Feature<'_>>(raw.get())
+        else {
+            continue;
+        };
+        let Some(Json::Array(default)) = feature.get_mut("default") else {
+            continue;
+        };
+        for (v, raw) in default.iter_mut().zip(raw_default) {
+            if v.is_number() {
+                *v = Json::String(raw.get().trim().to_string());
+            }
+        }
+    }
+}
+
+/// Edit distance between `a` and `b` by chars: insertions, deletions,
+/// substitutions and transpositions of neighbours each count 1 (optimal string
+/// alignment), so `lable` is 1 from `label`.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let width = b.len() + 1;
+    // Three rows of the (a.len()+1) x (b.len()+1) table: i-2, i-1 and i.
+    let mut rows = vec![vec![0usize; width]; 3];
+    rows[0] = (0..width).collect();
+    for i in 1..=a.len() {
+        let (cur, prev, prev2) = (i % 3, (i - 1) % 3, (i + 1) % 3);
+        rows[cur][0] = i;
+        for j in 1..width {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut d = (rows[prev][j - 1] + cost)
+                .min(rows[prev][j] + 1)
+                .min(rows[cur][j - 1] + 1);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                d = d.min(rows[prev2][j - 2] + 1);
+            }
+            rows[cur][j] = d;
+        }
+    }
+    rows[a.len() % 3][b.len()]
+}
+
+/// The candidate nearest to `name` by edit distance, if it is a plausible typo:
+/// at most a third of `name`'s length away (at least 1), never `name` itself.
+/// Ties go to the first candidate.
+pub fn nearest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let limit = (name.chars().count() / 3).max(1);
+    let mut best: Option<(usize, &'a str)> = None;
+    for candidate in candidates {
+        if candidate == name {
+            continue;
+        }
+        let d = edit_distance(name, candidate);
+        if d <= limit && best.is_none_or(|(bd, _)| d < bd) {
+            best = Some((d, candidate));
+        }
+    }
+    best.map(|(_, c)| c)
 }
 
 fn json_kind(value: &Json) -> &'static str {
@@ -1081,6 +1594,18 @@ mod tests {
             "label:bytes=",
             "\"a:b\":int64",
             "img:uint8:4=7",
+            "empty:float32:0",
+            "e:int64:2x0x3=1",
+            "pairs:float32:var:2",
+            "cube:int64:var:2x2",
+            "v:int64:ragged",
+            "v:bytes:ragged:row_lengths(lens):row_splits(s):uniform_row_length(2)",
+            "pcm:raw_int16:16000",
+            "m:raw_float64:2x2",
+            "u:raw_uint16:seq:3",
+            "i:raw_int32:1",
+            "f:raw_float32:4",
+            "sp:float32:sparse(i,j):100x0",
         ] {
             let s = spec(text);
             assert_eq!(s.to_string(), text);
@@ -1094,7 +1619,18 @@ mod tests {
         for (text, needle) in [
             ("label", "missing `:DTYPE`"),
             ("label:int32", "unknown dtype"),
-            ("x:float32:0x3", "zero dimension"),
+            ("x:float32:seq:0x3", "zero dimension"),
+            ("x:float32:var:2x0", "zero dimension"),
+            ("x:raw_int16:var", "raw_int16 needs a fixed shape"),
+            ("x:raw_float32:4=0", "take no default"),
+            ("x:int64:ragged:uniform_row_length(0)", "at least 1"),
+            ("x:int64:ragged:row_lengths()", "invalid partition"),
+            ("x:int64:ragged:rows(l)", "invalid partition"),
+            ("x:int64:ragged:row_splits(x)", "own values"),
+            ("x:int64:ragged=1", "only allowed on a fixed-length"),
+            ("x:int64:sparse(i,j):4", "one index key per dimension"),
+            ("x:int64:sparse(i:4", "invalid sparse shape"),
+            ("x:float32:2147483648=0", "needs 8 GiB per record"),
             ("x:float32:65536x65536", "more than 2147483648 elements"),
             ("x:float32:99999999999x99999999999", "more than"),
             ("x:float32:3y", "invalid shape"),
@@ -1147,10 +1683,115 @@ mod tests {
             "tags:bytes:var",
             "frames:float32:seq:2",
             "tokens:int64:seq:var",
+            "pairs:float32:var:2",
+            "v:int64:ragged:row_splits(s):row_lengths(l):uniform_row_length(3)",
+            "pcm:raw_int16:2x0",
+            "sp:int64:sparse(i):7",
         ])
         .unwrap()
         .with_label("label")
         .unwrap()
+    }
+
+    #[test]
+    fn new_layouts_in_json() {
+        let value: Json = serde_json::from_str(
+            r#"{"features": [
+                {"name": "pairs", "dtype": "float32", "layout": "var", "shape": [2]},
+                {"name": "plain", "dtype": "float32", "layout": "var", "shape": []},
+                {"name": "v", "dtype": "int64", "layout": "ragged",
+                 "partitions": [{"row_lengths": "l"}, {"uniform_row_length": 2}]},
+                {"name": "sp", "dtype": "bytes", "layout": "sparse", "index_keys": ["i", "j"], "size": [3, 4]},
+                {"name": "pcm", "dtype": "raw_int16", "shape": [0]}
+            ]}"#,
+        )
+        .unwrap();
+        let schema = Schema::from_json_value(&value).unwrap();
+        let texts: Vec<String> = schema.features.iter().map(|f| f.to_string()).collect();
+        assert_eq!(
+            texts,
+            [
+                "pairs:float32:var:2",
+                "plain:float32:var",
+                "v:int64:ragged:row_lengths(l):uniform_row_length(2)",
+                "sp:bytes:sparse(i,j):3x4",
+                "pcm:raw_int16:0"
+            ]
+        );
+        for (json, needle) in [
+            (
+                r#"{"name": "v", "dtype": "int64", "layout": "ragged", "partitions": [{"row_lengths": 3}]}"#,
+                "invalid partition",
+            ),
+            (
+                r#"{"name": "v", "dtype": "int64", "layout": "ragged", "shape": [2]}"#,
+                "not allowed",
+            ),
+            (
+                r#"{"name": "v", "dtype": "int64", "layout": "sparse", "size": [2]}"#,
+                "index_keys",
+            ),
+            (
+                r#"{"name": "v", "dtype": "int64", "layout": "var", "partitions": []}"#,
+                "not allowed",
+            ),
+        ] {
+            let err = Schema::from_json_str(&format!(r#"{{"features": [{json}]}}"#))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(needle), "{json}: {err}");
+        }
+    }
+
+    /// Issue 12 item 13: sizes are checked before anything is allocated, and the
+    /// error says how much memory the setting needs.
+    #[test]
+    fn absurd_sizes_say_how_much_memory() {
+        let err = "x:float32:2147483648=0"
+            .parse::<FeatureSpec>()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("needs 8 GiB per record (4 bytes per float32 value)"),
+            "{err}"
+        );
+        let err = Schema::from_json_str(
+            r#"{"features": [{"name": "x", "dtype": "int64", "shape": [1073741824], "default": [0]}]}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("needs 8 GiB per record"), "{err}");
+        assert!(err.contains("more than the 2 GiB"), "{err}");
+        // The largest allowed: 2 GiB of uint8.
+        let big: FeatureSpec = "x:uint8:2147483648".parse().unwrap();
+        assert_eq!(big.bytes_per_record(), Some(1 << 31));
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(12), "12 bytes");
+    }
+
+    #[test]
+    fn nearest_names() {
+        for (a, b, d) in [
+            ("", "ab", 2),
+            ("abc", "abc", 0),
+            ("lable", "label", 1),
+            ("ca", "abc", 3),
+            ("kitten", "sitting", 3),
+            ("ab", "", 2),
+        ] {
+            assert_eq!(edit_distance(a, b), d, "{a} {b}");
+        }
+        let names = ["image_raw", "label", "id"];
+        assert_eq!(nearest("image_rw", names), Some("image_raw"));
+        assert_eq!(nearest("lable", names), Some("label"));
+        assert_eq!(nearest("ix", names), Some("id"));
+        assert_eq!(nearest("weights", names), None);
+        assert_eq!(nearest("label", names), None);
+        let err = Schema::from_feature_texts(&["label:int64"])
+            .unwrap()
+            .with_label("lable")
+            .unwrap_err();
+        assert!(err.to_string().contains("did you mean \"label\"?"), "{err}");
     }
 
     #[test]
@@ -1196,7 +1837,7 @@ mod tests {
                 "unknown dtype",
             ),
             (
-                r#"{"features": [{"name": "a", "dtype": "int64", "layout": "var", "shape": [2]}]}"#,
+                r#"{"features": [{"name": "a", "dtype": "int64", "layout": "var_sequence", "shape": [2]}]}"#,
                 "not allowed",
             ),
             (

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Select, TrySendError, bounded};
 
 use super::autotune::Autotuner;
+use super::state::{StageState, StageStream, StateError};
 use super::worker::{Worker, call_user};
 use super::{Env, Event, Parallelism, Pipeline, PipelineError, Stream};
 use crate::metrics::StageCounters;
@@ -123,7 +124,7 @@ impl<T: Send + 'static> Pipeline<T> {
             };
             let f = Arc::clone(&f);
             let open: OpenFn<T, U> = Box::new(move |x: T| f(x));
-            Box::new(InterleaveStream {
+            let mut stream = InterleaveStream {
                 input: Some(input),
                 paused: None,
                 slots: (0..options.cycle_length).map(|_| None).collect(),
@@ -136,16 +137,30 @@ impl<T: Send + 'static> Pipeline<T> {
                 counters,
                 permits,
                 autotuner,
+                work: Arc::new(StageCounters::new("interleave producers".to_string())),
                 stop: Arc::new(AtomicBool::new(false)),
                 waited: Duration::ZERO,
-            }) as Stream<U>
+                pulled: 0,
+                meta: (0..options.cycle_length).map(|_| None).collect(),
+            };
+            if let Some(state) = env.resume_state() {
+                if let Err(error) = stream.restore(state) {
+                    env.restore_failed(error);
+                }
+            }
+            Box::new(stream) as Stream<U>
         })
     }
 }
 
 /// Producers send whole blocks, at least `CHUNK_MIN` events per message: one
 /// channel operation per chunk, not per element.
-type Chunk<U> = Vec<Event<U>>;
+struct Chunk<U> {
+    /// The inner stream's state before the chunk's first event (for
+    /// [`InterleaveStream::save`]); `None` for an error-only chunk.
+    start: Option<Result<StageState, String>>,
+    events: Vec<Event<U>>,
+}
 
 /// The smallest chunk a producer sends (fewer at the end of an input).
 const CHUNK_MIN: usize = 256;
@@ -205,8 +220,20 @@ enum Slot<U> {
         rx: Receiver<Chunk<U>>,
         /// The rest of the chunk being consumed.
         pending: std::vec::IntoIter<Event<U>>,
+        /// The inner state before the chunk being consumed (before any
+        /// chunk: the state the slot was opened with, `None` for fresh),
+        /// and the events taken from it since.
+        start: Box<Result<Option<StageState>, String>>,
+        taken: u64,
         _worker: Worker,
     },
+}
+
+/// Where an open slot's input came from: the input events pulled before it,
+/// and the input's state just before it was pulled.
+struct SlotMeta {
+    ordinal: u64,
+    input_before: Result<StageState, String>,
 }
 
 struct InterleaveStream<T, U> {
@@ -223,8 +250,16 @@ struct InterleaveStream<T, U> {
     counters: Arc<StageCounters>,
     permits: Option<Arc<Permits>>,
     autotuner: Option<Autotuner>,
+    /// The producers' time pulling their inputs, which the nested stages
+    /// report as their own: the autotuner's view of how busy the producers
+    /// are, kept out of this stage's row so nothing is counted twice.
+    work: Arc<StageCounters>,
     stop: Arc<AtomicBool>,
     waited: Duration,
+    /// Input events pulled so far (for the state).
+    pulled: u64,
+    /// Per slot, where its input came from (meaningful while it is open).
+    meta: Vec<Option<SlotMeta>>,
 }
 
 impl<T: Send + 'static, U: Send + 'static> InterleaveStream<T, U> {
@@ -239,11 +274,23 @@ impl<T: Send + 'static, U: Send + 'static> InterleaveStream<T, U> {
                 continue;
             }
             let input = self.input.as_mut()?;
-            match input.next() {
+            let before = input.save().map_err(|e| e.to_string());
+            let event = input.next();
+            if event.is_some() {
+                self.pulled += 1;
+            }
+            match event {
                 Some(Event::Item(Ok(x))) => {
+                    self.meta[index] = Some(SlotMeta {
+                        ordinal: self.pulled - 1,
+                        input_before: before,
+                    });
                     self.counters.add_in(1, 0);
+                    // Opening an input is this stage's own work.
+                    let counters = Arc::clone(&self.counters);
+                    let _busy = counters.busy_timer();
                     match call_user(self.counters.name(), || (self.open)(x)) {
-                        Ok(pipeline) => match self.start_slot(pipeline) {
+                        Ok(pipeline) => match self.start_slot(pipeline, None, 0) {
                             Ok(slot) => self.slots[index] = Some(slot),
                             Err(err) => return Some(Event::Item(Err(err))),
                         },
@@ -264,23 +311,43 @@ impl<T: Send + 'static, U: Send + 'static> InterleaveStream<T, U> {
         None
     }
 
-    fn start_slot(&self, pipeline: Pipeline<U>) -> Result<Slot<U>, PipelineError> {
-        if let Some(message) = &pipeline.error {
-            return Err(PipelineError::Config(message.clone()));
+    /// Starts an inner pipeline; restored from `resume` (then dropping its
+    /// first `skip` events, markers aside) when given.
+    fn start_slot(
+        &self,
+        pipeline: Pipeline<U>,
+        resume: Option<StageState>,
+        skip: u64,
+    ) -> Result<Slot<U>, PipelineError> {
+        if let Some(invalid) = &pipeline.error {
+            return Err(invalid.error());
         }
+        let env = self.nested.resuming(resume.clone());
+        let mut stream = pipeline.build_stream(&env);
+        env.check_claimed("interleave input");
         let Some(permits) = &self.permits else {
-            return Ok(Slot::Local(pipeline.build_stream(&self.nested)));
+            let mut left = skip;
+            while left > 0 {
+                match stream.next() {
+                    Some(Event::EpochEnd(_)) => {}
+                    Some(_) => left -= 1,
+                    None => break,
+                }
+            }
+            return Ok(Slot::Local(stream));
         };
         // Whole blocks per chunk, at least CHUNK_MIN elements: a handoff
         // between threads can cost a scheduler time slice on a busy machine,
         // so each one should move plenty of work.
         let block = self.options.block_length * CHUNK_MIN.div_ceil(self.options.block_length);
         spawn_producer(
-            pipeline,
+            stream,
+            resume,
+            skip,
             self.nested.clone(),
             Arc::clone(permits),
             Arc::clone(&self.stop),
-            Arc::clone(&self.counters),
+            [Arc::clone(&self.counters), Arc::clone(&self.work)],
             block,
         )
     }
@@ -290,13 +357,24 @@ impl<T: Send + 'static, U: Send + 'static> InterleaveStream<T, U> {
         loop {
             let event = match self.slots[index].as_mut()? {
                 Slot::Local(stream) => {
+                    // The nested stages count their own work; here it is
+                    // waiting for input (exclusive time per stage).
                     let t = Instant::now();
                     let e = stream.next();
-                    self.counters.add_busy(t.elapsed());
+                    self.counters.add_wait_in(t.elapsed());
                     e
                 }
-                Slot::Remote { rx, pending, .. } => match pending.next() {
-                    Some(e) => Some(e),
+                Slot::Remote {
+                    rx,
+                    pending,
+                    start,
+                    taken,
+                    ..
+                } => match pending.next() {
+                    Some(e) => {
+                        *taken += 1;
+                        Some(e)
+                    }
                     None => {
                         let chunk = match rx.try_recv() {
                             Ok(c) => Ok(c),
@@ -309,7 +387,11 @@ impl<T: Send + 'static, U: Send + 'static> InterleaveStream<T, U> {
                         };
                         match chunk {
                             Ok(chunk) => {
-                                *pending = chunk.into_iter();
+                                if let Some(at) = chunk.start {
+                                    **start = at.map(Some);
+                                    *taken = 0;
+                                }
+                                *pending = chunk.events.into_iter();
                                 continue;
                             }
                             Err(_) => None,
@@ -369,7 +451,7 @@ impl<T: Send + 'static, U: Send + 'static> InterleaveStream<T, U> {
             match op.recv(rx) {
                 Ok(chunk) => {
                     if let Some(Slot::Remote { pending, .. }) = &mut self.slots[index] {
-                        *pending = chunk.into_iter();
+                        *pending = chunk.events.into_iter();
                     }
                     self.current = index;
                 }
@@ -391,7 +473,7 @@ impl<T: Send + 'static, U: Send + 'static> InterleaveStream<T, U> {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .1;
-            if let Some(new) = tuner.tick(&self.counters, self.waited, current) {
+            if let Some(new) = tuner.tick(&self.work, self.waited, current) {
                 permits.set_limit(new);
                 self.counters.set_parallelism(new);
             }
@@ -446,12 +528,15 @@ impl<T: Send + 'static, U: Send + 'static> InterleaveStream<T, U> {
 
 /// Starts a producer thread that pulls `pipeline` a chunk of `block` events
 /// at a time, holding a permit only while pulling.
+#[allow(clippy::too_many_arguments)]
 fn spawn_producer<U: Send + 'static>(
-    pipeline: Pipeline<U>,
+    mut stream: Stream<U>,
+    resume: Option<StageState>,
+    skip: u64,
     nested: Env,
     permits: Arc<Permits>,
     stop: Arc<AtomicBool>,
-    counters: Arc<StageCounters>,
+    [counters, work]: [Arc<StageCounters>; 2],
     block: usize,
 ) -> Result<Slot<U>, PipelineError> {
     let (tx, rx) = bounded::<Chunk<U>>(2);
@@ -461,9 +546,17 @@ fn spawn_producer<U: Send + 'static>(
     let body = move |cancel: &Cancel| {
         let stopping =
             || stop.load(Ordering::Relaxed) || nested.cancelled() || cancel.is_cancelled();
-        let mut stream = pipeline.build_stream(&nested);
+        let mut left = skip;
+        while left > 0 && !stopping() {
+            match stream.next() {
+                Some(Event::EpochEnd(_)) => {}
+                Some(_) => left -= 1,
+                None => break,
+            }
+        }
         let mut chunk = Vec::with_capacity(block);
         let mut ended = false;
+        let mut chunk_start = None;
         while !ended {
             let t = Instant::now();
             if !permits.acquire(stopping) {
@@ -471,6 +564,10 @@ fn spawn_producer<U: Send + 'static>(
             }
             let t1 = Instant::now();
             counters.add_wait_in(t1 - t);
+            work.add_wait_in(t1 - t);
+            if chunk.is_empty() {
+                chunk_start = Some(stream.save().map_err(|e| e.to_string()));
+            }
             while chunk.len() < block {
                 match stream.next() {
                     Some(Event::EpochEnd(_)) => {}
@@ -482,17 +579,24 @@ fn spawn_producer<U: Send + 'static>(
                 }
             }
             permits.release();
-            counters.add_busy(t1.elapsed());
+            // The nested stages report this work as theirs.
+            let pulled = t1.elapsed();
+            counters.add_wait_in(pulled);
+            work.add_busy(pulled);
             if chunk.is_empty() {
                 continue;
             }
-            let full = std::mem::replace(&mut chunk, Vec::with_capacity(block));
+            let full = Chunk {
+                start: chunk_start.take(),
+                events: std::mem::replace(&mut chunk, Vec::with_capacity(block)),
+            };
             match tx.try_send(full) {
                 Ok(()) => {}
                 Err(TrySendError::Full(full)) => {
                     let t = Instant::now();
                     let sent = cancel.send(&tx, full);
                     counters.add_blocked_out(t.elapsed());
+                    work.add_blocked_out(t.elapsed());
                     if sent.is_err() {
                         return;
                     }
@@ -503,12 +607,18 @@ fn spawn_producer<U: Send + 'static>(
     };
     let on_panic = move |cancel: &Cancel, message| {
         let error = PipelineError::Panic { stage, message };
-        let _ = cancel.send(&panic_tx, vec![Event::Item(Err(error))]);
+        let chunk = Chunk {
+            start: None,
+            events: vec![Event::Item(Err(error))],
+        };
+        let _ = cancel.send(&panic_tx, chunk);
     };
     let worker = Worker::spawn(&live, "interleave", body, on_panic)?;
     Ok(Slot::Remote {
         rx,
         pending: Vec::new().into_iter(),
+        start: Box::new(Ok(resume)),
+        taken: skip,
         _worker: worker,
     })
 }
@@ -564,16 +674,20 @@ mod tests {
                     metrics: MetricsRegistry::new(),
                     live: LiveThreads::default(),
                     cores: 2,
+                    restore_error: std::sync::Mutex::new(None),
                 }),
                 epoch: 0,
                 prefix: "".into(),
+                resume: None,
             };
             let slot = spawn_producer(
-                Pipeline::from_generator(|| 0u64..),
+                Pipeline::from_generator(|| 0u64..).build_stream(&env.nested(1)),
+                None,
+                0,
                 env.nested(1),
                 Arc::new(Permits::new(1)),
                 Arc::new(AtomicBool::new(false)),
-                env.stage(1, "interleave"),
+                [env.stage(1, "interleave"), env.stage(2, "work")],
                 CHUNK_MIN,
             )
             .unwrap();
@@ -594,5 +708,142 @@ mod tests {
             panic!("joining an interleave producer with its receiver alive hung");
         }
         assert_eq!(live, Ok(0));
+    }
+}
+
+/// An interleave's own state; the input's state is its first input.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct InterleaveState {
+    current: usize,
+    in_block: usize,
+    paused: Option<u64>,
+    input_done: bool,
+    pulled: u64,
+    slots: Vec<Option<SlotState>>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SlotState {
+    /// The input event this slot's pipeline came from.
+    ordinal: u64,
+    /// The inner pipeline's state (`None`: from its start), and the
+    /// events after it already delivered.
+    inner: Option<StageState>,
+    skip: u64,
+}
+
+impl<T: Send + 'static, U: Send + 'static> StageStream<U> for InterleaveStream<T, U> {
+    fn save(&self) -> Result<StageState, StateError> {
+        let unsupported = |why: String| StateError::Unsupported {
+            stage: self.counters.name().to_string(),
+            why,
+        };
+        if self.permits.is_some() && !self.options.deterministic {
+            return Err(unsupported(
+                "a non-deterministic interleave has no repeatable order".to_string(),
+            ));
+        }
+        let mut slots = Vec::with_capacity(self.slots.len());
+        let mut earliest: Option<&SlotMeta> = None;
+        for (slot, meta) in self.slots.iter().zip(&self.meta) {
+            let (Some(slot), Some(meta)) = (slot, meta) else {
+                slots.push(None);
+                continue;
+            };
+            let (inner, skip) = match slot {
+                Slot::Local(stream) => (Some(stream.save()?), 0),
+                Slot::Remote { start, taken, .. } => {
+                    ((**start).clone().map_err(unsupported)?, *taken)
+                }
+            };
+            if earliest.is_none_or(|e| meta.ordinal < e.ordinal) {
+                earliest = Some(meta);
+            }
+            slots.push(Some(SlotState {
+                ordinal: meta.ordinal,
+                inner,
+                skip,
+            }));
+        }
+        let data = InterleaveState {
+            current: self.current,
+            in_block: self.in_block,
+            paused: self.paused,
+            input_done: self.input.is_none(),
+            pulled: self.pulled,
+            slots,
+        };
+        let mut state = StageState::new("interleave", serde_json::json!(data));
+        // The input as it was before the earliest open slot's element: the
+        // later ones are pulled again on restore.
+        let input = match (earliest, &self.input) {
+            (Some(meta), _) => Some(meta.input_before.clone().map_err(unsupported)?),
+            (None, Some(input)) => Some(input.save()?),
+            (None, None) => None,
+        };
+        if let Some(input) = input {
+            state = state.with_input(input);
+        }
+        Ok(state)
+    }
+}
+
+impl<T: Send + 'static, U: Send + 'static> InterleaveStream<T, U> {
+    /// Restores from a state: the input was built at the earliest open
+    /// slot's element; pull the elements up to where the state was taken,
+    /// reopening the open slots' pipelines and dropping the rest.
+    fn restore(&mut self, state: &StageState) -> Result<(), StateError> {
+        let data: InterleaveState = state.data("interleave")?;
+        if data.slots.len() != self.slots.len() {
+            return Err(StateError::Mismatch(format!(
+                "interleave: {} slots in the state, cycle_length {}",
+                data.slots.len(),
+                self.slots.len()
+            )));
+        }
+        let first = data.slots.iter().flatten().map(|s| s.ordinal).min();
+        let mut by_ordinal: std::collections::HashMap<u64, (usize, &SlotState)> = data
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().map(|s| (s.ordinal, (i, s))))
+            .collect();
+        if let Some(first) = first {
+            for ordinal in first..data.pulled {
+                let Some(input) = self.input.as_mut() else {
+                    return Err(StateError::Mismatch(
+                        "interleave: the input ended early".into(),
+                    ));
+                };
+                let before = input.save().map_err(|e| e.to_string());
+                let event = input.next();
+                let Some((index, slot)) = by_ordinal.remove(&ordinal) else {
+                    continue;
+                };
+                let Some(Event::Item(Ok(x))) = event else {
+                    return Err(StateError::Mismatch(format!(
+                        "interleave: input {ordinal} is no longer an element"
+                    )));
+                };
+                let pipeline = call_user(self.counters.name(), || (self.open)(x))
+                    .map_err(|e| StateError::Mismatch(e.to_string()))?;
+                let opened = self
+                    .start_slot(pipeline, slot.inner.clone(), slot.skip)
+                    .map_err(|e| StateError::Mismatch(e.to_string()))?;
+                self.slots[index] = Some(opened);
+                self.meta[index] = Some(SlotMeta {
+                    ordinal,
+                    input_before: before,
+                });
+            }
+        }
+        self.current = data.current;
+        self.in_block = data.in_block;
+        self.paused = data.paused;
+        self.pulled = data.pulled;
+        if data.input_done {
+            self.input = None;
+        }
+        Ok(())
     }
 }

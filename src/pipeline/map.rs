@@ -2,8 +2,10 @@
 
 use std::sync::Arc;
 
+use super::state::{StageState, StageStream, StateError};
 use super::worker::call_user;
-use super::{BoxError, Clock, Event, Pipeline, byte_size, user_error};
+use super::{BoxError, Clock, Event, Pipeline, Stream, byte_size, user_error};
+use crate::metrics::StageCounters;
 
 impl<T: Send + 'static> Pipeline<T> {
     /// Applies `f` to every element on the pulling thread. For parallel work
@@ -32,35 +34,72 @@ impl<T: Send + 'static> Pipeline<T> {
         F: Fn(T) -> Result<U, E> + Send + Sync + 'static,
     {
         let f = Arc::new(f);
-        self.then("map", move |_env, mut up, counters| {
+        self.then("map", move |env, up, counters| {
             let f = Arc::clone(&f);
-            Box::new(std::iter::from_fn(move || {
-                let mut clock = Clock::start();
-                let out = match clock.pull(&mut up)? {
-                    Event::Item(Ok(item)) => {
-                        counters.add_in(1, byte_size(&item));
-                        let result = match call_user(counters.name(), || f(item)) {
-                            Ok(Ok(value)) => {
-                                counters.add_out(1, byte_size(&value));
-                                Ok(value)
-                            }
-                            Ok(Err(err)) => {
-                                counters.add_error();
-                                Err(user_error(&counters, err))
-                            }
-                            Err(panic) => {
-                                counters.add_error();
-                                Err(panic)
-                            }
-                        };
-                        Event::Item(result)
-                    }
-                    Event::Item(Err(err)) => Event::Item(Err(err)),
-                    Event::EpochEnd(e) => Event::EpochEnd(e),
-                };
-                clock.finish(&counters);
-                Some(out)
-            }))
+            // A map holds nothing between elements: its state is its upstream's.
+            if let Some(state) = env.resume_state() {
+                if !state.data.is_null() {
+                    env.restore_failed(StateError::Mismatch(
+                        "a parallel map's state given to a sequential map".into(),
+                    ));
+                }
+            }
+            Box::new(MapStream {
+                up,
+                counters,
+                f: move |item| f(item),
+            }) as Stream<U>
         })
+    }
+}
+
+struct MapStream<T, F> {
+    up: Stream<T>,
+    counters: Arc<StageCounters>,
+    f: F,
+}
+
+impl<T: Send + 'static, U: Send + 'static, E: Into<BoxError>, F> Iterator for MapStream<T, F>
+where
+    F: Fn(T) -> Result<U, E> + Send,
+{
+    type Item = Event<U>;
+
+    fn next(&mut self) -> Option<Event<U>> {
+        let counters = &self.counters;
+        let mut clock = Clock::start();
+        let out = match clock.pull(&mut self.up)? {
+            Event::Item(Ok(item)) => {
+                counters.add_in(1, byte_size(&item));
+                let result = match call_user(counters.name(), || (self.f)(item)) {
+                    Ok(Ok(value)) => {
+                        counters.add_out(1, byte_size(&value));
+                        Ok(value)
+                    }
+                    Ok(Err(err)) => {
+                        counters.add_error();
+                        Err(user_error(counters, err))
+                    }
+                    Err(panic) => {
+                        counters.add_error();
+                        Err(panic)
+                    }
+                };
+                Event::Item(result)
+            }
+            Event::Item(Err(err)) => Event::Item(Err(err)),
+            Event::EpochEnd(e) => Event::EpochEnd(e),
+        };
+        clock.finish(counters);
+        Some(out)
+    }
+}
+
+impl<T: Send + 'static, U: Send + 'static, E: Into<BoxError>, F> StageStream<U> for MapStream<T, F>
+where
+    F: Fn(T) -> Result<U, E> + Send,
+{
+    fn save(&self) -> Result<StageState, StateError> {
+        Ok(StageState::new("map", serde_json::Value::Null).with_input(self.up.save()?))
     }
 }

@@ -126,12 +126,14 @@ mod padded_batch;
 mod parallel_map;
 mod parse;
 mod prefetch;
+pub mod rank;
 mod record;
 mod repeat;
 mod shard;
 mod shuffle;
 mod skip;
 mod source;
+pub mod state;
 mod take;
 mod tfrecord;
 mod worker;
@@ -139,8 +141,11 @@ mod worker;
 pub use interleave::Interleave;
 pub use padded_batch::{PaddedBatch, PaddedShape};
 pub use parallel_map::MapOptions;
-pub use record::{POOL_BUFFERS, POOL_MAX_CAPACITY, Record};
+pub use rank::{Rank, RankError, RankShare, Remainder, ShareBy};
+pub use record::{FileId, POOL_BUFFERS, POOL_MAX_CAPACITY, Record, RecordPosition};
 pub use shuffle::ShuffleOptions;
+use state::StageStream;
+pub use state::{PipelineState, Positions, StageState, StateError};
 pub use tfrecord::TfRecordFiles;
 pub use worker::{LiveThreads, live_worker_threads};
 
@@ -148,17 +153,22 @@ pub use worker::{LiveThreads, live_worker_threads};
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Why the pipeline could not deliver an element. Every variant names the
-/// stage; source errors also carry file, record and offset.
+/// stage; errors about input data also carry file, record and offset
+/// ([`location`](PipelineError::location)).
+///
+/// Each message is complete (it includes the text of the error inside), so
+/// that inner error is not also returned by
+/// [`source`](std::error::Error::source): an error chain (anyhow's `{:#}`)
+/// prints each cause once. The inner errors stay typed:
+/// [`record_error`](PipelineError::record_error),
+/// [`user_error`](PipelineError::user_error),
+/// [`parse_error`](PipelineError::parse_error).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PipelineError {
     /// Reading a TFRecord file failed (I/O, corruption; with the location).
-    #[error("stage {stage}: {source}")]
-    Record {
-        stage: String,
-        #[source]
-        source: RecordError,
-    },
+    #[error("stage {stage}: {error}")]
+    Record { stage: String, error: RecordError },
     /// A path or glob names no file.
     #[error("{pattern}: no such file (or no file matches the pattern)")]
     NoFiles { pattern: String },
@@ -166,42 +176,33 @@ pub enum PipelineError {
     #[error("{pattern}: bad glob pattern: {reason}")]
     BadGlob { pattern: String, reason: String },
     /// A user function returned `Err`.
-    #[error("stage {stage}: {source}")]
-    User {
-        stage: String,
-        #[source]
-        source: BoxError,
-    },
+    #[error("stage {stage}: {error}")]
+    User { stage: String, error: BoxError },
     /// A user function panicked.
     #[error("stage {stage}: panicked: {message}")]
     Panic { stage: String, message: String },
-    /// Parsing records under a schema failed.
-    #[error("stage {stage}: {source}")]
+    /// A record could not be parsed under the schema. `location` is the
+    /// record's place in its file (for records from a TFRecord source);
+    /// `error` is the parser's error, whose record index counts within the
+    /// batch. The message leads with the location and prints the cause once.
+    #[error("stage {stage}: {}", parse_message(location.as_ref(), error))]
     Parse {
         stage: String,
-        #[source]
-        source: ParseError,
+        location: Option<Location>,
+        error: ParseError,
     },
     /// The schema given to a parse stage is invalid.
     #[error("invalid schema: {0}")]
-    Schema(#[from] SchemaError),
+    Schema(SchemaError),
     /// An element does not fit the stage (e.g. longer than a padded shape).
     #[error("stage {stage}: {message}")]
     Element { stage: String, message: String },
     /// A cache file could not be written or read.
-    #[error("stage {stage}: cache file: {source}")]
-    Cache {
-        stage: String,
-        #[source]
-        source: RecordError,
-    },
+    #[error("stage {stage}: cache file: {error}")]
+    Cache { stage: String, error: RecordError },
     /// A worker thread could not be started.
-    #[error("stage {stage}: cannot start a thread: {source}")]
-    Spawn {
-        stage: String,
-        #[source]
-        source: io::Error,
-    },
+    #[error("stage {stage}: cannot start a thread: {error}")]
+    Spawn { stage: String, error: io::Error },
     /// The pipeline was built with a setting that makes no sense.
     #[error("invalid pipeline: {0}")]
     Config(String),
@@ -211,12 +212,14 @@ pub enum PipelineError {
     Storage(crate::storage::StorageError),
     /// Reading a record through a record index failed, or the index is
     /// stale (with the location).
-    #[error("stage {stage}: {source}")]
+    #[error("stage {stage}: {error}")]
     Index {
         stage: String,
-        #[source]
-        source: crate::storage::IndexError,
+        error: crate::storage::IndexError,
     },
+    /// The iterator state could not be captured, or a pipeline not restored from it.
+    #[error(transparent)]
+    State(#[from] StateError),
 }
 
 impl From<crate::storage::StorageError> for PipelineError {
@@ -246,15 +249,83 @@ impl PipelineError {
         }
     }
 
-    /// File, record index and byte offset, for errors reading records.
+    /// File, record index and byte offset, for errors reading or parsing
+    /// records.
     pub fn location(&self) -> Option<&Location> {
         match self {
-            PipelineError::Record { source, .. } | PipelineError::Cache { source, .. } => {
-                source.location()
+            PipelineError::Record { error, .. } | PipelineError::Cache { error, .. } => {
+                error.location()
             }
-            PipelineError::Index { source, .. } => source.location(),
+            PipelineError::Index { error, .. } => error.location(),
+            PipelineError::Parse { location, .. } => location.as_ref(),
             _ => None,
         }
+    }
+
+    /// The reader's error, for a failure reading records or a cache file.
+    pub fn record_error(&self) -> Option<&RecordError> {
+        match self {
+            PipelineError::Record { error, .. } | PipelineError::Cache { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+
+    /// The user function's error, for an `Err` it returned.
+    pub fn user_error(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
+        match self {
+            PipelineError::User { error, .. } => Some(error.as_ref()),
+            _ => None,
+        }
+    }
+
+    /// The parser's error, for a record that did not parse.
+    pub fn parse_error(&self) -> Option<&ParseError> {
+        match self {
+            PipelineError::Parse { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+
+    /// Whether the error is about the input data (a corrupt or unparsable
+    /// record) rather than the system or the program.
+    pub fn is_data_error(&self) -> bool {
+        match self {
+            PipelineError::Record { error, .. } => error.is_corruption(),
+            PipelineError::Parse { .. } => true,
+            _ => false,
+        }
+    }
+}
+
+/// `LOCATION: what failed` when the record's place is known; the parser's
+/// own message (with the record's index in its batch) otherwise.
+fn parse_message(location: Option<&Location>, error: &ParseError) -> String {
+    let Some(location) = location else {
+        return format!("{error} (counting within its batch)");
+    };
+    match error {
+        ParseError::Malformed { reason, .. } => {
+            format!("{location}: malformed protobuf: {reason}")
+        }
+        ParseError::Feature {
+            feature, reason, ..
+        } => format!("{location}: feature {feature:?}: {reason}"),
+    }
+}
+
+impl From<SchemaError> for PipelineError {
+    fn from(error: SchemaError) -> PipelineError {
+        PipelineError::Schema(error)
+    }
+}
+
+/// Why [`Pipeline::start`] refuses a plan: made afresh at each start.
+#[derive(Clone)]
+pub(crate) struct Invalid(Arc<dyn Fn() -> PipelineError + Send + Sync>);
+
+impl Invalid {
+    pub(crate) fn error(&self) -> PipelineError {
+        (self.0)()
     }
 }
 
@@ -309,7 +380,7 @@ pub enum Event<T> {
 }
 
 /// A started stage: events in order, `None` at the end.
-pub(crate) type Stream<T> = Box<dyn Iterator<Item = Event<T>> + Send>;
+pub(crate) type Stream<T> = Box<dyn StageStream<T>>;
 
 type BuildFn<T> = dyn Fn(&Env) -> Stream<T> + Send + Sync;
 
@@ -319,6 +390,14 @@ pub(crate) struct Shared {
     pub(crate) metrics: MetricsRegistry,
     pub(crate) live: LiveThreads,
     pub(crate) cores: usize,
+    /// The first error restoring from a state ([`Pipeline::start_from`]).
+    pub(crate) restore_error: std::sync::Mutex<Option<StateError>>,
+}
+
+/// The state a stage being built restores from, and whether it did.
+pub(crate) struct ResumeSlot {
+    state: StageState,
+    claimed: AtomicBool,
 }
 
 /// The context a stage is built in: the shared state, the epoch being built
@@ -329,6 +408,8 @@ pub(crate) struct Env {
     pub(crate) shared: Arc<Shared>,
     pub(crate) epoch: u64,
     prefix: Arc<str>,
+    /// Set only while building a stage restored from a state.
+    resume: Option<Arc<ResumeSlot>>,
 }
 
 impl Env {
@@ -346,6 +427,7 @@ impl Env {
     pub(crate) fn with_epoch(&self, epoch: u64) -> Env {
         Env {
             epoch,
+            resume: None,
             ..self.clone()
         }
     }
@@ -354,8 +436,70 @@ impl Env {
     pub(crate) fn nested(&self, depth: usize) -> Env {
         Env {
             prefix: format!("{}{depth}/", self.prefix).into(),
+            resume: None,
             ..self.clone()
         }
+    }
+
+    /// This context, building a stage that restores from `state` (or
+    /// starts afresh with `None`).
+    pub(crate) fn resuming(&self, state: Option<StageState>) -> Env {
+        Env {
+            resume: state.map(|state| {
+                Arc::new(ResumeSlot {
+                    state,
+                    claimed: AtomicBool::new(false),
+                })
+            }),
+            ..self.clone()
+        }
+    }
+
+    /// The state the stage being built restores from (claiming it).
+    pub(crate) fn resume_state(&self) -> Option<&StageState> {
+        let slot = self.resume.as_ref()?;
+        slot.claimed.store(true, Ordering::Relaxed);
+        Some(&slot.state)
+    }
+
+    /// Whether a state was given that no stage took (its stage cannot restore).
+    pub(crate) fn check_claimed(&self, stage: &str) {
+        if let Some(slot) = &self.resume {
+            if !slot.claimed.load(Ordering::Relaxed) {
+                self.restore_failed(StateError::Unsupported {
+                    stage: stage.to_string(),
+                    why: format!(
+                        "it cannot restore (the state names stage {})",
+                        slot.state.stage
+                    ),
+                });
+            }
+        }
+    }
+
+    /// Records why restoring failed; [`Pipeline::start_from`] returns it.
+    pub(crate) fn restore_failed(&self, error: StateError) {
+        let mut slot = self
+            .shared
+            .restore_error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        slot.get_or_insert(error);
+    }
+
+    /// The state for a `then` stage named `name`: `(own, upstream's)`.
+    fn split_resume(&self, name: &str) -> (Option<StageState>, Option<StageState>) {
+        let Some(state) = self.resume_state() else {
+            return (None, None);
+        };
+        if state.stage != name {
+            self.restore_failed(StateError::Mismatch(format!(
+                "expected stage {name}, the state has {}",
+                state.stage
+            )));
+            return (None, None);
+        }
+        (Some(state.clone()), state.inputs.first().cloned())
     }
 
     pub(crate) fn live(&self) -> &LiveThreads {
@@ -369,7 +513,7 @@ impl Env {
 pub struct Pipeline<T> {
     build: Arc<BuildFn<T>>,
     depth: usize,
-    error: Option<String>,
+    error: Option<Invalid>,
 }
 
 impl<T> Clone for Pipeline<T> {
@@ -404,9 +548,15 @@ impl<T: Send + 'static> Pipeline<T> {
         let up = self.build;
         Pipeline {
             build: Arc::new(move |env: &Env| {
-                let stream = up(env);
+                let (own, upstream) = env.split_resume(name);
+                let up_env = env.resuming(upstream);
+                let stream = up(&up_env);
+                up_env.check_claimed("upstream");
                 let counters = env.stage(depth, name);
-                f(env, stream, counters)
+                let env = env.resuming(own);
+                let stream = f(&env, stream, counters);
+                env.check_claimed(name);
+                stream
             }),
             depth,
             error: self.error,
@@ -428,17 +578,46 @@ impl<T: Send + 'static> Pipeline<T> {
         Pipeline {
             build: Arc::new(move |env: &Env| {
                 let counters = env.stage(depth, name);
-                f(env, &|| up(env), counters)
+                // Lazy stages (cache) do not restore: a state for one fails.
+                env.check_claimed(name);
+                let env = env.resuming(None);
+                f(&env, &|| up(&env), counters)
             }),
             depth,
             error: self.error,
         }
     }
 
+    /// Appends an adapter that is not a stage of its own: no metrics row, the
+    /// same depth. `f` gets the context and the upstream (whose counters it
+    /// can look up with `env.stage(depth, name)`).
+    pub(crate) fn then_quiet<U: Send + 'static>(
+        self,
+        f: impl Fn(&Env, usize, Stream<T>) -> Stream<U> + Send + Sync + 'static,
+    ) -> Pipeline<U> {
+        let depth = self.depth;
+        let up = self.build;
+        Pipeline {
+            build: Arc::new(move |env: &Env| f(env, depth, up(env))),
+            depth,
+            error: self.error,
+        }
+    }
+
     /// Records a configuration error, reported by [`start`](Self::start).
-    pub(crate) fn invalid(mut self, message: impl FnOnce() -> String) -> Self {
+    pub(crate) fn invalid(self, message: impl FnOnce() -> String) -> Self {
+        let message = message();
+        self.invalid_with(move || PipelineError::Config(message.clone()))
+    }
+
+    /// Records an error that `make` builds (at each [`start`](Self::start)),
+    /// for errors that are not a plain message, such as an invalid schema.
+    pub(crate) fn invalid_with(
+        mut self,
+        make: impl Fn() -> PipelineError + Send + Sync + 'static,
+    ) -> Self {
         if self.error.is_none() {
-            self.error = Some(message());
+            self.error = Some(Invalid(Arc::new(make)));
         }
         self
     }
@@ -454,8 +633,32 @@ impl<T: Send + 'static> Pipeline<T> {
     /// Starts the pipeline: spawns its threads and returns the iterator.
     /// Fails if an operator was given a setting that makes no sense.
     pub fn start(&self) -> Result<PipelineIter<T>, PipelineError> {
-        if let Some(message) = &self.error {
-            return Err(PipelineError::Config(message.clone()));
+        self.start_with(None)
+    }
+
+    /// Starts the pipeline where [`PipelineIter::state`] captured `state`:
+    /// the stream it yields equals the rest of the one the state was taken
+    /// from, element for element. Fails if the state does not fit this
+    /// pipeline (another shape, a stage that cannot restore, a buffered
+    /// record that cannot be re-read). See [`state`] for what is stored.
+    ///
+    /// ```
+    /// use tfpipe::pipeline::{Pipeline, PipelineState};
+    /// let p = Pipeline::from_vec((0..10u32).collect()).map(|x| x * 2);
+    /// let mut it = p.start()?;
+    /// let first: Vec<u32> = it.by_ref().take(3).collect::<Result<_, _>>()?;
+    /// let saved = it.state()?.to_json();
+    /// let rest: Vec<u32> = p.start_from(&PipelineState::from_json(&saved)?)?.collect::<Result<_, _>>()?;
+    /// assert_eq!((first, rest), (vec![0, 2, 4], vec![6, 8, 10, 12, 14, 16, 18]));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn start_from(&self, state: &PipelineState) -> Result<PipelineIter<T>, PipelineError> {
+        self.start_with(Some(state))
+    }
+
+    fn start_with(&self, state: Option<&PipelineState>) -> Result<PipelineIter<T>, PipelineError> {
+        if let Some(invalid) = &self.error {
+            return Err(invalid.error());
         }
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let shared = Arc::new(Shared {
@@ -463,17 +666,53 @@ impl<T: Send + 'static> Pipeline<T> {
             metrics: MetricsRegistry::new(),
             live: LiveThreads::default(),
             cores,
+            restore_error: std::sync::Mutex::new(None),
         });
         let env = Env {
             shared: Arc::clone(&shared),
             epoch: 0,
             prefix: "".into(),
+            resume: None,
         };
+        let Some(state) = state else {
+            let stream = (self.build)(&env);
+            return Ok(PipelineIter {
+                stream: Some(stream),
+                shared,
+                epoch: 0,
+            });
+        };
+        if state.version != state::STATE_VERSION {
+            return Err(StateError::Version {
+                found: state.version,
+            }
+            .into());
+        }
+        if state.stage.stage == state::END {
+            return Ok(PipelineIter {
+                stream: None,
+                shared,
+                epoch: state.epoch,
+            });
+        }
+        let env = env.resuming(Some(state.stage.clone()));
         let stream = (self.build)(&env);
+        env.check_claimed("the first");
+        let failed = shared
+            .restore_error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(error) = failed {
+            // Dropping the stream cancels and joins whatever it started.
+            shared.cancel.store(true, Ordering::SeqCst);
+            drop(stream);
+            return Err(error.into());
+        }
         Ok(PipelineIter {
             stream: Some(stream),
             shared,
-            epoch: 0,
+            epoch: state.epoch,
         })
     }
 }
@@ -498,6 +737,22 @@ impl<T> PipelineIter<T> {
             None => self.stream = None,
         }
         event
+    }
+
+    /// Where the pipeline stands, after the last element (or marker)
+    /// returned: restart from it with [`Pipeline::start_from`]. Fails with
+    /// [`StateError::Unsupported`] if a stage cannot capture its position
+    /// (see [`state`]).
+    pub fn state(&self) -> Result<PipelineState, PipelineError> {
+        let stage = match &self.stream {
+            Some(stream) => stream.save()?,
+            None => StageState::new(state::END, serde_json::Value::Null),
+        };
+        Ok(PipelineState {
+            version: state::STATE_VERSION,
+            epoch: self.epoch,
+            stage,
+        })
     }
 
     /// Epochs completed so far (the epoch of the next element).
@@ -573,7 +828,15 @@ pub(crate) fn byte_size<T: 'static>(element: &T) -> u64 {
                 Values::Int64(v) => 8 * v.len() as u64,
                 Values::Float32(v) => 4 * v.len() as u64,
                 Values::Uint8(v) => v.len() as u64,
+                Values::Int16(v) => 2 * v.len() as u64,
+                Values::Uint16(v) => 2 * v.len() as u64,
+                Values::Int32(v) => 4 * v.len() as u64,
+                Values::Float64(v) => 8 * v.len() as u64,
                 Values::Bytes { data, .. } => data.len() as u64,
+                // Estimated: 8 bytes per index and per value.
+                Values::Sparse {
+                    indices, values, ..
+                } => 8 * (indices.len() + values.len()) as u64,
             })
             .sum()
     } else if let Some(s) = any.downcast_ref::<String>() {
@@ -764,7 +1027,7 @@ impl Sampler {
 pub(crate) fn user_error(stage: &StageCounters, err: impl Into<BoxError>) -> PipelineError {
     PipelineError::User {
         stage: stage.name().to_string(),
-        source: err.into(),
+        error: err.into(),
     }
 }
 

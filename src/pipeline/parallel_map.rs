@@ -17,13 +17,14 @@
 //! below `base` has been emitted (or was a `Done` slot).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError, bounded};
 
 use super::autotune::Autotuner;
+use super::state::{self, ANCHOR_EVERY, Anchors, StageState, StageStream, StateError};
 use super::worker::{Worker, call_user};
 use super::{
     BoxError, Env, Event, Parallelism, Pipeline, PipelineError, Stream, byte_size, user_error,
@@ -86,12 +87,30 @@ impl<T: Send + 'static> Pipeline<T> {
         I: Fn() -> S + Send + Sync + 'static,
         F: Fn(&mut S, T) -> Result<U, E> + Send + Sync + 'static,
     {
+        self.map_parallel_named("map", options, init, f)
+    }
+
+    /// [`map_parallel_with`](Self::map_parallel_with) as a stage called `name`.
+    pub(crate) fn map_parallel_named<S, U, E, I, F>(
+        self,
+        name: &'static str,
+        options: MapOptions,
+        init: I,
+        f: F,
+    ) -> Pipeline<U>
+    where
+        S: 'static,
+        U: Send + 'static,
+        E: Into<BoxError>,
+        I: Fn() -> S + Send + Sync + 'static,
+        F: Fn(&mut S, T) -> Result<U, E> + Send + Sync + 'static,
+    {
         let bad = matches!(options.parallelism, Parallelism::Fixed(0));
         let job = Arc::new(Job { init, f });
         self.invalid_if(bad, || {
             "map_parallel: parallelism must be positive (or Auto)".into()
         })
-        .then("map", move |env, up, counters| {
+        .then(name, move |env, up, counters| {
             start_map(env, up, counters, options, Arc::clone(&job))
         })
     }
@@ -107,6 +126,8 @@ struct Upstream<T> {
     stream: Stream<T>,
     next_seq: u64,
     epoch: u64,
+    /// The upstream's state every few pulls, for [`MapStream::save`].
+    anchors: Anchors,
 }
 
 struct Shared<T> {
@@ -116,6 +137,8 @@ struct Shared<T> {
     /// The consumer is gone, or the upstream is exhausted.
     stop: AtomicBool,
     exhausted: AtomicBool,
+    /// Elements the consumer has emitted (updated now and then, for pruning anchors).
+    consumed: AtomicU64,
     park: Mutex<()>,
     wake: Condvar,
 }
@@ -154,15 +177,27 @@ where
         Parallelism::Auto => max.div_ceil(2),
     };
     let window = 2 * max + 2;
+    let skip = match env.resume_state().map(|s| state::skip_of(s, "map")) {
+        Some(Ok(skip)) => skip,
+        Some(Err(error)) => {
+            env.restore_failed(error);
+            0
+        }
+        None => 0,
+    };
+    let mut anchors = Anchors::default();
+    anchors.offer(0, 0, &*up);
     let shared = Arc::new(Shared {
         upstream: Mutex::new(Upstream {
             stream: up,
             next_seq: 0,
             epoch: 0,
+            anchors,
         }),
         target: AtomicUsize::new(initial),
         stop: AtomicBool::new(false),
         exhausted: AtomicBool::new(false),
+        consumed: AtomicU64::new(0),
         park: Mutex::new(()),
         wake: Condvar::new(),
     });
@@ -213,6 +248,7 @@ where
         counters,
         autotuner,
         waited: Duration::ZERO,
+        skip,
         workers,
     };
     match spawn_error {
@@ -299,6 +335,16 @@ impl<T: Send + 'static, U: Send + 'static> WorkerCtx<T, U> {
                 };
                 let tag = (up.next_seq, up.epoch);
                 up.next_seq += 1;
+                if up.next_seq % ANCHOR_EVERY == 0 {
+                    let consumed = self.shared.consumed.load(Ordering::Relaxed);
+                    let Upstream {
+                        stream,
+                        next_seq,
+                        anchors,
+                        ..
+                    } = &mut *up;
+                    anchors.offer(*next_seq, consumed, &**stream);
+                }
                 if let Event::EpochEnd(_) = event {
                     up.epoch += 1;
                 }
@@ -377,6 +423,8 @@ struct MapStream<T, U> {
     autotuner: Option<Autotuner>,
     /// Time this consumer spent waiting for the workers.
     waited: Duration,
+    /// Events still to drop after a restore (they came before the state).
+    skip: u64,
     workers: Vec<Worker>,
 }
 
@@ -384,6 +432,9 @@ impl<T, U> MapStream<T, U> {
     fn advance(&mut self) {
         self.ring.pop_front();
         self.base += 1;
+        if self.base % ANCHOR_EVERY == 0 {
+            self.shared.consumed.store(self.base, Ordering::Relaxed);
+        }
         if let Some(tokens) = &self.tokens {
             let _ = tokens.try_recv();
         }
@@ -444,12 +495,34 @@ impl<T, U> MapStream<T, U> {
     }
 }
 
+impl<T: Send, U: Send> StageStream<U> for MapStream<T, U> {
+    fn save(&self) -> Result<StageState, StateError> {
+        if !self.deterministic {
+            return Err(StateError::Unsupported {
+                stage: self.counters.name().to_string(),
+                why: "a non-deterministic parallel map has no repeatable order".to_string(),
+            });
+        }
+        let up = self
+            .shared
+            .upstream
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // Every sequence number below `base` has been emitted (or skipped).
+        up.anchors.at("map", self.base)
+    }
+}
+
 impl<T, U> Iterator for MapStream<T, U> {
     type Item = Event<U>;
 
     fn next(&mut self) -> Option<Event<U>> {
         loop {
             if let Some(event) = self.pop() {
+                if self.skip > 0 {
+                    self.skip -= 1;
+                    continue;
+                }
                 return Some(event);
             }
             if self.disconnected {

@@ -1,16 +1,29 @@
-//! The schema parser as a pipeline stage: per batch of serialized records
-//! (`tf.data`'s fast arrangement: batch, then parse) or per record.
+//! The schema parser as a pipeline stage, named `parse`: per batch of
+//! serialized records (`tf.data`'s fast arrangement: batch, then parse) or
+//! per record.
+//!
+//! A record that does not parse costs only itself: the stage emits one
+//! [`PipelineError::Parse`] per bad record (with the record's file, index
+//! and byte offset when it came from a TFRecord source), then the batch of
+//! the records that did parse. A consumer that stops at the first error
+//! (as `tf.data` does) fails with the location; under
+//! [`ignore_errors`](Pipeline::ignore_errors) the bad record is skipped,
+//! counted with its location, and the rest of its batch is kept.
 
-use super::{MapOptions, Parallelism, Pipeline, PipelineError};
+use std::any::Any;
+
+use super::{Event, MapOptions, Parallelism, Pipeline, PipelineError, Record};
 use crate::batch::Batch;
+use crate::error::Location;
 use crate::example::{BatchParser, Schema};
 
 impl<R: AsRef<[u8]> + Send + 'static> Pipeline<Vec<R>> {
-    /// Parses each batch of serialized `Example`s (a [`Record`](super::Record)
-    /// from a TFRecord source, or any bytes) under `schema` into one
-    /// columnar [`Batch`], on `parallelism` workers, each with its own
-    /// [`BatchParser`] (so buffers are reused). A bad record is an `Err` item
-    /// naming this stage and the record within the batch.
+    /// Parses each batch of serialized `Example`s (a [`Record`] from a
+    /// TFRecord source, or any bytes) under `schema` into one columnar
+    /// [`Batch`], on `parallelism` workers, each with its own
+    /// [`BatchParser`] (so buffers are reused). A bad record is an `Err`
+    /// item of its own, ahead of the batch of the others (see the module
+    /// doc); the batch then has fewer rows.
     ///
     /// ```no_run
     /// use tfpipe::pipeline::{Parallelism, Pipeline};
@@ -34,54 +47,110 @@ impl<R: AsRef<[u8]> + Send + 'static> Pipeline<Vec<R>> {
         schema: Schema,
         parallelism: impl Into<Parallelism>,
     ) -> Pipeline<Batch> {
-        parse_stage(
-            self,
-            schema,
-            parallelism.into(),
-            |parser, records: Vec<R>| parser.parse(&records),
-        )
+        parse_stage(self, schema, parallelism.into(), |records: &Vec<R>| {
+            records.as_slice()
+        })
     }
 }
 
 impl<R: AsRef<[u8]> + Send + 'static> Pipeline<R> {
     /// Parses each serialized `Example` on its own into a one-row [`Batch`]
     /// (the per-example arrangement; batching first and using
-    /// [`parse_batches`](Pipeline::parse_batches) is much faster).
+    /// [`parse_batches`](Pipeline::parse_batches) is much faster). A bad
+    /// record is an `Err` item in its place.
     pub fn parse_records(
         self,
         schema: Schema,
         parallelism: impl Into<Parallelism>,
     ) -> Pipeline<Batch> {
-        parse_stage(self, schema, parallelism.into(), |parser, record: R| {
-            parser.parse(std::slice::from_ref(&record))
-        })
+        parse_stage(self, schema, parallelism.into(), std::slice::from_ref)
     }
 }
 
-fn parse_stage<T: Send + 'static>(
+/// What a worker makes of one element: the errors of its bad records, in
+/// order, and the batch of the others (`None` when every record was bad).
+struct Parsed {
+    bad: Vec<PipelineError>,
+    batch: Option<Batch>,
+}
+
+fn parse_stage<T: Send + 'static, R: AsRef<[u8]> + 'static>(
     pipeline: Pipeline<T>,
     schema: Schema,
     parallelism: Parallelism,
-    parse: fn(&mut BatchParser, T) -> Result<Batch, crate::example::ParseError>,
+    records: fn(&T) -> &[R],
 ) -> Pipeline<Batch> {
     // Check the schema now, so a bad one fails at `start`, not per element.
-    let checked = BatchParser::new(schema.clone()).map_err(PipelineError::from);
-    let error = checked.as_ref().err().map(ToString::to_string);
-    let pipeline = pipeline.invalid_if(error.is_some(), || error.clone().unwrap_or_default());
+    let pipeline = match BatchParser::new(schema.clone()) {
+        Ok(_) => pipeline,
+        Err(_) => {
+            let schema = schema.clone();
+            pipeline.invalid_with(move || match BatchParser::new(schema.clone()) {
+                Err(err) => PipelineError::Schema(err),
+                Ok(_) => PipelineError::Config("the schema became valid".into()),
+            })
+        }
+    };
     let options = MapOptions {
         parallelism,
         deterministic: true,
     };
-    pipeline.map_parallel_with(
-        options,
-        move || BatchParser::new(schema.clone()),
-        move |parser, element| match parser {
-            Ok(parser) => parse(parser, element),
-            // Unreachable in practice: the same schema was checked above.
-            Err(err) => Err(crate::example::ParseError::Malformed {
-                record: 0,
-                reason: err.to_string(),
-            }),
-        },
-    )
+    pipeline
+        .map_parallel_named(
+            "parse",
+            options,
+            move || BatchParser::new(schema.clone()),
+            move |parser, element: T| match parser {
+                Ok(parser) => Ok(parse_element(parser, records(&element))),
+                // Unreachable in practice: the same schema was checked above.
+                Err(err) => Err(err.to_string()),
+            },
+        )
+        .then_quiet(|env, depth, mut up| {
+            let counters = env.stage(depth, "parse");
+            let mut queue: std::collections::VecDeque<Event<Batch>> = Default::default();
+            Box::new(std::iter::from_fn(move || {
+                loop {
+                    if let Some(event) = queue.pop_front() {
+                        return Some(event);
+                    }
+                    match up.next()? {
+                        Event::Item(Ok(parsed)) => {
+                            for err in parsed.bad {
+                                counters.add_error();
+                                queue.push_back(Event::Item(Err(err)));
+                            }
+                            if let Some(batch) = parsed.batch {
+                                queue.push_back(Event::Item(Ok(batch)));
+                            }
+                        }
+                        Event::Item(Err(err)) => return Some(Event::Item(Err(err))),
+                        Event::EpochEnd(e) => return Some(Event::EpochEnd(e)),
+                    }
+                }
+            }))
+        })
+}
+
+fn parse_element<R: AsRef<[u8]> + 'static>(parser: &mut BatchParser, records: &[R]) -> Parsed {
+    let mut batch = parser.empty_batch();
+    let mut bad = Vec::new();
+    parser.parse_into_skipping(records, &mut batch, |index, error| {
+        bad.push(PipelineError::Parse {
+            stage: "parse".to_string(),
+            location: records.get(index).and_then(record_location),
+            error,
+        });
+    });
+    let keep = batch.num_rows > 0 || bad.is_empty();
+    Parsed {
+        bad,
+        batch: keep.then_some(batch),
+    }
+}
+
+/// Where a record came from, for records from a TFRecord source.
+fn record_location<R: 'static>(record: &R) -> Option<Location> {
+    let record = (record as &dyn Any).downcast_ref::<Record>()?;
+    record.position().map(|p| p.location())
 }

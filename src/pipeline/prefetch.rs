@@ -4,6 +4,10 @@ use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use super::state::{self, ANCHOR_EVERY, Anchors, StageState, StageStream, StateError};
 use super::worker::Worker;
 use super::{Event, Pipeline, PipelineError, Stream, byte_size};
 use crate::metrics::StageCounters;
@@ -25,13 +29,31 @@ impl<T: Send + 'static> Pipeline<T> {
             return self;
         }
         self.then("prefetch", move |env, up, counters| {
+            let skip = match env.resume_state().map(|s| state::skip_of(s, "prefetch")) {
+                Some(Ok(skip)) => skip,
+                Some(Err(error)) => {
+                    env.restore_failed(error);
+                    0
+                }
+                None => 0,
+            };
+            // The upstream's state before any pull: the first anchor.
+            let mut first = Anchors::default();
+            first.offer(0, 0, &*up);
+            let anchors = Arc::new(AnchorShared {
+                anchors: Mutex::new(first),
+                consumed: AtomicU64::new(0),
+            });
             let (tx, rx) = bounded(n);
             let panic_tx = tx.clone();
             let stage = counters.name().to_string();
             let body = {
                 let env = env.clone();
                 let counters = counters.clone();
-                move |cancel: &Cancel| produce(up, &tx, &counters, cancel, || env.cancelled())
+                let anchors = Arc::clone(&anchors);
+                move |cancel: &Cancel| {
+                    produce(up, &tx, &counters, cancel, || env.cancelled(), &anchors)
+                }
             };
             let on_panic = move |cancel: &Cancel, message| {
                 let error = PipelineError::Panic { stage, message };
@@ -40,6 +62,9 @@ impl<T: Send + 'static> Pipeline<T> {
             match Worker::spawn(env.live(), "prefetch", body, on_panic) {
                 Ok(worker) => Box::new(Prefetch {
                     rx,
+                    anchors,
+                    consumed: 0,
+                    skip,
                     _worker: worker,
                 }) as Stream<T>,
                 Err(err) => Box::new(std::iter::once(Event::Item(Err(err)))),
@@ -57,14 +82,25 @@ pub(crate) fn produce<T: 'static>(
     counters: &StageCounters,
     cancel: &Cancel,
     cancelled: impl Fn() -> bool,
+    anchors: &AnchorShared,
 ) {
     let mut first = Some(Instant::now());
+    let mut pulled = 0u64;
     loop {
         if cancelled() || cancel.is_cancelled() {
             return;
         }
         let t = Instant::now();
         let Some(event) = up.next() else { return };
+        pulled += 1;
+        if pulled % ANCHOR_EVERY == 0 {
+            let consumed = anchors.consumed.load(Ordering::Relaxed);
+            anchors
+                .anchors
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .offer(pulled, consumed, &*up);
+        }
         counters.add_wait_in(t.elapsed());
         if let Event::Item(Ok(item)) = &event {
             let bytes = byte_size(item);
@@ -93,14 +129,49 @@ pub(crate) fn produce<T: 'static>(
 /// while blocked on the full channel, so the fields may drop in any order.
 struct Prefetch<T> {
     rx: Receiver<Event<T>>,
+    anchors: Arc<AnchorShared>,
+    /// Events received (skipped ones included).
+    consumed: u64,
+    /// Events still to drop after a restore (they came before the state).
+    skip: u64,
     _worker: Worker,
+}
+
+/// The producer's anchors and how far the consumer is (for pruning them).
+#[derive(Default)]
+pub(crate) struct AnchorShared {
+    anchors: Mutex<Anchors>,
+    consumed: AtomicU64,
 }
 
 impl<T> Iterator for Prefetch<T> {
     type Item = Event<T>;
 
     fn next(&mut self) -> Option<Event<T>> {
-        self.rx.recv().ok()
+        loop {
+            let event = self.rx.recv().ok()?;
+            self.consumed += 1;
+            if self.consumed % ANCHOR_EVERY == 0 {
+                self.anchors
+                    .consumed
+                    .store(self.consumed, Ordering::Relaxed);
+            }
+            if self.skip > 0 {
+                self.skip -= 1;
+                continue;
+            }
+            return Some(event);
+        }
+    }
+}
+
+impl<T: Send> StageStream<T> for Prefetch<T> {
+    fn save(&self) -> Result<StageState, StateError> {
+        self.anchors
+            .anchors
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .at("prefetch", self.consumed + self.skip)
     }
 }
 
@@ -120,23 +191,39 @@ mod tests {
             let live = LiveThreads::default();
             let (tx, rx) = bounded(1);
             let counters = StageCounters::new("prefetch".into());
-            let up: Stream<u64> = Box::new((0u64..).map(|i| Event::Item(Ok(i))));
+            let mut i = 0u64;
+            let up: Stream<u64> = Box::new(std::iter::from_fn(move || {
+                i += 1;
+                Some(Event::Item(Ok(i)))
+            }));
             let worker = Worker::spawn(
                 &live,
                 "prefetch",
-                move |cancel: &Cancel| produce(up, &tx, &counters, cancel, || false),
+                move |cancel: &Cancel| {
+                    produce(
+                        up,
+                        &tx,
+                        &counters,
+                        cancel,
+                        || false,
+                        &AnchorShared::default(),
+                    )
+                },
                 |_, _| {},
             )
             .unwrap();
             let prefetch = Prefetch {
                 rx,
+                anchors: Arc::default(),
+                consumed: 0,
+                skip: 0,
                 _worker: worker,
             };
             // Let the producer fill the channel and block.
             while !prefetch.rx.is_full() {
                 std::thread::yield_now();
             }
-            let Prefetch { rx, _worker } = prefetch;
+            let Prefetch { rx, _worker, .. } = prefetch;
             drop(_worker); // joins, with `rx` alive
             let _ = done_tx.send(live.get());
             drop(rx);

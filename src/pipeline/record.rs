@@ -15,14 +15,34 @@
 //! (a large record) is freed normally; for records that large the allocation
 //! is small next to the copy. When the list is empty a new buffer is
 //! allocated, so the list never blocks anyone.
+//!
+//! # Source positions
+//!
+//! A record read from a file carries its [`RecordPosition`]: the file, the
+//! index of the record in it and the byte offset of its frame in the
+//! uncompressed stream. The position moves with the record through
+//! `shuffle`, `batch`, `interleave`, `shard`, `cache` and everything else
+//! that passes records on, so a later stage can say where row `i` of a batch
+//! came from ([`Record::position`], then [`RecordPosition::location`]).
+//!
+//! A position is `Copy` and 24 bytes: the file is a [`FileId`], an index into
+//! one process-wide table of the paths opened so far (interned once per file
+//! open, never per record), so carrying a position costs no allocation and no
+//! reference count on the hot path. The table only grows, by one path per
+//! distinct file a process reads.
 
 use std::borrow::Borrow;
+use std::collections::HashMap;
 use std::fmt;
 use std::hash::{Hash, Hasher};
+use std::num::NonZeroU32;
 use std::ops::Deref;
-use std::sync::LazyLock;
+use std::path::Path;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError, RwLock};
 
 use crossbeam_channel::{Receiver, Sender, bounded};
+
+use crate::error::Location;
 
 /// Idle buffers the free list keeps at most (a batch of 256 records
 /// returns all of its buffers at once, so this leaves room for several).
@@ -37,12 +57,154 @@ static POOL: LazyLock<FreeList> = LazyLock::new(|| bounded(POOL_BUFFERS));
 
 type FreeList = (Sender<Vec<u8>>, Receiver<Vec<u8>>);
 
+/// A file a [`RecordPosition`] points into: an index into the process-wide
+/// table of files opened so far (see [`RecordPosition`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FileId(NonZeroU32);
+
+/// The interned paths: `paths[id - 1]` is the path of `FileId(id)`.
+struct FileTable {
+    paths: RwLock<Vec<Arc<Path>>>,
+    ids: Mutex<HashMap<Arc<Path>, FileId>>,
+}
+
+static FILES: LazyLock<FileTable> = LazyLock::new(|| FileTable {
+    paths: RwLock::new(Vec::new()),
+    ids: Mutex::new(HashMap::new()),
+});
+
+impl FileId {
+    /// The id of `path`, interning it on first use (once per file open, not
+    /// per record: it takes a lock).
+    pub fn intern(path: &Path) -> FileId {
+        let mut ids = FILES.ids.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(id) = ids.get(path) {
+            return *id;
+        }
+        let mut paths = FILES.paths.write().unwrap_or_else(PoisonError::into_inner);
+        let path: Arc<Path> = Arc::from(path);
+        paths.push(Arc::clone(&path));
+        // More than 4 billion distinct files in one process would wrap; the
+        // table would run out of memory long before.
+        let n = u32::try_from(paths.len()).unwrap_or(u32::MAX);
+        let id = FileId(NonZeroU32::new(n).unwrap_or(NonZeroU32::MAX));
+        ids.insert(path, id);
+        id
+    }
+
+    /// The file's path.
+    pub fn path(self) -> Arc<Path> {
+        let paths = FILES.paths.read().unwrap_or_else(PoisonError::into_inner);
+        // Every FileId comes from `intern`, which pushed its path first.
+        match paths.get(self.0.get() as usize - 1) {
+            Some(path) => Arc::clone(path),
+            None => Arc::from(Path::new("<unknown file>")),
+        }
+    }
+}
+
+/// Where a [`Record`] came from: its file, its index in the file (skipped
+/// corrupt records included, as the reader counts) and the byte offset of its
+/// frame in the file's *uncompressed* stream (what TensorFlow reports).
+///
+/// A position is `Copy` and 24 bytes: the file is a [`FileId`], an index into
+/// one process-wide table of the paths opened so far (interned once per file
+/// open, never per record), so carrying a position costs no allocation and no
+/// reference count on the hot path. The table only grows, by one path per
+/// distinct file a process reads. The position moves with its record through
+/// `shuffle`, `batch`, `interleave`, `shard`, `cache` and every other stage
+/// that passes records on.
+///
+/// ```
+/// use std::path::Path;
+/// use tfpipe::Location;
+/// use tfpipe::pipeline::{Record, RecordPosition};
+///
+/// let position = RecordPosition::new(Path::new("data/train.tfrecord"), 3, 120);
+/// let record = Record::from(&b"bytes"[..]).with_position(position);
+/// let location: Location = record.position().unwrap().location();
+/// assert_eq!(location.to_string(), "data/train.tfrecord: record 3 at byte 120");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RecordPosition {
+    file: FileId,
+    record: u64,
+    offset: u64,
+}
+
+impl RecordPosition {
+    /// The position of record `record`, whose frame starts at byte `offset`
+    /// of `path`'s uncompressed stream (interns `path`).
+    pub fn new(path: &Path, record: u64, offset: u64) -> RecordPosition {
+        RecordPosition::in_file(FileId::intern(path), record, offset)
+    }
+
+    /// The position of record `record` at `offset` in an interned file.
+    pub fn in_file(file: FileId, record: u64, offset: u64) -> RecordPosition {
+        RecordPosition {
+            file,
+            record,
+            offset,
+        }
+    }
+
+    /// The file.
+    pub fn file(&self) -> FileId {
+        self.file
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> Arc<Path> {
+        self.file.path()
+    }
+
+    /// Zero-based index of the record in its file.
+    pub fn record(&self) -> u64 {
+        self.record
+    }
+
+    /// Byte offset of the record's frame in the uncompressed stream.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// The position as the [`Location`] errors carry.
+    pub fn location(&self) -> Location {
+        Location {
+            path: Some(self.path().to_path_buf()),
+            record: self.record,
+            offset: self.offset,
+        }
+    }
+}
+
+impl From<RecordPosition> for Location {
+    fn from(position: RecordPosition) -> Location {
+        position.location()
+    }
+}
+
+impl From<&RecordPosition> for Location {
+    fn from(position: &RecordPosition) -> Location {
+        position.location()
+    }
+}
+
+impl fmt::Display for RecordPosition {
+    /// As [`Location`]: `PATH: record N at byte M`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.location(), f)
+    }
+}
+
 /// A serialized record, as read from a TFRecord file: bytes you read through
 /// `Deref<Target = [u8]>` / `AsRef<[u8]>`, whose buffer goes back to a
-/// bounded free list when dropped (see the [pipeline module docs](crate::pipeline)).
+/// bounded free list when dropped, and the [`RecordPosition`] it was read
+/// from, if it was read from a file.
 ///
 /// Convert from and to `Vec<u8>` with `From`/[`into_vec`](Record::into_vec);
-/// it compares equal to byte slices and vectors with the same bytes.
+/// it compares equal to byte slices and vectors with the same bytes. Equality
+/// and hashing look at the bytes only, not at the position.
 ///
 /// ```
 /// use tfpipe::pipeline::Record;
@@ -53,6 +215,7 @@ type FreeList = (Sender<Vec<u8>>, Receiver<Vec<u8>>);
 /// ```
 pub struct Record {
     buf: Vec<u8>,
+    position: Option<RecordPosition>,
 }
 
 impl Record {
@@ -60,7 +223,24 @@ impl Record {
     pub fn new() -> Record {
         Record {
             buf: POOL.1.try_recv().unwrap_or_default(),
+            position: None,
         }
+    }
+
+    /// Where the record was read from; `None` for records made from bytes.
+    pub fn position(&self) -> Option<&RecordPosition> {
+        self.position.as_ref()
+    }
+
+    /// The record, saying it was read from `position`.
+    pub fn with_position(mut self, position: RecordPosition) -> Record {
+        self.position = Some(position);
+        self
+    }
+
+    /// Sets (or clears) where the record was read from.
+    pub fn set_position(&mut self, position: Option<RecordPosition>) {
+        self.position = position;
     }
 
     /// The bytes.
@@ -119,14 +299,22 @@ impl Borrow<[u8]> for Record {
 }
 
 impl Clone for Record {
+    /// Copies the bytes (into a recycled buffer) and the position.
     fn clone(&self) -> Record {
-        Record::from(self.as_slice())
+        let mut record = Record::from(self.as_slice());
+        record.position = self.position;
+        record
     }
 }
 
 impl fmt::Debug for Record {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("Record").field(&self.as_slice()).finish()
+        let mut t = f.debug_tuple("Record");
+        t.field(&self.as_slice());
+        if let Some(position) = &self.position {
+            t.field(&format_args!("{position}"));
+        }
+        t.finish()
     }
 }
 
@@ -166,7 +354,10 @@ impl PartialEq<Record> for Vec<u8> {
 impl From<Vec<u8>> for Record {
     /// Wraps the vector (no copy); its buffer joins the free list on drop.
     fn from(buf: Vec<u8>) -> Record {
-        Record { buf }
+        Record {
+            buf,
+            position: None,
+        }
     }
 }
 
@@ -215,5 +406,33 @@ mod tests {
         // An oversized buffer is not kept (and dropping it is fine).
         drop(Record::from(vec![0u8; POOL_MAX_CAPACITY + 1]));
         assert!(POOL.0.len() <= POOL_BUFFERS);
+    }
+
+    #[test]
+    fn positions_are_small_interned_and_cloned() {
+        assert_eq!(std::mem::size_of::<RecordPosition>(), 24);
+        assert_eq!(std::mem::size_of::<Option<RecordPosition>>(), 24);
+        let a = RecordPosition::new(Path::new("/x/a.tfrecord"), 1, 16);
+        let b = RecordPosition::new(Path::new("/x/a.tfrecord"), 2, 40);
+        let c = RecordPosition::new(Path::new("/x/c.tfrecord"), 0, 0);
+        assert_eq!(a.file(), b.file());
+        assert_ne!(a.file(), c.file());
+        assert_eq!(&*c.path(), Path::new("/x/c.tfrecord"));
+        let r = Record::from(vec![1u8]).with_position(b);
+        assert_eq!(r.clone().position(), Some(&b));
+        // Equality is about bytes only.
+        assert_eq!(r, Record::from(vec![1u8]).with_position(c));
+        assert_eq!(
+            Location::from(b),
+            Location {
+                path: Some("/x/a.tfrecord".into()),
+                record: 2,
+                offset: 40
+            }
+        );
+        assert_eq!(
+            format!("{r:?}"),
+            "Record([1], /x/a.tfrecord: record 2 at byte 40)"
+        );
     }
 }

@@ -13,6 +13,7 @@
 
 use std::sync::Arc;
 
+use super::state::{self, StageState, StageStream, StateError};
 use super::{Clock, Env, Event, Pipeline, Sampler, Stream};
 use crate::metrics::StageCounters;
 
@@ -69,7 +70,13 @@ impl<T: Send + 'static> Pipeline<T> {
             "shuffle: the buffer size must be positive".into()
         })
         .then("shuffle", move |env, up, counters| {
-            Box::new(Shuffle::new(env, up, counters, options)) as Stream<T>
+            let mut shuffle = Shuffle::new(env, up, counters, options);
+            if let Some(state) = env.resume_state() {
+                if let Err(error) = shuffle.restore(state) {
+                    env.restore_failed(error);
+                }
+            }
+            Box::new(shuffle) as Stream<T>
         })
     }
 }
@@ -236,6 +243,61 @@ impl<T: Send + 'static> Iterator for Shuffle<T> {
             self.sampler.flush(&self.counters);
         }
         out
+    }
+}
+
+/// What a shuffle stores besides its buffer (which goes as positions).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ShuffleState {
+    rng: u64,
+    epoch: u64,
+    reached_full: bool,
+    read_this_epoch: u64,
+    emitted_this_epoch: u64,
+    draining: bool,
+    marker: Option<u64>,
+    finished: bool,
+    first_output: bool,
+}
+
+impl<T: Send + 'static> StageStream<T> for Shuffle<T> {
+    fn save(&self) -> Result<StageState, StateError> {
+        let data = ShuffleState {
+            rng: self.rng.0,
+            epoch: self.epoch,
+            reached_full: self.reached_full,
+            read_this_epoch: self.read_this_epoch,
+            emitted_this_epoch: self.emitted_this_epoch,
+            draining: self.draining,
+            marker: self.marker,
+            finished: self.finished,
+            first_output: self.first_output,
+        };
+        let mut state = StageState::new("shuffle", serde_json::json!(data));
+        state.records = state::positions_of("shuffle", &self.buffer)?;
+        if !self.finished {
+            state = state.with_input(self.up.save()?);
+        }
+        Ok(state)
+    }
+}
+
+impl<T: 'static> Shuffle<T> {
+    /// Takes a saved state: counters, RNG, and the buffer re-read from
+    /// its records' positions (in the same order, so picks agree).
+    fn restore(&mut self, state: &StageState) -> Result<(), StateError> {
+        let data: ShuffleState = state.data("shuffle")?;
+        self.rng = SplitMix64(data.rng);
+        self.epoch = data.epoch;
+        self.reached_full = data.reached_full;
+        self.read_this_epoch = data.read_this_epoch;
+        self.emitted_this_epoch = data.emitted_this_epoch;
+        self.draining = data.draining;
+        self.marker = data.marker;
+        self.finished = data.finished;
+        self.first_output = data.first_output;
+        self.buffer = state::reread("shuffle", &state.records)?;
+        Ok(())
     }
 }
 

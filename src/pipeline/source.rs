@@ -6,8 +6,9 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
+use super::state::{StageState, StageStream, StateError};
 use super::worker::call_user;
-use super::{Event, Pipeline, Stream, byte_size};
+use super::{Env, Event, Pipeline, Stream, byte_size};
 use crate::metrics::StageCounters;
 
 impl<T: Clone + Send + Sync + 'static> Pipeline<T> {
@@ -24,8 +25,10 @@ impl<T: Clone + Send + Sync + 'static> Pipeline<T> {
         Pipeline::from_build(move |env| {
             let counters = env.stage(0, "from_vec");
             let items = Arc::clone(&items);
-            let iter = (0..items.len()).map(move |i| items[i].clone());
-            Box::new(SourceStream::new(iter, counters))
+            let from = resume_count(env, "from_vec");
+            let start = usize::try_from(from).unwrap_or(usize::MAX).min(items.len());
+            let iter = (start..items.len()).map(move |i| items[i].clone());
+            Box::new(SourceStream::new(iter, counters).restorable("from_vec", from))
         })
     }
 }
@@ -68,8 +71,19 @@ impl<T: Send + 'static> Pipeline<T> {
     {
         Pipeline::from_build(move |env| {
             let counters = env.stage(0, "generator");
+            let from = resume_count(env, "generator");
             match call_user(counters.name(), &generator) {
-                Ok(iter) => Box::new(SourceStream::new(iter.into_iter(), counters)) as Stream<T>,
+                Ok(iter) => {
+                    // Restoring re-runs the generator and drops what was
+                    // emitted before (the generator must be deterministic).
+                    let mut stream = SourceStream::new(iter.into_iter(), counters);
+                    for _ in 0..from {
+                        if stream.next().is_none() {
+                            break;
+                        }
+                    }
+                    Box::new(stream.restorable("generator", from)) as Stream<T>
+                }
                 Err(err) => {
                     counters.add_error();
                     Box::new(std::iter::once(Event::Item(Err(err))))
@@ -85,6 +99,10 @@ struct SourceStream<I> {
     counters: Arc<StageCounters>,
     born: Option<Instant>,
     first_done: bool,
+    /// The stage name a state records, for sources that can restart.
+    restorable: Option<&'static str>,
+    /// Elements (and errors) emitted, counting those before a restore.
+    emitted: u64,
 }
 
 impl<I> SourceStream<I> {
@@ -94,6 +112,49 @@ impl<I> SourceStream<I> {
             counters,
             born: None,
             first_done: false,
+            restorable: None,
+            emitted: 0,
+        }
+    }
+
+    fn restorable(mut self, stage: &'static str, emitted: u64) -> Self {
+        self.restorable = Some(stage);
+        self.emitted = emitted;
+        self
+    }
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Emitted {
+    emitted: u64,
+}
+
+/// The count a restored source starts after (0 when not restoring).
+fn resume_count(env: &Env, stage: &str) -> u64 {
+    match env.resume_state().map(|s| s.data::<Emitted>(stage)) {
+        Some(Ok(e)) => e.emitted,
+        Some(Err(error)) => {
+            env.restore_failed(error);
+            0
+        }
+        None => 0,
+    }
+}
+
+impl<T: 'static, I: Iterator<Item = T> + Send> StageStream<T> for SourceStream<I> {
+    fn save(&self) -> Result<StageState, StateError> {
+        match self.restorable {
+            Some(stage) => Ok(StageState::new(
+                stage,
+                serde_json::json!(Emitted {
+                    emitted: self.emitted
+                }),
+            )),
+            None => Err(StateError::Unsupported {
+                stage: self.counters.name().to_string(),
+                why: "a one-shot iterator cannot be restarted (use from_vec or from_generator)"
+                    .to_string(),
+            }),
         }
     }
 }
@@ -107,6 +168,9 @@ impl<T: 'static, I: Iterator<Item = T>> Iterator for SourceStream<I> {
         let born = *self.born.get_or_insert(start);
         let next = call_user(self.counters.name(), || iter.next());
         self.counters.add_busy(start.elapsed());
+        if !matches!(next, Ok(None)) {
+            self.emitted += 1;
+        }
         match next {
             Ok(Some(item)) => {
                 self.counters.add_out(1, byte_size(&item));

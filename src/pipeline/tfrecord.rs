@@ -4,11 +4,15 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::rank::{self, RankPlan, ShareBy};
+use super::record::{FileId, RecordPosition};
+use super::state::{self, StageState, StageStream, StateError};
 use super::{
     Env, Event, Interleave, Parallelism, Pipeline, PipelineError, Record, Sampler, Stream,
 };
 use crate::metrics::StageCounters;
-use crate::tfrecord::{FileRecordReader, ReaderOptions};
+use crate::tfrecord::frame::framed_len;
+use crate::tfrecord::{Compression, FileRecordReader, Position, ReaderOptions};
 
 /// TFRecord files to read: the file list, before it becomes records.
 ///
@@ -24,9 +28,11 @@ use crate::tfrecord::{FileRecordReader, ReaderOptions};
 /// ```
 #[derive(Clone)]
 pub struct TfRecordFiles {
-    paths: Vec<PathBuf>,
-    options: ReaderOptions,
+    pub(crate) paths: Vec<PathBuf>,
+    pub(crate) options: ReaderOptions,
     error: Option<String>,
+    /// This rank's share, from [`TfRecordFiles::rank`].
+    pub(crate) rank: Option<RankPlan>,
 }
 
 impl Pipeline<Record> {
@@ -42,6 +48,7 @@ impl Pipeline<Record> {
             paths: files,
             options: ReaderOptions::default(),
             error: None,
+            rank: None,
         })
     }
 
@@ -50,12 +57,29 @@ impl Pipeline<Record> {
         let path: Arc<Path> = Arc::from(path.into());
         Pipeline::from_build(move |env: &Env| {
             let counters = env.stage(0, "tfrecord");
+            let resumed = match env.resume_state().map(|s| s.data::<FileState>("tfrecord")) {
+                Some(Ok(state)) => state,
+                Some(Err(error)) => {
+                    env.restore_failed(error);
+                    FileState::default()
+                }
+                None => FileState::default(),
+            };
             Box::new(FileStream {
                 path: Arc::clone(&path),
                 options: options.clone(),
                 reader: None,
-                done: false,
-                last_offset: 0,
+                file: None,
+                done: resumed.done,
+                start: Position {
+                    record: resumed.record,
+                    offset: resumed.offset,
+                },
+                next: Position {
+                    record: resumed.record,
+                    offset: resumed.offset,
+                },
+                last_offset: resumed.offset,
                 counters,
                 env: env.clone(),
                 sampler: Sampler::new(),
@@ -107,14 +131,29 @@ impl TfRecordFiles {
     }
 
     /// Reads the files with these interleave settings.
-    pub fn interleave_with(self, options: Interleave) -> Pipeline<Record> {
+    ///
+    /// After [`rank`](Self::rank), the records are this rank's share; a
+    /// share by record forces `deterministic` (every rank must see the same
+    /// order to keep disjoint records).
+    pub fn interleave_with(self, mut options: Interleave) -> Pipeline<Record> {
         let reader = self.options;
         let error = self.error;
-        Pipeline::from_vec(self.paths)
+        let paths = match &self.rank {
+            Some(plan) if plan.share.by == ShareBy::Record => {
+                options.deterministic = true;
+                plan.all_paths.clone()
+            }
+            _ => self.paths,
+        };
+        let records = Pipeline::from_vec(paths)
             .invalid_if(error.is_some(), || error.clone().unwrap_or_default())
             .interleave(options, move |path| {
                 Pipeline::tfrecord_file(path, reader.clone())
-            })
+            });
+        match &self.rank {
+            Some(plan) => rank::apply(plan, records),
+            None => records,
+        }
     }
 
     /// Reads the files one after another on the pulling thread.
@@ -135,7 +174,13 @@ struct FileStream {
     path: Arc<Path>,
     options: ReaderOptions,
     reader: Option<FileRecordReader>,
+    /// The file's interned id, for the positions of its records.
+    file: Option<FileId>,
     done: bool,
+    /// Where reading starts (not at 0 when restored from a state).
+    start: Position,
+    /// The reader's position after the last record returned.
+    next: Position,
     last_offset: u64,
     counters: Arc<StageCounters>,
     env: Env,
@@ -155,14 +200,28 @@ impl Iterator for FileStream {
         let first = self.reader.is_none();
         let clock = self.sampler.clock(first);
         if first {
-            match FileRecordReader::open(&self.path, self.options.clone()) {
-                Ok(reader) => self.reader = Some(reader),
+            let opened = if self.start == Position::default() {
+                FileRecordReader::open(&self.path, self.options.clone())
+            } else {
+                FileRecordReader::open_at(&self.path, self.options.clone(), self.start)
+            };
+            match opened {
+                Ok(reader) => {
+                    self.reader = Some(reader);
+                    let file = FileId::intern(&self.path);
+                    self.file = Some(file);
+                    let compression = self
+                        .options
+                        .compression
+                        .unwrap_or_else(|| Compression::from_path(&self.path));
+                    state::set_compression(file, compression);
+                }
                 Err(source) => {
                     self.done = true;
                     self.counters.add_error();
                     return Some(Event::Item(Err(PipelineError::Record {
                         stage: self.counters.name().to_string(),
-                        source,
+                        error: source,
                     })));
                 }
             }
@@ -173,11 +232,23 @@ impl Iterator for FileStream {
         let result = reader
             .read_record(record.buffer_mut())
             .map(|more| more.then_some(record));
-        let offset = reader.position().offset;
+        let after = reader.position();
+        let offset = after.offset;
         let framed = offset - self.last_offset;
         self.last_offset = offset;
         let out = match result {
-            Ok(Some(record)) => {
+            Ok(Some(mut record)) => {
+                self.next = after;
+                // The reader stands after the record just read (skipped
+                // corrupt records before it are counted in `after.record`).
+                if let Some(file) = self.file {
+                    let framed_len = framed_len(record.len()) as u64;
+                    record.set_position(Some(RecordPosition::in_file(
+                        file,
+                        after.record.saturating_sub(1),
+                        offset.saturating_sub(framed_len),
+                    )));
+                }
                 self.counters.add_in(1, framed);
                 self.counters.add_out(1, record.len() as u64);
                 if first {
@@ -206,7 +277,7 @@ impl Iterator for FileStream {
                 self.counters.add_error();
                 Some(Event::Item(Err(PipelineError::Record {
                     stage: self.counters.name().to_string(),
-                    source,
+                    error: source,
                 })))
             }
         };
@@ -215,5 +286,24 @@ impl Iterator for FileStream {
             self.sampler.flush(&self.counters);
         }
         out
+    }
+}
+
+/// A file source's state: where the next record starts, or that it is done.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct FileState {
+    record: u64,
+    offset: u64,
+    done: bool,
+}
+
+impl StageStream<Record> for FileStream {
+    fn save(&self) -> Result<StageState, StateError> {
+        let state = FileState {
+            record: self.next.record,
+            offset: self.next.offset,
+            done: self.done,
+        };
+        Ok(StageState::new("tfrecord", serde_json::json!(state)))
     }
 }

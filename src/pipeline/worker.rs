@@ -83,7 +83,7 @@ impl Worker {
             // The closure (and the guard in it) was dropped: the counts are right.
             Err(source) => Err(PipelineError::Spawn {
                 stage: name.to_string(),
-                source,
+                error: source,
             }),
         }
     }

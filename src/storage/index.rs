@@ -52,7 +52,8 @@ use std::sync::Arc;
 use super::StorageError;
 use super::resolve::url_str;
 use crate::error::Location;
-use crate::pipeline::{Env, Event, Pipeline, PipelineError, Record, Stream};
+use crate::pipeline::state::{StageState, StageStream, StateError};
+use crate::pipeline::{Env, Event, FileId, Pipeline, PipelineError, Record, RecordPosition, Stream};
 use crate::tfrecord::frame::{self, FOOTER_LEN, HEADER_LEN, Header};
 use crate::tfrecord::{Compression, FileRecordReader, ReaderOptions, RecordError};
 
@@ -108,12 +109,8 @@ pub enum IndexError {
         problem: IndexProblem,
     },
     /// The index file could not be read or written.
-    #[error("{}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
+    #[error("{}: {error}", path.display())]
+    Io { path: PathBuf, error: io::Error },
     /// Reading the data file failed (while building, or a record).
     #[error(transparent)]
     Read(#[from] RecordError),
@@ -125,7 +122,7 @@ pub enum IndexError {
     Storage(#[from] StorageError),
     /// A record position beyond the data.
     #[error("record position {position} is out of range ({len} records)")]
-    OutOfRange { position: RecordPosition, len: u64 },
+    OutOfRange { position: RecordId, len: u64 },
 }
 
 impl IndexError {
@@ -335,9 +332,9 @@ impl RecordIndex {
 #[cfg(feature = "object-store")]
 fn write_object(url: &str, bytes: &[u8]) -> Result<(), IndexError> {
     let mut writer = super::ObjectWriter::create(url, &super::ReadOptions::default())?;
-    writer.write_all(bytes).map_err(|source| IndexError::Io {
+    writer.write_all(bytes).map_err(|error| IndexError::Io {
         path: PathBuf::from(url),
-        source,
+        error,
     })?;
     writer.finish()?;
     Ok(())
@@ -361,15 +358,15 @@ fn read_whole(path: &Path) -> Result<Vec<u8>, IndexError> {
                 path.to_str().unwrap_or_default(),
                 &super::ReadOptions::default(),
             )?;
-            io::Read::read_to_end(&mut reader, &mut bytes).map_err(|source| IndexError::Io {
+            io::Read::read_to_end(&mut reader, &mut bytes).map_err(|error| IndexError::Io {
                 path: path.to_path_buf(),
-                source,
+                error,
             })?;
             Ok(bytes)
         }
-        None => std::fs::read(path).map_err(|source| IndexError::Io {
+        None => std::fs::read(path).map_err(|error| IndexError::Io {
             path: path.to_path_buf(),
-            source,
+            error,
         }),
     }
 }
@@ -424,14 +421,14 @@ fn check_framed(framed: &[u8]) -> Result<Range<usize>, IndexProblem> {
 /// A record's place in an [`IndexedFiles`]: the file (its index in the list)
 /// and the record within it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct RecordPosition {
+pub struct RecordId {
     /// Index of the file in the list.
     pub file: usize,
     /// Index of the record in the file.
     pub record: u64,
 }
 
-impl fmt::Display for RecordPosition {
+impl fmt::Display for RecordId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "file {} record {}", self.file, self.record)
     }
@@ -439,6 +436,8 @@ impl fmt::Display for RecordPosition {
 
 struct IndexedFile {
     path: PathBuf,
+    /// The path interned, for the records' source positions.
+    id: FileId,
     index: RecordIndex,
     /// An open handle for local files (positioned reads need no seek).
     local: Option<std::fs::File>,
@@ -494,13 +493,19 @@ impl IndexedFiles {
             let local = match url_str(&path) {
                 Some(_) => None,
                 None => Some(
-                    std::fs::File::open(&path).map_err(|source| RecordError::Open {
+                    std::fs::File::open(&path).map_err(|error| RecordError::Open {
                         path: path.clone(),
-                        source,
+                        error,
                     })?,
                 ),
             };
-            files.push(IndexedFile { path, index, local });
+            let id = FileId::intern(&path);
+            files.push(IndexedFile {
+                path,
+                id,
+                index,
+                local,
+            });
         }
         starts.push(total);
         Ok(IndexedFiles {
@@ -530,26 +535,26 @@ impl IndexedFiles {
     }
 
     /// The position of the `global`-th record (files in order).
-    pub fn position(&self, global: u64) -> Option<RecordPosition> {
+    pub fn position(&self, global: u64) -> Option<RecordId> {
         if global >= self.len() {
             return None;
         }
         // The last file whose first record is at or before `global`
         // (empty files share a start with the next and are skipped).
         let file = self.starts.partition_point(|&s| s <= global) - 1;
-        Some(RecordPosition {
+        Some(RecordId {
             file,
             record: global - self.starts[file],
         })
     }
 
     /// The global number of a position (the inverse of [`position`](Self::position)).
-    pub fn global(&self, position: RecordPosition) -> Option<u64> {
+    pub fn global(&self, position: RecordId) -> Option<u64> {
         let file = self.files.get(position.file)?;
         (position.record < file.index.len()).then(|| self.starts[position.file] + position.record)
     }
 
-    fn locate(&self, position: RecordPosition) -> Result<(&IndexedFile, Range<u64>), IndexError> {
+    fn locate(&self, position: RecordId) -> Result<(&IndexedFile, Range<u64>), IndexError> {
         let out_of_range = || IndexError::OutOfRange {
             position,
             len: self.len(),
@@ -560,17 +565,17 @@ impl IndexedFiles {
     }
 
     /// Reads one record's data, checked against the index and its CRCs.
-    pub fn read(&self, position: RecordPosition) -> Result<Vec<u8>, IndexError> {
+    pub fn read(&self, position: RecordId) -> Result<Vec<u8>, IndexError> {
         let (file, range) = self.locate(position)?;
         let framed = match &file.local {
             Some(handle) => {
-                pread_file(handle, range.clone()).map_err(|source| RecordError::Io {
+                pread_file(handle, range.clone()).map_err(|error| RecordError::Io {
                     location: Location {
                         path: Some(file.path.clone()),
                         record: position.record,
                         offset: range.start,
                     },
-                    source,
+                    error,
                 })?
             }
             None => read_object_range(&file.path, range.clone())?,
@@ -581,7 +586,7 @@ impl IndexedFiles {
 
     fn check(
         &self,
-        position: RecordPosition,
+        position: RecordId,
         offset: u64,
         framed: &[u8],
     ) -> Result<Range<usize>, IndexError> {
@@ -599,7 +604,7 @@ impl IndexedFiles {
     /// num_shards`, ... (files in order). The shards are disjoint, cover every
     /// record, and differ in size by at most one. `None` unless
     /// `index < num_shards`.
-    pub fn shard_records(&self, num_shards: u64, index: u64) -> Option<Vec<RecordPosition>> {
+    pub fn shard_records(&self, num_shards: u64, index: u64) -> Option<Vec<RecordId>> {
         if num_shards == 0 || index >= num_shards {
             return None;
         }
@@ -614,9 +619,9 @@ impl IndexedFiles {
     /// Reads `positions` in the order given, as a pipeline of records, with
     /// `read_ahead` reads in flight (ranged GETs for objects; local files are
     /// read in place with positioned reads).
-    pub fn records(&self, positions: Vec<RecordPosition>, read_ahead: usize) -> Pipeline<Record> {
+    pub fn records(&self, positions: Vec<RecordId>, read_ahead: usize) -> Pipeline<Record> {
         let files = self.clone();
-        let positions: Arc<[RecordPosition]> = positions.into();
+        let positions: Arc<[RecordId]> = positions.into();
         Pipeline::from_build(move |env: &Env| {
             let counters = env.stage(0, "indexed");
             Box::new(PositionStream::new(
@@ -624,7 +629,8 @@ impl IndexedFiles {
                 Order::Fixed(Arc::clone(&positions)),
                 read_ahead,
                 counters,
-                env.clone(),
+                env,
+                "indexed",
             )) as Stream<Record>
         })
     }
@@ -641,7 +647,7 @@ impl IndexedFiles {
         }
     }
 
-    pub(crate) fn start_read(&self, position: RecordPosition) -> Result<InFlight, IndexError> {
+    pub(crate) fn start_read(&self, position: RecordId) -> Result<InFlight, IndexError> {
         let (file, range) = self.locate(position)?;
         Ok(match &file.local {
             Some(handle) => {
@@ -650,14 +656,14 @@ impl IndexedFiles {
                 let buf = record.buffer_mut();
                 buf.clear();
                 buf.resize((range.end - range.start) as usize, 0);
-                let read = read_exact_at(handle, buf, range.start).map_err(|source| {
+                let read = read_exact_at(handle, buf, range.start).map_err(|error| {
                     IndexError::from(RecordError::Io {
                         location: Location {
                             path: Some(file.path.clone()),
                             record: position.record,
                             offset: range.start,
                         },
-                        source,
+                        error,
                     })
                 });
                 InFlight::Ready(position, range.start, read.map(|()| record))
@@ -670,10 +676,10 @@ impl IndexedFiles {
 /// A record read that may still be on its way.
 pub(crate) enum InFlight {
     /// The framed record, read (locally).
-    Ready(RecordPosition, u64, Result<Record, IndexError>),
+    Ready(RecordId, u64, Result<Record, IndexError>),
     #[cfg(feature = "object-store")]
     Remote(
-        RecordPosition,
+        RecordId,
         u64,
         super::object::Pending<Result<bytes::Bytes, StorageError>>,
     ),
@@ -682,6 +688,17 @@ pub(crate) enum InFlight {
 impl InFlight {
     /// Waits for the read, checks the frame, and returns the record's data.
     fn finish(self, files: &IndexedFiles) -> Result<Record, IndexError> {
+        let (id, offset) = match &self {
+            InFlight::Ready(id, offset, _) => (*id, *offset),
+            #[cfg(feature = "object-store")]
+            InFlight::Remote(id, offset, _) => (*id, *offset),
+        };
+        let record = self.finish_data(files)?;
+        let file = files.files[id.file].id;
+        Ok(record.with_position(RecordPosition::in_file(file, id.record, offset)))
+    }
+
+    fn finish_data(self, files: &IndexedFiles) -> Result<Record, IndexError> {
         match self {
             InFlight::Ready(position, offset, framed) => {
                 let mut record = framed?;
@@ -737,7 +754,7 @@ fn read_object_range(path: &Path, _range: Range<u64>) -> Result<Vec<u8>, IndexEr
 #[cfg(feature = "object-store")]
 fn start_object_read(
     path: &Path,
-    position: RecordPosition,
+    position: RecordId,
     range: Range<u64>,
 ) -> Result<InFlight, IndexError> {
     // One RangeReader per file would be cheaper; the store lookup is a hash
@@ -751,7 +768,7 @@ fn start_object_read(
 #[cfg(not(feature = "object-store"))]
 fn start_object_read(
     path: &Path,
-    _position: RecordPosition,
+    _position: RecordId,
     _range: Range<u64>,
 ) -> Result<InFlight, IndexError> {
     Err(StorageError::NotBuilt {
@@ -839,7 +856,8 @@ impl GlobalShuffle {
                 Order::Global(order.into()),
                 this.read_ahead,
                 counters,
-                env.clone(),
+                env,
+                "global_shuffle",
             )) as Stream<Record>
         })
         .invalid_if(bad, move || {
@@ -887,15 +905,23 @@ impl SplitMix64 {
 }
 
 enum Order {
-    Fixed(Arc<[RecordPosition]>),
+    Fixed(Arc<[RecordId]>),
     Global(Arc<[u64]>),
 }
 
 /// Reads records by position, `read_ahead` in flight.
+///
+/// Its state is the number of records emitted: the order is fixed by the
+/// positions given or by `(seed, epoch)`, so a restore starts reading at
+/// that place in the order (no record is read twice or skipped).
 struct PositionStream {
     files: IndexedFiles,
     order: Order,
+    /// The next place in `order` to start a read for.
     next: usize,
+    /// Records (and errors) returned so far, counting those before a restore.
+    emitted: u64,
+    stage: &'static str,
     read_ahead: usize,
     in_flight: std::collections::VecDeque<InFlight>,
     counters: Arc<crate::metrics::StageCounters>,
@@ -909,21 +935,32 @@ impl PositionStream {
         order: Order,
         read_ahead: usize,
         counters: Arc<crate::metrics::StageCounters>,
-        env: Env,
+        env: &Env,
+        stage: &'static str,
     ) -> PositionStream {
+        let emitted = match env.resume_state().map(|s| s.data::<Emitted>(stage)) {
+            Some(Ok(e)) => e.emitted,
+            Some(Err(error)) => {
+                env.restore_failed(error);
+                0
+            }
+            None => 0,
+        };
         PositionStream {
             files,
             order,
-            next: 0,
+            next: usize::try_from(emitted).unwrap_or(usize::MAX),
+            emitted,
+            stage,
             read_ahead: read_ahead.max(1),
             in_flight: std::collections::VecDeque::new(),
             counters,
-            env,
+            env: env.clone(),
             done: false,
         }
     }
 
-    fn position_at(&self, i: usize) -> Option<RecordPosition> {
+    fn position_at(&self, i: usize) -> Option<RecordId> {
         match &self.order {
             Order::Fixed(p) => p.get(i).copied(),
             Order::Global(g) => g.get(i).and_then(|&g| self.files.position(g)),
@@ -937,11 +974,11 @@ impl PositionStream {
         }
     }
 
-    fn error(&self, source: IndexError) -> Event<Record> {
+    fn error(&self, error: IndexError) -> Event<Record> {
         self.counters.add_error();
         Event::Item(Err(PipelineError::Index {
             stage: self.counters.name().to_string(),
-            source,
+            error,
         }))
     }
 }
@@ -963,6 +1000,7 @@ impl Iterator for PositionStream {
                 Ok(read) => self.in_flight.push_back(read),
                 Err(e) => {
                     self.done = true;
+                    self.emitted += 1;
                     return Some(self.error(e));
                 }
             }
@@ -971,6 +1009,7 @@ impl Iterator for PositionStream {
             self.done = true;
             return None;
         };
+        self.emitted += 1;
         let out = match read.finish(&self.files) {
             Ok(record) => {
                 self.counters
@@ -982,6 +1021,22 @@ impl Iterator for PositionStream {
         };
         self.counters.add_busy(start.elapsed());
         Some(out)
+    }
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Emitted {
+    emitted: u64,
+}
+
+impl StageStream<Record> for PositionStream {
+    fn save(&self) -> Result<StageState, StateError> {
+        Ok(StageState::new(
+            self.stage,
+            serde_json::json!(Emitted {
+                emitted: self.emitted
+            }),
+        ))
     }
 }
 

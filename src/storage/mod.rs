@@ -65,6 +65,7 @@ mod index;
 #[cfg(feature = "object-store")]
 mod object;
 mod resolve;
+mod sink;
 
 use std::io::{self, Read as _};
 use std::ops::Range;
@@ -72,11 +73,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use index::{
-    GlobalShuffle, IndexError, IndexProblem, IndexedFiles, RecordIndex, RecordPosition, index_path,
+    GlobalShuffle, IndexError, IndexProblem, IndexedFiles, RecordId, RecordIndex, index_path,
 };
 #[cfg(feature = "object-store")]
 pub use object::{ObjectWriter, PendingObject, delete_object, set_bucket_options};
-pub use resolve::{is_url, resolve};
+pub use resolve::{expand_url_globs, is_url, resolve};
+pub use sink::{OutputSet, PendingShard, ShardSink, SinkError};
 
 use crate::tfrecord::{Compression, FileRecordReader, ReaderOptions, RecordError};
 
@@ -95,13 +97,12 @@ pub enum StorageError {
     BadUrl { url: String, reason: String },
     /// An object-store operation failed (after retries where it is transient).
     #[cfg(feature = "object-store")]
-    #[error("{url}: {operation} failed{}: {source}", attempts_note(*.attempts))]
+    #[error("{url}: {operation} failed{}: {error}", attempts_note(*.attempts))]
     Store {
         url: String,
         operation: String,
         attempts: u32,
-        #[source]
-        source: object_store::Error,
+        error: object_store::Error,
     },
     /// A ranged read returned fewer bytes than asked for, every attempt.
     #[error("{url}: bytes {}..{}: the server returned {got} bytes (after {attempts} attempts)", range.start, range.end)]
@@ -115,15 +116,11 @@ pub enum StorageError {
     #[error("{url}: object-storage URLs need tfpipe built with the `object-store` feature")]
     NotBuilt { url: String },
     /// A local file could not be read.
-    #[error("{}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
+    #[error("{}: {error}", path.display())]
+    Io { path: PathBuf, error: io::Error },
     /// The object-store runtime thread could not be started or has stopped.
     #[error("object-store runtime: {0}")]
-    Runtime(#[source] io::Error),
+    Runtime(io::Error),
 }
 
 #[cfg(feature = "object-store")]
@@ -142,9 +139,9 @@ impl StorageError {
     pub fn io_kind(&self) -> io::ErrorKind {
         match self {
             StorageError::NoMatch { .. } => io::ErrorKind::NotFound,
-            StorageError::Io { source, .. } => source.kind(),
+            StorageError::Io { error, .. } => error.kind(),
             #[cfg(feature = "object-store")]
-            StorageError::Store { source, .. } => match source {
+            StorageError::Store { error, .. } => match error {
                 object_store::Error::NotFound { .. } => io::ErrorKind::NotFound,
                 object_store::Error::PermissionDenied { .. }
                 | object_store::Error::Unauthenticated { .. } => io::ErrorKind::PermissionDenied,
@@ -205,21 +202,17 @@ pub fn open_records_with(
     let Some(url) = resolve::url_str(path) else {
         return FileRecordReader::open_local(path, options);
     };
-    let open_error = |source: StorageError| RecordError::Open {
-        path: path.to_path_buf(),
-        source: source.into_io(),
-    };
-    let mut object = open_object(url, read).map_err(open_error)?;
+    let mut object = open_object(url, read).map_err(|e| open_error(path, e))?;
     // As for local files: a name that says uncompressed, content that
     // starts like GZIP or ZLIB, is read as such.
     let (compression, input): (Compression, Box<dyn io::Read + Send>) = match options.compression {
         Some(compression) => (compression, Box::new(object)),
         None => match Compression::from_path(path) {
             Compression::None => {
-                let head = crate::tfrecord::read_head(&mut object).map_err(|source| {
+                let head = crate::tfrecord::read_head(&mut object).map_err(|error| {
                     RecordError::Open {
                         path: path.to_path_buf(),
-                        source,
+                        error,
                     }
                 })?;
                 let compression = crate::tfrecord::sniff_compression(&head);
@@ -235,15 +228,76 @@ pub fn open_records_with(
     Ok(FileRecordReader::decoding(input, options).with_path(PathBuf::from(url)))
 }
 
+fn open_error(path: &Path, error: StorageError) -> RecordError {
+    RecordError::Open {
+        path: path.to_path_buf(),
+        error: error.into_io(),
+    }
+}
+
+/// Opens the TFRecord file or object at `path` positioned at `position` (a
+/// record's index and uncompressed frame offset, as
+/// [`RecordReader::position`](crate::tfrecord::RecordReader::position)
+/// reported). An uncompressed object is read from that byte on (no GET of
+/// what lies before it); a compressed one is decoded from the start and the
+/// records before `position` are read and dropped, since a compressed stream
+/// cannot seek.
+pub fn open_records_at(
+    path: impl AsRef<Path>,
+    options: ReaderOptions,
+    position: crate::tfrecord::Position,
+) -> Result<FileRecordReader, RecordError> {
+    let path = path.as_ref();
+    let Some(url) = resolve::url_str(path) else {
+        return FileRecordReader::open_at(path, options, position);
+    };
+    let compression = options
+        .compression
+        .unwrap_or_else(|| Compression::from_path(path));
+    if compression != Compression::None || position.offset == 0 {
+        let mut reader = open_records(path, options)?;
+        while reader.position().offset < position.offset && reader.next_record()?.is_some() {}
+        return Ok(reader);
+    }
+    let object = open_object_at(url, position.offset, &ReadOptions::default())
+        .map_err(|e| open_error(path, e))?;
+    let options = ReaderOptions {
+        compression: Some(Compression::None),
+        ..options
+    };
+    Ok(FileRecordReader::decoding(object, options)
+        .with_path(PathBuf::from(url))
+        .starting_at(position.record, position.offset))
+}
+
 /// Opens an object for reading as a byte stream (`io::Read`), with
 /// parallel ranged GETs and read-ahead.
 #[cfg(feature = "object-store")]
 pub fn open_object(url: &str, read: &ReadOptions) -> Result<ObjectReader, StorageError> {
-    object::ObjectReader::open(url, read.clone())
+    open_object_at(url, 0, read)
+}
+
+/// [`open_object`] from byte `start` on.
+#[cfg(feature = "object-store")]
+pub fn open_object_at(
+    url: &str,
+    start: u64,
+    read: &ReadOptions,
+) -> Result<ObjectReader, StorageError> {
+    object::ObjectReader::open_from(url, start, read.clone())
 }
 
 #[cfg(not(feature = "object-store"))]
-fn open_object(url: &str, _read: &ReadOptions) -> Result<std::io::Empty, StorageError> {
+fn open_object(url: &str, read: &ReadOptions) -> Result<std::io::Empty, StorageError> {
+    open_object_at(url, 0, read)
+}
+
+#[cfg(not(feature = "object-store"))]
+fn open_object_at(
+    url: &str,
+    _start: u64,
+    _read: &ReadOptions,
+) -> Result<std::io::Empty, StorageError> {
     Err(StorageError::NotBuilt {
         url: url.to_string(),
     })
@@ -258,9 +312,9 @@ pub fn size_of(path: &Path) -> Result<u64, StorageError> {
         Some(url) => object_size(url),
         None => std::fs::metadata(path)
             .map(|m| m.len())
-            .map_err(|source| StorageError::Io {
+            .map_err(|error| StorageError::Io {
                 path: path.to_path_buf(),
-                source,
+                error,
             }),
     }
 }

@@ -355,11 +355,11 @@ fn build_store(
     install_crypto();
     let client = || client_options(resolver);
     let options = bucket_options(&parsed.base);
-    let config_error = |source: object_store::Error| StorageError::Store {
+    let config_error = |error: object_store::Error| StorageError::Store {
         url: url.to_string(),
         operation: "configuring the store".into(),
         attempts: 1,
-        source,
+        error,
     };
     let bad_key = |key: &str, source: object_store::Error| StorageError::BadUrl {
         url: url.to_string(),
@@ -452,7 +452,7 @@ fn store_error(
         url: url.to_string(),
         operation,
         attempts,
-        source,
+        error: source,
     }
 }
 
@@ -681,8 +681,20 @@ impl std::fmt::Debug for ObjectReader {
 impl ObjectReader {
     /// Opens `url` (one `HEAD` for its size) and starts the first GETs.
     pub fn open(url: &str, options: ReadOptions) -> Result<ObjectReader, StorageError> {
+        ObjectReader::open_from(url, 0, options)
+    }
+
+    /// [`open`](Self::open), reading from byte `start` on (the end, if the
+    /// object is shorter).
+    pub fn open_from(
+        url: &str,
+        start: u64,
+        options: ReadOptions,
+    ) -> Result<ObjectReader, StorageError> {
         let size = head(url)?.size;
-        ObjectReader::with_size(url, size, options)
+        let mut reader = ObjectReader::new(url, size, start.min(size), options)?;
+        reader.top_up();
+        Ok(reader)
     }
 
     /// Reads an object of known `size` (no `HEAD`).
@@ -691,16 +703,25 @@ impl ObjectReader {
         size: u64,
         options: ReadOptions,
     ) -> Result<ObjectReader, StorageError> {
-        let mut reader = ObjectReader {
+        let mut reader = ObjectReader::new(url, size, 0, options)?;
+        reader.top_up();
+        Ok(reader)
+    }
+
+    fn new(
+        url: &str,
+        size: u64,
+        start: u64,
+        options: ReadOptions,
+    ) -> Result<ObjectReader, StorageError> {
+        Ok(ObjectReader {
             ranges: RangeReader::new(url, options)?,
             size,
-            next: 0,
+            next: start,
             in_flight: VecDeque::new(),
             current: Bytes::new(),
             failed: false,
-        };
-        reader.top_up();
-        Ok(reader)
+        })
     }
 
     /// The object's size in bytes.
@@ -767,7 +788,7 @@ pub struct ObjectWriter {
     part: Vec<u8>,
     part_size: usize,
     max_in_flight: usize,
-    in_flight: VecDeque<Pending<object_store::Result<object_store::PartId>>>,
+    in_flight: VecDeque<Pending<object_store::Result<()>>>,
     written: u64,
 }
 

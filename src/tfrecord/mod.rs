@@ -96,6 +96,11 @@ impl std::fmt::Display for Corruption {
 }
 
 /// Errors from reading or writing TFRecord files.
+///
+/// Each message is complete: it includes the I/O error's text, so that
+/// error is not also returned by [`source`](std::error::Error::source)
+/// (which would print it twice in an error chain); get it typed with
+/// [`RecordError::io_error`].
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
     /// A corrupt record.
@@ -105,32 +110,22 @@ pub enum RecordError {
         kind: CorruptionKind,
     },
     /// Reading (or decompressing) failed.
-    #[error("{location}: read failed: {source}")]
+    #[error("{location}: read failed: {error}")]
     Io {
         location: Location,
-        #[source]
-        source: io::Error,
+        error: io::Error,
     },
     /// The file could not be opened.
-    #[error("{}: cannot open: {source}", path.display())]
-    Open {
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
+    #[error("{}: cannot open: {error}", path.display())]
+    Open { path: PathBuf, error: io::Error },
     /// The output file could not be created or renamed into place.
-    #[error("{}: cannot create: {source}", path.display())]
-    Create {
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
+    #[error("{}: cannot create: {error}", path.display())]
+    Create { path: PathBuf, error: io::Error },
     /// Writing failed.
-    #[error("{}: write failed: {source}", path.as_deref().map(|p| p.display().to_string()).unwrap_or_else(|| "<stream>".into()))]
+    #[error("{}: write failed: {error}", path.as_deref().map(|p| p.display().to_string()).unwrap_or_else(|| "<stream>".into()))]
     Write {
         path: Option<PathBuf>,
-        #[source]
-        source: io::Error,
+        error: io::Error,
     },
 }
 
@@ -145,13 +140,24 @@ impl RecordError {
         }
     }
 
+    /// The I/O error behind a read, open, create or write failure.
+    pub fn io_error(&self) -> Option<&io::Error> {
+        match self {
+            RecordError::Io { error, .. }
+            | RecordError::Open { error, .. }
+            | RecordError::Create { error, .. }
+            | RecordError::Write { error, .. } => Some(error),
+            RecordError::Corrupt { .. } => None,
+        }
+    }
+
     /// Whether the error is about the data rather than the system: corrupt
     /// framing, or a decompressor that found its input invalid or cut short.
     pub fn is_corruption(&self) -> bool {
         match self {
             RecordError::Corrupt { .. } => true,
-            RecordError::Io { source, .. } => matches!(
-                source.kind(),
+            RecordError::Io { error, .. } => matches!(
+                error.kind(),
                 io::ErrorKind::InvalidData
                     | io::ErrorKind::InvalidInput
                     | io::ErrorKind::UnexpectedEof

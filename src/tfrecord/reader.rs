@@ -129,7 +129,7 @@ impl FileRecordReader {
         let path = path.as_ref();
         let open_error = |source| RecordError::Open {
             path: path.to_path_buf(),
-            source,
+            error: source,
         };
         let mut file = File::open(path).map_err(open_error)?;
         let (compression, input): (Compression, Box<dyn Read + Send>) = match options.compression {
@@ -144,6 +144,44 @@ impl FileRecordReader {
             },
         };
         let mut reader = RecordReader::new(compression.decoder(input), options);
+        reader.path = Some(Arc::from(path));
+        Ok(reader)
+    }
+}
+
+impl FileRecordReader {
+    /// Opens `path` positioned at `position` (the index and uncompressed
+    /// offset of a record's frame, as [`position`](RecordReader::position)
+    /// reported): an uncompressed file seeks there; a compressed one is
+    /// decompressed from the start and the records before it are read and
+    /// dropped (checking their CRCs), since a compressed stream cannot seek.
+    pub fn open_at(
+        path: impl AsRef<Path>,
+        options: ReaderOptions,
+        position: Position,
+    ) -> Result<Self, RecordError> {
+        use std::io::{Seek, SeekFrom};
+        let path = path.as_ref();
+        let compression = options
+            .compression
+            .unwrap_or_else(|| Compression::from_path(path));
+        if compression != Compression::None {
+            let mut reader = FileRecordReader::open(path, options)?;
+            while reader.position.offset < position.offset && reader.next_record()?.is_some() {}
+            return Ok(reader);
+        }
+        if crate::storage::is_url(path) {
+            return crate::storage::open_records_at(path, options, position);
+        }
+        let open_error = |error| RecordError::Open {
+            path: path.to_path_buf(),
+            error,
+        };
+        let mut file = File::open(path).map_err(open_error)?;
+        file.seek(SeekFrom::Start(position.offset))
+            .map_err(open_error)?;
+        let mut reader = RecordReader::new(compression.decoder(file), options)
+            .starting_at(position.record, position.offset);
         reader.path = Some(Arc::from(path));
         Ok(reader)
     }
@@ -182,6 +220,14 @@ impl<R: Read> RecordReader<R> {
     /// Names the stream in error messages (for a reader not made by `open`).
     pub fn with_path(mut self, path: impl Into<PathBuf>) -> Self {
         self.path = Some(Arc::from(path.into()));
+        self
+    }
+
+    /// Counts records and offsets from `record` at `offset`: for a reader
+    /// whose stream was positioned there (a file seeked to a record's frame),
+    /// so its positions and errors name the file's real ones.
+    pub fn starting_at(mut self, record: u64, offset: u64) -> Self {
+        self.position = Position { record, offset };
         self
     }
 
@@ -376,7 +422,11 @@ impl<R: Read> RecordReader<R> {
             return Ok(());
         };
         self.fused = true;
-        if let RecordError::Io { location, source } = &mut err {
+        if let RecordError::Io {
+            location,
+            error: source,
+        } = &mut err
+        {
             *location = self.location(self.position.offset);
             let trailing = matches!(
                 DecodeError::of(source),
@@ -388,7 +438,11 @@ impl<R: Read> RecordReader<R> {
                 OnCorruption::EndStream => err.is_corruption(),
             };
             if quiet {
-                if let RecordError::Io { location, source } = err {
+                if let RecordError::Io {
+                    location,
+                    error: source,
+                } = err
+                {
                     let kind = CorruptionKind::Compressed {
                         reason: source.to_string(),
                     };
@@ -426,7 +480,10 @@ impl<R: Read> RecordReader<R> {
                     // the location is fixed when the error is returned.
                     self.eof = true;
                     let location = self.location(self.position.offset);
-                    self.pending = Some(RecordError::Io { location, source });
+                    self.pending = Some(RecordError::Io {
+                        location,
+                        error: source,
+                    });
                 }
             }
         }

@@ -86,7 +86,10 @@ impl<W: Write> RecordWriter<W> {
 }
 
 fn write_error(path: Option<PathBuf>, source: std::io::Error) -> RecordError {
-    RecordError::Write { path, source }
+    RecordError::Write {
+        path,
+        error: source,
+    }
 }
 
 /// Writes records to a path atomically: into a temporary file in the same
@@ -119,7 +122,7 @@ impl FileRecordWriter {
         let temp =
             crate::atomic_file::AtomicFile::create(&path).map_err(|e| RecordError::Create {
                 path: path.clone(),
-                source: e.source,
+                error: e.source,
             })?;
         let (file, temp) = temp.into_parts();
         let mut writer = RecordWriter::new(file, compression);
@@ -159,7 +162,7 @@ impl FileRecordWriter {
         let file = self.writer.finish()?;
         let pending = self.temp.seal(file).map_err(|e| RecordError::Write {
             path: Some(self.path.clone()),
-            source: e.source,
+            error: e.source,
         })?;
         Ok(PendingFile { pending })
     }
@@ -182,7 +185,7 @@ impl PendingFile {
         let path = self.pending.path().to_path_buf();
         self.pending.commit().map_err(|e| RecordError::Create {
             path,
-            source: e.source,
+            error: e.source,
         })
     }
 

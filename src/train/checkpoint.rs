@@ -1,38 +1,145 @@
-//! Checkpoints: a directory with `model.safetensors` (the weights, candle's
-//! `VarMap` format) and `checkpoint.json` ([`CheckpointMeta`]: step, epoch,
-//! model and optimizer settings, input columns, schema, seed).
+//! Checkpoints: one directory holding `model.safetensors` (the weights,
+//! candle's `VarMap` format), `optimizer.safetensors` (the optimizer's state
+//! per variable, `VARNAME/SLOT`, when the optimizer exposes it) and
+//! `checkpoint.json` ([`CheckpointMeta`]: step, epoch, the seed schedule,
+//! model and optimizer settings, input columns, schema, an opaque
+//! pipeline-state slot, and the SHA-256 of every other file).
 //!
-//! Both files are written under temporary names and renamed into place, the
-//! JSON last, so a reader never sees a half-written file. Optimizer moments
-//! are not saved: `--resume` continues the weights and the step count, and
-//! AdamW's moment estimates restart (they re-converge within a few dozen steps).
+//! # Atomicity
+//! A checkpoint is one unit: its files are written into a temporary
+//! directory beside the target, each file and the directory are fsynced, and
+//! the directory is then switched into place ([`commit_dir`]). The previous
+//! checkpoint stays whole until the switch; an interrupted save leaves it
+//! untouched (and at worst a hidden `.NAME.tmp-*` directory, which the next
+//! save removes).
 //!
-//! [`BackgroundLoad`] reads a checkpoint on its own thread, so the load
-//! overlaps with the pipeline's warm-up; [`CheckpointLoad`] reports both
-//! durations and their overlap.
+//! # Verification
+//! Loading recomputes every file's SHA-256 and refuses a checkpoint whose
+//! files do not match what `checkpoint.json` recorded: damaged weights are an
+//! error, never a silently different model.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
-use std::path::Path;
-use std::thread::JoinHandle;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use candle_core::{DType as CDType, Device, Tensor, Var};
+use candle_core::{DType as CDType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
-use super::model::{Model, ModelConfig};
-use super::optim::OptimizerConfig;
+use super::TrainError;
+use super::model::{BuiltinModel, ModelConfig};
+use super::optim::{OptimizerConfig, OptimizerState, named_slots};
 use super::tensor::InputSpec;
-use super::{TrainError, panic_text};
 use crate::example::{DType, FeatureSpec, Layout, Schema, Value};
 
 /// The weights file inside a checkpoint directory.
 pub const WEIGHTS_FILE: &str = "model.safetensors";
+/// The optimizer-state file inside a checkpoint directory.
+pub const OPTIMIZER_FILE: &str = "optimizer.safetensors";
 /// The metadata file inside a checkpoint directory.
 pub const META_FILE: &str = "checkpoint.json";
 /// The `format` value this version writes and reads.
-pub const FORMAT: &str = "tfpipe-checkpoint-1";
+pub const FORMAT: &str = "tfpipe-checkpoint-2";
+
+/// What is wrong with a checkpoint (inside [`TrainError::Checkpoint`], which names the path).
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    /// Reading or writing failed.
+    #[error("cannot {action}: {source}")]
+    Io {
+        /// What was being done, e.g. `read checkpoint.json`.
+        action: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `checkpoint.json` is not valid.
+    #[error("{META_FILE} line {line} column {column}: {0}", line = .0.line(), column = .0.column())]
+    Json(#[source] serde_json::Error),
+    /// Written by another version.
+    #[error("format {found:?}, expected {FORMAT:?}")]
+    Format {
+        /// The format found.
+        found: String,
+    },
+    /// A file's contents do not match the checksum recorded at save time.
+    #[error("{file} is damaged: its SHA-256 is {found}, but the checkpoint recorded {expected}")]
+    Checksum {
+        /// The file inside the checkpoint.
+        file: String,
+        /// Recorded at save time.
+        expected: String,
+        /// Computed now.
+        found: String,
+    },
+    /// A file the checkpoint needs is missing from `checkpoint.json`'s list.
+    #[error("{file} has no recorded checksum")]
+    Unlisted {
+        /// The file.
+        file: String,
+    },
+    /// A tensor file could not be read or written.
+    #[error("{file}: {source}")]
+    Tensors {
+        /// The file.
+        file: &'static str,
+        /// candle's error (without a backtrace).
+        #[source]
+        source: candle_core::Error,
+    },
+    /// A tensor the model needs is not in the file.
+    #[error("{file} has no tensor {name:?}")]
+    Missing {
+        /// The file.
+        file: &'static str,
+        /// The variable.
+        name: String,
+    },
+    /// A tensor in the file that the model does not have.
+    #[error("{file} holds tensor {name:?}, which the model does not have")]
+    Unexpected {
+        /// The file.
+        file: &'static str,
+        /// The tensor.
+        name: String,
+    },
+    /// A tensor of the wrong shape.
+    #[error("tensor {name:?} has shape {found:?}; the model needs {expected:?}")]
+    Shape {
+        /// The variable.
+        name: String,
+        /// The model's shape.
+        expected: Vec<usize>,
+        /// The file's shape.
+        found: Vec<usize>,
+    },
+    /// The checkpoint holds another model than asked for.
+    #[error("holds {found} but this run asks for {wanted}")]
+    Model {
+        /// The checkpoint's model.
+        found: String,
+        /// The run's model.
+        wanted: String,
+    },
+    /// The checkpoint was trained on different inputs.
+    #[error("was trained on {trained}; this data has {found}")]
+    Inputs {
+        /// The checkpoint's inputs.
+        trained: String,
+        /// The run's.
+        found: String,
+    },
+    /// The model is not a built-in one, so it cannot be rebuilt from the checkpoint alone.
+    #[error(
+        "holds a custom model ({0}); rebuild it in code and load its weights with Checkpoint::load_weights"
+    )]
+    Custom(String),
+    /// The optimizer's state does not fit (another optimizer or model).
+    #[error("optimizer state: {0}")]
+    Optimizer(#[source] candle_core::Error),
+}
 
 /// One fixed-shape feature of a [`SchemaMeta`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -122,138 +229,444 @@ impl SchemaMeta {
 /// The JSON half of a checkpoint.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckpointMeta {
-    /// Always `"tfpipe-checkpoint-1"`.
+    /// Always [`FORMAT`].
     pub format: String,
-    /// The global step the weights are at.
+    /// The global step the weights are at (optimizer updates applied).
     pub step: u64,
-    /// Completed epochs.
+    /// Completed epochs: a resumed run starts with epoch `epoch`.
     pub epoch: u64,
-    /// The model.
-    pub model: ModelConfig,
-    /// The optimizer settings.
-    pub optimizer: OptimizerConfig,
+    /// The built-in model, or `None` for a custom one.
+    pub model: Option<ModelConfig>,
+    /// The model's description (e.g. `mlp 784-256-10`).
+    pub model_description: String,
+    /// Our optimizer's settings, or `None` for a foreign one.
+    pub optimizer: Option<OptimizerConfig>,
+    /// Whether `optimizer.safetensors` holds the optimizer's state.
+    pub optimizer_state: bool,
     /// Which columns feed the model.
     pub input: InputSpec,
     /// The schema of the training data, when known.
     pub schema: Option<SchemaMeta>,
-    /// The seed of the run that started training.
+    /// The run's seed. Epoch `e` shuffles with [`epoch_seed`]`(seed, e)`,
+    /// so a resumed run continues the same schedule.
     pub seed: u64,
+    /// The class names (label vocabulary) the model was trained with, in
+    /// class-id order, when the schema file recorded them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_vocabulary: Option<Vec<String>>,
+    /// An opaque slot for the input pipeline's position (mid-epoch resume);
+    /// `None`: resume at the epoch boundary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline_state: Option<serde_json::Value>,
+    /// SHA-256 (hex) of every other file in the checkpoint, by file name.
+    #[serde(default)]
+    pub files: BTreeMap<String, String>,
 }
 
-/// A loaded checkpoint: the model, its variables and its metadata.
+/// The shuffle seed of epoch `epoch` in a run seeded `seed`: the one seed
+/// scheme of training, stored in checkpoints through `seed` so a resumed
+/// run shuffles its next epoch as the uninterrupted run would have.
+///
+/// ```
+/// use tfpipe::train::epoch_seed;
+/// assert_eq!(epoch_seed(7, 0), 7);
+/// assert_ne!(epoch_seed(7, 1), epoch_seed(7, 2));
+/// ```
+pub fn epoch_seed(seed: u64, epoch: u64) -> u64 {
+    seed.wrapping_add(epoch)
+}
+
+/// A loaded checkpoint of a built-in model: the model, its variables and its metadata.
 pub struct Checkpoint {
     /// What `checkpoint.json` says.
     pub meta: CheckpointMeta,
     /// The model, built on the loaded variables.
-    pub model: Model,
+    pub model: BuiltinModel,
     /// The variables (trainable: `--resume` continues from them).
     pub varmap: VarMap,
 }
 
 impl Checkpoint {
-    /// Writes `varmap`'s weights and `meta` into `dir` (created if missing).
+    /// Writes `varmap`'s weights, the optimizer's `state` (when given) and
+    /// `meta` into the directory `dir`, as one atomic unit (see the module
+    /// doc). `meta.files` and `meta.optimizer_state` are filled in here.
     pub fn save(
         dir: impl AsRef<Path>,
         varmap: &VarMap,
+        state: Option<&dyn OptimizerState>,
         meta: &CheckpointMeta,
     ) -> Result<(), TrainError> {
         let dir = dir.as_ref();
-        let fail = |reason: String| TrainError::Checkpoint {
-            path: dir.to_path_buf(),
-            reason,
+        let fail = |source: CheckpointError| TrainError::checkpoint(dir.to_path_buf(), source);
+        let io = |action: &str| {
+            let action = action.to_string();
+            move |source| CheckpointError::Io { action, source }
         };
-        std::fs::create_dir_all(dir)
-            .map_err(|e| fail(format!("cannot create the directory: {e}")))?;
-        let weights = tempfile::Builder::new()
-            .prefix(".model.")
-            .tempfile_in(dir)
-            .map_err(|e| fail(format!("cannot create a temporary file: {e}")))?;
+        let staging = Staging::new(dir).map_err(fail)?;
+        let tmp = staging.path();
+        let mut meta = meta.clone();
+        meta.files.clear();
+        let tensors = |file: &'static str| {
+            move |e| CheckpointError::Tensors {
+                file,
+                source: strip_backtrace(e),
+            }
+        };
         varmap
-            .save(weights.path())
-            .map_err(|e| fail(format!("cannot write the weights: {e}")))?;
-        let mut json = tempfile::Builder::new()
-            .prefix(".checkpoint.")
-            .tempfile_in(dir)
-            .map_err(|e| fail(format!("cannot create a temporary file: {e}")))?;
-        serde_json::to_writer_pretty(&mut json, meta)
-            .map_err(|e| fail(format!("cannot write {META_FILE}: {e}")))?;
-        json.write_all(b"\n")
-            .map_err(|e| fail(format!("cannot write {META_FILE}: {e}")))?;
-        weights
-            .persist(dir.join(WEIGHTS_FILE))
-            .map_err(|e| fail(format!("cannot rename into {WEIGHTS_FILE}: {e}")))?;
-        json.persist(dir.join(META_FILE))
-            .map_err(|e| fail(format!("cannot rename into {META_FILE}: {e}")))?;
-        Ok(())
+            .save(tmp.join(WEIGHTS_FILE))
+            .map_err(tensors(WEIGHTS_FILE))
+            .map_err(fail)?;
+        meta.files.insert(
+            WEIGHTS_FILE.into(),
+            sha256_file(&tmp.join(WEIGHTS_FILE)).map_err(fail)?,
+        );
+        meta.optimizer_state = false;
+        if let Some(state) = state {
+            let names = var_names(varmap).map_err(fail)?;
+            let slots = named_slots(state, &names)
+                .map_err(tensors(OPTIMIZER_FILE))
+                .map_err(fail)?;
+            candle_core::safetensors::save(&slots, tmp.join(OPTIMIZER_FILE))
+                .map_err(tensors(OPTIMIZER_FILE))
+                .map_err(fail)?;
+            meta.files.insert(
+                OPTIMIZER_FILE.into(),
+                sha256_file(&tmp.join(OPTIMIZER_FILE)).map_err(fail)?,
+            );
+            meta.optimizer_state = true;
+        }
+        let mut json = serde_json::to_vec_pretty(&meta)
+            .map_err(CheckpointError::Json)
+            .map_err(fail)?;
+        json.push(b'\n');
+        std::fs::File::create(tmp.join(META_FILE))
+            .and_then(|mut f| f.write_all(&json))
+            .map_err(io("write checkpoint.json"))
+            .map_err(fail)?;
+        staging.commit().map_err(fail)
     }
 
     /// Reads `dir/checkpoint.json`.
     pub fn read_meta(dir: impl AsRef<Path>) -> Result<CheckpointMeta, TrainError> {
-        let path = dir.as_ref().join(META_FILE);
-        let fail = |reason: String| TrainError::Checkpoint {
-            path: path.clone(),
-            reason,
-        };
-        let text = std::fs::read_to_string(&path).map_err(|e| fail(format!("cannot read: {e}")))?;
-        let meta: CheckpointMeta = serde_json::from_str(&text)
-            .map_err(|e| fail(format!("line {} column {}: {e}", e.line(), e.column())))?;
-        if meta.format != FORMAT {
-            return Err(fail(format!(
-                "format {:?}, expected {FORMAT:?}",
-                meta.format
-            )));
+        let dir = dir.as_ref();
+        let path = dir.join(META_FILE);
+        let fail = |source: CheckpointError| TrainError::checkpoint(dir.to_path_buf(), source);
+        let text = std::fs::read_to_string(&path)
+            .map_err(|source| CheckpointError::Io {
+                action: format!("read {META_FILE}"),
+                source,
+            })
+            .map_err(fail)?;
+        // The format first, so an old checkpoint says so rather than
+        // failing on a missing field.
+        #[derive(Deserialize)]
+        struct Format {
+            format: String,
         }
-        Ok(meta)
+        let format: Format = serde_json::from_str(&text)
+            .map_err(CheckpointError::Json)
+            .map_err(fail)?;
+        if format.format != FORMAT {
+            return Err(fail(CheckpointError::Format {
+                found: format.format,
+            }));
+        }
+        serde_json::from_str(&text)
+            .map_err(CheckpointError::Json)
+            .map_err(fail)
     }
 
-    /// Loads the checkpoint in `dir` onto `device`.
+    /// Loads the checkpoint of a built-in model in `dir` onto `device`.
     pub fn load(dir: impl AsRef<Path>, device: &Device) -> Result<Checkpoint, TrainError> {
         let dir = dir.as_ref();
         let meta = Checkpoint::read_meta(dir)?;
-        let path = dir.join(WEIGHTS_FILE);
-        let fail = |reason: String| TrainError::Checkpoint {
-            path: path.clone(),
-            reason,
-        };
-        let tensors: HashMap<String, Tensor> =
-            candle_core::safetensors::load(&path, device).map_err(|e| fail(e.to_string()))?;
+        let fail = |source: CheckpointError| TrainError::checkpoint(dir.to_path_buf(), source);
+        let config = meta
+            .model
+            .clone()
+            .ok_or_else(|| fail(CheckpointError::Custom(meta.model_description.clone())))?;
         let varmap = VarMap::new();
-        {
-            let mut data = varmap
-                .data()
-                .lock()
-                .map_err(|_| fail("variable map lock poisoned".into()))?;
-            for (name, t) in &tensors {
-                let t = t
-                    .to_dtype(CDType::F32)
-                    .map_err(|e| fail(format!("{name}: {e}")))?;
-                data.insert(
-                    name.clone(),
-                    Var::from_tensor(&t).map_err(|e| fail(format!("{name}: {e}")))?,
-                );
-            }
-        }
-        // The model takes the loaded variables (shapes checked by candle);
-        // any it has to create were missing from the file.
-        let model = Model::new(
-            meta.model.clone(),
+        let model = BuiltinModel::new(
+            config,
             VarBuilder::from_varmap(&varmap, CDType::F32, device),
-        )
-        .map_err(|e| fail(format!("does not fit {}: {e}", meta.model.describe())))?;
-        if varmap.all_vars().len() != tensors.len() {
-            return Err(fail(format!(
-                "has {} tensors, {} needs {}",
-                tensors.len(),
-                meta.model.describe(),
-                varmap.all_vars().len()
-            )));
-        }
+        )?;
+        load_weights_checked(dir, &meta, &varmap)?;
         Ok(Checkpoint {
             meta,
             model,
             varmap,
         })
     }
+
+    /// Loads the weights in `dir` into `varmap`'s variables (by name),
+    /// after verifying the file's checksum. Every variable must be in the
+    /// file with its shape, and the file must hold nothing else. For custom
+    /// models: build the model on `varmap`, then call this.
+    pub fn load_weights(
+        dir: impl AsRef<Path>,
+        varmap: &VarMap,
+    ) -> Result<CheckpointMeta, TrainError> {
+        let dir = dir.as_ref();
+        let meta = Checkpoint::read_meta(dir)?;
+        load_weights_checked(dir, &meta, varmap)?;
+        Ok(meta)
+    }
+
+    /// Restores `state` from `dir/optimizer.safetensors` (checksum
+    /// verified), with the variables named through `varmap`.
+    pub fn load_optimizer(
+        dir: impl AsRef<Path>,
+        meta: &CheckpointMeta,
+        varmap: &VarMap,
+        state: &mut dyn OptimizerState,
+    ) -> Result<(), TrainError> {
+        let dir = dir.as_ref();
+        let fail = |source: CheckpointError| TrainError::checkpoint(dir.to_path_buf(), source);
+        let tensors = read_verified(dir, meta, OPTIMIZER_FILE).map_err(fail)?;
+        let names = var_names(varmap).map_err(fail)?;
+        state
+            .restore(meta.step, &mut |var, slot| {
+                let name = names.get(&var.as_tensor().id())?;
+                tensors.get(&format!("{name}/{slot}")).cloned()
+            })
+            .map_err(|e| fail(CheckpointError::Optimizer(strip_backtrace(e))))
+    }
+}
+
+fn load_weights_checked(
+    dir: &Path,
+    meta: &CheckpointMeta,
+    varmap: &VarMap,
+) -> Result<(), TrainError> {
+    let fail = |source: CheckpointError| TrainError::checkpoint(dir.to_path_buf(), source);
+    let tensors = read_verified(dir, meta, WEIGHTS_FILE).map_err(fail)?;
+    let data = varmap.data().lock().unwrap_or_else(|p| p.into_inner());
+    let mut names: Vec<&String> = data.keys().collect();
+    names.sort();
+    for name in names {
+        let var = &data[name];
+        let t = tensors.get(name).ok_or_else(|| {
+            fail(CheckpointError::Missing {
+                file: WEIGHTS_FILE,
+                name: name.clone(),
+            })
+        })?;
+        if t.dims() != var.dims() {
+            return Err(fail(CheckpointError::Shape {
+                name: name.clone(),
+                expected: var.dims().to_vec(),
+                found: t.dims().to_vec(),
+            }));
+        }
+        t.to_dtype(var.dtype())
+            .and_then(|t| t.to_device(var.device()))
+            .and_then(|t| var.set(&t))
+            .map_err(|e| {
+                fail(CheckpointError::Tensors {
+                    file: WEIGHTS_FILE,
+                    source: strip_backtrace(e),
+                })
+            })?;
+    }
+    let mut extra: Vec<&String> = tensors.keys().filter(|k| !data.contains_key(*k)).collect();
+    extra.sort();
+    if let Some(name) = extra.first() {
+        return Err(fail(CheckpointError::Unexpected {
+            file: WEIGHTS_FILE,
+            name: (*name).clone(),
+        }));
+    }
+    Ok(())
+}
+
+/// Reads a tensor file of the checkpoint onto the CPU after checking its checksum.
+fn read_verified(
+    dir: &Path,
+    meta: &CheckpointMeta,
+    file: &'static str,
+) -> Result<HashMap<String, Tensor>, CheckpointError> {
+    let path = dir.join(file);
+    let bytes = std::fs::read(&path).map_err(|source| CheckpointError::Io {
+        action: format!("read {file}"),
+        source,
+    })?;
+    let expected = meta
+        .files
+        .get(file)
+        .ok_or_else(|| CheckpointError::Unlisted { file: file.into() })?;
+    let found = hex(&Sha256::digest(&bytes));
+    if &found != expected {
+        return Err(CheckpointError::Checksum {
+            file: file.into(),
+            expected: expected.clone(),
+            found,
+        });
+    }
+    candle_core::safetensors::load_buffer(&bytes, &Device::Cpu).map_err(|e| {
+        CheckpointError::Tensors {
+            file,
+            source: strip_backtrace(e),
+        }
+    })
+}
+
+/// Variable tensor id -> its name in `varmap`.
+fn var_names(varmap: &VarMap) -> Result<HashMap<candle_core::TensorId, String>, CheckpointError> {
+    let data = varmap.data().lock().unwrap_or_else(|p| p.into_inner());
+    Ok(data
+        .iter()
+        .map(|(name, var)| (var.as_tensor().id(), name.clone()))
+        .collect())
+}
+
+fn sha256_file(path: &Path) -> Result<String, CheckpointError> {
+    let bytes = std::fs::read(path).map_err(|source| CheckpointError::Io {
+        action: format!("read back {}", path.display()),
+        source,
+    })?;
+    Ok(hex(&Sha256::digest(&bytes)))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// candle attaches a backtrace to errors when `RUST_BACKTRACE` is set; a
+/// message for users carries none.
+pub(crate) fn strip_backtrace(e: candle_core::Error) -> candle_core::Error {
+    match e {
+        candle_core::Error::WithBacktrace { inner, .. } => strip_backtrace(*inner),
+        candle_core::Error::Context { inner, context } => candle_core::Error::Context {
+            inner: Box::new(strip_backtrace(*inner)),
+            context,
+        },
+        candle_core::Error::WithPath { inner, path } => candle_core::Error::WithPath {
+            inner: Box::new(strip_backtrace(*inner)),
+            path,
+        },
+        other => other,
+    }
+}
+
+/// A checkpoint directory being written: a hidden temporary directory beside
+/// the target, removed on drop unless committed.
+struct Staging {
+    target: PathBuf,
+    tmp: Option<PathBuf>,
+}
+
+impl Staging {
+    fn new(target: &Path) -> Result<Staging, CheckpointError> {
+        let parent = parent_of(target);
+        std::fs::create_dir_all(&parent).map_err(|source| CheckpointError::Io {
+            action: format!("create {}", parent.display()),
+            source,
+        })?;
+        if target.is_file() {
+            return Err(CheckpointError::Io {
+                action: "write a checkpoint directory".into(),
+                source: std::io::Error::other("it is a file, not a directory"),
+            });
+        }
+        let name = target
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "checkpoint".into());
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!(".{name}.tmp-"))
+            .tempdir_in(&parent)
+            .map_err(|source| CheckpointError::Io {
+                action: format!("create a temporary directory in {}", parent.display()),
+                source,
+            })?
+            .keep();
+        Ok(Staging {
+            target: target.to_path_buf(),
+            tmp: Some(tmp),
+        })
+    }
+
+    fn path(&self) -> &Path {
+        self.tmp.as_deref().unwrap_or(Path::new("."))
+    }
+
+    fn commit(mut self) -> Result<(), CheckpointError> {
+        let Some(tmp) = self.tmp.take() else {
+            return Ok(());
+        };
+        let result = commit_dir(&tmp, &self.target);
+        if result.is_err() {
+            let _ = std::fs::remove_dir_all(&tmp);
+        }
+        result
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        if let Some(tmp) = self.tmp.take() {
+            let _ = std::fs::remove_dir_all(tmp);
+        }
+    }
+}
+
+fn parent_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// Fsyncs every file in `tmp` and `tmp` itself, then switches `tmp` into
+/// place as `target`: when `target` exists it is first renamed aside, then
+/// `tmp` renamed to `target`, the parent fsynced, and the old one removed.
+/// At every instant either the old or the new directory is complete on disk.
+pub(crate) fn commit_dir(tmp: &Path, target: &Path) -> Result<(), CheckpointError> {
+    let io = |action: String| move |source| CheckpointError::Io { action, source };
+    for entry in std::fs::read_dir(tmp).map_err(io(format!("list {}", tmp.display())))? {
+        let path = entry.map_err(io(format!("list {}", tmp.display())))?.path();
+        std::fs::File::open(&path)
+            .and_then(|f| f.sync_all())
+            .map_err(io(format!("fsync {}", path.display())))?;
+    }
+    sync_dir(tmp).map_err(io(format!("fsync {}", tmp.display())))?;
+    let parent = parent_of(target);
+    let old = if target.exists() {
+        let name = target
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let aside = tempfile::Builder::new()
+            .prefix(&format!(".{name}.old-"))
+            .tempdir_in(&parent)
+            .map_err(io(format!("create a directory in {}", parent.display())))?
+            .keep();
+        // rename(2) replaces an empty directory.
+        std::fs::rename(target, &aside)
+            .map_err(io(format!("move the old {} aside", target.display())))?;
+        Some(aside)
+    } else {
+        None
+    };
+    if let Err(source) = std::fs::rename(tmp, target) {
+        // Put the old checkpoint back.
+        if let Some(old) = &old {
+            let _ = std::fs::rename(old, target);
+        }
+        return Err(CheckpointError::Io {
+            action: format!("rename the new checkpoint to {}", target.display()),
+            source,
+        });
+    }
+    sync_dir(&parent).map_err(io(format!("fsync {}", parent.display())))?;
+    if let Some(old) = old {
+        let _ = std::fs::remove_dir_all(old);
+    }
+    Ok(())
+}
+
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
 }
 
 /// How a background checkpoint load overlapped with the pipeline's warm-up.
@@ -281,53 +694,6 @@ impl CheckpointLoad {
             load_ms: ms(load_start, load_end),
             pipeline_warmup_ms: ms(warm_start, warm_end),
             overlap_ms: ms(load_start.max(warm_start), load_end.min(warm_end)),
-        }
-    }
-}
-
-/// A model being built (from a checkpoint, or initialised fresh) on its own thread.
-pub(crate) struct BackgroundLoad {
-    worker: Option<JoinHandle<(Result<Checkpoint, TrainError>, Instant)>>,
-    started: Instant,
-}
-
-impl BackgroundLoad {
-    /// Starts `build` on its own thread.
-    pub(crate) fn spawn<F>(build: F) -> Result<BackgroundLoad, TrainError>
-    where
-        F: FnOnce() -> Result<Checkpoint, TrainError> + Send + 'static,
-    {
-        let started = Instant::now();
-        let worker = std::thread::Builder::new()
-            .name("tfpipe-model-load".into())
-            .spawn(move || {
-                let result = build();
-                (result, Instant::now())
-            })
-            .map_err(|e| TrainError::Panic("model load", format!("cannot start: {e}")))?;
-        Ok(BackgroundLoad {
-            worker: Some(worker),
-            started,
-        })
-    }
-
-    /// Waits for the model; returns it with the load's start and end.
-    pub(crate) fn join(mut self) -> Result<(Checkpoint, Instant, Instant), TrainError> {
-        let worker = self
-            .worker
-            .take()
-            .ok_or_else(|| TrainError::Panic("model load", "joined twice".into()))?;
-        let (result, end) = worker
-            .join()
-            .map_err(|p| TrainError::Panic("model load", panic_text(&*p)))?;
-        result.map(|c| (c, self.started, end))
-    }
-}
-
-impl Drop for BackgroundLoad {
-    fn drop(&mut self) {
-        if let Some(worker) = self.worker.take() {
-            let _ = worker.join();
         }
     }
 }

@@ -30,23 +30,30 @@
 
 mod checkpoint;
 mod model;
+mod observer;
 mod optim;
 mod predict;
 mod prefetch;
 mod report;
+mod schedule;
 mod tensor;
 mod tensorboard;
 mod timing;
 mod trainer;
 
 pub use checkpoint::{
-    Checkpoint, CheckpointLoad, CheckpointMeta, DefaultMeta, FeatureMeta, SchemaMeta,
+    Checkpoint, CheckpointError, CheckpointLoad, CheckpointMeta, DefaultMeta, FORMAT, FeatureMeta,
+    SchemaMeta, epoch_seed,
 };
-pub use model::{Model, ModelConfig};
-pub use optim::{OptimizerConfig, OptimizerKind};
+pub use model::{BuiltinModel, Model, ModelConfig, Task, seed_vars};
+pub use observer::{Checkpointer, Control, EarlyStopping, Monitor, Observer, RunInfo, TensorBoard};
+pub use optim::{
+    Adam, AdamW, Foreign, OptimizerConfig, OptimizerKind, OptimizerState, Sgd, TrainOptimizer,
+};
 pub use predict::{PredictReport, PredictionLatency, Predictor};
-pub use prefetch::{BatchStream, BoxError, IterStream, WithBottleneck};
+pub use prefetch::{BatchEvent, BatchStream, BoxError, IterStream, WithBottleneck};
 pub use report::{EpochReport, Startup, TrainReport, Verdict};
+pub use schedule::{Decay, LrSchedule};
 pub use tensor::{
     BatchTensors, InputSelection, InputSpec, SkippedFeature, Standardize, batch_to_tensors,
     classes_from_metadata,
@@ -55,21 +62,36 @@ pub use tensorboard::{EventWriter, Scalar};
 pub use timing::{Phase, PhaseSummary};
 pub use trainer::{Evaluation, Progress, TestOpener, TrainConfig, Trainer, parse_device};
 
+use crate::Location;
+use crate::pipeline::PipelineError;
+
 /// Errors of training, evaluation, checkpoints and prediction.
 #[derive(Debug, thiserror::Error)]
 pub enum TrainError {
-    /// `--device cuda` in a build without the `cuda` feature, or a bad device name.
+    /// A bad device name, or `cuda` in a build without the `cuda` feature.
     #[error("{0}")]
     Device(String),
     /// The batch does not fit the model's input (missing column, ragged, wrong size, bad label).
     #[error("batch {batch}: {reason}")]
     Input { batch: u64, reason: String },
+    /// A class label outside `0..classes`.
+    #[error(
+        "batch {batch}: row {row}: label {name:?} = {value} is outside 0..{classes} (the number of classes is {classes})"
+    )]
+    Label {
+        batch: u64,
+        row: usize,
+        name: String,
+        value: i64,
+        classes: usize,
+    },
     /// A configuration that cannot work (empty hidden sizes, CNN on non-28x28 input, ...).
     #[error("invalid training configuration: {0}")]
     Config(String),
-    /// The data source failed (I/O, corruption, parse error), as reported by the pipeline.
+    /// The data source failed (I/O, corruption, parse error), with the
+    /// pipeline's error and its location.
     #[error("data: {0}")]
-    Data(#[source] BoxError),
+    Data(#[source] Box<PipelineError>),
     /// A tensor operation failed inside candle.
     #[error("{context}: {source}")]
     Candle {
@@ -77,37 +99,75 @@ pub enum TrainError {
         #[source]
         source: candle_core::Error,
     },
-    /// A checkpoint that cannot be written or read.
-    #[error("checkpoint {path}: {reason}")]
+    /// A checkpoint that cannot be written, read or used.
+    #[error("checkpoint {}: {source}", path.display())]
     Checkpoint {
         path: std::path::PathBuf,
-        reason: String,
+        #[source]
+        source: Box<CheckpointError>,
     },
     /// A TensorBoard event file that cannot be written.
-    #[error("event file {path}: {source}")]
+    #[error("event file {}: {source}", path.display())]
     Events {
         path: std::path::PathBuf,
         #[source]
         source: std::io::Error,
     },
-    /// A worker thread (prefetch, checkpoint load) panicked.
-    #[error("{0} thread panicked: {1}")]
-    Panic(&'static str, String),
+    /// A worker thread (device prefetch) panicked.
+    #[error(transparent)]
+    Panic(#[from] crate::spawn::Panicked),
+    /// A thread could not be started.
+    #[error("cannot start the {0} thread: {1}")]
+    Spawn(&'static str, #[source] std::io::Error),
 }
 
 impl TrainError {
     pub(crate) fn candle(context: &'static str) -> impl FnOnce(candle_core::Error) -> TrainError {
-        move |source| TrainError::Candle { context, source }
+        move |source| TrainError::Candle {
+            context,
+            source: checkpoint::strip_backtrace(source),
+        }
     }
-}
 
-/// The text of a panic payload.
-pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "unknown panic".to_string()
+    /// A checkpoint error about `path`.
+    pub fn checkpoint(path: impl Into<std::path::PathBuf>, source: CheckpointError) -> TrainError {
+        TrainError::Checkpoint {
+            path: path.into(),
+            source: Box::new(source),
+        }
+    }
+
+    /// A data source's error as a [`TrainError::Data`]: a pipeline's error
+    /// stays itself (with its location); any other becomes a
+    /// [`PipelineError::User`] of the stage `source`.
+    pub fn data(error: BoxError) -> TrainError {
+        TrainError::Data(match error.downcast::<PipelineError>() {
+            Ok(p) => p,
+            Err(source) => Box::new(PipelineError::User {
+                stage: "source".into(),
+                source,
+            }),
+        })
+    }
+
+    /// Where in the input data the error is, when it is about input data.
+    pub fn location(&self) -> Option<&Location> {
+        match self {
+            TrainError::Data(e) => e.location(),
+            _ => None,
+        }
+    }
+
+    /// Whether the error is about bad input data (exit code 1 in the CLI)
+    /// rather than usage or I/O.
+    pub fn is_bad_data(&self) -> bool {
+        match self {
+            TrainError::Data(e) => e.location().is_some(),
+            TrainError::Input { .. } | TrainError::Label { .. } => true,
+            TrainError::Checkpoint { source, .. } => {
+                matches!(**source, CheckpointError::Checksum { .. })
+            }
+            _ => false,
+        }
     }
 }

@@ -1,61 +1,234 @@
-//! Models: an MLP with hidden sizes from flags and a LeNet-like CNN for 28x28
-//! inputs. Plain structs built from a `VarBuilder`, as candle-nn does it.
+//! Models: the [`Model`] trait every model trains through, the [`Task`] that
+//! chooses loss and metrics, and the built-in models ([`BuiltinModel`]): an
+//! MLP with hidden sizes from flags and a LeNet-like CNN for 28x28 inputs.
+//! Plain structs built from a `VarBuilder`, as candle-nn does it.
 //!
 //! Weights are initialised from our own seeded generator (candle's CPU
-//! generator cannot be seeded), so the same seed gives the same model.
+//! generator cannot be seeded), so the same seed gives the same model
+//! ([`seed_vars`] does it for any model's `VarMap`).
 
 use candle_core::{D, DType, Device, Module, Tensor};
 use candle_nn::{Conv2d, Conv2dConfig, Linear, VarBuilder, VarMap};
 use serde::{Deserialize, Serialize};
 
 use super::TrainError;
+use super::tensor::BatchTensors;
 
-/// Which model, and its sizes. Stored in checkpoints.
+/// What a model learns, which chooses the loss and the metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Task {
+    /// Class ids in `0..classes`: the model outputs logits `[rows, classes]`;
+    /// softmax cross-entropy loss; accuracy.
+    Classification {
+        /// The number of classes.
+        classes: usize,
+    },
+    /// A float32 value: the model outputs `[rows]` or `[rows, 1]`; mean
+    /// squared error loss; MAE and RMSE.
+    Regression,
+}
+
+impl Task {
+    /// The number of classes, for classification.
+    pub fn classes(&self) -> Option<usize> {
+        match self {
+            Task::Classification { classes } => Some(*classes),
+            Task::Regression => None,
+        }
+    }
+
+    /// The output width a model must produce: `classes`, or 1.
+    pub fn outputs(&self) -> usize {
+        self.classes().unwrap_or(1)
+    }
+
+    /// The name of the task's headline metric in reports and TensorBoard.
+    pub fn metric_name(&self) -> &'static str {
+        match self {
+            Task::Classification { .. } => "accuracy",
+            Task::Regression => "mae",
+        }
+    }
+}
+
+/// A model the [`Trainer`](super::Trainer) can train: any candle model,
+/// given a forward pass from a batch's tensors and the task it learns.
+///
+/// Its variables live in a `VarMap` handed to the trainer beside it (for the
+/// optimizer and checkpoints).
+///
+/// ```
+/// use candle_core::{Module, Tensor};
+/// use candle_nn::{Linear, VarBuilder};
+/// use tfpipe::train::{BatchTensors, Model, Task};
+///
+/// /// Logistic regression.
+/// struct Linear1(Linear);
+///
+/// impl Model for Linear1 {
+///     fn forward(&self, batch: &BatchTensors) -> candle_core::Result<Tensor> {
+///         self.0.forward(&batch.features)
+///     }
+///     fn task(&self) -> Task {
+///         Task::Classification { classes: 2 }
+///     }
+/// }
+///
+/// let varmap = candle_nn::VarMap::new();
+/// let vb = VarBuilder::from_varmap(&varmap, candle_core::DType::F32, &candle_core::Device::Cpu);
+/// let model = Linear1(candle_nn::linear(4, 2, vb.pp("fc"))?);
+/// assert_eq!(model.describe(), "custom model");
+/// # Ok::<(), candle_core::Error>(())
+/// ```
+pub trait Model: Send {
+    /// The outputs for `batch`: logits `[rows, classes]` for classification,
+    /// `[rows]` or `[rows, 1]` for regression.
+    fn forward(&self, batch: &BatchTensors) -> candle_core::Result<Tensor>;
+
+    /// What the model learns.
+    fn task(&self) -> Task;
+
+    /// A one-line description for reports, e.g. `mlp 784-256-10`.
+    fn describe(&self) -> String {
+        "custom model".into()
+    }
+}
+
+/// A boxed model is a model.
+impl<M: Model + ?Sized> Model for Box<M> {
+    fn forward(&self, batch: &BatchTensors) -> candle_core::Result<Tensor> {
+        (**self).forward(batch)
+    }
+
+    fn task(&self) -> Task {
+        (**self).task()
+    }
+
+    fn describe(&self) -> String {
+        (**self).describe()
+    }
+}
+
+/// Which built-in model, and its sizes. Stored in checkpoints.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum ModelConfig {
-    /// `inputs -> hidden[0] -> ... -> classes`, ReLU between layers.
+    /// A classifier: `inputs -> hidden[0] -> ... -> classes`, ReLU between layers.
     Mlp {
         inputs: usize,
         hidden: Vec<usize>,
         classes: usize,
     },
+    /// The same MLP with one output, for regression.
+    Regressor { inputs: usize, hidden: Vec<usize> },
     /// LeNet-5-like for 1x28x28 inputs: conv 5x5 (6, padded) -> pool ->
     /// conv 5x5 (16) -> pool -> 400 -> 120 -> 84 -> classes.
     Cnn { classes: usize },
 }
 
 impl ModelConfig {
-    /// The number of input values per example.
-    pub fn inputs(&self) -> usize {
-        match self {
-            ModelConfig::Mlp { inputs, .. } => *inputs,
-            ModelConfig::Cnn { .. } => 28 * 28,
+    /// An MLP for `task`: a classifier, or a regressor with one output.
+    pub fn mlp(inputs: usize, hidden: Vec<usize>, task: Task) -> ModelConfig {
+        match task {
+            Task::Classification { classes } => ModelConfig::Mlp {
+                inputs,
+                hidden,
+                classes,
+            },
+            Task::Regression => ModelConfig::Regressor { inputs, hidden },
         }
     }
 
-    /// The number of classes.
+    /// An MLP's (inputs, hidden sizes, outputs).
+    fn mlp_layers(&self) -> Option<(usize, &[usize], usize)> {
+        match self {
+            ModelConfig::Mlp {
+                inputs,
+                hidden,
+                classes,
+            } => Some((*inputs, hidden, *classes)),
+            ModelConfig::Regressor { inputs, hidden } => Some((*inputs, hidden, 1)),
+            ModelConfig::Cnn { .. } => None,
+        }
+    }
+
+    /// The number of input values per example.
+    pub fn inputs(&self) -> usize {
+        match self.mlp_layers() {
+            Some((inputs, _, _)) => inputs,
+            None => 28 * 28,
+        }
+    }
+
+    /// The number of outputs: classes, or 1 for regression.
     pub fn classes(&self) -> usize {
         match self {
             ModelConfig::Mlp { classes, .. } | ModelConfig::Cnn { classes } => *classes,
+            ModelConfig::Regressor { .. } => 1,
+        }
+    }
+
+    /// What the model learns.
+    pub fn task(&self) -> Task {
+        match self {
+            ModelConfig::Mlp { classes, .. } | ModelConfig::Cnn { classes } => {
+                Task::Classification { classes: *classes }
+            }
+            ModelConfig::Regressor { .. } => Task::Regression,
+        }
+    }
+
+    /// The number of weights and biases, computed without allocating
+    /// (saturating, so absurd sizes can be refused with a message).
+    pub fn parameters(&self) -> u128 {
+        match self.mlp_layers() {
+            Some((inputs, hidden, outputs)) => {
+                let mut total = 0u128;
+                let mut width = inputs as u128;
+                for &h in hidden.iter().chain(std::iter::once(&outputs)) {
+                    let h = h as u128;
+                    total = total.saturating_add(width.saturating_mul(h).saturating_add(h));
+                    width = h;
+                }
+                total
+            }
+            None => {
+                let c = self.classes() as u128;
+                (6 * 25 + 6) + (16 * 6 * 25 + 16) + (400 * 120 + 120) + (120 * 84 + 84) + 84 * c + c
+            }
+        }
+    }
+
+    /// The widest layer's output per example (for activation memory).
+    pub fn widest_layer(&self) -> usize {
+        match self.mlp_layers() {
+            Some((inputs, hidden, outputs)) => hidden
+                .iter()
+                .copied()
+                .chain([inputs, outputs])
+                .max()
+                .unwrap_or(0),
+            None => (6 * 28 * 28).max(self.classes()),
         }
     }
 
     /// Checks the sizes before any work starts.
     pub fn validate(&self) -> Result<(), TrainError> {
-        let classes = self.classes();
-        if classes < 2 {
+        if let Task::Classification { classes } = self.task()
+            && classes < 2
+        {
             return Err(TrainError::Config(format!(
-                "{classes} classes: a classifier needs at least 2 (check --label and the data's label range)"
+                "{classes} classes: a classifier needs at least 2"
             )));
         }
-        if let ModelConfig::Mlp { inputs, hidden, .. } = self {
-            if *inputs == 0 {
+        if let Some((inputs, hidden, _)) = self.mlp_layers() {
+            if inputs == 0 {
                 return Err(TrainError::Config("the MLP has no input features".into()));
             }
             if hidden.contains(&0) {
                 return Err(TrainError::Config(format!(
-                    "hidden sizes {hidden:?} contain 0 (use e.g. --hidden 256,128)"
+                    "hidden sizes {hidden:?} contain 0"
                 )));
             }
         }
@@ -64,18 +237,19 @@ impl ModelConfig {
 
     /// A one-line description, e.g. `mlp 784-256-10`.
     pub fn describe(&self) -> String {
-        match self {
-            ModelConfig::Mlp {
-                inputs,
-                hidden,
-                classes,
-            } => {
+        match self.mlp_layers() {
+            Some((inputs, hidden, outputs)) => {
                 let mut sizes = vec![inputs.to_string()];
                 sizes.extend(hidden.iter().map(|h| h.to_string()));
-                sizes.push(classes.to_string());
-                format!("mlp {}", sizes.join("-"))
+                sizes.push(outputs.to_string());
+                let kind = if self.task() == Task::Regression {
+                    "mlp regressor"
+                } else {
+                    "mlp"
+                };
+                format!("{kind} {}", sizes.join("-"))
             }
-            ModelConfig::Cnn { classes } => format!("cnn lenet 1x28x28-{classes}"),
+            None => format!("cnn lenet 1x28x28-{}", self.classes()),
         }
     }
 }
@@ -91,25 +265,21 @@ enum Net {
     },
 }
 
-/// A classifier producing logits `[batch, classes]` from `[batch, inputs]` float32.
-pub struct Model {
+/// A built-in classifier producing logits `[batch, classes]` from `[batch, inputs]` float32.
+pub struct BuiltinModel {
     config: ModelConfig,
     net: Net,
 }
 
-impl Model {
+impl BuiltinModel {
     /// Builds the model's variables in `vb` (created when missing).
-    pub fn new(config: ModelConfig, vb: VarBuilder) -> Result<Model, TrainError> {
+    pub fn new(config: ModelConfig, vb: VarBuilder) -> Result<BuiltinModel, TrainError> {
         config.validate()?;
-        let net = match &config {
-            ModelConfig::Mlp {
-                inputs,
-                hidden,
-                classes,
-            } => {
+        let net = match (&config, config.mlp_layers()) {
+            (_, Some((inputs, hidden, outputs))) => {
                 let mut layers = Vec::with_capacity(hidden.len() + 1);
-                let mut width = *inputs;
-                for (i, &h) in hidden.iter().chain(std::iter::once(classes)).enumerate() {
+                let mut width = inputs;
+                for (i, &h) in hidden.iter().chain(std::iter::once(&outputs)).enumerate() {
                     layers.push(
                         candle_nn::linear(width, h, vb.pp(format!("fc{i}")))
                             .map_err(TrainError::candle("building the model"))?,
@@ -118,7 +288,10 @@ impl Model {
                 }
                 Net::Mlp(layers)
             }
-            ModelConfig::Cnn { classes } => {
+            (ModelConfig::Mlp { .. } | ModelConfig::Regressor { .. }, None) => {
+                return Err(TrainError::Config("an MLP without its layers".into()));
+            }
+            (ModelConfig::Cnn { classes }, _) => {
                 let padded = Conv2dConfig {
                     padding: 2,
                     ..Default::default()
@@ -136,7 +309,7 @@ impl Model {
                 }
             }
         };
-        Ok(Model { config, net })
+        Ok(BuiltinModel { config, net })
     }
 
     /// A fresh model in a new `VarMap` with weights drawn from `seed`.
@@ -144,9 +317,10 @@ impl Model {
         config: ModelConfig,
         seed: u64,
         device: &Device,
-    ) -> Result<(Model, VarMap), TrainError> {
+    ) -> Result<(BuiltinModel, VarMap), TrainError> {
         let varmap = VarMap::new();
-        let model = Model::new(config, VarBuilder::from_varmap(&varmap, DType::F32, device))?;
+        let model =
+            BuiltinModel::new(config, VarBuilder::from_varmap(&varmap, DType::F32, device))?;
         seed_vars(&varmap, seed, device)?;
         Ok((model, varmap))
     }
@@ -157,18 +331,17 @@ impl Model {
     }
 
     /// Logits `[batch, classes]` for `xs` of shape `[batch, inputs]`.
-    pub fn forward(&self, xs: &Tensor) -> candle_core::Result<Tensor> {
+    pub fn forward_features(&self, xs: &Tensor) -> candle_core::Result<Tensor> {
         match &self.net {
             Net::Mlp(layers) => {
+                let Some((last, hidden)) = layers.split_last() else {
+                    return Ok(xs.clone());
+                };
                 let mut h = xs.clone();
-                let last = layers.len() - 1;
-                for (i, layer) in layers.iter().enumerate() {
-                    h = layer.forward(&h)?;
-                    if i < last {
-                        h = h.relu()?;
-                    }
+                for layer in hidden {
+                    h = dense_relu(layer, &h)?;
                 }
-                Ok(h)
+                dense(last, &h)
             }
             Net::Cnn {
                 conv1,
@@ -191,14 +364,41 @@ impl Model {
 
     /// Predicted class ids `[batch]` (u32) for `xs`.
     pub fn predict(&self, xs: &Tensor) -> candle_core::Result<Tensor> {
-        self.forward(xs)?.argmax(D::Minus1)
+        self.forward_features(xs)?.argmax(D::Minus1)
     }
+}
+
+impl Model for BuiltinModel {
+    fn forward(&self, batch: &BatchTensors) -> candle_core::Result<Tensor> {
+        self.forward_features(&batch.features)
+    }
+
+    fn task(&self) -> Task {
+        self.config.task()
+    }
+
+    fn describe(&self) -> String {
+        self.config.describe()
+    }
+}
+
+/// A dense layer: `x W^T + b`. (The layers are small functions so that
+/// fused kernels can take their place one at a time.)
+pub(crate) fn dense(layer: &Linear, x: &Tensor) -> candle_core::Result<Tensor> {
+    layer.forward(x)
+}
+
+/// A dense layer followed by ReLU.
+pub(crate) fn dense_relu(layer: &Linear, x: &Tensor) -> candle_core::Result<Tensor> {
+    layer.forward(x)?.relu()
 }
 
 /// Overwrites every variable with He-uniform weights (bound `sqrt(6 / fan_in)`)
 /// and zero biases, from a SplitMix64 stream seeded by `seed` and the
 /// variable's name, so the result does not depend on `HashMap` order.
-fn seed_vars(varmap: &VarMap, seed: u64, device: &Device) -> Result<(), TrainError> {
+///
+/// Any model's `VarMap` can be seeded this way (custom models included).
+pub fn seed_vars(varmap: &VarMap, seed: u64, device: &Device) -> Result<(), TrainError> {
     let data = varmap
         .data()
         .lock()
@@ -258,16 +458,16 @@ mod tests {
             hidden: vec![8],
             classes: 3,
         };
-        let (a, _) = Model::init(config.clone(), 7, &Device::Cpu).unwrap();
-        let (b, _) = Model::init(config.clone(), 7, &Device::Cpu).unwrap();
-        let (c, _) = Model::init(config, 8, &Device::Cpu).unwrap();
+        let (a, _) = BuiltinModel::init(config.clone(), 7, &Device::Cpu).unwrap();
+        let (b, _) = BuiltinModel::init(config.clone(), 7, &Device::Cpu).unwrap();
+        let (c, _) = BuiltinModel::init(config, 8, &Device::Cpu).unwrap();
         let xs = Tensor::arange(0f32, 8.0, &Device::Cpu)
             .unwrap()
             .reshape((2, 4))
             .unwrap();
-        let ya: Vec<Vec<f32>> = a.forward(&xs).unwrap().to_vec2().unwrap();
-        let yb: Vec<Vec<f32>> = b.forward(&xs).unwrap().to_vec2().unwrap();
-        let yc: Vec<Vec<f32>> = c.forward(&xs).unwrap().to_vec2().unwrap();
+        let ya: Vec<Vec<f32>> = a.forward_features(&xs).unwrap().to_vec2().unwrap();
+        let yb: Vec<Vec<f32>> = b.forward_features(&xs).unwrap().to_vec2().unwrap();
+        let yc: Vec<Vec<f32>> = c.forward_features(&xs).unwrap().to_vec2().unwrap();
         assert_eq!(ya.len(), 2);
         assert_eq!(ya[0].len(), 3);
         assert_eq!(ya, yb);
@@ -276,9 +476,10 @@ mod tests {
 
     #[test]
     fn cnn_takes_784_inputs() {
-        let (m, vars) = Model::init(ModelConfig::Cnn { classes: 10 }, 1, &Device::Cpu).unwrap();
+        let (m, vars) =
+            BuiltinModel::init(ModelConfig::Cnn { classes: 10 }, 1, &Device::Cpu).unwrap();
         let xs = Tensor::zeros((3, 784), DType::F32, &Device::Cpu).unwrap();
-        assert_eq!(m.forward(&xs).unwrap().dims(), &[3, 10]);
+        assert_eq!(m.forward_features(&xs).unwrap().dims(), &[3, 10]);
         assert_eq!(vars.all_vars().len(), 10);
     }
 

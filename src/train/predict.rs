@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::TrainError;
 use super::checkpoint::{Checkpoint, CheckpointMeta};
-use super::model::Model;
+use super::model::BuiltinModel;
 use super::prefetch::BatchStream;
 use super::tensor::{InputSpec, batch_to_tensors};
 use super::timing::Phase;
@@ -80,7 +80,7 @@ pub type PredictionSink<'a> = dyn FnMut(&[u32], Option<&[u32]>) -> Result<(), Tr
 
 /// A model loaded for prediction.
 pub struct Predictor {
-    model: Model,
+    model: BuiltinModel,
     meta: CheckpointMeta,
     device: Device,
     load_ms: f64,
@@ -112,7 +112,7 @@ impl Predictor {
     /// Class ids for `features` (`[batch, inputs]`), on the host.
     pub fn predict(&self, features: &Tensor) -> Result<Vec<u32>, TrainError> {
         self.model
-            .forward(features)
+            .forward_features(features)
             .and_then(|l| l.argmax(D::Minus1))
             .and_then(|p| p.to_vec1::<u32>())
             .map_err(TrainError::candle("prediction"))
@@ -141,7 +141,7 @@ impl Predictor {
         let (mut examples, mut batches, mut hits) = (0u64, 0u64, 0u64);
         while let Some(batch) = stream.next_batch() {
             let tensors = batch_to_tensors(
-                batch.map_err(TrainError::Data)?,
+                batch.map_err(TrainError::data)?,
                 &input,
                 batches,
                 &self.device,

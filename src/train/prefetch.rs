@@ -7,30 +7,44 @@
 //! while the training step computes, `depth` batches ahead.
 //!
 //! # Shutdown
-//! Dropping a [`DevicePrefetch`] sets its stop flag, drops the receiver (so a
-//! worker blocked in `send` wakes with an error) and joins the worker. The
-//! worker checks the flag between batches, so the join waits at most for the
-//! stream's current `next_batch`.
+//! The worker is a [`Thread`]: dropping a [`DevicePrefetch`] cancels it
+//! (which wakes a worker blocked sending) and joins it, whatever the order of
+//! the fields. The worker checks for cancellation between batches, so the
+//! join waits at most for the stream's current `next_batch`. A panic in the
+//! stream becomes [`TrainError::Panic`] naming the thread.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use candle_core::Device;
 use crossbeam_channel::{Receiver, bounded};
 
+use super::TrainError;
 use super::tensor::{BatchTensors, InputSpec, batch_to_tensors};
-use super::{TrainError, panic_text};
 use crate::batch::Batch;
+use crate::spawn::Thread;
 
 /// A boxed error from a data source.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A batch, or the end of an epoch.
+#[derive(Debug)]
+pub enum BatchEvent {
+    /// The next batch.
+    Batch(Batch),
+    /// An epoch ended (a pipeline's `repeat` marker); more batches may follow.
+    EpochEnd,
+}
 
 /// A source of batches for training, evaluation or prediction.
 pub trait BatchStream: Send {
     /// The next batch, an error, or `None` at the end of the data.
     fn next_batch(&mut self) -> Option<Result<Batch, BoxError>>;
+
+    /// The next batch or epoch marker. By default every item is a batch:
+    /// a stream without markers is one epoch.
+    fn next_event(&mut self) -> Option<Result<BatchEvent, BoxError>> {
+        self.next_batch().map(|r| r.map(BatchEvent::Batch))
+    }
 
     /// The name of the source's slowest stage, from its metrics, if it has any.
     fn bottleneck_stage(&self) -> Option<String> {
@@ -90,15 +104,28 @@ impl<S: BatchStream + ?Sized> BatchStream for Box<S> {
         (**self).next_batch()
     }
 
+    fn next_event(&mut self) -> Option<Result<BatchEvent, BoxError>> {
+        (**self).next_event()
+    }
+
     fn bottleneck_stage(&self) -> Option<String> {
         (**self).bottleneck_stage()
     }
 }
 
-/// A running pipeline of batches; its bottleneck comes from its stage metrics.
+/// A running pipeline of batches; its bottleneck comes from its stage
+/// metrics, its epoch markers end epochs.
 impl BatchStream for crate::pipeline::PipelineIter<Batch> {
     fn next_batch(&mut self) -> Option<Result<Batch, BoxError>> {
         self.next().map(|r| r.map_err(Into::into))
+    }
+
+    fn next_event(&mut self) -> Option<Result<BatchEvent, BoxError>> {
+        Some(match self.next_event()? {
+            crate::pipeline::Event::Item(Ok(batch)) => Ok(BatchEvent::Batch(batch)),
+            crate::pipeline::Event::Item(Err(e)) => Err(e.into()),
+            crate::pipeline::Event::EpochEnd(_) => Ok(BatchEvent::EpochEnd),
+        })
     }
 
     fn bottleneck_stage(&self) -> Option<String> {
@@ -115,6 +142,8 @@ pub(crate) enum Fetched {
         copy: Duration,
         bottleneck: Option<String>,
     },
+    /// An epoch marker.
+    EpochEnd,
     /// The end of the stream.
     End { bottleneck: Option<String> },
 }
@@ -127,9 +156,8 @@ const BOTTLENECK_EVERY: u64 = 16;
 /// The device-prefetch stage: a worker thread that converts batches to
 /// device tensors `depth` ahead of the consumer.
 pub(crate) struct DevicePrefetch {
-    rx: Option<Receiver<Result<Fetched, TrainError>>>,
-    stop: Arc<AtomicBool>,
-    worker: Option<JoinHandle<()>>,
+    rx: Receiver<Result<Fetched, TrainError>>,
+    worker: Option<Thread<()>>,
 }
 
 impl DevicePrefetch {
@@ -142,80 +170,74 @@ impl DevicePrefetch {
         first_index: u64,
     ) -> Result<DevicePrefetch, TrainError> {
         let (tx, rx) = bounded(depth.max(1));
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
-        let worker = std::thread::Builder::new()
-            .name("tfpipe-device-prefetch".into())
-            .spawn(move || {
-                let mut index = first_index;
-                while !flag.load(Ordering::Relaxed) {
-                    let item = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        match stream.next_batch() {
-                            None => Ok(Fetched::End {
-                                bottleneck: stream.bottleneck_stage(),
-                            }),
-                            Some(Err(e)) => Err(TrainError::Data(e)),
-                            Some(Ok(batch)) => {
-                                let start = Instant::now();
-                                let tensors = batch_to_tensors(batch, &spec, index, &device)?;
-                                // On CUDA the copy is asynchronous: time it to completion.
-                                device
-                                    .synchronize()
-                                    .map_err(TrainError::candle("host-to-device copy"))?;
-                                let copy = start.elapsed();
-                                let bottleneck = if (index - first_index) % BOTTLENECK_EVERY == 0 {
-                                    stream.bottleneck_stage()
-                                } else {
-                                    None
-                                };
-                                Ok(Fetched::Batch {
-                                    tensors,
-                                    copy,
-                                    bottleneck,
-                                })
+        let worker = Thread::spawn("tfpipe-device-prefetch", move |cancel| {
+            let mut index = first_index;
+            while !cancel.is_cancelled() {
+                let item = match stream.next_event() {
+                    None => Ok(Fetched::End {
+                        bottleneck: stream.bottleneck_stage(),
+                    }),
+                    Some(Err(e)) => Err(TrainError::data(e)),
+                    Some(Ok(BatchEvent::EpochEnd)) => Ok(Fetched::EpochEnd),
+                    Some(Ok(BatchEvent::Batch(batch))) => convert(batch, &spec, &device, index)
+                        .map(|(tensors, copy)| {
+                            let bottleneck = if (index - first_index) % BOTTLENECK_EVERY == 0 {
+                                stream.bottleneck_stage()
+                            } else {
+                                None
+                            };
+                            Fetched::Batch {
+                                tensors,
+                                copy,
+                                bottleneck,
                             }
-                        }
-                    }))
-                    .unwrap_or_else(|p| Err(TrainError::Panic("data source", panic_text(&*p))));
-                    index += 1;
-                    let last = !matches!(item, Ok(Fetched::Batch { .. }));
-                    // A failed send means the consumer is gone: stop quietly.
-                    if tx.send(item).is_err() || last {
-                        break;
-                    }
+                        }),
+                };
+                index += 1;
+                let last = !matches!(item, Ok(Fetched::Batch { .. } | Fetched::EpochEnd));
+                // A failed send: the consumer is gone or cancelled; stop quietly.
+                if cancel.send(&tx, item).is_err() || last {
+                    break;
                 }
-            })
-            .map_err(|e| TrainError::Panic("device prefetch", format!("cannot start: {e}")))?;
+            }
+        })
+        .map_err(|e| TrainError::Spawn("device prefetch", e))?;
         Ok(DevicePrefetch {
-            rx: Some(rx),
-            stop,
+            rx,
             worker: Some(worker),
         })
     }
 
     /// The next item; blocks while the worker is behind (that is the data wait).
-    pub(crate) fn recv(&self) -> Result<Fetched, TrainError> {
-        match self.rx.as_ref().map(|rx| rx.recv()) {
-            Some(Ok(item)) => item,
-            // The worker ended without an End item: only after a panic that
-            // escaped catch_unwind, which join reports.
-            _ => Err(TrainError::Panic(
-                "device prefetch",
-                "worker ended early".into(),
-            )),
+    pub(crate) fn recv(&mut self) -> Result<Fetched, TrainError> {
+        match self.rx.recv() {
+            Ok(item) => item,
+            // The worker ended without an End item: it panicked.
+            Err(_) => match self.worker.take().map(Thread::join) {
+                Some(Err(panicked)) => Err(TrainError::Panic(panicked)),
+                _ => Err(TrainError::Panic(crate::spawn::Panicked {
+                    thread: "tfpipe-device-prefetch".into(),
+                    message: "ended without a result".into(),
+                })),
+            },
         }
     }
 }
 
-impl Drop for DevicePrefetch {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        // Drop the receiver first: a worker blocked in `send` then returns.
-        self.rx = None;
-        if let Some(worker) = self.worker.take() {
-            let _ = worker.join();
-        }
-    }
+/// One batch to device tensors, timed to completion (on CUDA the copy is
+/// asynchronous).
+fn convert(
+    batch: Batch,
+    spec: &InputSpec,
+    device: &Device,
+    index: u64,
+) -> Result<(BatchTensors, Duration), TrainError> {
+    let start = Instant::now();
+    let tensors = batch_to_tensors(batch, spec, index, device)?;
+    device
+        .synchronize()
+        .map_err(TrainError::candle("host-to-device copy"))?;
+    Ok((tensors, start.elapsed()))
 }
 
 #[cfg(test)]
@@ -239,7 +261,7 @@ mod tests {
         InputSpec {
             features: vec![("x".into(), 1)],
             label: None,
-            classes: 2,
+            task: crate::train::Task::Regression,
             standardize: vec![],
         }
     }
@@ -250,7 +272,7 @@ mod tests {
             iter: (0..3).map(|_| Ok::<_, std::io::Error>(batch(2))),
             bottleneck: |_: &_| Some("parse".to_string()),
         };
-        let p = DevicePrefetch::spawn(stream, spec(), Device::Cpu, 2, 0).unwrap();
+        let mut p = DevicePrefetch::spawn(stream, spec(), Device::Cpu, 2, 0).unwrap();
         for _ in 0..3 {
             assert!(
                 matches!(p.recv().unwrap(), Fetched::Batch { tensors, .. } if tensors.rows == 2)
@@ -262,19 +284,20 @@ mod tests {
     #[test]
     fn errors_and_panics_arrive_as_errors() {
         let items = vec![Err(std::io::Error::other("disk on fire"))];
-        let p = DevicePrefetch::spawn(IterStream(items.into_iter()), spec(), Device::Cpu, 1, 0)
+        let mut p = DevicePrefetch::spawn(IterStream(items.into_iter()), spec(), Device::Cpu, 1, 0)
             .unwrap();
         assert!(p.recv().unwrap_err().to_string().contains("disk on fire"));
 
         let panicking = (0..1).map(|_| -> Result<Batch, std::io::Error> { panic!("boom") });
-        let p = DevicePrefetch::spawn(IterStream(panicking), spec(), Device::Cpu, 1, 0).unwrap();
+        let mut p =
+            DevicePrefetch::spawn(IterStream(panicking), spec(), Device::Cpu, 1, 0).unwrap();
         assert!(p.recv().unwrap_err().to_string().contains("boom"));
     }
 
     #[test]
     fn drop_mid_stream_joins_promptly() {
         let endless = std::iter::repeat_with(|| Ok::<_, std::io::Error>(batch(1)));
-        let p = DevicePrefetch::spawn(IterStream(endless), spec(), Device::Cpu, 1, 0).unwrap();
+        let mut p = DevicePrefetch::spawn(IterStream(endless), spec(), Device::Cpu, 1, 0).unwrap();
         assert!(p.recv().is_ok());
         let start = Instant::now();
         drop(p);

@@ -6,8 +6,10 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use super::checkpoint::CheckpointLoad;
+use super::model::Task;
 use super::tensor::{SkippedFeature, join};
 use super::timing::PhaseSummary;
+use super::trainer::Evaluation;
 
 /// TensorFlow profiler's input-bound verdict from the stall fraction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,7 +62,8 @@ pub struct Startup {
     pub first_step: f64,
 }
 
-/// One epoch's numbers.
+/// One epoch's numbers, with Keras' names (`loss`, `accuracy`,
+/// `val_loss`, `val_accuracy`, ...).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EpochReport {
     /// The epoch number (continues after `--resume`).
@@ -69,18 +72,96 @@ pub struct EpochReport {
     pub steps: u64,
     /// Examples trained on in this epoch.
     pub examples: u64,
-    /// Mean training loss over the epoch's steps.
-    pub train_loss: f64,
-    /// Training accuracy over the epoch (fraction).
-    pub train_accuracy: f64,
+    /// Mean training loss per example over the epoch.
+    pub loss: f64,
+    /// Training accuracy over the epoch (classification; fraction).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accuracy: Option<f64>,
+    /// Training mean absolute error (regression).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mae: Option<f64>,
+    /// Training root mean squared error (regression).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rmse: Option<f64>,
+    /// Loss on the validation data after this epoch.
+    pub val_loss: Option<f64>,
+    /// Accuracy on the validation data after this epoch (classification; fraction).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub val_accuracy: Option<f64>,
+    /// Validation mean absolute error (regression).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub val_mae: Option<f64>,
+    /// Validation root mean squared error (regression).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub val_rmse: Option<f64>,
+    /// The learning rate at the end of the epoch.
+    pub learning_rate: f64,
     /// Data wait over step time in this epoch.
     pub stall_fraction: f64,
-    /// Loss on the test data after this epoch.
-    pub test_loss: Option<f64>,
-    /// Accuracy on the test data after this epoch (fraction).
-    pub test_accuracy: Option<f64>,
     /// Wall time of the epoch (training and evaluation), ms.
     pub wall_ms: f64,
+}
+
+impl EpochReport {
+    /// The report of an epoch from its training and validation numbers.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        epoch: u64,
+        steps: u64,
+        examples: u64,
+        train: &Evaluation,
+        validation: Option<&Evaluation>,
+        learning_rate: f64,
+        stall_fraction: f64,
+        wall_ms: f64,
+    ) -> EpochReport {
+        EpochReport {
+            epoch,
+            steps,
+            examples,
+            loss: train.loss,
+            accuracy: train.accuracy,
+            mae: train.mae,
+            rmse: train.rmse,
+            val_loss: validation.map(|v| v.loss),
+            val_accuracy: validation.and_then(|v| v.accuracy),
+            val_mae: validation.and_then(|v| v.mae),
+            val_rmse: validation.and_then(|v| v.rmse),
+            learning_rate,
+            stall_fraction,
+            wall_ms,
+        }
+    }
+
+    /// The line Keras users know: `epoch 3  loss 0.1234  accuracy 96.10%  val_loss ...`.
+    pub fn line(&self) -> String {
+        let mut s = format!("epoch {:<4} loss {:.4}", self.epoch, self.loss);
+        let metrics = |prefix: &str, acc: Option<f64>, mae: Option<f64>, rmse: Option<f64>| {
+            let mut m = String::new();
+            if let Some(a) = acc {
+                m += &format!("  {prefix}accuracy {:.2}%", a * 100.0);
+            }
+            if let Some(a) = mae {
+                m += &format!("  {prefix}mae {a:.4}");
+            }
+            if let Some(a) = rmse {
+                m += &format!("  {prefix}rmse {a:.4}");
+            }
+            m
+        };
+        s += &metrics("", self.accuracy, self.mae, self.rmse);
+        if let Some(l) = self.val_loss {
+            s += &format!("  val_loss {l:.4}");
+            s += &metrics("val_", self.val_accuracy, self.val_mae, self.val_rmse);
+        }
+        s += &format!(
+            "  lr {:.3e}  stall {:.1}%  ({:.0} ms)",
+            self.learning_rate,
+            self.stall_fraction * 100.0,
+            self.wall_ms
+        );
+        s
+    }
 }
 
 /// Everything `tfpipe train` reports. Times in milliseconds.
@@ -92,6 +173,8 @@ pub struct TrainReport {
     pub optimizer: String,
     /// The device, e.g. `cpu` or `cuda:0`.
     pub device: String,
+    /// What the model learns.
+    pub task: Task,
     /// Examples trained on in this run.
     pub examples: u64,
     /// Steps in this run.
@@ -128,11 +211,18 @@ pub struct TrainReport {
     pub first_step_ms: f64,
     /// The median of the later steps' copy + compute.
     pub steady_step_ms_p50: f64,
-    /// Test loss after the last epoch.
-    pub test_loss: Option<f64>,
-    /// Test accuracy after the last epoch (fraction).
-    pub test_accuracy: Option<f64>,
-    /// Checkpoint loading overlapped with pipeline warm-up (`--resume`).
+    /// Validation loss after the last epoch.
+    pub val_loss: Option<f64>,
+    /// Validation accuracy after the last epoch (classification; fraction).
+    pub val_accuracy: Option<f64>,
+    /// Validation mean absolute error after the last epoch (regression).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub val_mae: Option<f64>,
+    /// Validation root mean squared error after the last epoch (regression).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub val_rmse: Option<f64>,
+    /// The checkpoint load when resuming (before the pipeline starts), and
+    /// the pipeline's warm-up.
     pub checkpoint_load: Option<CheckpointLoad>,
     /// Schema features the model did not take (bytes, variable-length, sequences).
     #[serde(default)]
@@ -141,6 +231,15 @@ pub struct TrainReport {
     /// from the first training batch, or the resumed checkpoint's).
     #[serde(default)]
     pub standardized: bool,
+    /// Whether the run was interrupted (Ctrl-C) before its planned end.
+    #[serde(default)]
+    pub interrupted: bool,
+    /// Whether an observer (early stopping) ended the run.
+    #[serde(default)]
+    pub stopped_early: bool,
+    /// What the user should know (e.g. optimizer state not restored).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     /// Per-epoch numbers.
     pub epochs: Vec<EpochReport>,
 }
@@ -166,19 +265,21 @@ impl fmt::Display for TrainReport {
         if !self.skipped_features.is_empty() {
             writeln!(f, "skipped features: {}", join(&self.skipped_features))?;
         }
-        for e in &self.epochs {
-            write!(
-                f,
-                "epoch {:<4} loss {:.4}  acc {:.2}%  stall {:.1}%",
-                e.epoch,
-                e.train_loss,
-                e.train_accuracy * 100.0,
-                e.stall_fraction * 100.0
-            )?;
-            if let (Some(l), Some(a)) = (e.test_loss, e.test_accuracy) {
-                write!(f, "  test loss {l:.4}  test acc {:.2}%", a * 100.0)?;
+        // `{:#}` leaves the per-epoch lines out (for callers that printed
+        // them as the epochs ended).
+        if !f.alternate() {
+            for e in &self.epochs {
+                writeln!(f, "{}", e.line())?;
             }
-            writeln!(f, "  ({:.0} ms)", e.wall_ms)?;
+        }
+        if self.interrupted {
+            writeln!(f, "interrupted: training stopped early on a signal")?;
+        }
+        if self.stopped_early {
+            writeln!(
+                f,
+                "early stopping: no improvement for the configured patience"
+            )?;
         }
         writeln!(f)?;
         writeln!(
@@ -232,12 +333,22 @@ impl fmt::Display for TrainReport {
         if let Some(c) = &self.checkpoint_load {
             writeln!(
                 f,
-                "checkpoint loaded in {:.1} ms while the pipeline warmed up for {:.1} ms: {:.1} ms overlapped",
-                c.load_ms, c.pipeline_warmup_ms, c.overlap_ms
+                "checkpoint loaded in {:.1} ms; the pipeline then warmed up for {:.1} ms",
+                c.load_ms, c.pipeline_warmup_ms
             )?;
         }
-        if let (Some(l), Some(a)) = (self.test_loss, self.test_accuracy) {
-            writeln!(f, "test       loss {l:.4}, accuracy {:.2}%", a * 100.0)?;
+        if let Some(l) = self.val_loss {
+            write!(f, "validation loss {l:.4}")?;
+            if let Some(a) = self.val_accuracy {
+                write!(f, ", accuracy {:.2}%", a * 100.0)?;
+            }
+            if let (Some(mae), Some(rmse)) = (self.val_mae, self.val_rmse) {
+                write!(f, ", mae {mae:.4}, rmse {rmse:.4}")?;
+            }
+            writeln!(f)?;
+        }
+        for w in &self.warnings {
+            writeln!(f, "warning: {w}")?;
         }
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! Batches to tensors: features as float32 `[batch, inputs]` (uint8 scaled to
 //! [0,1], int64 and float32 standardised when the spec carries statistics),
-//! labels as u32 class ids `[batch]`.
+//! labels as u32 class ids `[batch]` (classification) or float32 values
+//! `[batch]` (regression).
 //!
 //! A single float32 feature moves its `Vec` into the tensor (`Tensor::from_vec`
 //! takes ownership on the CPU): no copy; standardisation then rewrites it in
@@ -19,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value as Json};
 
 use super::TrainError;
+use super::model::Task;
 use crate::batch::{Batch, Column, Values};
 use crate::example::{DType, Layout, Schema};
 
@@ -27,10 +29,11 @@ use crate::example::{DType, Layout, Schema};
 pub struct InputSpec {
     /// Feature columns in input order, with their values per example.
     pub features: Vec<(String, usize)>,
-    /// The label column (int64 class ids in `0..classes`), if any.
+    /// The label column, if any: int64 class ids in `0..classes` for
+    /// classification, a float32 (or int64) value for regression.
     pub label: Option<String>,
-    /// The number of classes: labels must be below it.
-    pub classes: usize,
+    /// What the label is.
+    pub task: Task,
     /// Per-feature standardisation, one entry per `features` entry (all of a
     /// feature's values share it), or empty for none. The trainer fills it
     /// from the first training batch ([`Standardize::from_batch`]) and
@@ -63,7 +66,7 @@ impl Standardize {
     /// Statistics for every feature of `spec` from one batch: mean and
     /// standard deviation over all of an int64 or float32 feature's values
     /// (a constant feature is only centred). uint8 features, already scaled
-    /// to [0,1], and columns the batch lacks get the identity.
+    /// to `[0, 1]`, and columns the batch lacks get the identity.
     ///
     /// Tabular inputs span very different ranges (penguins' body mass is
     /// ~4000 grams, bill depth ~17 mm); unscaled, the large ones dominate the
@@ -72,9 +75,9 @@ impl Standardize {
     ///
     /// ```
     /// use tfpipe::{Batch, Column, Values};
-    /// use tfpipe::train::{InputSpec, Standardize};
+    /// use tfpipe::train::{InputSpec, Standardize, Task};
     ///
-    /// let spec = InputSpec { features: vec![("mass".into(), 1)], label: None, classes: 2, standardize: vec![] };
+    /// let spec = InputSpec { features: vec![("mass".into(), 1)], label: None, task: Task::Regression, standardize: vec![] };
     /// let batch = Batch { num_rows: 2, columns: vec![Column {
     ///     name: "mass".into(), values: Values::Int64(vec![3000, 5000]), row_splits: vec![], inner_shape: vec![],
     /// }] };
@@ -147,22 +150,23 @@ pub struct InputSelection {
 impl InputSpec {
     /// Every fixed-shape numeric (int64, float32, uint8) feature of `schema`
     /// except the label feeds the model; the label is `schema.label` and
-    /// must be one int64 per example. Other features (bytes, variable-length,
+    /// must be one int64 per example for classification, one float32 or
+    /// int64 for regression. Other features (bytes, variable-length,
     /// sequences) are skipped and listed. Fails when no input remains.
     ///
     /// ```
     /// use tfpipe::Schema;
-    /// use tfpipe::train::InputSpec;
+    /// use tfpipe::train::{InputSpec, Task};
     ///
     /// let mut schema = Schema::from_feature_texts(&["species:int64", "island:bytes", "mass:int64"])?;
     /// schema.label = Some("species".into());
-    /// let chosen = InputSpec::from_schema(&schema, 3)?;
+    /// let chosen = InputSpec::from_schema(&schema, Task::Classification { classes: 3 })?;
     /// assert_eq!(chosen.spec.features, vec![("mass".to_string(), 1)]);
     /// assert_eq!(chosen.skipped[0].to_string(), "island (bytes)");
     /// assert_eq!(chosen.schema.features.len(), 2);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn from_schema(schema: &Schema, classes: usize) -> Result<InputSelection, TrainError> {
+    pub fn from_schema(schema: &Schema, task: Task) -> Result<InputSelection, TrainError> {
         if let Some(label) = &schema.label {
             if schema.feature(label).is_none() {
                 return Err(TrainError::Config(format!(
@@ -175,19 +179,28 @@ impl InputSpec {
         let mut used = Vec::new();
         for f in &schema.features {
             if Some(&f.name) == schema.label.as_ref() {
-                if f.dtype != DType::Int64
-                    || !matches!(&f.layout, Layout::Fixed(s) if s.iter().product::<usize>() == 1)
-                {
+                let scalar =
+                    matches!(&f.layout, Layout::Fixed(s) if s.iter().product::<usize>() == 1);
+                let fits = match task {
+                    Task::Classification { .. } => f.dtype == DType::Int64,
+                    Task::Regression => matches!(f.dtype, DType::Int64 | DType::Float32),
+                };
+                if !scalar || !fits {
+                    let want = match task {
+                        Task::Classification { .. } => "one int64 class id",
+                        Task::Regression => "one float32 or int64 value",
+                    };
                     return Err(TrainError::Config(format!(
-                        "label {:?} must be one int64 per example (e.g. --feature {}:int64)",
-                        f.name, f.name
+                        "label {:?} must be {want} per example (it is {})",
+                        f.name,
+                        describe_feature(f)
                     )));
                 }
                 used.push(f.clone());
                 continue;
             }
             let reason = match (&f.layout, f.dtype) {
-                (Layout::Fixed(shape), DType::Int64 | DType::Float32 | DType::Uint8) => {
+                (Layout::Fixed(shape), dtype) if dtype != DType::Bytes => {
                     features.push((f.name.clone(), shape.iter().product()));
                     used.push(f.clone());
                     continue;
@@ -195,6 +208,9 @@ impl InputSpec {
                 (_, DType::Bytes) => "bytes",
                 (Layout::Var, _) => "variable-length",
                 (Layout::FixedSequence(_) | Layout::VarSequence, _) => "sequence",
+                (Layout::VarFixed(_) | Layout::Ragged(_), _) => "ragged",
+                (Layout::Sparse { .. }, _) => "sparse",
+                (Layout::Fixed(_), _) => "unsupported dtype",
             };
             skipped.push(SkippedFeature {
                 name: f.name.clone(),
@@ -215,7 +231,7 @@ impl InputSpec {
             spec: InputSpec {
                 features,
                 label: schema.label.clone(),
-                classes,
+                task,
                 standardize: Vec::new(),
             },
             skipped,
@@ -229,6 +245,22 @@ impl InputSpec {
     /// The number of input values per example.
     pub fn inputs(&self) -> usize {
         self.features.iter().map(|(_, w)| w).sum()
+    }
+}
+
+/// `int64 [3]`, `float32 var`, ... for messages.
+fn describe_feature(f: &crate::example::FeatureSpec) -> String {
+    let dtype = match f.dtype {
+        DType::Int64 => "int64",
+        DType::Float32 => "float32",
+        DType::Uint8 => "uint8",
+        DType::Bytes => "bytes",
+    };
+    match &f.layout {
+        Layout::Fixed(shape) if shape.is_empty() => format!("{dtype}, scalar"),
+        Layout::Fixed(shape) => format!("{dtype} of shape {shape:?}"),
+        Layout::Var => format!("{dtype}, variable-length"),
+        Layout::FixedSequence(_) | Layout::VarSequence => format!("{dtype}, a sequence"),
     }
 }
 
@@ -258,7 +290,8 @@ pub fn classes_from_metadata(metadata: &Map<String, Json>) -> Option<usize> {
 pub struct BatchTensors {
     /// `[rows, inputs]` float32.
     pub features: Tensor,
-    /// `[rows]` u32 class ids, when the spec has a label.
+    /// `[rows]` u32 class ids (classification) or f32 values (regression),
+    /// when the spec has a label.
     pub labels: Option<Tensor>,
     /// The number of examples.
     pub rows: usize,
@@ -283,23 +316,7 @@ pub fn batch_to_tensors(
             let col = take_column(&mut batch, name)
                 .ok_or_else(|| bad(format!("no label column {name:?}")))?;
             check_dense(&col, rows, 1).map_err(&bad)?;
-            let Values::Int64(values) = &col.values else {
-                return Err(bad(format!("label {name:?} is not int64")));
-            };
-            let mut ids = Vec::with_capacity(rows);
-            for (row, &v) in values.iter().enumerate() {
-                if v < 0 || v as u64 >= spec.classes as u64 {
-                    return Err(bad(format!(
-                        "row {row}: label {name:?} = {v} is outside 0..{} (the number of classes is {}; set it with --classes)",
-                        spec.classes, spec.classes
-                    )));
-                }
-                ids.push(v as u32);
-            }
-            Some(
-                Tensor::from_vec(ids, rows, &Device::Cpu)
-                    .map_err(TrainError::candle("label tensor"))?,
-            )
+            Some(label_tensor(&col, name, spec.task, index)?)
         }
     };
     let inputs = spec.inputs();
@@ -357,6 +374,43 @@ pub fn batch_to_tensors(
         labels,
         rows,
     })
+}
+
+/// The label column as class ids (u32) or regression targets (f32), `[rows]`.
+fn label_tensor(col: &Column, name: &str, task: Task, batch: u64) -> Result<Tensor, TrainError> {
+    let rows = col.values.len();
+    let bad = |reason: String| TrainError::Input { batch, reason };
+    let t = match (task, &col.values) {
+        (Task::Classification { classes }, Values::Int64(values)) => {
+            let mut ids = Vec::with_capacity(rows);
+            for (row, &v) in values.iter().enumerate() {
+                if v < 0 || v as u64 >= classes as u64 {
+                    return Err(TrainError::Label {
+                        batch,
+                        row,
+                        name: name.into(),
+                        value: v,
+                        classes,
+                    });
+                }
+                ids.push(v as u32);
+            }
+            Tensor::from_vec(ids, rows, &Device::Cpu)
+        }
+        (Task::Classification { .. }, _) => {
+            return Err(bad(format!("label {name:?} is not int64 class ids")));
+        }
+        (Task::Regression, Values::Float32(v)) => Tensor::from_slice(v, rows, &Device::Cpu),
+        (Task::Regression, Values::Int64(v)) => {
+            Tensor::from_vec(v.iter().map(|&x| x as f32).collect(), rows, &Device::Cpu)
+        }
+        (Task::Regression, _) => {
+            return Err(bad(format!(
+                "label {name:?} is not a float32 or int64 value"
+            )));
+        }
+    };
+    t.map_err(TrainError::candle("label tensor"))
 }
 
 /// Applies `spec.standardize` in place to `data` (`[rows, inputs]`, features
@@ -425,8 +479,12 @@ fn append_row_f32(values: &Values, start: usize, len: usize, out: &mut Vec<f32>)
         // uint8 pixels to [0, 1], as Keras' Rescaling(1/255) does.
         Values::Uint8(v) => out.extend(v[start..start + len].iter().map(|&b| f32::from(b) / 255.0)),
         Values::Int64(v) => out.extend(v[start..start + len].iter().map(|&x| x as f32)),
+        Values::Int16(v) => out.extend(v[start..start + len].iter().map(|&x| f32::from(x))),
+        Values::Uint16(v) => out.extend(v[start..start + len].iter().map(|&x| f32::from(x))),
+        Values::Int32(v) => out.extend(v[start..start + len].iter().map(|&x| x as f32)),
+        Values::Float64(v) => out.extend(v[start..start + len].iter().map(|&x| x as f32)),
         // Refused by check_dense before we get here.
-        Values::Bytes { .. } => {}
+        Values::Bytes { .. } | Values::Sparse { .. } => {}
     }
 }
 
@@ -447,7 +505,7 @@ mod tests {
         InputSpec {
             features: features.iter().map(|(n, w)| (n.to_string(), *w)).collect(),
             label: Some("label".into()),
-            classes: 3,
+            task: Task::Classification { classes: 3 },
             standardize: vec![],
         }
     }
@@ -511,7 +569,7 @@ mod tests {
         let err = batch_to_tensors(batch, &spec(&[("x", 2)]), 5, &Device::Cpu).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "batch 5: row 1: label \"label\" = 7 is outside 0..3 (the number of classes is 3; set it with --classes)"
+            "batch 5: row 1: label \"label\" = 7 is outside 0..3 (the number of classes is 3)"
         );
         let batch = Batch {
             num_rows: 2,
@@ -548,7 +606,7 @@ mod tests {
             default: None,
         });
         schema.label = Some("species".into());
-        let chosen = InputSpec::from_schema(&schema, 3).unwrap();
+        let chosen = InputSpec::from_schema(&schema, Task::Classification { classes: 3 }).unwrap();
         assert_eq!(
             chosen.spec.features,
             vec![
@@ -559,7 +617,7 @@ mod tests {
         );
         assert_eq!(chosen.spec.inputs(), 8);
         assert_eq!(chosen.spec.label.as_deref(), Some("species"));
-        assert_eq!(chosen.spec.classes, 3);
+        assert_eq!(chosen.spec.task, Task::Classification { classes: 3 });
         assert_eq!(
             join(&chosen.skipped),
             "island (bytes), tags (variable-length), frames (sequence)"
@@ -577,7 +635,7 @@ mod tests {
         // Nothing numeric left besides the label: an error that says what is needed.
         let mut only_text = Schema::from_feature_texts(&["species:int64", "island:bytes"]).unwrap();
         only_text.label = Some("species".into());
-        let err = InputSpec::from_schema(&only_text, 3)
+        let err = InputSpec::from_schema(&only_text, Task::Classification { classes: 3 })
             .unwrap_err()
             .to_string();
         assert!(err.contains("no input features"), "{err}");
@@ -587,10 +645,20 @@ mod tests {
         // A text label cannot be a class id.
         let mut text_label = Schema::from_feature_texts(&["species:bytes", "x:float32"]).unwrap();
         text_label.label = Some("species".into());
-        let err = InputSpec::from_schema(&text_label, 3)
+        let err = InputSpec::from_schema(&text_label, Task::Classification { classes: 3 })
             .unwrap_err()
             .to_string();
-        assert!(err.contains("must be one int64 per example"), "{err}");
+        assert!(
+            err.contains("must be one int64 class id per example"),
+            "{err}"
+        );
+        assert!(err.contains("(it is bytes, scalar)"), "{err}");
+        // A float label is a regression target.
+        let mut float_label = Schema::from_feature_texts(&["mpg:float32", "x:float32"]).unwrap();
+        float_label.label = Some("mpg".into());
+        assert!(InputSpec::from_schema(&float_label, Task::Classification { classes: 3 }).is_err());
+        let chosen = InputSpec::from_schema(&float_label, Task::Regression).unwrap();
+        assert_eq!(chosen.spec.features, vec![("x".to_string(), 1)]);
     }
 
     #[test]

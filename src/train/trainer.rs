@@ -8,21 +8,25 @@
 //! in the start-up breakdown, not in the data wait or the stall fraction.
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use candle_core::{D, Device, Tensor};
 use candle_nn::VarMap;
+use serde::{Deserialize, Serialize};
 
 use super::TrainError;
 use super::checkpoint::{
-    BackgroundLoad, Checkpoint, CheckpointLoad, CheckpointMeta, FORMAT, SchemaMeta,
+    Checkpoint, CheckpointError, CheckpointLoad, CheckpointMeta, FORMAT, SchemaMeta,
 };
-use super::model::{Model, ModelConfig};
-use super::optim::{Optim, OptimizerConfig, OptimizerKind};
-use super::prefetch::{BatchStream, BoxError, DevicePrefetch, Fetched};
+use super::model::{BuiltinModel, Model, ModelConfig, Task};
+use super::observer::{Control, Observer, RunInfo};
+use super::optim::{OptimizerConfig, TrainOptimizer};
+use super::prefetch::{BatchEvent, BatchStream, BoxError, DevicePrefetch, Fetched};
 use super::report::{EpochReport, Startup, TrainReport, Verdict};
+use super::schedule::LrSchedule;
 use super::tensor::{BatchTensors, InputSpec, SkippedFeature, Standardize, batch_to_tensors};
-use super::tensorboard::EventWriter;
 use super::timing::Phase;
 
 /// Parses `cpu`, `cuda` or `cuda:N` into a candle device.
@@ -79,13 +83,10 @@ pub(crate) fn device_name(device: &Device) -> String {
     }
 }
 
-/// What a training run does.
+/// What a training run does (the model and the optimizer are given to
+/// [`Trainer::new`] or [`Trainer::builtin`]).
 #[derive(Debug, Clone)]
 pub struct TrainConfig {
-    /// The model (must match the checkpoint's when resuming).
-    pub model: ModelConfig,
-    /// The optimizer.
-    pub optimizer: OptimizerConfig,
     /// Which columns feed the model. When its `standardize` is empty, `fit`
     /// fills it from the first training batch (or, resuming, from the
     /// checkpoint).
@@ -95,23 +96,31 @@ pub struct TrainConfig {
     pub skipped_features: Vec<SkippedFeature>,
     /// The training data's schema, stored in checkpoints for `predict`.
     pub schema: Option<SchemaMeta>,
+    /// The class names in class-id order (the schema file's label
+    /// vocabulary), stored in checkpoints for `predict`.
+    pub label_vocabulary: Option<Vec<String>>,
     /// Epochs in this run. With neither `epochs` nor `steps`: one epoch.
     pub epochs: Option<u64>,
     /// Steps in this run (across epochs; the last epoch may end early).
     pub steps: Option<u64>,
-    /// Seeds the weight initialisation (and is stored in checkpoints).
+    /// Seeds the built-in models' weight initialisation (and is stored in checkpoints).
     pub seed: u64,
     /// The device to train on.
     pub device: Device,
     /// Device-prefetch depth: batches converted ahead on the prefetch
     /// thread. 0 converts on the training thread (no overlap). By default 2.
     pub prefetch: usize,
-    /// Continue from this checkpoint directory.
+    /// Continue from this checkpoint directory: its weights, optimizer
+    /// state, epoch and global step.
     pub resume: Option<PathBuf>,
-    /// Write TensorBoard events here.
-    pub logdir: Option<PathBuf>,
-    /// Write per-step scalars every this many steps. By default 10.
-    pub log_every: u64,
+    /// The learning-rate schedule over the optimizer's base rate. By
+    /// default constant.
+    pub schedule: LrSchedule,
+    /// Examples in one epoch, when known (for progress bars' totals).
+    pub examples_per_epoch: Option<u64>,
+    /// Raised (e.g. by a Ctrl-C handler), training stops after the current
+    /// step. By default none.
+    pub stop: Option<Arc<AtomicBool>>,
     /// Where start-up times count from: process start for the CLI. By
     /// default the moment the config was made.
     pub origin: Instant,
@@ -119,67 +128,171 @@ pub struct TrainConfig {
 
 impl TrainConfig {
     /// A config with the defaults: one epoch, seed 0, CPU, prefetch 2.
-    pub fn new(model: ModelConfig, optimizer: OptimizerConfig, input: InputSpec) -> TrainConfig {
+    pub fn new(input: InputSpec) -> TrainConfig {
         TrainConfig {
-            model,
-            optimizer,
             input,
             skipped_features: Vec::new(),
             schema: None,
+            label_vocabulary: None,
             epochs: None,
             steps: None,
             seed: 0,
             device: Device::Cpu,
             prefetch: 2,
             resume: None,
-            logdir: None,
-            log_every: 10,
+            schedule: LrSchedule::default(),
+            examples_per_epoch: None,
+            stop: None,
             origin: Instant::now(),
         }
     }
 }
 
-/// What the progress callback sees after each step.
+/// What observers see after each step.
 #[derive(Debug, Clone, Copy)]
 pub struct Progress {
-    /// The global step.
+    /// The global step (after this step).
     pub step: u64,
     /// Steps done in this run.
     pub run_steps: u64,
     /// The epoch.
     pub epoch: u64,
+    /// Steps done in this epoch.
+    pub epoch_steps: u64,
+    /// Examples done in this epoch.
+    pub epoch_examples: u64,
     /// This step's loss.
     pub loss: f32,
+    /// The learning rate this step used.
+    pub learning_rate: f64,
+    /// This step's examples.
+    pub rows: usize,
     /// Examples per second so far in this run.
     pub examples_per_sec: f64,
     /// Data wait over step time so far.
     pub stall_fraction: f64,
 }
 
-/// The progress callback.
-type ProgressFn = dyn FnMut(&Progress);
-
-/// The trained state.
+/// The trained state: never absent once a [`Trainer`] exists.
 struct State {
-    model: Model,
+    model: Box<dyn Model>,
     varmap: VarMap,
-    optim: Optim,
+    optim: Box<dyn TrainOptimizer + Send>,
+    /// The built-in model's config (checkpoints store it so `predict` can
+    /// rebuild the model); `None` for other models.
+    builtin: Option<ModelConfig>,
+    /// Global step: optimizer updates applied.
     step: u64,
+    /// Completed epochs.
     epoch: u64,
 }
 
-/// Loss and accuracy over a data set.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// Loss and the task's metrics over a data set (or an epoch of training).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Evaluation {
-    /// Mean cross-entropy.
+    /// Mean loss per example: cross-entropy (classification) or squared error (regression).
     pub loss: f64,
-    /// Fraction classified correctly.
-    pub accuracy: f64,
+    /// Fraction classified correctly (classification).
+    pub accuracy: Option<f64>,
+    /// Mean absolute error (regression).
+    pub mae: Option<f64>,
+    /// Root mean squared error (regression).
+    pub rmse: Option<f64>,
     /// Examples seen.
     pub examples: u64,
 }
 
-/// Trains a [`Model`] from [`BatchStream`]s and reports where the time went.
+impl Evaluation {
+    /// The task's headline metric: accuracy or MAE.
+    pub fn metric(&self) -> f64 {
+        self.accuracy.or(self.mae).unwrap_or(f64::NAN)
+    }
+}
+
+/// Sums behind an [`Evaluation`], one batch at a time.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Totals {
+    task: Task,
+    loss: f64,
+    correct: u64,
+    abs_err: f64,
+    sq_err: f64,
+    examples: u64,
+}
+
+impl Totals {
+    pub(crate) fn new(task: Task) -> Totals {
+        Totals {
+            task,
+            loss: 0.0,
+            correct: 0,
+            abs_err: 0.0,
+            sq_err: 0.0,
+            examples: 0,
+        }
+    }
+
+    /// Adds a batch: its mean `loss`, the model's `outputs`, the `labels`.
+    pub(crate) fn add(
+        &mut self,
+        loss: f32,
+        outputs: &Tensor,
+        labels: &Tensor,
+        rows: usize,
+    ) -> Result<(), TrainError> {
+        self.loss += f64::from(loss) * rows as f64;
+        self.examples += rows as u64;
+        match self.task {
+            Task::Classification { .. } => self.correct += correct(outputs, labels)?,
+            Task::Regression => {
+                let err = TrainError::candle("regression metrics");
+                let diff = regression_output(outputs, rows)
+                    .and_then(|o| o.sub(labels))
+                    .map_err(err)?;
+                let abs = diff
+                    .abs()
+                    .and_then(|d| d.sum_all())
+                    .and_then(|d| d.to_scalar::<f32>());
+                let sq = diff
+                    .sqr()
+                    .and_then(|d| d.sum_all())
+                    .and_then(|d| d.to_scalar::<f32>());
+                self.abs_err += f64::from(abs.map_err(TrainError::candle("regression metrics"))?);
+                self.sq_err += f64::from(sq.map_err(TrainError::candle("regression metrics"))?);
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn evaluation(&self) -> Evaluation {
+        let n = self.examples as f64;
+        let mean = |x: f64| if self.examples == 0 { f64::NAN } else { x / n };
+        let (accuracy, mae, rmse) = match self.task {
+            Task::Classification { .. } => (Some(mean(self.correct as f64)), None, None),
+            Task::Regression => (
+                None,
+                Some(mean(self.abs_err)),
+                Some(mean(self.sq_err).sqrt()),
+            ),
+        };
+        Evaluation {
+            loss: mean(self.loss),
+            accuracy,
+            mae,
+            rmse,
+            examples: self.examples,
+        }
+    }
+}
+
+/// Trains any [`Model`] with any optimizer from [`BatchStream`]s, and
+/// reports where the time went.
+///
+/// Two ways in: [`Trainer::builtin`] builds one of the built-in models
+/// (MLP, CNN) and one of our optimizers from their configs;
+/// [`Trainer::new`] takes a model of your own, its `VarMap` and any
+/// optimizer ([`OptimizerConfig::build`] for ours, [`Foreign`](super::Foreign)
+/// around any `candle_nn::Optimizer`). Both train through the same `fit`.
 ///
 /// ```no_run
 /// # use tfpipe::train::*;
@@ -190,7 +303,7 @@ pub struct Evaluation {
 ///     let schema = tfpipe::Schema::from_feature_texts(&["image:uint8:784", "label:int64"])?;
 ///     let batches = Pipeline::tfrecord_files(["train-*.tfrecord"])?
 ///         .interleave(4, 16)
-///         .shuffle(10_000, epoch)
+///         .shuffle(10_000, epoch_seed(0, epoch))
 ///         .batch(256)
 ///         .parse_batches(schema, Parallelism::Auto)
 ///         .prefetch(2)
@@ -198,11 +311,12 @@ pub struct Evaluation {
 ///     Ok(Box::new(batches))
 /// }
 ///
-/// let input = InputSpec { features: vec![("image".into(), 784)], label: Some("label".into()), classes: 10, standardize: vec![] };
+/// let task = Task::Classification { classes: 10 };
+/// let input = InputSpec { features: vec![("image".into(), 784)], label: Some("label".into()), task, standardize: vec![] };
 /// let model = ModelConfig::Mlp { inputs: 784, hidden: vec![256], classes: 10 };
-/// let mut config = TrainConfig::new(model, OptimizerConfig::default_for(OptimizerKind::AdamW), input);
+/// let mut config = TrainConfig::new(input);
 /// config.epochs = Some(3);
-/// let mut trainer = Trainer::new(config)?;
+/// let mut trainer = Trainer::builtin(config, model, OptimizerConfig::default_for(OptimizerKind::AdamW))?;
 /// let report = trainer.fit(open_pipeline, None)?;
 /// println!("{report}");
 /// trainer.save("checkpoints/mnist")?;
@@ -210,61 +324,171 @@ pub struct Evaluation {
 /// ```
 pub struct Trainer {
     config: TrainConfig,
-    state: Option<State>,
-    progress: Option<Box<ProgressFn>>,
+    state: State,
+    observers: Vec<Box<dyn Observer>>,
+    /// An observer stopped the last `fit` early.
+    stopped_early: bool,
+    /// How the checkpoint load went, when resuming.
+    checkpoint_load: Option<CheckpointLoad>,
+    /// Things the user should know (e.g. a foreign optimizer's state not restored).
+    warnings: Vec<String>,
 }
 
 /// The test-data opener `fit` takes.
 pub type TestOpener<'a> = &'a mut dyn FnMut() -> Result<Box<dyn BatchStream>, BoxError>;
 
 impl Trainer {
-    /// Checks the config; builds nothing yet (the model is built in `fit`,
-    /// overlapped with the pipeline's start-up, or by `prepare`).
-    pub fn new(mut config: TrainConfig) -> Result<Trainer, TrainError> {
-        config.model.validate()?;
-        config.optimizer.validate()?;
-        if config.model.inputs() != config.input.inputs() {
+    /// A trainer for `model` (whose variables are in `varmap`) with
+    /// `optimizer` over them. With `config.resume`, the checkpoint's weights
+    /// load into `varmap` (every variable by name and shape) and, when both
+    /// the checkpoint and `optimizer` carry optimizer state, that too; a
+    /// foreign optimizer restarts its moments (see [`warnings`](Self::warnings)).
+    pub fn new(
+        config: TrainConfig,
+        model: impl Model + 'static,
+        varmap: VarMap,
+        optimizer: impl TrainOptimizer + Send + 'static,
+    ) -> Result<Trainer, TrainError> {
+        Trainer::from_parts(config, Box::new(model), varmap, Box::new(optimizer), None)
+    }
+
+    /// A trainer for a built-in model with one of our optimizers: weights
+    /// drawn from `config.seed`, or loaded from `config.resume` (which must
+    /// hold the same model).
+    pub fn builtin(
+        config: TrainConfig,
+        model: ModelConfig,
+        optimizer: OptimizerConfig,
+    ) -> Result<Trainer, TrainError> {
+        model.validate()?;
+        optimizer.validate()?;
+        let input = &config.input;
+        if model.inputs() != input.inputs() {
             return Err(TrainError::Config(format!(
                 "{} takes {} inputs but the features give {}",
-                config.model.describe(),
-                config.model.inputs(),
-                config.input.inputs()
+                model.describe(),
+                model.inputs(),
+                input.inputs()
             )));
         }
-        if config.model.classes() != config.input.classes {
+        if model.task() != input.task {
             return Err(TrainError::Config(format!(
-                "{} has {} classes but the input spec says {}",
-                config.model.describe(),
-                config.model.classes(),
-                config.input.classes
+                "{} learns {:?} but the input spec says {:?}",
+                model.describe(),
+                model.task(),
+                input.task
             )));
         }
+        if let Some(dir) = &config.resume {
+            let meta = Checkpoint::read_meta(dir)?;
+            if meta.model.as_ref() != Some(&model) {
+                return Err(TrainError::checkpoint(
+                    dir.clone(),
+                    CheckpointError::Model {
+                        found: meta.model_description,
+                        wanted: model.describe(),
+                    },
+                ));
+            }
+        }
+        let (built, varmap) = BuiltinModel::init(model.clone(), config.seed, &config.device)?;
+        let optim = optimizer.build(varmap.all_vars())?;
+        Trainer::from_parts(config, Box::new(built), varmap, optim, Some(model))
+    }
+
+    fn from_parts(
+        mut config: TrainConfig,
+        model: Box<dyn Model>,
+        varmap: VarMap,
+        optim: Box<dyn TrainOptimizer + Send>,
+        builtin: Option<ModelConfig>,
+    ) -> Result<Trainer, TrainError> {
         if config.epochs == Some(0) || config.steps == Some(0) {
             return Err(TrainError::Config(
                 "nothing to do: 0 epochs or 0 steps".into(),
             ));
         }
-        // Resuming: scale inputs as the checkpoint's model was trained
-        // (its metadata is a small JSON file, read here; the weights load
-        // in the background in `fit`).
-        if let Some(dir) = &config.resume
-            && config.input.standardize.is_empty()
-        {
-            let meta = Checkpoint::read_meta(dir)?;
-            if meta.input.features == config.input.features {
-                config.input.standardize = meta.input.standardize;
+        if model.task() != config.input.task {
+            return Err(TrainError::Config(format!(
+                "the model learns {:?} but the input spec says {:?}",
+                model.task(),
+                config.input.task
+            )));
+        }
+        let mut state = State {
+            model,
+            varmap,
+            optim,
+            builtin,
+            step: 0,
+            epoch: 0,
+        };
+        let mut warnings = Vec::new();
+        let mut checkpoint_load = None;
+        if let Some(dir) = config.resume.clone() {
+            let start = Instant::now();
+            let meta = Checkpoint::read_meta(&dir)?;
+            let mismatch = |trained: String, found: String| {
+                TrainError::checkpoint(dir.clone(), CheckpointError::Inputs { trained, found })
+            };
+            if meta.input.features != config.input.features {
+                return Err(mismatch(
+                    describe_inputs(&meta.input),
+                    describe_inputs(&config.input),
+                ));
             }
+            if meta.input.task != config.input.task {
+                return Err(mismatch(
+                    format!("{:?}", meta.input.task),
+                    format!("{:?}", config.input.task),
+                ));
+            }
+            Checkpoint::load_weights(&dir, &state.varmap)?;
+            let same_kind = meta.optimizer.map(|o| o.kind) == state.optim_kind();
+            let described = state.optim.describe();
+            match (meta.optimizer_state, state.optim.state_mut()) {
+                (true, Some(opt)) if same_kind => {
+                    Checkpoint::load_optimizer(&dir, &meta, &state.varmap, opt)?;
+                }
+                (_, None) => warnings.push(format!(
+                    "the optimizer ({described}) does not expose its state, so resuming restarts its moments"
+                )),
+                (false, Some(_)) => warnings.push(
+                    "the checkpoint holds no optimizer state; the optimizer's moments restart"
+                        .to_string(),
+                ),
+                (true, Some(_)) => warnings.push(format!(
+                    "the checkpoint's optimizer state is for {}; {described} starts afresh",
+                    meta.optimizer
+                        .map_or("another optimizer".into(), |o| o.kind.to_string()),
+                )),
+            }
+            state.step = meta.step;
+            state.epoch = meta.epoch;
+            // Scale inputs as the checkpoint's model was trained.
+            if config.input.standardize.is_empty() {
+                config.input.standardize = meta.input.standardize.clone();
+            }
+            if config.seed != meta.seed {
+                // One seed schedule per training: the resumed run's epochs
+                // shuffle as the uninterrupted run's would have.
+                config.seed = meta.seed;
+            }
+            let load_ms = start.elapsed().as_secs_f64() * 1e3;
+            checkpoint_load = Some(CheckpointLoad {
+                load_ms,
+                pipeline_warmup_ms: 0.0,
+                overlap_ms: 0.0,
+            });
         }
         Ok(Trainer {
             config,
-            state: None,
-            progress: None,
+            state,
+            observers: Vec::new(),
+            stopped_early: false,
+            checkpoint_load,
+            warnings,
         })
-    }
-
-    /// Calls `f` after every step (the CLI draws its progress bar with it).
-    pub fn on_progress(&mut self, f: impl FnMut(&Progress) + 'static) {
-        self.progress = Some(Box::new(f));
     }
 
     /// The config.
@@ -272,364 +496,370 @@ impl Trainer {
         &self.config
     }
 
+    /// Things the user should be told (e.g. optimizer state that could not be restored).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
     /// The global step (0 before training; the checkpoint's after resuming).
     pub fn global_step(&self) -> u64 {
-        self.state.as_ref().map_or(0, |s| s.step)
+        self.state.step
     }
 
     /// Completed epochs.
     pub fn epoch(&self) -> u64 {
-        self.state.as_ref().map_or(0, |s| s.epoch)
+        self.state.epoch
     }
 
-    /// The model, once built.
-    pub fn model(&self) -> Option<&Model> {
-        self.state.as_ref().map(|s| &s.model)
+    /// The model.
+    pub fn model(&self) -> &dyn Model {
+        self.state.model.as_ref()
     }
 
-    /// Builds (or loads, when resuming) the model now, on this thread.
-    pub fn prepare(&mut self) -> Result<(), TrainError> {
-        if self.state.is_none() {
-            let checkpoint = build_model(&self.config)?;
-            self.state = Some(self.state_from(checkpoint)?);
-        }
-        Ok(())
+    /// The model's variables.
+    pub fn varmap(&self) -> &VarMap {
+        &self.state.varmap
     }
 
-    fn state_from(&self, c: Checkpoint) -> Result<State, TrainError> {
-        let optim = Optim::new(&self.config.optimizer, c.varmap.all_vars())?;
-        Ok(State {
-            model: c.model,
-            varmap: c.varmap,
-            optim,
-            step: c.meta.step,
-            epoch: c.meta.epoch,
-        })
+    /// The optimizer.
+    pub fn optimizer(&self) -> &dyn TrainOptimizer {
+        self.state.optim.as_ref()
     }
 
     /// The metadata a checkpoint of the current state holds.
     pub fn checkpoint_meta(&self) -> CheckpointMeta {
         CheckpointMeta {
             format: FORMAT.into(),
-            step: self.global_step(),
-            epoch: self.epoch(),
-            model: self.config.model.clone(),
-            optimizer: self.config.optimizer,
+            step: self.state.step,
+            epoch: self.state.epoch,
+            model: self.state.builtin.clone(),
+            model_description: self.state.model.describe(),
+            optimizer: self.state.optim.config(),
+            optimizer_state: false,
             input: self.config.input.clone(),
             schema: self.config.schema.clone(),
             seed: self.config.seed,
+            label_vocabulary: self.config.label_vocabulary.clone(),
+            pipeline_state: None,
+            files: Default::default(),
         }
     }
 
-    /// Saves a checkpoint of the current state into `dir`.
+    /// Saves a checkpoint of the current state (weights, optimizer state,
+    /// epoch, step, seed) into the directory `dir`, atomically.
     pub fn save(&self, dir: impl AsRef<std::path::Path>) -> Result<(), TrainError> {
-        let state = self.state.as_ref().ok_or_else(|| {
-            TrainError::Config("nothing to save: the model was never built".into())
-        })?;
-        Checkpoint::save(dir, &state.varmap, &self.checkpoint_meta())
+        Checkpoint::save(
+            dir,
+            &self.state.varmap,
+            self.state.optim.state(),
+            &self.checkpoint_meta(),
+        )
     }
 
     /// One training step on tensors already on the device: returns the loss.
     /// (For feeding from memory, as the benchmarks do; `fit` uses the same code.)
     pub fn step(&mut self, batch: &BatchTensors) -> Result<f32, TrainError> {
-        self.prepare()?;
         let device = self.config.device.clone();
-        let state = self
-            .state
-            .as_mut()
-            .ok_or_else(|| TrainError::Config("no model".into()))?;
-        let (loss, _) = train_step(state, batch, &device, state.step)?;
-        state.step += 1;
+        let (loss, _) = train_step(&mut self.state, batch, &device)?;
         loss.to_scalar::<f32>()
             .map_err(TrainError::candle("reading the loss"))
     }
 
-    /// Loss and accuracy of the current model over `stream`.
+    /// Loss and metrics of the current model over `stream`.
     pub fn evaluate(&mut self, stream: &mut dyn BatchStream) -> Result<Evaluation, TrainError> {
-        self.prepare()?;
-        let state = self
-            .state
-            .as_ref()
-            .ok_or_else(|| TrainError::Config("no model".into()))?;
         evaluate(
-            &state.model,
+            self.state.model.as_ref(),
             stream,
             &self.config.input,
             &self.config.device,
         )
     }
 
-    /// Trains for the configured epochs or steps. `train` opens the training
-    /// data for an epoch (given the epoch number); `test`, if given, opens the
-    /// test data, evaluated after every epoch.
+    /// Adds an observer, called as training goes (see [`Observer`]).
+    pub fn observe(&mut self, observer: impl Observer + 'static) {
+        self.observers.push(Box::new(observer));
+    }
+
+    /// Calls `f` after every step (an [`Observer`] of steps only).
+    pub fn on_progress(&mut self, f: impl FnMut(&Progress) + 'static) {
+        self.observe(f);
+    }
+
+    /// Trains for the configured epochs or steps, and reports.
+    ///
+    /// `train` opens the training data, given the number of the epoch it
+    /// starts with. A stream with epoch markers (a pipeline with
+    /// [`repeat`](crate::pipeline::Pipeline::repeat)) serves the whole run:
+    /// each marker ends an epoch. A stream that just ends ends an epoch
+    /// too, and `train` is called again for the next one. `validation`, if
+    /// given, opens the validation data, evaluated after every epoch.
+    ///
+    /// With [`TrainConfig::stop`] raised (Ctrl-C), training stops after the
+    /// current step; the report says `interrupted`, and the observers'
+    /// [`on_train_end`](Observer::on_train_end) still runs (so a
+    /// [`Checkpointer`](super::Checkpointer) saves).
     pub fn fit<S, F>(
         &mut self,
         mut train: F,
-        mut test: Option<TestOpener<'_>>,
+        mut validation: Option<TestOpener<'_>>,
+    ) -> Result<TrainReport, TrainError>
+    where
+        S: BatchStream + 'static,
+        F: FnMut(u64) -> Result<S, BoxError>,
+    {
+        let mut observers = std::mem::take(&mut self.observers);
+        let result = self.fit_observed(&mut train, &mut validation, &mut observers);
+        self.observers = observers;
+        result
+    }
+
+    fn fit_observed<S, F>(
+        &mut self,
+        train: &mut F,
+        validation: &mut Option<TestOpener<'_>>,
+        observers: &mut [Box<dyn Observer>],
     ) -> Result<TrainReport, TrainError>
     where
         S: BatchStream + 'static,
         F: FnMut(u64) -> Result<S, BoxError>,
     {
         let fit_start = Instant::now();
-        let origin = self.config.origin;
-        let since_origin = |t: Instant| t.saturating_duration_since(origin).as_secs_f64() * 1e3;
         let device = self.config.device.clone();
-        let mut events = match &self.config.logdir {
-            Some(dir) => Some(EventWriter::create(dir)?),
-            None => None,
-        };
-
-        // Build or load the model on a background thread while the
-        // pipeline starts and produces its first batch.
-        let mut loader = if self.state.is_none() {
-            let config = self.config.clone();
-            Some(BackgroundLoad::spawn(move || build_model(&config))?)
-        } else {
-            None
-        };
-
-        let mut data_wait = Phase::new();
-        let mut copy = Phase::new();
-        let mut compute = Phase::new();
-        let mut steady = Phase::new();
-        let mut startup = Startup::default();
-        let mut first_step_ms = 0.0;
-        let mut checkpoint_load = None;
+        let inline = self.config.prefetch == 0;
+        let mut clock = RunClock::new(self.config.origin, inline);
         let mut eval_time = Duration::ZERO;
         let mut bottleneck: Option<String> = None;
         let mut epochs = Vec::new();
-        let mut run_steps = 0u64;
-        let mut run_examples = 0u64;
-        let mut epochs_done = 0u64;
-        let inline = self.config.prefetch == 0;
-        let max_epochs = match (self.config.epochs, self.config.steps) {
-            (None, None) => Some(1),
-            (e, _) => e,
+        let plan = Plan::new(self.config.epochs, self.config.steps);
+        let task = self.config.input.task;
+        let base_lr = self.state.optim.learning_rate();
+        let info = RunInfo {
+            epochs: plan.epochs,
+            steps: plan.steps,
+            examples_per_epoch: self.config.examples_per_epoch,
+            first_epoch: self.state.epoch,
+            first_step: self.state.step,
+            task,
         };
-
-        'epochs: loop {
-            if max_epochs.is_some_and(|m| epochs_done >= m)
-                || self.config.steps.is_some_and(|m| run_steps >= m)
-            {
-                break;
-            }
+        for o in observers.iter_mut() {
+            o.on_train_begin(&info)?;
+        }
+        let mut interrupted = false;
+        let mut feeder: Option<Feeder> = None;
+        // Steps taken from the current stream.
+        let mut stream_steps = 0u64;
+        while !plan.done(epochs.len() as u64, clock.steps) && !interrupted {
             let epoch_start = Instant::now();
-            let epoch = self.epoch();
-            let stream = train(epoch).map_err(TrainError::Data)?;
-            let built = Instant::now();
-            if epochs_done == 0 {
-                startup.pipeline_built = since_origin(built);
-            }
-            // The first batch's wait is start-up either way (see the
-            // module doc), so taking it here costs the steps nothing.
-            let stream = self.with_statistics(stream);
-            let mut feeder = Feeder::new(stream, &self.config, run_steps, inline)?;
-            let (mut ep_steps, mut ep_examples, mut ep_loss, mut ep_correct) =
-                (0u64, 0u64, 0f64, 0u64);
-            let (mut ep_wait, mut ep_busy) = (Duration::ZERO, Duration::ZERO);
-            let mut window = (Instant::now(), run_examples);
-            let mut ended = false;
+            let epoch = self.state.epoch;
+            let mut totals = Totals::new(task);
+            let mut ep = EpochClock::default();
+            // How the epoch ended: a marker, the stream's end, or the plan's step limit.
+            let mut ended = EpochEnd::StepLimit;
             loop {
-                if self.config.steps.is_some_and(|m| run_steps >= m) {
+                if plan.steps.is_some_and(|m| clock.steps >= m) {
                     break;
                 }
+                if self
+                    .config
+                    .stop
+                    .as_ref()
+                    .is_some_and(|s| s.load(Ordering::SeqCst))
+                {
+                    interrupted = true;
+                    break;
+                }
+                if feeder.is_none() {
+                    let stream = train(epoch).map_err(TrainError::data)?;
+                    if clock.steps == 0 {
+                        clock.startup.pipeline_built = clock.since_origin(Instant::now());
+                    }
+                    // The first batch's wait is start-up either way (see the
+                    // module doc), so taking it here costs the steps nothing.
+                    let stream = self.with_statistics(stream);
+                    feeder = Some(Feeder::new(stream, &self.config, clock.steps, inline)?);
+                    stream_steps = 0;
+                }
+                let Some(feed) = feeder.as_mut() else { break };
                 let wait_start = Instant::now();
-                let fetched = feeder.next(run_steps)?;
+                let fetched = feed.next(clock.steps)?;
                 let wait = wait_start.elapsed();
-                let (tensors, batch_copy, stage) = match fetched {
+                let (tensors, batch_copy) = match fetched {
                     Fetched::End { bottleneck: stage } => {
                         bottleneck = stage.or(bottleneck);
-                        ended = true;
+                        feeder = None;
+                        ended = EpochEnd::Exhausted;
+                        break;
+                    }
+                    Fetched::EpochEnd => {
+                        ended = EpochEnd::Marker;
                         break;
                     }
                     Fetched::Batch {
                         tensors,
                         copy,
                         bottleneck: stage,
-                    } => (tensors, copy, stage),
+                    } => {
+                        bottleneck = stage.or(bottleneck);
+                        (tensors, copy)
+                    }
                 };
-                bottleneck = stage.or(bottleneck);
-                let first = run_steps == 0;
                 // Inline, the conversion ran inside `next`: it is copy, not wait.
                 let wait = if inline {
                     wait.saturating_sub(batch_copy)
                 } else {
                     wait
                 };
-                if first {
-                    let arrived = Instant::now();
-                    startup.first_batch = since_origin(arrived);
-                    if let Some(l) = loader.take() {
-                        let (checkpoint, load_start, load_end) = l.join()?;
-                        if self.config.resume.is_some() {
-                            // Both start with `fit`: the load on its thread,
-                            // the pipeline's construction and first batch here.
-                            checkpoint_load = Some(CheckpointLoad::between(
-                                load_start, load_end, fit_start, arrived,
-                            ));
-                        }
-                        self.state = Some(self.state_from(checkpoint)?);
-                    }
-                    startup.model_ready = since_origin(Instant::now());
+                let lr = if self.config.schedule.is_constant() {
+                    base_lr
                 } else {
-                    data_wait.record(wait);
-                    ep_wait += wait;
-                }
-                copy.record(batch_copy);
-                let state = self
-                    .state
-                    .as_mut()
-                    .ok_or_else(|| TrainError::Config("no model".into()))?;
+                    let lr = self.config.schedule.rate(base_lr, self.state.step, epoch);
+                    self.state.optim.set_learning_rate(lr);
+                    lr
+                };
                 let compute_start = Instant::now();
-                let (loss, logits) = train_step(state, &tensors, &device, state.step)?;
+                let (loss, outputs) = train_step(&mut self.state, &tensors, &device)?;
                 let busy = compute_start.elapsed();
-                compute.record(busy);
-                let step_busy = if inline { busy + batch_copy } else { busy };
-                if first {
-                    startup.first_step = since_origin(Instant::now());
-                    first_step_ms = step_busy.as_secs_f64() * 1e3;
-                } else {
-                    steady.record(step_busy);
-                    ep_busy += step_busy;
-                }
-                state.step += 1;
-                run_steps += 1;
-                ep_steps += 1;
-                run_examples += tensors.rows as u64;
-                ep_examples += tensors.rows as u64;
-                // Outside the timed phases: reading the loss and counting hits.
+                clock.record_step(wait, batch_copy, busy, &mut ep);
+                // Outside the timed phases: reading the loss and the metrics.
                 let loss = loss
                     .to_scalar::<f32>()
                     .map_err(TrainError::candle("reading the loss"))?;
-                ep_loss += f64::from(loss);
                 if let Some(labels) = &tensors.labels {
-                    ep_correct += correct(&logits, labels)?;
+                    totals.add(loss, &outputs, labels, tensors.rows)?;
                 }
-                let stall = stall_fraction(&data_wait, &copy, &compute, inline);
-                let elapsed = fit_start.elapsed().as_secs_f64();
-                if let Some(events) = events.as_mut() {
-                    if state.step % self.config.log_every.max(1) == 0 {
-                        let dt = window.0.elapsed().as_secs_f64();
-                        let rate = (run_examples - window.1) as f64 / dt.max(1e-9);
-                        window = (Instant::now(), run_examples);
-                        events.scalars(
-                            state.step,
-                            &[
-                                ("train/loss", loss),
-                                ("train/examples_per_sec", rate as f32),
-                                ("train/stall_fraction", stall as f32),
-                            ],
-                        )?;
-                    }
-                }
-                if let Some(progress) = self.progress.as_mut() {
-                    progress(&Progress {
-                        step: state.step,
-                        run_steps,
-                        epoch,
-                        loss,
-                        examples_per_sec: run_examples as f64 / elapsed.max(1e-9),
-                        stall_fraction: stall,
-                    });
+                ep.steps += 1;
+                stream_steps += 1;
+                ep.examples += tensors.rows as u64;
+                clock.examples += tensors.rows as u64;
+                let progress = Progress {
+                    step: self.state.step,
+                    run_steps: clock.steps,
+                    epoch,
+                    epoch_steps: ep.steps,
+                    epoch_examples: ep.examples,
+                    loss,
+                    learning_rate: lr,
+                    rows: tensors.rows,
+                    examples_per_sec: clock.examples as f64
+                        / fit_start.elapsed().as_secs_f64().max(1e-9),
+                    stall_fraction: clock.stall_fraction(),
+                };
+                for o in observers.iter_mut() {
+                    o.on_step(&progress)?;
                 }
             }
-            drop(feeder);
-            if ep_steps == 0 {
-                if run_steps == 0 {
-                    return Err(TrainError::Data(
+            if ep.steps == 0 {
+                if clock.steps == 0 && !interrupted {
+                    return Err(TrainError::data(
                         "the training data produced no batches".into(),
                     ));
                 }
-                break 'epochs;
+                // A stream that ended right after its last epoch marker (a
+                // finite `repeat`) is opened afresh for the next epoch; one
+                // that gave nothing at all has run dry.
+                if ended == EpochEnd::Exhausted && stream_steps > 0 {
+                    stream_steps = 0;
+                    continue;
+                }
+                break;
             }
             let eval_start = Instant::now();
-            let evaluation = match test.as_mut() {
-                Some(open) => {
-                    let mut stream = open().map_err(TrainError::Data)?;
-                    let state = self
-                        .state
-                        .as_ref()
-                        .ok_or_else(|| TrainError::Config("no model".into()))?;
+            let val = match validation.as_mut() {
+                Some(open) if !interrupted => {
+                    let mut stream = open().map_err(TrainError::data)?;
                     Some(evaluate(
-                        &state.model,
+                        self.state.model.as_ref(),
                         stream.as_mut(),
                         &self.config.input,
                         &device,
                     )?)
                 }
-                None => None,
+                _ => None,
             };
             eval_time += eval_start.elapsed();
-            let state = self
-                .state
-                .as_mut()
-                .ok_or_else(|| TrainError::Config("no model".into()))?;
-            if ended {
-                state.epoch += 1;
+            if ended != EpochEnd::StepLimit && !interrupted {
+                self.state.epoch += 1;
             }
-            let report = EpochReport {
+            let report = EpochReport::new(
                 epoch,
-                steps: ep_steps,
-                examples: ep_examples,
-                train_loss: ep_loss / ep_steps as f64,
-                train_accuracy: ep_correct as f64 / ep_examples.max(1) as f64,
-                stall_fraction: ratio(ep_wait, ep_wait + ep_busy),
-                test_loss: evaluation.map(|e| e.loss),
-                test_accuracy: evaluation.map(|e| e.accuracy),
-                wall_ms: epoch_start.elapsed().as_secs_f64() * 1e3,
-            };
-            if let Some(events) = events.as_mut() {
-                let mut scalars = vec![
-                    ("epoch/train_loss", report.train_loss as f32),
-                    ("epoch/train_accuracy", report.train_accuracy as f32),
-                    ("epoch/stall_fraction", report.stall_fraction as f32),
-                ];
-                if let Some(e) = evaluation {
-                    scalars.push(("epoch/test_loss", e.loss as f32));
-                    scalars.push(("epoch/test_accuracy", e.accuracy as f32));
-                }
-                events.scalars(state.step, &scalars)?;
-                events.flush()?;
+                ep.steps,
+                ep.examples,
+                &totals.evaluation(),
+                val.as_ref(),
+                self.state.optim.learning_rate(),
+                ratio(ep.wait, ep.wait + ep.busy),
+                epoch_start.elapsed().as_secs_f64() * 1e3,
+            );
+            let mut stop = false;
+            for o in observers.iter_mut() {
+                stop |= o.on_epoch_end(&report, self)? == Control::Stop;
             }
             epochs.push(report);
-            epochs_done += 1;
+            if stop {
+                self.stopped_early = true;
+                break;
+            }
         }
-        if let Some(events) = events.as_mut() {
-            events.flush()?;
+        drop(feeder);
+        for o in observers.iter_mut() {
+            o.on_train_end(self, interrupted)?;
         }
+        let mut report = self.report(fit_start, &clock, eval_time, bottleneck, epochs);
+        report.interrupted = interrupted;
+        report.stopped_early = std::mem::take(&mut self.stopped_early);
+        Ok(report)
+    }
 
+    fn report(
+        &self,
+        fit_start: Instant,
+        clock: &RunClock,
+        eval_time: Duration,
+        bottleneck: Option<String>,
+        epochs: Vec<EpochReport>,
+    ) -> TrainReport {
         let wall = fit_start.elapsed();
-        let wall_ms = wall.as_secs_f64() * 1e3;
-        let stall = stall_fraction(&data_wait, &copy, &compute, inline);
-        let accounted = data_wait.total()
-            + compute.total()
+        let inline = clock.inline;
+        let stall = clock.stall_fraction();
+        let accounted = clock.data_wait.total()
+            + clock.compute.total()
             + eval_time
-            + if inline { copy.total() } else { Duration::ZERO };
+            + if inline {
+                clock.copy.total()
+            } else {
+                Duration::ZERO
+            };
         let last = epochs.last();
-        Ok(TrainReport {
-            model: self.config.model.describe(),
-            optimizer: describe_optimizer(&self.config.optimizer),
-            device: device_name(&device),
-            examples: run_examples,
-            steps: run_steps,
-            global_step: self.global_step(),
-            wall_ms,
-            examples_per_sec: run_examples as f64 / wall.as_secs_f64().max(1e-9),
+        let mut checkpoint_load = self.checkpoint_load;
+        if let Some(c) = checkpoint_load.as_mut() {
+            c.pipeline_warmup_ms = clock.startup.first_batch - clock.startup.pipeline_built;
+        }
+        TrainReport {
+            model: self.state.model.describe(),
+            optimizer: self.state.optim.describe(),
+            device: device_name(&self.config.device),
+            task: self.config.input.task,
+            examples: clock.examples,
+            steps: clock.steps,
+            global_step: self.state.step,
+            wall_ms: wall.as_secs_f64() * 1e3,
+            examples_per_sec: clock.examples as f64 / wall.as_secs_f64().max(1e-9),
             stall_fraction: stall,
             verdict: Verdict::from_stall(stall),
             bottleneck_stage: bottleneck,
-            data_wait_ms: data_wait.summary(),
-            copy_ms: copy.summary(),
+            data_wait_ms: clock.data_wait.summary(),
+            copy_ms: clock.copy.summary(),
             copy_overlapped: !inline,
-            compute_ms: compute.summary(),
+            compute_ms: clock.compute.summary(),
             eval_ms: eval_time.as_secs_f64() * 1e3,
             other_ms: wall.saturating_sub(accounted).as_secs_f64() * 1e3,
-            startup_ms: startup,
-            first_step_ms,
-            steady_step_ms_p50: steady.summary().p50,
-            test_loss: last.and_then(|e| e.test_loss),
-            test_accuracy: last.and_then(|e| e.test_accuracy),
+            startup_ms: clock.startup,
+            first_step_ms: clock.first_step_ms,
+            steady_step_ms_p50: clock.steady.summary().p50,
+            val_loss: last.and_then(|e| e.val_loss),
+            val_accuracy: last.and_then(|e| e.val_accuracy),
+            val_mae: last.and_then(|e| e.val_mae),
+            val_rmse: last.and_then(|e| e.val_rmse),
             checkpoint_load,
             skipped_features: self.config.skipped_features.clone(),
             standardized: self
@@ -638,8 +868,124 @@ impl Trainer {
                 .standardize
                 .iter()
                 .any(|s| !s.is_identity()),
+            warnings: self.warnings.clone(),
+            interrupted: false,
+            stopped_early: false,
             epochs,
-        })
+        }
+    }
+}
+
+/// How long a run goes: epochs, steps, or one epoch by default.
+struct Plan {
+    epochs: Option<u64>,
+    steps: Option<u64>,
+}
+
+impl Plan {
+    fn new(epochs: Option<u64>, steps: Option<u64>) -> Plan {
+        match (epochs, steps) {
+            (None, None) => Plan {
+                epochs: Some(1),
+                steps: None,
+            },
+            (epochs, steps) => Plan { epochs, steps },
+        }
+    }
+
+    /// Whether a run that did `epochs` epochs and `steps` steps is done.
+    fn done(&self, epochs: u64, steps: u64) -> bool {
+        self.epochs.is_some_and(|m| epochs >= m) || self.steps.is_some_and(|m| steps >= m)
+    }
+}
+
+/// How an epoch ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EpochEnd {
+    /// An epoch marker from the stream (it goes on with the next epoch).
+    Marker,
+    /// The stream ended.
+    Exhausted,
+    /// The run's step limit (or an interrupt) came first: the epoch is incomplete.
+    StepLimit,
+}
+
+/// Step accounting for a whole run: the three phases per step, the steady
+/// step time, start-up milestones.
+struct RunClock {
+    origin: Instant,
+    inline: bool,
+    data_wait: Phase,
+    copy: Phase,
+    compute: Phase,
+    steady: Phase,
+    startup: Startup,
+    first_step_ms: f64,
+    steps: u64,
+    examples: u64,
+}
+
+/// One epoch's data wait and busy time (the first step of the run excluded).
+#[derive(Default)]
+struct EpochClock {
+    wait: Duration,
+    busy: Duration,
+    steps: u64,
+    examples: u64,
+}
+
+impl RunClock {
+    fn new(origin: Instant, inline: bool) -> RunClock {
+        RunClock {
+            origin,
+            inline,
+            data_wait: Phase::new(),
+            copy: Phase::new(),
+            compute: Phase::new(),
+            steady: Phase::new(),
+            startup: Startup::default(),
+            first_step_ms: 0.0,
+            steps: 0,
+            examples: 0,
+        }
+    }
+
+    fn since_origin(&self, t: Instant) -> f64 {
+        t.saturating_duration_since(self.origin).as_secs_f64() * 1e3
+    }
+
+    /// Records a step that waited `wait` for its batch, whose batch took
+    /// `copy` to convert, and that computed for `busy` (ending now).
+    fn record_step(&mut self, wait: Duration, copy: Duration, busy: Duration, ep: &mut EpochClock) {
+        let now = Instant::now();
+        let step_busy = if self.inline { busy + copy } else { busy };
+        self.copy.record(copy);
+        self.compute.record(busy);
+        if self.steps == 0 {
+            // The first batch's wait is start-up, not data wait.
+            let arrived = now - busy;
+            self.startup.first_batch = self.since_origin(arrived);
+            self.startup.model_ready = self.startup.first_batch;
+            self.startup.first_step = self.since_origin(now);
+            self.first_step_ms = step_busy.as_secs_f64() * 1e3;
+        } else {
+            self.data_wait.record(wait);
+            self.steady.record(step_busy);
+            ep.wait += wait;
+            ep.busy += step_busy;
+        }
+        self.steps += 1;
+    }
+
+    /// Data wait over step time (wait + compute, + copy when it is not overlapped).
+    fn stall_fraction(&self) -> f64 {
+        let copy = if self.inline {
+            self.copy.total()
+        } else {
+            Duration::ZERO
+        };
+        let wait = self.data_wait.total();
+        ratio(wait, wait + copy + self.compute.total())
     }
 }
 
@@ -664,6 +1010,12 @@ impl Trainer {
     }
 }
 
+impl State {
+    fn optim_kind(&self) -> Option<super::optim::OptimizerKind> {
+        self.optim.config().map(|c| c.kind)
+    }
+}
+
 /// A stream whose first item was taken out (to compute statistics) and is
 /// handed out again first.
 struct Peeked<S> {
@@ -681,17 +1033,25 @@ impl<S: BatchStream> BatchStream for Peeked<S> {
         }
     }
 
+    fn next_event(&mut self) -> Option<Result<BatchEvent, BoxError>> {
+        match self.first.take() {
+            Some(item) => item.map(|r| r.map(BatchEvent::Batch)),
+            None => self.rest.next_event(),
+        }
+    }
+
     fn bottleneck_stage(&self) -> Option<String> {
         self.rest.bottleneck_stage()
     }
 }
 
-fn describe_optimizer(o: &OptimizerConfig) -> String {
-    match o.kind {
-        OptimizerKind::AdamW => format!("adamw lr={} wd={}", o.lr, o.weight_decay),
-        OptimizerKind::AdamWFused => format!("adamw-fused lr={} wd={}", o.lr, o.weight_decay),
-        OptimizerKind::Sgd => format!("sgd lr={}", o.lr),
-    }
+fn describe_inputs(input: &InputSpec) -> String {
+    let list: Vec<String> = input
+        .features
+        .iter()
+        .map(|(n, w)| format!("{n}[{w}]"))
+        .collect();
+    format!("inputs {}", list.join(", "))
 }
 
 fn ratio(a: Duration, b: Duration) -> f64 {
@@ -702,82 +1062,48 @@ fn ratio(a: Duration, b: Duration) -> f64 {
     }
 }
 
-/// Data wait over step time (wait + compute, + copy when it is not overlapped).
-fn stall_fraction(wait: &Phase, copy: &Phase, compute: &Phase, inline: bool) -> f64 {
-    let copy = if inline { copy.total() } else { Duration::ZERO };
-    ratio(wait.total(), wait.total() + copy + compute.total())
+/// A regression model's outputs as `[rows]`.
+fn regression_output(outputs: &Tensor, rows: usize) -> candle_core::Result<Tensor> {
+    if outputs.dims() == [rows] {
+        Ok(outputs.clone())
+    } else {
+        outputs.reshape(rows)
+    }
 }
 
-/// Builds the model: from the checkpoint when resuming, fresh otherwise.
-fn build_model(config: &TrainConfig) -> Result<Checkpoint, TrainError> {
-    match &config.resume {
-        Some(dir) => {
-            let c = Checkpoint::load(dir, &config.device)?;
-            if c.meta.model != config.model {
-                return Err(TrainError::Checkpoint {
-                    path: dir.clone(),
-                    reason: format!(
-                        "holds {} but this run asks for {}",
-                        c.meta.model.describe(),
-                        config.model.describe()
-                    ),
-                });
-            }
-            if c.meta.input.inputs() != config.input.inputs() {
-                return Err(TrainError::Checkpoint {
-                    path: dir.clone(),
-                    reason: format!(
-                        "was trained on {} input values per example; this data has {}",
-                        c.meta.input.inputs(),
-                        config.input.inputs()
-                    ),
-                });
-            }
-            Ok(c)
-        }
-        None => {
-            let (model, varmap) = Model::init(config.model.clone(), config.seed, &config.device)?;
-            Ok(Checkpoint {
-                meta: CheckpointMeta {
-                    format: FORMAT.into(),
-                    step: 0,
-                    epoch: 0,
-                    model: config.model.clone(),
-                    optimizer: config.optimizer,
-                    input: config.input.clone(),
-                    schema: config.schema.clone(),
-                    seed: config.seed,
-                },
-                model,
-                varmap,
-            })
+/// The task's loss: softmax cross-entropy on logits, or mean squared error.
+pub(crate) fn task_loss(
+    task: Task,
+    outputs: &Tensor,
+    labels: &Tensor,
+) -> candle_core::Result<Tensor> {
+    match task {
+        Task::Classification { .. } => candle_nn::loss::cross_entropy(outputs, labels),
+        Task::Regression => {
+            let rows = labels.dim(0)?;
+            candle_nn::loss::mse(&regression_output(outputs, rows)?, labels)
         }
     }
 }
 
-/// Forward, loss, backward, update, synchronize. Returns (loss, logits).
+/// Forward, loss, backward, update, synchronize. Returns (loss, outputs).
 fn train_step(
     state: &mut State,
     batch: &BatchTensors,
     device: &Device,
-    step: u64,
 ) -> Result<(Tensor, Tensor), TrainError> {
     let labels = batch.labels.as_ref().ok_or_else(|| TrainError::Input {
-        batch: step,
+        batch: state.step,
         reason: "no labels: training needs the label column".into(),
     })?;
-    let err = TrainError::candle("training step");
-    let logits = state.model.forward(&batch.features).map_err(err)?;
-    let loss = candle_nn::loss::cross_entropy(&logits, labels)
-        .map_err(TrainError::candle("training step"))?;
-    state
-        .optim
-        .backward_step(&loss)
-        .map_err(TrainError::candle("training step"))?;
-    device
-        .synchronize()
-        .map_err(TrainError::candle("training step"))?;
-    Ok((loss, logits))
+    let err = || TrainError::candle("training step");
+    let outputs = state.model.forward(batch).map_err(err())?;
+    let loss = task_loss(state.model.task(), &outputs, labels).map_err(err())?;
+    let grads = loss.backward().map_err(err())?;
+    state.optim.step(&grads).map_err(err())?;
+    device.synchronize().map_err(err())?;
+    state.step += 1;
+    Ok((loss, outputs))
 }
 
 /// The number of rows whose arg-max logit is the label.
@@ -793,43 +1119,30 @@ pub(crate) fn correct(logits: &Tensor, labels: &Tensor) -> Result<u64, TrainErro
     Ok(u64::from(hits))
 }
 
-/// Loss and accuracy of `model` over `stream`.
+/// Loss and metrics of `model` over `stream`.
 pub(crate) fn evaluate(
-    model: &Model,
+    model: &dyn Model,
     stream: &mut dyn BatchStream,
     input: &InputSpec,
     device: &Device,
 ) -> Result<Evaluation, TrainError> {
-    let (mut loss_sum, mut hits, mut examples, mut index) = (0f64, 0u64, 0u64, 0u64);
+    let mut totals = Totals::new(input.task);
+    let mut index = 0u64;
     while let Some(batch) = stream.next_batch() {
-        let tensors = batch_to_tensors(batch.map_err(TrainError::Data)?, input, index, device)?;
+        let tensors = batch_to_tensors(batch.map_err(TrainError::data)?, input, index, device)?;
         index += 1;
         let labels = tensors.labels.as_ref().ok_or_else(|| TrainError::Input {
             batch: index - 1,
             reason: "no labels: evaluation needs the label column".into(),
         })?;
-        let err = TrainError::candle("evaluation");
-        let logits = model.forward(&tensors.features).map_err(err)?;
-        let loss = candle_nn::loss::cross_entropy(&logits, labels)
+        let err = || TrainError::candle("evaluation");
+        let outputs = model.forward(&tensors).map_err(err())?;
+        let loss = task_loss(input.task, &outputs, labels)
             .and_then(|l| l.to_scalar::<f32>())
-            .map_err(TrainError::candle("evaluation"))?;
-        loss_sum += f64::from(loss) * tensors.rows as f64;
-        hits += correct(&logits, labels)?;
-        examples += tensors.rows as u64;
+            .map_err(err())?;
+        totals.add(loss, &outputs, labels, tensors.rows)?;
     }
-    Ok(Evaluation {
-        loss: if examples == 0 {
-            f64::NAN
-        } else {
-            loss_sum / examples as f64
-        },
-        accuracy: if examples == 0 {
-            f64::NAN
-        } else {
-            hits as f64 / examples as f64
-        },
-        examples,
-    })
+    Ok(totals.evaluation())
 }
 
 /// Feeds batches: through the device-prefetch thread, or inline.
@@ -883,15 +1196,16 @@ impl Feeder {
                         bottleneck: stream.bottleneck_stage(),
                     });
                 }
-                match stream.next_batch() {
+                match stream.next_event() {
                     None => {
                         *ended = true;
                         Ok(Fetched::End {
                             bottleneck: stream.bottleneck_stage(),
                         })
                     }
-                    Some(Err(e)) => Err(TrainError::Data(e)),
-                    Some(Ok(batch)) => {
+                    Some(Err(e)) => Err(TrainError::data(e)),
+                    Some(Ok(BatchEvent::EpochEnd)) => Ok(Fetched::EpochEnd),
+                    Some(Ok(BatchEvent::Batch(batch))) => {
                         let start = Instant::now();
                         let tensors = batch_to_tensors(batch, input, index, device)?;
                         device

@@ -362,3 +362,147 @@ fn json_array_elements_must_be_objects() {
     );
     assert_no_output(dir.path(), &["n.json"]);
 }
+
+#[test]
+fn an_unterminated_quote_is_an_error_at_the_line_where_it_opened() {
+    for skip in [false, true] {
+        let (dir, result) = convert_text(
+            "q.csv",
+            b"a,b\n1,\"never closed\n2,3\n4,5\n",
+            Format::Csv(CsvOptions::default()),
+            skip,
+        );
+        let err = result.unwrap_err();
+        let loc = err.location().expect("located");
+        assert_eq!(
+            (loc.line, loc.column, loc.byte),
+            (Some(2), Some(3), 6),
+            "{err}"
+        );
+        assert!(err.to_string().contains("never closed"), "{err}");
+        assert_no_output(dir.path(), &["q.csv"]);
+    }
+}
+
+#[test]
+fn numbers_never_change_silently() {
+    // Beyond float32: an error at the value, for inferred and declared columns.
+    for (name, text) in [
+        ("f.csv", &b"a,b\n1.5,x\n1e39,y\n"[..]),
+        ("g.csv", b"a,b\n1.5,x\n1e400,y\n"),
+    ] {
+        let (dir, result) = convert_text(name, text, Format::Csv(CsvOptions::default()), false);
+        let err = result.unwrap_err();
+        let loc = err.location().expect("located");
+        assert_eq!((loc.line, loc.column), (Some(3), Some(1)), "{err}");
+        assert!(
+            err.to_string().contains("beyond the range of float32"),
+            "{err}"
+        );
+        assert_no_output(dir.path(), &[name]);
+    }
+    let declared = CsvOptions::default()
+        .with_column_texts(&["a:float32"])
+        .unwrap();
+    let (_dir, result) = convert_text(
+        "d.csv",
+        b"a\n1\n2e39\n",
+        Format::Csv(declared.clone()),
+        false,
+    );
+    assert!(result.unwrap_err().to_string().contains("line 3"));
+    let (_dir, result) = convert_text("d.csv", b"a\n1\n2e39\n", Format::Csv(declared), true);
+    let summary = result.unwrap();
+    assert_eq!((summary.records, summary.rows_skipped), (1, 1));
+    // JSON too.
+    let (_dir, result) = convert_text(
+        "f.jsonl",
+        b"{\"a\": 1.5}\n{\"a\": 1e39}\n",
+        Format::Json(JsonOptions::default()),
+        false,
+    );
+    let err = result.unwrap_err();
+    assert_eq!(err.location().and_then(|l| l.line), Some(2), "{err}");
+
+    // Beyond int64: kept exactly as text, with a warning; int64 max stays int64.
+    let (_dir, result) = convert_text(
+        "ids.csv",
+        b"id,max\n1,9223372036854775807\n12345678901234567890,1\n",
+        Format::Csv(CsvOptions::default()),
+        false,
+    );
+    let summary = result.unwrap();
+    let rows = read_rows(&summary);
+    assert_eq!(rows[0]["id"], Feat::B(vec![b"1".to_vec()]));
+    assert_eq!(
+        rows[1]["id"],
+        Feat::B(vec![b"12345678901234567890".to_vec()])
+    );
+    assert_eq!(rows[0]["max"], Feat::I(vec![i64::MAX]));
+    assert_eq!(summary.warnings.len(), 1, "{:?}", summary.warnings);
+    assert!(
+        summary.warnings[0].contains("\"id\""),
+        "{:?}",
+        summary.warnings
+    );
+    assert!(
+        summary.warnings[0].contains("line 3"),
+        "{:?}",
+        summary.warnings
+    );
+    let (_dir, result) = convert_text(
+        "ids.jsonl",
+        b"{\"id\": 1, \"x\": 1}\n{\"id\": 12345678901234567890, \"x\": 1.0}\n",
+        Format::Json(JsonOptions::default()),
+        false,
+    );
+    let summary = result.unwrap();
+    let rows = read_rows(&summary);
+    assert_eq!(rows[0]["id"], Feat::B(vec![b"1".to_vec()]));
+    assert_eq!(
+        rows[1]["id"],
+        Feat::B(vec![b"12345678901234567890".to_vec()])
+    );
+    assert_eq!(rows[0]["x"], Feat::F(vec![1.0]));
+    assert_eq!(summary.warnings.len(), 1, "{:?}", summary.warnings);
+}
+
+#[test]
+fn a_broken_json_line_is_reported_on_its_own_line_and_skipped_alone() {
+    let text = b"{\"a\": 1}\n{\"a\": 2}\n{\"a\": 3,\n{\"a\": 4}\n{\"a\": 5}\n";
+    let (_dir, result) = convert_text("b.jsonl", text, Format::Json(JsonOptions::default()), false);
+    let err = result.unwrap_err();
+    assert_eq!(err.location().and_then(|l| l.line), Some(3), "{err}");
+    let (_dir, result) = convert_text("b.jsonl", text, Format::Json(JsonOptions::default()), true);
+    let summary = result.unwrap();
+    assert_eq!((summary.records, summary.rows_skipped), (4, 1));
+    let values: Vec<Feat> = read_rows(&summary)
+        .into_iter()
+        .map(|r| r["a"].clone())
+        .collect();
+    assert_eq!(values, [1, 2, 4, 5].map(|v| Feat::I(vec![v])));
+}
+
+#[test]
+fn a_lone_surrogate_is_an_error_not_a_replacement_character() {
+    for text in [
+        &br#"{"s": "\ud800b"}"#[..],
+        br#"{"s": "\udc00"}"#,
+        br#"{"s": "\ud800\u0041"}"#,
+    ] {
+        let (_dir, result) =
+            convert_text("s.jsonl", text, Format::Json(JsonOptions::default()), false);
+        let err = result.unwrap_err();
+        assert!(err.to_string().contains("lone surrogate"), "{err}");
+        assert_eq!(err.location().and_then(|l| l.column), Some(8), "{err}");
+    }
+    // A proper pair is one character.
+    let (_dir, result) = convert_text(
+        "p.jsonl",
+        br#"{"s": "\ud83d\ude00"}"#,
+        Format::Json(JsonOptions::default()),
+        false,
+    );
+    let rows = read_rows(&result.unwrap());
+    assert_eq!(rows[0]["s"], Feat::B(vec!["😀".as_bytes().to_vec()]));
+}

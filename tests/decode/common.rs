@@ -128,7 +128,7 @@ pub fn assert_values(what: &str, column: &Column, values: &Json) {
                 assert_eq!(column.bytes(i).unwrap(), bytes(want), "{what}[{i}]");
             }
         }
-        Values::Uint8(_) => panic!("{what}: no uint8 in the golden files"),
+        other => panic!("{what}: no {} in the golden files", other.dtype()),
     }
 }
 

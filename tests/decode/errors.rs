@@ -202,3 +202,106 @@ fn malformed_records_are_errors_with_an_offset() {
     let err = p.parse(&[&[0x08u8, 0x01][..]]).unwrap_err();
     assert!(err.to_string().contains("wrong wire type"), "{err}");
 }
+
+#[test]
+fn missing_feature_suggests_the_nearest_key() {
+    let record = example(&[
+        ("image_raw", byte_values(&[b"abcd"])),
+        ("label", ints(&[1])),
+    ]);
+    let err = parser(&["image_rw:uint8:4", "label:int64"])
+        .parse(&[&record])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("did you mean \"image_raw\"?"), "{err}");
+    // Nothing near: no suggestion; a typo of another schema feature is suggested.
+    let err = parser(&["weights:float32"])
+        .parse(&[&record])
+        .unwrap_err()
+        .to_string();
+    assert!(!err.contains("did you mean"), "{err}");
+    let empty = example(&[]);
+    let err = parser(&["labels:int64", "label:int64=0"])
+        .parse(&[&empty])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("did you mean \"label\"?"), "{err}");
+}
+
+/// Library messages never name CLI flags (the CLI adds the hint).
+#[test]
+fn messages_name_no_cli_flags() {
+    let record = example(&[("x", floats(&[1.0, 2.0, 3.0])), ("l", ints(&[2]))]);
+    let mut messages = Vec::new();
+    for specs in [
+        &["y:int64"][..],
+        &["x:int64"],
+        &["x:float32:2"],
+        &["x:float32:var:2"],
+        &["x:float32:ragged:row_lengths(l)"],
+        &["x:raw_float32:2"],
+    ] {
+        messages.push(parser(specs).parse(&[&record]).unwrap_err().to_string());
+    }
+    for text in [
+        "x",
+        "x:int32",
+        "x:float32:2147483648=0",
+        "x:int64:ragged:rows(l)",
+    ] {
+        messages.push(Schema::from_feature_texts(&[text]).unwrap_err().to_string());
+    }
+    messages.push(Schema::from_json_str("{}").unwrap_err().to_string());
+    for m in messages {
+        assert!(!m.contains("--"), "{m}");
+    }
+}
+
+#[test]
+fn ragged_and_var_fixed_errors_name_the_partition_and_the_record() {
+    let good = example(&[("v", ints(&[1, 2, 3])), ("l", ints(&[2, 1]))]);
+    let negative = example(&[("v", ints(&[1, 2, 3])), ("l", ints(&[4, -1]))]);
+    let mut p = parser(&["v:int64:ragged:row_lengths(l)"]);
+    let (record, feature, reason) = feature_error(p.parse(&[&good, &negative]).unwrap_err());
+    assert_eq!((record, feature.as_str()), (1, "v"));
+    assert!(
+        reason.contains("partition row_lengths(l): row length 1 is -1"),
+        "{reason}"
+    );
+    let floats_for_lengths = example(&[("v", ints(&[1])), ("l", floats(&[1.0]))]);
+    let (_, _, reason) = feature_error(p.parse(&[&floats_for_lengths]).unwrap_err());
+    assert!(
+        reason.contains("partition row_lengths(l): expected int64_list"),
+        "{reason}"
+    );
+    let batch = p.parse(&[&good, &good]).unwrap();
+    assert_eq!(
+        batch.columns[0].row_splits,
+        vec![vec![0, 2, 4], vec![0, 2, 3, 5, 6]]
+    );
+    // The partition key may also be a column of its own.
+    let mut both = parser(&["l:int64:var", "v:int64:ragged:row_lengths(l)"]);
+    let batch = both.parse(&[&good]).unwrap();
+    assert_eq!(batch.columns[0].as_i64(), Some(&[2, 1][..]));
+    assert_eq!(batch.columns[1].row_splits, vec![vec![0, 2], vec![0, 2, 3]]);
+    // Sparse: indices sorted with their values, across records and buffer reuse.
+    let mut sparse = parser(&["v:bytes:sparse(i,j):2x3"]);
+    let a = example(&[
+        ("v", byte_values(&[b"x", b"yy", b"z"])),
+        ("i", ints(&[1, 0, 1])),
+        ("j", ints(&[0, 2, 1])),
+    ]);
+    let mut batch = sparse.parse(&[&example(&[]), &a]).unwrap();
+    sparse.parse_into(&[&a, &a], &mut batch).unwrap();
+    let column = &batch.columns[0];
+    assert_eq!(column.dense_shape(), vec![2, 2, 3]);
+    assert_eq!(
+        column.sparse_indices()[..3],
+        [vec![0, 0, 2], vec![0, 1, 0], vec![0, 1, 1]]
+    );
+    let values: Vec<&[u8]> = (0..column.values.len())
+        .map(|i| column.bytes(i).unwrap())
+        .collect();
+    assert_eq!(values, [&b"yy"[..], b"x", b"z", b"yy", b"x", b"z"]);
+    assert_eq!(column.row_splits, vec![vec![0, 3, 6]]);
+}

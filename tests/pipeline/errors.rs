@@ -190,3 +190,133 @@ fn missing_files_and_bad_globs_fail_up_front() {
     let err = Pipeline::tfrecord_files(["[z-a"]).err().unwrap();
     assert!(matches!(err, PipelineError::BadGlob { .. }), "{err}");
 }
+
+/// One malformed record among ten, after shuffle and batch: the other nine
+/// still arrive (in a batch of nine), and the bad one is one error from the
+/// stage `parse`, which ignore_errors skips and counts with its message.
+#[test]
+fn one_bad_record_costs_only_itself() {
+    use tfpipe::Schema;
+    let dir = tempfile::tempdir().unwrap();
+    let bad = 6u64;
+    let paths = write_shards(dir.path(), 1, 10, Compression::None, |i| {
+        if i == bad {
+            b"\x0a\x05\xff\xff\xff\xff\xff".to_vec()
+        } else {
+            crate::common::mnist_example(i)
+        }
+    });
+    let schema = Schema::from_feature_texts(&["label:int64"]).unwrap();
+    let pipeline = Pipeline::tfrecord_files([paths[0].display().to_string()])
+        .unwrap()
+        .records()
+        .shuffle(4, 1)
+        .batch(10)
+        .parse_batches(schema, Parallelism::Fixed(2));
+    let items: Vec<_> = watchdog(20, {
+        let pipeline = pipeline.clone();
+        move || pipeline.start().unwrap().collect()
+    });
+    assert_eq!(items.len(), 2, "an error, then the batch of the others");
+    let err = items[0].as_ref().unwrap_err();
+    assert_eq!(err.stage(), Some("parse"));
+    assert!(err.is_data_error());
+    assert!(err.parse_error().is_some());
+    assert!(err.to_string().contains("malformed protobuf"), "{err}");
+    // Located in its file, after shuffle and batch: record 6, at its frame.
+    let location = err.location().expect("a parse error is located");
+    assert_eq!(location.path.as_deref(), Some(paths[0].as_path()));
+    assert_eq!(location.record, bad);
+    let framed = |i: u64| (crate::common::mnist_example(i).len() + 16) as u64;
+    assert_eq!(location.offset, (0..bad).map(framed).sum::<u64>());
+    let text = err.to_string();
+    assert!(
+        text.starts_with(&format!(
+            "stage parse: {}: record 6 at byte ",
+            paths[0].display()
+        )),
+        "{text}"
+    );
+    let batch = items[1].as_ref().unwrap();
+    assert_eq!(batch.num_rows, 9);
+    let mut labels = batch.columns[0].as_i64().unwrap().to_vec();
+    labels.sort_unstable();
+    assert_eq!(labels, [0, 1, 2, 3, 4, 5, 7, 8, 9]);
+
+    let (rows, skipped) = watchdog(20, move || {
+        let mut it = pipeline.ignore_errors().start().unwrap();
+        let rows: usize = it.by_ref().map(|b| b.unwrap().num_rows).sum();
+        let m = it.metrics();
+        (rows, m.stage("ignore_errors").unwrap().skipped)
+    });
+    assert_eq!((rows, skipped), (9, 1));
+}
+
+/// An invalid schema is a typed `Schema` error at start.
+#[test]
+fn an_invalid_schema_fails_at_start_as_a_schema_error() {
+    use tfpipe::Schema;
+    let mut schema = Schema::from_feature_texts(&["label:int64"]).unwrap();
+    schema.features.push(schema.features[0].clone()); // a duplicate name
+    let err = Pipeline::from_vec(vec![vec![Vec::<u8>::new()]])
+        .parse_batches(schema, 1)
+        .start()
+        .err()
+        .unwrap();
+    assert!(matches!(err, PipelineError::Schema(_)), "{err}");
+}
+
+/// What anyhow's `{:#}` prints: every error of the chain, joined.
+fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+    std::iter::successors(Some(err), |e| e.source())
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(": ")
+}
+
+/// A corrupt record read through the pipeline: the chain names the stage,
+/// the file, the record and the offset, each once, and location() works.
+#[test]
+fn an_error_chain_prints_each_cause_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = write_shards(dir.path(), 1, 5, Compression::Gzip, index_record);
+    let mut bytes = std::fs::read(&paths[0]).unwrap();
+    let cut = bytes.len() - 12;
+    bytes.truncate(cut); // the gzip stream is cut short
+    std::fs::write(&paths[0], &bytes).unwrap();
+    let items: Vec<_> = watchdog(10, {
+        let p = paths[0].display().to_string();
+        move || {
+            Pipeline::tfrecord_files([p])
+                .unwrap()
+                .records()
+                .start()
+                .unwrap()
+                .collect()
+        }
+    });
+    let err = items.last().unwrap().as_ref().unwrap_err();
+    let location = err.location().expect("located");
+    let text = chain(err);
+    assert_eq!(text.matches("stage tfrecord").count(), 1, "{text}");
+    assert_eq!(
+        text.matches(&format!("record {} at byte", location.record))
+            .count(),
+        1,
+        "{text}"
+    );
+    assert_eq!(text.matches("cut short").count(), 1, "{text}");
+    assert!(err.record_error().unwrap().io_error().is_some());
+
+    // A user error: its text once.
+    let err = Pipeline::from_vec(vec![1u32])
+        .try_map(|_| Err::<u32, _>("no good"))
+        .start()
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap_err();
+    let text = chain(&err);
+    assert_eq!(text.matches("no good").count(), 1, "{text}");
+    assert_eq!(err.user_error().unwrap().to_string(), "no good");
+}

@@ -125,3 +125,34 @@ fn a_cancelled_pass_leaves_no_cache() {
     assert!(!cache.exists());
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
+
+/// A cache file cut at a record boundary (or at any byte) is an error
+/// before anything is replayed, not a silent partial epoch.
+#[test]
+fn a_truncated_cache_file_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache.tfrecord");
+    let full = Pipeline::from_generator(|| (0..1000u64).map(index_record)).cache_file(&cache);
+    assert_eq!(indices(full.clone()).len(), 1000);
+    let bytes = std::fs::read(&cache).unwrap();
+    // Every record of the cache is framed the same: cut after 600 of them,
+    // and in the middle of the footer.
+    let framed = (bytes.len() - (12 + 28 + 4)) / 1000;
+    for cut in [600 * framed, bytes.len() - 10] {
+        std::fs::write(&cache, &bytes[..cut]).unwrap();
+        let items: Vec<_> = full.start().unwrap().collect();
+        assert_eq!(items.len(), 1, "cut at {cut}: nothing replayed");
+        let err = items.into_iter().next().unwrap().unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("incomplete cache file"), "{text}");
+        assert!(text.contains("cache.tfrecord"), "{text}");
+    }
+    // A whole record dropped from the middle: the count no longer adds up.
+    let mut spliced = bytes[..framed * 10].to_vec();
+    spliced.extend_from_slice(&bytes[framed * 11..]);
+    std::fs::write(&cache, &spliced).unwrap();
+    let items: Vec<_> = full.start().unwrap().collect();
+    assert_eq!(items.iter().filter(|r| r.is_ok()).count(), 999);
+    let err = items.last().unwrap().as_ref().unwrap_err();
+    assert!(err.to_string().contains("promises 1000 records"), "{err}");
+}

@@ -97,3 +97,38 @@ fn auto_parallelism_grows_for_a_slow_map() {
         );
     }
 }
+
+/// Exclusive time: interleave does not count its inputs' work as its own,
+/// so the bottleneck is the slow nested source, in both modes.
+#[test]
+fn bottleneck_is_the_nested_source_not_the_interleave() {
+    use tfpipe::pipeline::Interleave;
+    for options in [
+        Interleave::new(2, 4),
+        Interleave::new(2, 4).parallel(Parallelism::Fixed(2)),
+    ] {
+        let metrics = watchdog(20, move || {
+            let mut it = Pipeline::from_vec(vec![0u64, 1, 2, 3])
+                .interleave(options, |f| {
+                    Pipeline::from_generator(move || {
+                        (0..50u64).map(move |k| {
+                            std::thread::sleep(Duration::from_micros(200));
+                            f * 100 + k
+                        })
+                    })
+                })
+                .start()
+                .unwrap();
+            assert_eq!(it.by_ref().count(), 200);
+            it.metrics()
+        });
+        let generator = metrics.stage("generator").unwrap();
+        let interleave = metrics.stage("interleave").unwrap();
+        assert!(generator.busy_ns >= 200 * 200_000, "{metrics}");
+        assert!(
+            interleave.busy_ns < generator.busy_ns / 4,
+            "interleave counted its inputs' time: {metrics}"
+        );
+        assert_eq!(metrics.bottleneck_stage(), Some("generator"), "{metrics}");
+    }
+}

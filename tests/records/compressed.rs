@@ -116,8 +116,7 @@ fn damage_mid_stream_keeps_the_records_before_it() {
             continue;
         }
         assert_eq!(location.offset, start, "{err}");
-        let source = std::error::Error::source(&err).unwrap();
-        let io = source.downcast_ref::<std::io::Error>().unwrap();
+        let io = err.io_error().unwrap();
         match DecodeError::of(io) {
             Some(DecodeError::Corrupt {
                 compressed,
@@ -151,8 +150,7 @@ fn a_cut_stream_keeps_the_records_before_the_cut() {
         let location = err.location().unwrap();
         assert_eq!(location.record, read.len() as u64, "{err}");
         assert_eq!(location.offset, read.len() as u64 * (300 + 16), "{err}");
-        let source = std::error::Error::source(&err).unwrap();
-        let io = source.downcast_ref::<std::io::Error>().unwrap();
+        let io = err.io_error().unwrap();
         match DecodeError::of(io) {
             Some(DecodeError::Truncated {
                 compressed,
@@ -224,8 +222,7 @@ fn trailing_bytes_are_an_error_or_a_counted_skip() {
             assert_eq!(read, records);
             let err = end.unwrap_err();
             assert_eq!(err.location().unwrap().record, 30);
-            let source = std::error::Error::source(&err).unwrap();
-            let io = source.downcast_ref::<std::io::Error>().unwrap();
+            let io = err.io_error().unwrap();
             assert_eq!(
                 DecodeError::of(io),
                 Some(&DecodeError::TrailingData {

@@ -227,3 +227,51 @@ fn index_and_global_shuffle_from_object_storage() {
     expected.sort();
     assert_eq!(got, expected);
 }
+
+#[test]
+fn a_global_shuffle_resumes_from_its_state_at_the_next_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, _) = write_files(dir.path(), 3, 30);
+    let parts = paths
+        .iter()
+        .map(|p| (p.clone(), RecordIndex::build(p).unwrap()))
+        .collect();
+    let files = IndexedFiles::from_parts(parts).unwrap();
+    let pipeline = files.global_shuffle(3).read_ahead(8).pipeline();
+    let whole = collect(pipeline.clone());
+    for cut in [0, 1, 37, 89, 90] {
+        let mut it = pipeline.start().unwrap();
+        let mut got: Vec<Vec<u8>> = it
+            .by_ref()
+            .take(cut)
+            .map(|r| r.unwrap().to_vec())
+            .collect();
+        let state = it.state().unwrap();
+        let json = state.to_json();
+        assert!(json.len() < 200, "the state is a count, not records: {json}");
+        drop(it);
+        let state = tfpipe::pipeline::PipelineState::from_json(&json).unwrap();
+        let rest = pipeline.start_from(&state).unwrap();
+        got.extend(rest.map(|r| r.unwrap().to_vec()));
+        assert_eq!(got, whole, "cut at {cut}");
+    }
+}
+
+#[test]
+fn records_read_by_index_carry_their_source_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, all) = write_files(dir.path(), 2, 6);
+    let parts = paths
+        .iter()
+        .map(|p| (p.clone(), RecordIndex::build(p).unwrap()))
+        .collect();
+    let files = IndexedFiles::from_parts(parts).unwrap();
+    for record in files.global_shuffle(9).pipeline().start().unwrap() {
+        let record = record.unwrap();
+        let position = record.position().expect("a source position");
+        let file = paths.iter().position(|p| *p == *position.path()).unwrap();
+        let index = files.index(file).unwrap();
+        assert_eq!(index.get(position.record()).unwrap().0, position.offset());
+        assert_eq!(record.as_slice(), all[file][position.record() as usize]);
+    }
+}

@@ -141,7 +141,7 @@ fn a_missing_object_is_named_and_not_found() {
         .err()
         .unwrap();
     match &err {
-        RecordError::Open { path, source } => {
+        RecordError::Open { path, error: source } => {
             assert_eq!(path.to_str(), Some(url.as_str()));
             assert_eq!(source.kind(), io::ErrorKind::NotFound, "{err}");
         }
@@ -159,7 +159,7 @@ fn a_bad_credential_fails_at_once_naming_the_url() {
     let err = storage::open_records(&url, ReaderOptions::default())
         .err()
         .unwrap();
-    let RecordError::Open { source, .. } = &err else {
+    let RecordError::Open { error: source, .. } = &err else {
         panic!("{err}");
     };
     assert_eq!(source.kind(), io::ErrorKind::PermissionDenied, "{err}");

@@ -80,3 +80,40 @@ fn convert_output_to_s3_appears_only_on_success() {
     let err = tfpipe::storage::resolve([format!("{bucket}/failed/*")]).unwrap_err();
     assert!(matches!(err, tfpipe::storage::StorageError::NoMatch { .. }), "{err}");
 }
+
+#[test]
+fn an_interrupted_convert_to_s3_leaves_no_object() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tfpipe::convert::{self, CsvOptions, Format, OutputOptions, Phase, Sharding};
+    let server = S3Server::start();
+    let bucket = server.bucket("interrupt");
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("big.csv");
+    let mut text = String::from("a,b\n");
+    for i in 0..200_000 {
+        text.push_str(&format!("{i},{}\n", i % 7));
+    }
+    std::fs::write(&input, &text).unwrap();
+    let cancel = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&cancel);
+    let mut options = OutputOptions::new(format!("{bucket}/out/data"));
+    options.sharding = Sharding::Shards(2);
+    options.threads = 2;
+    options.cancel = Some(Arc::clone(&cancel));
+    // Interrupt once encoding (and so the uploads) has begun.
+    options.progress = Some(Arc::new(move |p: &tfpipe::convert::Progress| {
+        if p.phase == Phase::Encoding && p.records > 0 {
+            flag.store(true, Ordering::SeqCst);
+        }
+    }));
+    let err = convert::convert(&Format::Csv(CsvOptions::default()), &[input], &options)
+        .unwrap_err();
+    assert!(matches!(err, convert::ConvertError::Interrupted), "{err}");
+    assert!(cancel.load(Ordering::SeqCst));
+    let err = tfpipe::storage::resolve([format!("{bucket}/out/*")]).unwrap_err();
+    assert!(
+        matches!(err, tfpipe::storage::StorageError::NoMatch { .. }),
+        "{err}"
+    );
+}

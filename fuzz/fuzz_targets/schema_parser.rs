@@ -1,0 +1,8 @@
+#![no_main]
+//! `tfpipe::fuzzing::schema_parser` under libFuzzer; see `fuzz/Cargo.toml`.
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    tfpipe::fuzzing::schema_parser(data);
+});

@@ -1,0 +1,252 @@
+//! The bodies of the fuzz targets, shared by the cargo-fuzz crate in `fuzz/`
+//! and the seeded, bounded fuzz pass in the test suite (`tests/records/fuzz.rs`),
+//! so that both exercise the same code paths.
+//!
+//! Each function takes arbitrary bytes, must never panic on them, and checks
+//! the invariants of the code under test (a panic is a finding):
+//! - [`record_reader`]: any bytes under any compression and corruption policy
+//!   are read without panicking, every error carries its location, and
+//!   records written by the writer read back exactly;
+//! - [`schema_parser`]: a schema and records derived from the bytes parse the
+//!   same one at a time as in a batch, and skipping bad records leaves exactly
+//!   the good ones (the rollback of a half-parsed row is exact);
+//! - [`schema_file`]: any text either fails to load as a schema file or loads
+//!   into a schema that survives a round trip through its JSON form.
+
+use prost::Message;
+
+use crate::batch::Batch;
+use crate::example::proto::{BytesList, Feature, Features, FloatList, Int64List, feature};
+use crate::example::{BatchParser, DType, Example, FeatureSpec, Layout, Schema, Value};
+use crate::tfrecord::{Compression, OnCorruption, ReaderOptions, RecordReader, RecordWriter};
+
+/// A cursor over the fuzzer's bytes; reads past the end are zero.
+struct Bytes<'a>(&'a [u8]);
+
+impl Bytes<'_> {
+    fn byte(&mut self) -> u8 {
+        match self.0.split_first() {
+            Some((b, rest)) => {
+                self.0 = rest;
+                *b
+            }
+            None => 0,
+        }
+    }
+
+    fn below(&mut self, n: u8) -> u8 {
+        self.byte() % n.max(1)
+    }
+
+    fn take(&mut self, n: usize) -> &[u8] {
+        let (head, rest) = self.0.split_at(n.min(self.0.len()));
+        self.0 = rest;
+        head
+    }
+}
+
+/// Reads `data` as a TFRecord stream (the first byte picks the compression,
+/// the policy and the buffer size), then writes the rest as records and
+/// reads them back.
+pub fn record_reader(data: &[u8]) {
+    let mut input = Bytes(data);
+    let mode = input.byte();
+    let compression = [Compression::None, Compression::Gzip, Compression::Zlib][mode as usize % 3];
+    let on_corruption = [
+        OnCorruption::Fail,
+        OnCorruption::Skip,
+        OnCorruption::EndStream,
+    ][(mode as usize / 3) % 3];
+    let options = ReaderOptions {
+        compression: Some(compression),
+        on_corruption,
+        buffer_size: 1 + (mode as usize / 9) * 7,
+        max_record_len: 1 << 20,
+        ..ReaderOptions::default()
+    };
+    let stream = input.0;
+    let mut reader = RecordReader::decoding(stream, options.clone());
+    let mut records = 0u64;
+    loop {
+        match reader.next_record() {
+            Ok(Some(_)) => records += 1,
+            Ok(None) => break,
+            Err(err) => {
+                if err.is_corruption() {
+                    assert!(err.location().is_some(), "an unlocated error: {err}");
+                }
+                break;
+            }
+        }
+        assert!(records <= stream.len() as u64, "more records than bytes");
+    }
+    assert!(reader.corruptions().len() as u64 <= reader.corruption_count());
+
+    // The rest as records (split at each 0xff), written and read back.
+    let parts: Vec<&[u8]> = stream.split(|&b| b == 0xff).collect();
+    let mut writer = RecordWriter::new(Vec::new(), compression);
+    for part in &parts {
+        writer.write_record(part).expect("writing to memory");
+    }
+    let bytes = writer.finish().expect("writing to memory");
+    let mut reader = RecordReader::decoding(&bytes[..], options);
+    let mut back = Vec::new();
+    let mut record = Vec::new();
+    while reader
+        .read_record(&mut record)
+        .expect("our own output reads")
+    {
+        back.push(record.clone());
+    }
+    assert_eq!(back, parts, "round trip");
+}
+
+/// A schema and records derived from `data`: parsing them one at a time
+/// and as a batch agree, and skipping keeps exactly the good ones. Returns
+/// `(good, bad)` record counts (`(0, 0)` for an invalid schema), so a seeded
+/// pass can show it reached both paths.
+pub fn schema_parser(data: &[u8]) -> (usize, usize) {
+    let mut input = Bytes(data);
+    let Some(schema) = schema_from(&mut input) else {
+        return (0, 0);
+    };
+    let Ok(mut parser) = BatchParser::new(schema.clone()) else {
+        return (0, 0);
+    };
+    let count = 1 + input.below(8) as usize;
+    let records: Vec<Vec<u8>> = (0..count)
+        .map(|_| record_from(&mut input, &schema))
+        .collect();
+
+    let singles: Vec<Option<Batch>> = records.iter().map(|r| parser.parse_one(r).ok()).collect();
+    let whole = parser.parse(&records);
+    assert_eq!(
+        whole.is_ok(),
+        singles.iter().all(Option::is_some),
+        "a batch parses iff every record does"
+    );
+    let mut skipping = parser.empty_batch();
+    let mut bad = Vec::new();
+    parser.parse_into_skipping(&records, &mut skipping, |index, _| bad.push(index));
+    let expected_bad: Vec<usize> = (0..count).filter(|&i| singles[i].is_none()).collect();
+    assert_eq!(bad, expected_bad, "the bad records");
+    let good: Vec<Batch> = singles.into_iter().flatten().collect();
+    let expected = if good.is_empty() {
+        parser.empty_batch()
+    } else {
+        Batch::concat(&good).expect("batches of one schema concatenate")
+    };
+    assert_eq!(
+        skipping, expected,
+        "skipping keeps exactly the good records"
+    );
+    if let Ok(whole) = whole {
+        assert_eq!(whole, expected, "batch = one at a time");
+    }
+    (good.len(), bad.len())
+}
+
+/// Loads `data` as a schema file; a schema that loads round-trips.
+pub fn schema_file(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    if let Ok(schema) = Schema::from_json_str(&text) {
+        let again = Schema::from_json_value(&schema.to_json_value())
+            .expect("a loaded schema's own JSON loads");
+        assert_eq!(again, schema, "schema file round trip");
+    }
+}
+
+fn schema_from(input: &mut Bytes<'_>) -> Option<Schema> {
+    let n = 1 + input.below(4) as usize;
+    let sequence = input.below(4) == 0;
+    let mut features = Vec::with_capacity(n);
+    for i in 0..n {
+        let dtype =
+            [DType::Int64, DType::Float32, DType::Bytes, DType::Uint8][input.below(4) as usize];
+        let shape: Vec<usize> = (0..input.below(3))
+            .map(|_| input.below(4) as usize)
+            .collect();
+        let layout = match (input.below(4), sequence) {
+            (0, true) => Layout::FixedSequence(shape.clone()),
+            (1, true) => Layout::VarSequence,
+            (0 | 1, false) | (2, _) => Layout::Fixed(shape.clone()),
+            _ => Layout::Var,
+        };
+        let mut spec = FeatureSpec {
+            name: format!("f{i}"),
+            dtype,
+            layout,
+            default: None,
+        };
+        if matches!(spec.layout, Layout::Fixed(_)) && input.below(2) == 0 {
+            let len = if input.below(2) == 0 {
+                1
+            } else {
+                shape.iter().product()
+            };
+            spec.default = Some(match dtype {
+                DType::Int64 | DType::Uint8 => {
+                    Value::Int64((0..len).map(|_| i64::from(input.byte())).collect())
+                }
+                DType::Float32 => {
+                    Value::Float32((0..len).map(|_| f32::from(input.byte())).collect())
+                }
+                DType::Bytes => Value::Bytes((0..len).map(|_| vec![input.byte()]).collect()),
+            });
+        }
+        features.push(spec);
+    }
+    Some(Schema {
+        features,
+        label: None,
+    })
+}
+
+/// A record: raw bytes, or an `Example` whose features mostly fit `schema`.
+fn record_from(input: &mut Bytes<'_>, schema: &Schema) -> Vec<u8> {
+    if input.below(8) == 0 {
+        let len = input.below(32) as usize;
+        return input.take(len).to_vec();
+    }
+    let mut map = std::collections::BTreeMap::new();
+    for spec in &schema.features {
+        if input.below(6) == 0 {
+            continue; // missing
+        }
+        let count = match (spec.fixed_len(), input.below(4)) {
+            (Some(len), 0..=2) => len,
+            _ => input.below(6) as usize,
+        };
+        // Mostly the right kind, sometimes another.
+        let kind = match (spec.dtype, input.below(8)) {
+            (_, 0) => input.below(3),
+            (DType::Int64, _) => 0,
+            (DType::Float32, _) => 1,
+            (DType::Bytes | DType::Uint8, _) => 2,
+        };
+        let kind = match kind {
+            0 => feature::Kind::Int64List(Int64List {
+                value: (0..count).map(|_| i64::from(input.byte()) - 128).collect(),
+            }),
+            1 => feature::Kind::FloatList(FloatList {
+                value: (0..count).map(|_| f32::from(input.byte())).collect(),
+            }),
+            _ => {
+                let width = match (spec.dtype, spec.fixed_len()) {
+                    (DType::Uint8, Some(len)) if input.below(4) != 0 => len,
+                    _ => input.below(4) as usize,
+                };
+                feature::Kind::BytesList(BytesList {
+                    value: (0..count.min(4).max(usize::from(spec.dtype == DType::Uint8)))
+                        .map(|_| input.take(width).to_vec())
+                        .collect(),
+                })
+            }
+        };
+        map.insert(spec.name.clone(), Feature { kind: Some(kind) });
+    }
+    Example {
+        features: Some(Features { feature: map }),
+    }
+    .encode_to_vec()
+}
