@@ -1,5 +1,7 @@
 //! Conversion throughput: a generated numeric CSV (10 int64 + 10 float32
-//! columns) and the bundled MNIST IDX files, on 1 thread and on all cores.
+//! columns), the same table as JSON Lines, and the bundled MNIST IDX files,
+//! on 1 thread and on all cores; and the cost of loading the input by
+//! `read` (what the converters do) against a memory map.
 //!
 //! `cargo bench --bench convert -- --warm-up-time 1 --measurement-time 3`
 //! The full-size CSV (1,000,000 rows, ~148 MB) is measured through the CLI;
@@ -9,7 +11,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use tfpipe::convert::{self, CsvOptions, Format, IdxOptions, OutputOptions, Sharding};
+use tfpipe::convert::{self, CsvOptions, Format, IdxOptions, JsonOptions, OutputOptions, Sharding};
 
 /// Writes `rows` rows of 10 int and 10 float columns, like the Python baseline's CSV.
 fn generate_csv(path: &Path, rows: usize) {
@@ -37,6 +39,22 @@ fn generate_csv(path: &Path, rows: usize) {
     }
 }
 
+/// The CSV's rows as JSON Lines objects (numbers kept as written).
+fn csv_to_jsonl(csv: &Path, path: &Path) {
+    let text = std::fs::read_to_string(csv).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    for line in lines {
+        let fields: Vec<String> = header
+            .iter()
+            .zip(line.split(','))
+            .map(|(k, v)| format!("\"{k}\": {v}"))
+            .collect();
+        writeln!(out, "{{{}}}", fields.join(", ")).unwrap();
+    }
+}
+
 fn bench(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     let csv = dir.path().join("numbers.csv");
@@ -60,6 +78,55 @@ fn bench(c: &mut Criterion) {
                 convert::convert(
                     &Format::Csv(CsvOptions::default()),
                     std::slice::from_ref(&csv),
+                    &output,
+                )
+                .unwrap()
+            })
+        });
+    }
+    group.finish();
+
+    // Loading the input: read (what the converters do; safe if the file
+    // changes) against a memory map with every byte touched (the old way,
+    // which dies with SIGBUS if the file is truncated meanwhile).
+    let mut group = c.benchmark_group("load_csv_input");
+    group.sample_size(20);
+    group.throughput(Throughput::Bytes(csv_bytes));
+    group.bench_function("read", |b| {
+        b.iter(|| {
+            let data = std::fs::read(&csv).unwrap();
+            data.iter()
+                .fold(0u64, |acc, &x| acc.wrapping_add(u64::from(x)))
+        })
+    });
+    group.bench_function("mmap", |b| {
+        b.iter(|| {
+            let file = std::fs::File::open(&csv).unwrap();
+            // SAFETY: the bench's own temporary file, not changed while mapped.
+            let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
+            map.iter()
+                .fold(0u64, |acc, &x| acc.wrapping_add(u64::from(x)))
+        })
+    });
+    group.finish();
+
+    let jsonl = dir.path().join("numbers.jsonl");
+    csv_to_jsonl(&csv, &jsonl);
+    let json_bytes = std::fs::metadata(&jsonl).unwrap().len();
+    let mut group = c.benchmark_group("convert_jsonl_100k_records");
+    group.sample_size(10);
+    group.throughput(Throughput::Bytes(json_bytes));
+    for threads in [1, cores] {
+        group.bench_function(format!("threads_{threads}"), |b| {
+            b.iter(|| {
+                let output = OutputOptions {
+                    sharding: Sharding::Shards(8),
+                    threads,
+                    ..OutputOptions::new(dir.path().join("json"))
+                };
+                convert::convert(
+                    &Format::Json(JsonOptions::default()),
+                    std::slice::from_ref(&jsonl),
                     &output,
                 )
                 .unwrap()

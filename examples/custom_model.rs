@@ -148,6 +148,7 @@ pub fn train(epochs: u64, out: Option<&std::path::Path>) -> Result<TrainReport, 
         label: Some("label".into()),
         task: model.task(),
         standardize: vec![],
+        tokens: None,
     };
     let mut config = TrainConfig::new(input);
     config.epochs = Some(epochs);

@@ -11,7 +11,11 @@
 //!   same one at a time as in a batch, and skipping bad records leaves exactly
 //!   the good ones (the rollback of a half-parsed row is exact);
 //! - [`schema_file`]: any text either fails to load as a schema file or loads
-//!   into a schema that survives a round trip through its JSON form.
+//!   into a schema that survives a round trip through its JSON form;
+//! - [`csv_converter`] and [`json_converter`] (the convert lane's): any input
+//!   file either converts, with exactly the counted records, each of which
+//!   parses under the schema the conversion writes, or fails with an error
+//!   that names the input (and, for bad data, where in it).
 
 use prost::Message;
 
@@ -184,15 +188,21 @@ fn schema_from(input: &mut Bytes<'_>) -> Option<Schema> {
             } else {
                 shape.iter().product()
             };
-            spec.default = Some(match dtype {
-                DType::Int64 | DType::Uint8 => {
-                    Value::Int64((0..len).map(|_| i64::from(input.byte())).collect())
-                }
-                DType::Float32 => {
-                    Value::Float32((0..len).map(|_| f32::from(input.byte())).collect())
-                }
-                DType::Bytes => Value::Bytes((0..len).map(|_| vec![input.byte()]).collect()),
-            });
+            // raw_* types take no default (TensorFlow's decode_raw has none).
+            spec.default = match dtype {
+                DType::Int64 | DType::Uint8 => Some(Value::Int64(
+                    (0..len).map(|_| i64::from(input.byte())).collect(),
+                )),
+                DType::Float32 => Some(Value::Float32(
+                    (0..len).map(|_| f32::from(input.byte())).collect(),
+                )),
+                DType::Bytes => Some(Value::Bytes((0..len).map(|_| vec![input.byte()]).collect())),
+                DType::RawInt16
+                | DType::RawUint16
+                | DType::RawInt32
+                | DType::RawFloat32
+                | DType::RawFloat64 => None,
+            };
         }
         features.push(spec);
     }
@@ -223,6 +233,7 @@ fn record_from(input: &mut Bytes<'_>, schema: &Schema) -> Vec<u8> {
             (DType::Int64, _) => 0,
             (DType::Float32, _) => 1,
             (DType::Bytes | DType::Uint8, _) => 2,
+            (_, _) => 2, // raw_* read a bytes_list
         };
         let kind = match kind {
             0 => feature::Kind::Int64List(Int64List {
@@ -249,4 +260,80 @@ fn record_from(input: &mut Bytes<'_>, schema: &Schema) -> Vec<u8> {
         features: Some(Features { feature: map }),
     }
     .encode_to_vec()
+}
+
+/// The CSV converter on `data` (the first byte picks the delimiter,
+/// `--skip-bad-rows` and a label column); see the module doc. Returns the
+/// records converted (`None` for an error), so a seeded pass can show it
+/// reached both paths.
+pub fn csv_converter(data: &[u8]) -> Option<u64> {
+    let (options, rest) = data.split_first().unwrap_or((&0, data));
+    let csv = crate::convert::CsvOptions {
+        delimiter: [b',', b';', b'\t', b'|'][usize::from(options & 3)],
+        label: (options & 8 != 0).then(|| "a".to_string()),
+        ..crate::convert::CsvOptions::default()
+    };
+    convert_checked(
+        &crate::convert::Format::Csv(csv),
+        "input.csv",
+        rest,
+        options & 4 != 0,
+    )
+}
+
+/// The JSON converter on `data` (the first byte picks `--skip-bad-rows` and
+/// a label key); see the module doc.
+pub fn json_converter(data: &[u8]) -> Option<u64> {
+    let (options, rest) = data.split_first().unwrap_or((&0, data));
+    let json = crate::convert::JsonOptions {
+        label: (options & 2 != 0).then(|| "a".to_string()),
+        ..crate::convert::JsonOptions::default()
+    };
+    convert_checked(
+        &crate::convert::Format::Json(json),
+        "input.json",
+        rest,
+        options & 1 != 0,
+    )
+}
+
+/// Converts `data` (as the file `name`) in memory and checks the invariants.
+fn convert_checked(
+    format: &crate::convert::Format,
+    name: &str,
+    data: &[u8],
+    skip: bool,
+) -> Option<u64> {
+    use crate::convert::ConvertError;
+    // A fuzz input that cannot even be written to a temporary file is not a finding.
+    let dir = tempfile::tempdir().ok()?;
+    let path = dir.path().join(name);
+    std::fs::write(&path, data).ok()?;
+    match crate::convert::dry_run(format, std::slice::from_ref(&path), skip) {
+        Ok((records, encoded, schema)) => {
+            assert_eq!(encoded.len() as u64, records, "records counted = encoded");
+            let mut parser = BatchParser::new(schema).expect("the converter's schema is valid");
+            if let Err(e) = parser.parse(&encoded) {
+                panic!("a converted record does not parse under its own schema: {e}");
+            }
+            Some(records)
+        }
+        Err(e) => {
+            if matches!(
+                e,
+                ConvertError::BadRow { .. } | ConvertError::BadInput { .. }
+            ) {
+                let location = e.location().expect("bad data is located");
+                assert_eq!(location.path, path, "the error names the input: {e}");
+                assert!(
+                    location.byte <= data.len() as u64 || data.starts_with(&[0x1f, 0x8b]),
+                    "offset {} beyond the input's {} bytes: {e}",
+                    location.byte,
+                    data.len()
+                );
+            }
+            assert!(!matches!(e, ConvertError::Panicked { .. }), "panicked: {e}");
+            None
+        }
+    }
 }

@@ -7,9 +7,11 @@ mod convert {
     mod cli;
     pub mod common;
     mod csv;
+    mod fuzz;
     mod idx;
     mod images;
     mod json;
     mod outputs;
     mod schema;
+    mod split;
 }

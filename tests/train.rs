@@ -8,9 +8,9 @@ use tfpipe::batch::{Batch, Column, Values};
 use tfpipe::example::proto::{Event, event, summary};
 use tfpipe::tfrecord::{FileRecordReader, ReaderOptions};
 use tfpipe::train::{
-    BatchStream, BoxError, Checkpoint, InputSpec, IterStream, Model, ModelConfig, OptimizerConfig,
-    OptimizerKind, Predictor, Task, TrainConfig, TrainError, Trainer, Verdict, WithBottleneck,
-    batch_to_tensors,
+    BatchStream, BoxError, Checkpoint, InputSpec, IterStream, Labels, Model, ModelConfig,
+    OptimizerConfig, OptimizerKind, Outputs, PredictOptions, Predictor, Task, TrainConfig,
+    TrainError, Trainer, Verdict, WithBottleneck, batch_to_tensors,
 };
 
 const WIDTH: usize = 8;
@@ -66,6 +66,7 @@ fn input() -> InputSpec {
         label: Some("label".into()),
         task: Task::Classification { classes: CLASSES },
         standardize: vec![],
+        tokens: None,
     }
 }
 
@@ -234,10 +235,30 @@ fn checkpoint_round_trip_gives_identical_predictions() {
 
     let mut stream = IterStream(dataset(3, 8, 5).into_iter().map(Ok::<_, BoxError>));
     let mut seen = 0;
+    let options = PredictOptions {
+        with_labels: true,
+        warmup: 2,
+        ..PredictOptions::default()
+    };
     let report = predictor
-        .run(&mut stream, true, 2, &mut |p, l| {
-            assert_eq!(p.len(), l.unwrap().len());
-            seen += p.len();
+        .run(&mut stream, options, &mut |p| {
+            let Outputs::Classes {
+                ids,
+                probabilities,
+                classes,
+            } = &p.outputs
+            else {
+                panic!("not classes")
+            };
+            let Some(Labels::Classes(labels)) = &p.labels else {
+                panic!("no labels")
+            };
+            assert_eq!(
+                (ids.len(), labels.len(), *classes),
+                (p.rows, p.rows, CLASSES)
+            );
+            assert_eq!(probabilities.len(), p.rows * CLASSES);
+            seen += p.rows;
             Ok(())
         })
         .unwrap();
@@ -644,7 +665,7 @@ fn cli_train_then_predict() {
     let lines = std::fs::read_to_string(d.join("pred.jsonl")).unwrap();
     assert_eq!(lines.lines().count(), 32);
     assert!(
-        lines.lines().all(|l| l.starts_with("{\"prediction\":")),
+        lines.lines().all(|l| l.starts_with("{\"class\":")),
         "{lines}"
     );
 }
@@ -824,12 +845,14 @@ fn standardised_tabular_inputs_learn_and_predict_with_missing_values() {
         .args(["--data", &data])
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    // The predictions go to stdout, the report to stderr.
+    let stdout = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
         "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+        String::from_utf8_lossy(&out.stdout)
     );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 344);
     assert!(stdout.contains("predicted  344 examples"), "{stdout}");
     let predicted: f64 = stdout
         .split("accuracy ")
@@ -1002,6 +1025,7 @@ fn regression_learns_a_linear_target_with_mse_mae_rmse() {
         label: Some("label".into()),
         task: Task::Regression,
         standardize: vec![],
+        tokens: None,
     };
     let mut cfg = TrainConfig::new(input);
     cfg.epochs = Some(8);
@@ -1026,4 +1050,159 @@ fn regression_learns_a_linear_target_with_mse_mae_rmse() {
     let val_loss = report.val_loss.unwrap();
     assert!((report.val_rmse.unwrap() - val_loss.sqrt()).abs() < 1e-3 * (1.0 + val_loss));
     assert!(report.to_string().contains("val_mae"), "{report}");
+}
+
+/// SIGINT (and SIGTERM) during `train --save`: the run stops after the
+/// current step, saves its checkpoint, and exits 128 + the signal.
+#[cfg(unix)]
+#[test]
+fn a_signal_during_train_saves_the_checkpoint_and_exits_128_plus_the_signal() {
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write_records(&d.join("train.tfrecord"), &dataset(4, 16, 30));
+    for (signal, code) in [("INT", 130), ("TERM", 143)] {
+        let (ck, logs) = (
+            d.join(format!("ck-{signal}")),
+            d.join(format!("logs-{signal}")),
+        );
+        let child = Command::new(env!("CARGO_BIN_EXE_tfpipe"))
+            .arg("train")
+            .arg("--data")
+            .arg(d.join("train.tfrecord"))
+            .args(["--feature", "x:float32:8", "--feature", "label:int64"])
+            .args(["--label", "label", "--classes", "3", "--epochs", "1000000"])
+            .args(["--batch-size", "16", "--hidden", "8", "--save"])
+            .arg(&ck)
+            .arg("--logdir")
+            .arg(&logs)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The event file grows past its header once steps or an epoch are logged.
+        let start = Instant::now();
+        let logged = || {
+            std::fs::read_dir(logs.join("train"))
+                .ok()
+                .and_then(|mut d| d.next())
+                .and_then(|e| e.ok()?.metadata().ok())
+                .is_some_and(|m| m.len() > 200)
+        };
+        while !logged() {
+            assert!(start.elapsed() < Duration::from_secs(60), "no steps logged");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let killed = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "SIG{signal}: {stderr}");
+        assert!(
+            stderr.contains(&format!("interrupted by SIG{signal}; checkpoint saved")),
+            "{stderr}"
+        );
+        let meta = Checkpoint::read_meta(&ck).unwrap();
+        assert!(meta.step >= 1, "{meta:?}");
+        Checkpoint::load(&ck, &Device::Cpu).unwrap();
+    }
+}
+
+/// The one seed scheme: a single pass seeded with `epoch_seed(seed, e)`
+/// (and no per-epoch reshuffle) is epoch `e` of the whole run's pipeline,
+/// `shuffle(buffer, seed).repeat(None)`. A resumed run relies on it.
+#[test]
+fn epoch_seed_gives_a_single_pass_the_order_of_that_epoch_under_repeat() {
+    use tfpipe::pipeline::{Event, Pipeline, ShuffleOptions};
+    let data: Vec<u32> = (0..50).collect();
+    let mut it = Pipeline::from_vec(data.clone())
+        .shuffle(8, 3)
+        .repeat(None)
+        .start()
+        .unwrap();
+    let mut epochs = vec![Vec::new()];
+    while epochs.len() <= 3 {
+        match it.next_event().unwrap() {
+            Event::Item(x) => epochs.last_mut().unwrap().push(x.unwrap()),
+            Event::EpochEnd(_) => epochs.push(Vec::new()),
+        }
+    }
+    assert_ne!(epochs[0], epochs[1]);
+    for (e, expected) in epochs.iter().take(3).enumerate() {
+        let single: Vec<u32> = Pipeline::from_vec(data.clone())
+            .shuffle_with(ShuffleOptions {
+                buffer_size: 8,
+                seed: tfpipe::train::epoch_seed(3, e as u64),
+                reshuffle_each_epoch: false,
+                early_start: false,
+            })
+            .start()
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(&single, expected, "epoch {e}");
+    }
+}
+
+fn tensors_of(path: &std::path::Path) -> Vec<(String, Vec<f32>)> {
+    let mut all: Vec<(String, Vec<f32>)> = candle_core::safetensors::load(path, &Device::Cpu)
+        .unwrap()
+        .into_iter()
+        .map(|(k, t)| (k, t.flatten_all().unwrap().to_vec1::<f32>().unwrap()))
+        .collect();
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    all
+}
+
+/// Through the CLI, with a shuffle: 2 epochs in one run, and 1 epoch then
+/// `--resume` for 1 more, end with the same weights, bit for bit.
+#[test]
+fn cli_two_epochs_straight_equal_one_then_resume_one_bit_for_bit() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write_records(&d.join("train.tfrecord"), &dataset(6, 16, 40));
+    let train = |extra: &[&str], save: &str| {
+        let out = assert_cmd::Command::cargo_bin("tfpipe")
+            .unwrap()
+            .arg("train")
+            .arg("--data")
+            .arg(d.join("train.tfrecord"))
+            .args(["--feature", "x:float32:8", "--feature", "label:int64"])
+            .args(["--label", "label", "--classes", "3", "--batch-size", "16"])
+            .args(["--hidden", "8", "--shuffle-buffer", "32", "--seed", "5"])
+            .args(["--compute-threads", "1", "--report-json"])
+            .arg(d.join(format!("{save}.json")))
+            .args(extra)
+            .arg("--save")
+            .arg(d.join(save))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(
+            &std::fs::read(d.join(format!("{save}.json"))).unwrap(),
+        )
+        .unwrap()
+    };
+    let straight = train(&["--epochs", "2"], "straight");
+    train(&["--epochs", "1"], "half");
+    let resume = d.join("half").to_string_lossy().into_owned();
+    let resumed = train(&["--epochs", "1", "--resume", &resume], "resumed");
+    assert_eq!(resumed["epochs"][0]["epoch"], 1);
+    assert_eq!(resumed["global_step"], straight["global_step"]);
+    assert_eq!(
+        resumed["epochs"][0]["loss"], straight["epochs"][1]["loss"],
+        "{resumed}\n{straight}"
+    );
+    assert_eq!(
+        tensors_of(&d.join("resumed/model.safetensors")),
+        tensors_of(&d.join("straight/model.safetensors"))
+    );
 }

@@ -9,7 +9,9 @@ use anyhow::bail;
 use serde::Serialize;
 use tfpipe::Schema;
 use tfpipe::metrics::{PipelineMetrics, StageMetrics};
-use tfpipe::pipeline::{Interleave, Parallelism, Pipeline, ShuffleOptions};
+use tfpipe::pipeline::{
+    Interleave, Parallelism, Pipeline, Remainder, ShuffleOptions, TfRecordFiles,
+};
 
 use super::Status;
 
@@ -59,6 +61,8 @@ pub struct Args {
     /// Run once per parallelism setting (1, 2, ... cores, auto), one row each.
     #[arg(long)]
     sweep: bool,
+    #[command(flatten)]
+    rank: super::rank::RankArgs,
 }
 
 /// What one run measured.
@@ -95,7 +99,14 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     if args.cycle_length == 0 {
         bail!("--cycle-length must be positive");
     }
-    let files = Pipeline::tfrecord_files(&args.data)?;
+    // This rank's share (every rank the same count: drop_last).
+    let rank = args.rank.resolve()?;
+    let files = super::rank::share(
+        Pipeline::tfrecord_files(&args.data)?,
+        rank,
+        Remainder::Drop,
+        true,
+    )?;
     let (schema, _) = super::train::load_schema(&args.feature, args.schema.as_deref(), None)?;
     let file_bytes: u64 = files
         .paths()
@@ -112,7 +123,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     };
     let mut reports = Vec::new();
     for parallelism in settings {
-        let report = run_once(&args, &schema, parallelism, file_bytes)?;
+        let report = run_once(&args, &files, &schema, parallelism, file_bytes)?;
         if !args.json {
             if args.sweep {
                 if reports.is_empty() {
@@ -155,12 +166,13 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
 
 fn run_once(
     args: &Args,
+    files: &TfRecordFiles,
     schema: &Schema,
     parallelism: Parallelism,
     file_bytes: u64,
 ) -> anyhow::Result<Report> {
     let constructed = Instant::now();
-    let files = Pipeline::tfrecord_files(&args.data)?;
+    let files = files.clone();
     let cycle = args.cycle_length.min(files.paths().len()).max(1);
     let mut records = files
         .interleave_with(Interleave::new(cycle, 16).parallel(parallelism))

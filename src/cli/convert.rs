@@ -66,7 +66,7 @@ pub struct Args {
     pub threads: Option<usize>,
     /// Fan-out: this conversion is one of N workers (with --worker-index); each converts every
     /// N-th input file into --shards shards numbered globally (PREFIX-...-of-N*shards).
-    /// Needs a fixed schema (--schema for csv); worker 0 writes the schema file.
+    /// Needs a fixed schema (--schema; idx has its own); worker 0 writes the schema file.
     #[arg(long, value_name = "N", requires = "worker_index", allow_hyphen_values = true, value_parser = positive::<usize>)]
     pub num_workers: Option<usize>,
     /// Fan-out: which worker this is, 0..N.
@@ -84,10 +84,17 @@ pub struct Args {
     /// csv, json: a column type overriding inference, NAME:DTYPE (int64, float32, bytes); repeatable.
     #[arg(long = "column", value_name = "NAME:DTYPE")]
     pub columns: Vec<String>,
-    /// csv: convert with this schema file (PREFIX.features.json of an earlier convert) instead of
-    /// inferring one: the same types, defaults and label vocabulary.
+    /// Convert with this schema file (PREFIX.features.json of an earlier convert) instead of
+    /// inferring one: the same types, defaults and label vocabulary (for images: the classes).
     #[arg(long, value_name = "FILE")]
     pub schema: Option<PathBuf>,
+    /// Split the records into PREFIX-train-* and PREFIX-validation-* shards in one run, this
+    /// share (0 < F < 1) going to validation; one schema file serves both.
+    #[arg(long, value_name = "F", allow_hyphen_values = true)]
+    pub validation_fraction: Option<f64>,
+    /// Chooses the validation records of --validation-fraction: the same seed, the same split.
+    #[arg(long, default_value_t = 0, requires = "validation_fraction")]
+    pub seed: u64,
     /// csv: another value meaning "missing" (besides empty and NA); repeatable.
     #[arg(long)]
     pub na: Vec<String>,
@@ -157,7 +164,6 @@ fn format_of(args: &Args) -> anyhow::Result<Format> {
     only(args.labels.is_some(), "--labels", &[Idx])?;
     only(args.as_float, "--as-float", &[Idx])?;
     only(args.resize.is_some(), "--resize", &[Images])?;
-    only(args.schema.is_some(), "--schema", &[Csv])?;
     if args.schema.is_some() && !args.columns.is_empty() {
         bail!("--column does not apply with --schema: the schema gives every column's type");
     }
@@ -193,6 +199,7 @@ fn format_of(args: &Args) -> anyhow::Result<Format> {
             JsonOptions {
                 label: args.label.clone(),
                 missing,
+                schema,
                 ..JsonOptions::default()
             }
             .with_column_texts(&args.columns)?,
@@ -200,6 +207,7 @@ fn format_of(args: &Args) -> anyhow::Result<Format> {
         Idx => Format::Idx(IdxOptions {
             labels: args.labels.clone(),
             as_float: args.as_float,
+            schema,
         }),
         Images => {
             let resize = match &args.resize {
@@ -214,7 +222,7 @@ fn format_of(args: &Args) -> anyhow::Result<Format> {
                     }
                 }
             };
-            Format::Images(ImagesOptions { resize })
+            Format::Images(ImagesOptions { resize, schema })
         }
     })
 }
@@ -265,6 +273,10 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
             (Some(workers), Some(index)) => Some(convert::Fanout { workers, index }),
             _ => None,
         },
+        split: args.validation_fraction.map(|fraction| convert::Split {
+            fraction,
+            seed: args.seed,
+        }),
         ..OutputOptions::new(&args.output)
     };
     let result = convert::convert(&format, &args.inputs, &output);
@@ -344,6 +356,10 @@ fn summary_json(s: &Summary) -> serde_json::Value {
         "bytes_in": s.bytes_in,
         "bytes_out": s.bytes_out,
         "shards": s.shards.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+        "validation": s.validation.as_ref().map(|v| json!({
+            "records": v.records,
+            "shards": v.shards.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+        })),
         "schema": s.schema_path.display().to_string(),
         "features": features_text(s),
         "seconds": s.seconds,
@@ -366,10 +382,19 @@ fn print_summary(out: &mut impl Write, s: &Summary) -> std::io::Result<()> {
         s.records as f64 / secs,
         mb(s.bytes_out)
     )?;
-    match (s.shards.first(), s.shards.len()) {
-        (Some(first), 1) => writeln!(out, "  shards       1: {}", first.display())?,
-        (Some(first), n) => writeln!(out, "  shards       {n}: {} ...", first.display())?,
-        (None, _) => {}
+    let shards =
+        |out: &mut dyn Write, label: &str, list: &[PathBuf]| match (list.first(), list.len()) {
+            (Some(first), 1) => writeln!(out, "  {label:<12} 1: {}", first.display()),
+            (Some(first), n) => writeln!(out, "  {label:<12} {n}: {} ...", first.display()),
+            (None, _) => Ok(()),
+        };
+    match &s.validation {
+        None => shards(out, "shards", &s.shards)?,
+        Some(v) => {
+            let train = s.records - v.records;
+            shards(out, &format!("train {train}"), &s.shards)?;
+            shards(out, &format!("valid {}", v.records), &v.shards)?;
+        }
     }
     writeln!(out, "  schema       {}", s.schema_path.display())?;
     for (i, f) in features_text(s).iter().enumerate() {

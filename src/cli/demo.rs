@@ -11,12 +11,12 @@ use anyhow::Context;
 use tfpipe::convert::{self, Format, IdxOptions, OutputOptions, Sharding, Summary};
 use tfpipe::pipeline::Parallelism;
 use tfpipe::train::{
-    InputSpec, ModelConfig, OptimizerConfig, OptimizerKind, Predictor, SchemaMeta, Task,
+    InputSpec, ModelConfig, OptimizerConfig, OptimizerKind, Predictor, SchemaMeta, Task, TokenSet,
     TrainConfig,
 };
 
 use super::Status;
-use super::predict::predict;
+use super::predict::{Job, Output, predict};
 use super::train::{DataOptions, RunOptions, ms_since, set_compute_threads, train, write_json};
 
 /// Arguments of `tfpipe demo`.
@@ -40,6 +40,15 @@ pub struct Args {
     /// CPU threads for the model's math (default: half the cores).
     #[arg(long)]
     pub compute_threads: Option<usize>,
+    /// Instead of MNIST: generate the token-classification set
+    /// (`tfpipe::train::TokenSet`: variable-length int64 ids, 4 classes)
+    /// and train the embedding model on it.
+    #[arg(long)]
+    pub tokens: bool,
+    /// With --tokens: training records to generate (default 3000; a tenth
+    /// as many more for validation).
+    #[arg(long, requires = "tokens")]
+    pub records: Option<u64>,
 }
 
 /// The bundled sample, found at compile time (override with `--testdata`).
@@ -47,6 +56,9 @@ const BUNDLED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/mnist");
 
 /// Runs the demo.
 pub fn run(args: Args) -> anyhow::Result<Status> {
+    if args.tokens {
+        return run_tokens(args);
+    }
     let started = Instant::now();
     let mut stdout = std::io::stdout().lock();
     let source = args
@@ -120,6 +132,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         shuffle_buffer: 10_000,
         seed,
         parallelism: Parallelism::Auto,
+        rank: None,
     };
     let test = DataOptions {
         files: globs(&test_files),
@@ -152,13 +165,19 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     )?;
     let predictor = Predictor::load(&checkpoint, &candle_core::Device::Cpu)?;
     let predictions = out.join("predictions.jsonl");
+    let test_globs = globs(&test_files);
     let predicted = predict(
         &predictor,
-        &globs(&test_files),
-        32,
-        Parallelism::Auto,
-        2,
-        Some(&predictions),
+        Job {
+            files: &test_globs,
+            batch_size: 32,
+            parallelism: Parallelism::Auto,
+            warmup: 2,
+            output: Output::File(predictions),
+            key: None,
+            stop: None,
+            rank: None,
+        },
     )?;
     write!(stdout, "{predicted}")?;
     write_json(&out.join("predict-report.json"), &predicted)?;
@@ -204,6 +223,132 @@ fn convert_idx(dir: &Path, split: &str, out: &Path, shards: usize) -> anyhow::Re
         &[images],
         &output,
     )?)
+}
+
+/// The output directory: `--out`, or a new temporary one.
+fn out_dir(args: &Args) -> anyhow::Result<PathBuf> {
+    match &args.out {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("{}: cannot create", dir.display()))?;
+            Ok(dir.clone())
+        }
+        None => Ok(tempfile::Builder::new()
+            .prefix("tfpipe-demo-")
+            .tempdir()
+            .context("cannot create a temporary directory")?
+            .keep()),
+    }
+}
+
+/// `tfpipe demo --tokens`: generate the token set, train the embedding
+/// model on it through the pipeline (as `tfpipe train` would pick it from
+/// the schema), save, and report.
+fn run_tokens(args: Args) -> anyhow::Result<Status> {
+    let started = Instant::now();
+    let mut stdout = std::io::stdout().lock();
+    let records = args.records.unwrap_or(3000);
+    let epochs = args.epochs.unwrap_or(5);
+    let batch_size = args.batch_size.unwrap_or(32);
+    let seed = args.seed.unwrap_or(0);
+    let out = out_dir(&args)?;
+    let set = TokenSet {
+        seed,
+        ..TokenSet::default()
+    };
+    writeln!(
+        stdout,
+        "tfpipe demo --tokens: generated token ids -> TFRecord -> embedding model -> checkpoint"
+    )?;
+    let t = Instant::now();
+    let train_files = set.write(&out.join("tokens-train"), 0, records)?;
+    let validation = set.write(&out.join("tokens-validation"), records, records / 10)?;
+    writeln!(
+        stdout,
+        "wrote {records} + {} records ({} classes, ids in 0..{}, lengths {}-{}) in {:.1} ms",
+        records / 10,
+        set.classes,
+        set.vocab,
+        set.min_len,
+        set.max_len,
+        ms_since(t)
+    )?;
+    let compute_threads = set_compute_threads(args.compute_threads)?;
+    let task = Task::Classification {
+        classes: set.classes,
+    };
+    let selection = InputSpec::from_schema(&set.schema(), task)?;
+    let model = ModelConfig::Embedding {
+        vocab: set.vocab,
+        dim: 32,
+        inputs: selection.spec.inputs(),
+        hidden: vec![64],
+        classes: set.classes,
+    };
+    writeln!(
+        stdout,
+        "\n== train {} (adamw, batch {batch_size}, {epochs} epochs, {compute_threads} compute threads)",
+        model.describe()
+    )?;
+    let mut config = TrainConfig::new(selection.spec);
+    config.schema = Some(SchemaMeta::from_schema(&selection.schema));
+    config.label_vocabulary = Some(set.class_names());
+    config.epochs = Some(epochs);
+    config.seed = seed;
+    config.examples_per_epoch = Some(records);
+    config.origin = super::process_start();
+    let data = DataOptions {
+        files: vec![train_files.data.to_string_lossy().into_owned()],
+        schema: selection.schema.clone(),
+        batch_size,
+        shuffle_buffer: 10_000,
+        seed,
+        parallelism: Parallelism::Auto,
+        rank: None,
+    };
+    let test = DataOptions {
+        files: vec![validation.data.to_string_lossy().into_owned()],
+        shuffle_buffer: 0,
+        batch_size: 256,
+        ..data.clone()
+    };
+    let checkpoint = out.join("tokens-checkpoint");
+    let run = RunOptions {
+        save: Some(checkpoint.clone()),
+        ..RunOptions::default()
+    };
+    let report = train(
+        config,
+        model,
+        OptimizerConfig::default_for(OptimizerKind::AdamW),
+        &data,
+        Some(&test),
+        &run,
+    )?;
+    write!(stdout, "{report:#}")?;
+    write_json(&out.join("tokens-train-report.json"), &report)?;
+    writeln!(
+        stdout,
+        "\n== done in {:.1} s: {:.0} examples/s",
+        started.elapsed().as_secs_f64(),
+        report.examples_per_sec
+    )?;
+    if let Some(accuracy) = report.val_accuracy {
+        writeln!(
+            stdout,
+            "validation accuracy {:.2}% after {} epochs",
+            accuracy * 100.0,
+            report.epochs.len()
+        )?;
+    }
+    writeln!(
+        stdout,
+        "Again by hand: tfpipe train --schema {} --data {} --validation-data {} --epochs {epochs} --batch-size {batch_size}",
+        train_files.schema.display(),
+        train_files.data.display(),
+        validation.data.display()
+    )?;
+    Ok(Status::Ok)
 }
 
 fn globs(summary: &Summary) -> Vec<String> {

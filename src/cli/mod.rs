@@ -18,6 +18,7 @@ mod index;
 mod inspect;
 pub mod interrupt;
 mod predict;
+mod rank;
 mod train;
 
 /// A fast, honest streaming dataset engine for TFRecord files.

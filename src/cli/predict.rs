@@ -1,19 +1,52 @@
 //! `tfpipe predict`: loads a checkpoint, predicts over TFRecord data, and
 //! reports load time and first versus steady prediction latency.
+//!
+//! Predictions go to stdout as JSON Lines by default (and for `--output -`),
+//! one object per record, in record order:
+//!
+//! ```text
+//! {"key":"r17","class":2,"class_name":"Gentoo","probabilities":[0.01,0.02,0.97],"label":2}
+//! {"key":"r18","value":21.4,"label":22.0}
+//! ```
+//!
+//! `class`, `class_name` (when the checkpoint recorded a label vocabulary)
+//! and `probabilities` for classification, `value` for regression; `key`
+//! with `--key NAME`, `label` when the data has labels. The report then goes
+//! to stderr, so stdout is the predictions alone. `--output FILE` writes them
+//! atomically instead (temporary file, fsync, rename): a failure or a signal
+//! leaves no file and no temporary behind; `--output FILE.tfrecord` writes
+//! `Example`s.
+//!
+//! The data's label vocabulary, when known (`--schema FILE`, or the
+//! `PREFIX.features.json` beside `PREFIX-NNNNN-of-NNNNN.tfrecord` shards),
+//! must equal the checkpoint's: other class ids would mean other labels.
 
+use std::collections::BTreeMap;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use anyhow::{Context, bail};
 use prost::Message;
-use tfpipe::example::Example;
-use tfpipe::example::proto::{Feature, Features, Int64List, feature};
-use tfpipe::pipeline::{Parallelism, Pipeline};
+use serde::Serialize;
+use tfpipe::Schema;
+use tfpipe::atomic_file::AtomicFile;
+use tfpipe::batch::{Column, Values};
+use tfpipe::example::proto::{Feature, Features, FloatList, Int64List, feature};
+use tfpipe::example::{DType, Example, FeatureSpec, Layout};
+use tfpipe::pipeline::{Parallelism, Pipeline, Rank, Remainder};
 use tfpipe::tfrecord::{Compression, FileRecordReader, FileRecordWriter, ReaderOptions};
-use tfpipe::train::{BatchStream, PredictReport, Predictor, TrainError, parse_device};
+use tfpipe::train::{
+    BatchStream, Labels, Outputs, PredictOptions, PredictReport, PredictedBatch, Predictor,
+    TrainError, parse_device,
+};
 
-use super::Status;
-use super::train::{set_compute_threads, write_json};
+use super::train::{
+    SchemaFacts, check_output_file, check_vocabulary, schema_file_beside, set_compute_threads,
+    write_json,
+};
+use super::{Status, interrupt};
 
 /// Arguments of `tfpipe predict`.
 #[derive(Debug, clap::Args)]
@@ -24,16 +57,26 @@ pub struct Args {
     /// TFRecord files or globs to predict (the checkpoint's schema parses them).
     #[arg(long, required = true, num_args = 1..)]
     pub data: Vec<String>,
+    /// The data's schema file (`PREFIX.features.json`): its label
+    /// vocabulary must be the checkpoint's. By default the one beside
+    /// `PREFIX-NNNNN-of-NNNNN.tfrecord` shards, when there is one.
+    #[arg(long)]
+    pub schema: Option<PathBuf>,
     /// Untimed predictions on the first batch before timing.
     #[arg(long, default_value_t = 0)]
     pub warmup: usize,
     /// Examples per prediction call.
     #[arg(long, default_value_t = 32)]
     pub batch_size: usize,
-    /// Write predictions here: JSON lines, or TFRecord `Example`s when the
-    /// name ends in .tfrecord (.gz, .zlib).
+    /// Where predictions go: `-` (the default) is stdout, as JSON Lines; a
+    /// file name ending in .tfrecord (.gz, .zlib) gets TFRecord `Example`s;
+    /// any other file name JSON Lines. Files appear only when complete.
     #[arg(long)]
     pub output: Option<PathBuf>,
+    /// A feature of the records to copy into each prediction as `key`
+    /// (e.g. an id), in any dtype.
+    #[arg(long)]
+    pub key: Option<String>,
     /// Write the report as JSON here.
     #[arg(long)]
     pub report_json: Option<PathBuf>,
@@ -46,12 +89,56 @@ pub struct Args {
     /// CPU threads for the model's math (candle). By default half the cores.
     #[arg(long)]
     pub compute_threads: Option<usize>,
+    /// With ranks, each rank predicts its share (every record once over
+    /// all ranks, nothing dropped): give each rank its own --output.
+    #[command(flatten)]
+    pub rank: super::rank::RankArgs,
+}
+
+/// Where predictions go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Output {
+    /// JSON Lines on stdout.
+    Stdout,
+    /// A file, written atomically.
+    File(PathBuf),
+}
+
+impl Output {
+    fn from_arg(arg: Option<&Path>) -> Output {
+        match arg {
+            None => Output::Stdout,
+            Some(p) if p.as_os_str() == "-" => Output::Stdout,
+            Some(p) => Output::File(p.to_path_buf()),
+        }
+    }
+}
+
+/// One prediction run: the data, and what to do with the predictions.
+pub(super) struct Job<'a> {
+    pub files: &'a [String],
+    pub batch_size: usize,
+    pub parallelism: Parallelism,
+    pub warmup: usize,
+    pub output: Output,
+    pub key: Option<&'a str>,
+    /// Raised by a signal: stop, and write no file.
+    pub stop: Option<Arc<AtomicBool>>,
+    /// This process's share of the files (`--rank`/`--world-size`).
+    pub rank: Option<Rank>,
 }
 
 /// Runs `tfpipe predict`.
 pub fn run(args: Args) -> anyhow::Result<Status> {
     set_compute_threads(args.compute_threads)?;
-    let device = parse_device(&args.device)?;
+    let output = Output::from_arg(args.output.as_deref());
+    // Every destination is checked before any work.
+    if let Output::File(path) = &output {
+        check_output_file(Some(path), "--output")?;
+    }
+    check_output_file(args.report_json.as_deref(), "--report-json")?;
+    let device = parse_device(&super::rank::device(&args.device)?)?;
+    let rank = args.rank.resolve()?;
     let parallelism: Parallelism = args
         .num_parallel_calls
         .parse()
@@ -59,72 +146,127 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     if args.batch_size == 0 {
         bail!("--batch-size must be at least 1");
     }
+    let interrupt = interrupt::install().context("installing the signal handlers")?;
     let predictor = Predictor::load(&args.checkpoint, &device)?;
+    let schema_file = match &args.schema {
+        Some(path) => Some(path.clone()),
+        None => Pipeline::tfrecord_files(&args.data)?
+            .paths()
+            .first()
+            .and_then(|p| schema_file_beside(p)),
+    };
+    if let Some(path) = &schema_file {
+        let facts = SchemaFacts::read(path)?;
+        check_vocabulary(
+            predictor.meta().label_vocabulary.as_deref(),
+            facts.vocabulary.as_deref(),
+            &format!("the checkpoint {}", args.checkpoint.display()),
+            &format!("the data's schema {}", path.display()),
+        )?;
+    }
+    let to_stdout = output == Output::Stdout;
     let report = predict(
         &predictor,
-        &args.data,
-        args.batch_size,
-        parallelism,
-        args.warmup,
-        args.output.as_deref(),
+        Job {
+            files: &args.data,
+            batch_size: args.batch_size,
+            parallelism,
+            warmup: args.warmup,
+            output,
+            key: args.key.as_deref(),
+            stop: Some(interrupt.flag()),
+            rank,
+        },
     )?;
-    let mut stdout = std::io::stdout().lock();
-    write!(stdout, "{report}")?;
+    if report.interrupted {
+        let note = if to_stdout {
+            "the predictions on stdout are incomplete"
+        } else {
+            "no output was written"
+        };
+        return Err(interrupt.error().note(note).into());
+    }
+    // With the predictions on stdout, the report goes to stderr.
+    if to_stdout {
+        eprint!("{report}");
+    } else {
+        print!("{report}");
+    }
     if let Some(path) = &args.report_json {
         write_json(path, &report)?;
     }
     Ok(Status::Ok)
 }
 
-/// Predicts `files` with `predictor`, writing predictions to `output` if given.
-pub(super) fn predict(
-    predictor: &Predictor,
-    files: &[String],
-    batch_size: usize,
-    parallelism: Parallelism,
-    warmup: usize,
-    output: Option<&Path>,
-) -> anyhow::Result<PredictReport> {
+/// Predicts `job.files` with `predictor`, writing the predictions where
+/// `job.output` says. An interrupted run returns its report with
+/// `interrupted` set, having written no file.
+pub(super) fn predict(predictor: &Predictor, job: Job<'_>) -> anyhow::Result<PredictReport> {
     let meta = predictor.meta();
     let Some(schema_meta) = &meta.schema else {
         bail!(
             "the checkpoint has no schema (it was saved without one), so its input cannot be parsed"
         );
     };
-    let pipeline_files = Pipeline::tfrecord_files(files)?;
-    let with_labels = match (&schema_meta.label, pipeline_files.paths().first()) {
-        (Some(label), Some(first)) => has_feature(first, label)?,
-        _ => false,
+    // Created first: a signal from here on must leave no temporary file.
+    let mut sink = Sink::create(&job.output, predictor)?;
+    // Prediction keeps every record: no rank waits for another.
+    let pipeline_files = super::rank::share(
+        Pipeline::tfrecord_files(job.files)?,
+        job.rank,
+        Remainder::Keep,
+        true,
+    )?;
+    let first = match pipeline_files.paths().first() {
+        Some(path) => first_example(path)?.map(|e| (path.clone(), e)),
+        None => None,
     };
-    let schema = schema_meta.to_schema(with_labels);
+    let has = |name: &str| {
+        first
+            .as_ref()
+            .and_then(|(_, e)| e.features.as_ref())
+            .is_some_and(|f| f.feature.contains_key(name))
+    };
+    if job
+        .stop
+        .as_ref()
+        .is_some_and(|s| s.load(std::sync::atomic::Ordering::SeqCst))
+    {
+        return Ok(PredictReport {
+            interrupted: true,
+            ..PredictReport::empty(predictor.load_ms())
+        });
+    }
+    let with_labels = schema_meta.label.as_deref().is_some_and(has);
+    let mut schema = schema_meta.to_schema(with_labels);
+    if let Some(key) = job.key {
+        add_key_feature(&mut schema, key, first.as_ref())?;
+    }
     let mut stream: Box<dyn BatchStream> = Box::new(
         pipeline_files
             .records()
-            .batch(batch_size)
-            .parse_batches(schema, parallelism)
+            .batch(job.batch_size)
+            .parse_batches(schema, job.parallelism)
             .prefetch(2)
             .start()?,
     );
-    let mut sink = match output {
-        Some(path) => Some(Sink::create(path)?),
-        None => None,
-    };
-    let report = predictor.run(
-        stream.as_mut(),
+    let options = PredictOptions {
         with_labels,
-        warmup,
-        &mut |predicted, labels| match sink.as_mut() {
-            Some(sink) => sink
-                .write(predicted, labels)
-                .map_err(|e| TrainError::Events {
-                    path: sink.path().to_path_buf(),
-                    source: std::io::Error::other(format!("{e:#}")),
-                }),
-            None => Ok(()),
-        },
-    )?;
-    if let Some(sink) = sink {
-        let path = sink.finish()?;
+        warmup: job.warmup,
+        key: job.key,
+        stop: job.stop.as_deref(),
+    };
+    let report = predictor.run(stream.as_mut(), options, &mut |batch| {
+        sink.write(batch).map_err(|source| TrainError::Output {
+            path: sink.name(),
+            source,
+        })
+    })?;
+    if report.interrupted {
+        // Dropped unfinished: the temporary file goes.
+        return Ok(report);
+    }
+    if let Some(path) = sink.finish()? {
         eprintln!(
             "wrote {} predictions to {}",
             report.examples,
@@ -134,106 +276,277 @@ pub(super) fn predict(
     Ok(report)
 }
 
-/// Whether the first record of `path` has feature `name`.
-fn has_feature(path: &Path, name: &str) -> anyhow::Result<bool> {
+/// The first record of `path` as an `Example` (`None` for an empty file).
+fn first_example(path: &Path) -> anyhow::Result<Option<Example>> {
     let mut reader = FileRecordReader::open(path, ReaderOptions::default())?;
     let mut buf = Vec::new();
     if !reader.read_record(&mut buf)? {
-        return Ok(false);
+        return Ok(None);
     }
     let example = Example::decode(buf.as_slice())
-        .with_context(|| format!("{}: record 0: not an Example", path.display()))?;
-    Ok(example
-        .features
-        .is_some_and(|f| f.feature.contains_key(name)))
+        .with_context(|| format!("{}: record 0 at byte 0: not an Example", path.display()))?;
+    Ok(Some(example))
+}
+
+/// Adds the key feature to `schema` (unless the model reads it already),
+/// variable-length in the dtype the first record holds it in.
+fn add_key_feature(
+    schema: &mut Schema,
+    key: &str,
+    first: Option<&(PathBuf, Example)>,
+) -> anyhow::Result<()> {
+    if schema.feature(key).is_some() {
+        return Ok(());
+    }
+    let Some((path, example)) = first else {
+        return Ok(());
+    };
+    let features = example.features.as_ref();
+    let kind = features
+        .and_then(|f| f.feature.get(key))
+        .and_then(|f| f.kind.as_ref());
+    let dtype = match kind {
+        Some(feature::Kind::BytesList(_)) => DType::Bytes,
+        Some(feature::Kind::Int64List(_)) => DType::Int64,
+        Some(feature::Kind::FloatList(_)) => DType::Float32,
+        None => {
+            let mut names: Vec<&str> = features
+                .map(|f| f.feature.keys().map(String::as_str).collect())
+                .unwrap_or_default();
+            names.sort_unstable();
+            bail!(
+                "--key {key:?}: the first record of {} has no such feature (it has: {})",
+                path.display(),
+                names.join(", ")
+            );
+        }
+    };
+    schema.features.push(FeatureSpec {
+        name: key.to_string(),
+        dtype,
+        layout: Layout::Var,
+        default: None,
+    });
+    Ok(())
+}
+
+/// One JSON line.
+#[derive(Serialize)]
+struct Line<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    class: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    class_name: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    probabilities: Option<&'a [f32]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    value: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    label: Option<serde_json::Value>,
+}
+
+impl<'a> Line<'a> {
+    fn of(batch: &'a PredictedBatch, row: usize, predictor: &'a Predictor) -> Line<'a> {
+        let (class, value) = match &batch.outputs {
+            Outputs::Classes { ids, .. } => (ids.get(row).copied(), None),
+            Outputs::Values(v) => (None, v.get(row).copied()),
+        };
+        Line {
+            key: batch.key.as_ref().map(|c| key_json(c, row)),
+            class,
+            class_name: class.and_then(|c| predictor.class_name(c)),
+            probabilities: batch.outputs.probabilities(row),
+            value,
+            label: match &batch.labels {
+                Some(Labels::Classes(l)) => l.get(row).map(|&l| l.into()),
+                Some(Labels::Values(l)) => l.get(row).map(|&l| l.into()),
+                None => None,
+            },
+        }
+    }
+}
+
+/// Row `row` of the key column: one value as itself, several as an
+/// array, none as `null`. Byte strings become text (invalid UTF-8 replaced).
+fn key_json(col: &Column, row: usize) -> serde_json::Value {
+    let width: usize = col.inner_shape.iter().product();
+    let range = match col.row_splits.first() {
+        Some(splits) => match (splits.get(row), splits.get(row + 1)) {
+            (Some(&a), Some(&b)) => a * width..b * width,
+            _ => 0..0,
+        },
+        None => row * width..(row + 1) * width,
+    };
+    let values: Vec<serde_json::Value> = match &col.values {
+        Values::Bytes { data, offsets } => range
+            .filter_map(|i| Some(&data[*offsets.get(i)?..*offsets.get(i + 1)?]))
+            .map(|b| String::from_utf8_lossy(b).into_owned().into())
+            .collect(),
+        Values::Int64(v) => slice(v, range).iter().map(|&x| x.into()).collect(),
+        Values::Float32(v) => slice(v, range).iter().map(|&x| x.into()).collect(),
+        Values::Uint8(v) => slice(v, range).iter().map(|&x| x.into()).collect(),
+        Values::Int16(v) => slice(v, range).iter().map(|&x| x.into()).collect(),
+        Values::Uint16(v) => slice(v, range).iter().map(|&x| x.into()).collect(),
+        Values::Int32(v) => slice(v, range).iter().map(|&x| x.into()).collect(),
+        Values::Float64(v) => slice(v, range).iter().map(|&x| x.into()).collect(),
+        Values::Sparse { .. } => Vec::new(),
+    };
+    match values.len() {
+        0 => serde_json::Value::Null,
+        1 => values.into_iter().next().unwrap_or_default(),
+        _ => serde_json::Value::Array(values),
+    }
+}
+
+fn slice<T>(v: &[T], range: std::ops::Range<usize>) -> &[T] {
+    v.get(range).unwrap_or(&[])
 }
 
 /// Where predictions go.
-enum Sink {
-    /// JSON lines, written to a temporary file renamed at the end.
-    Json {
-        out: BufWriter<tempfile::NamedTempFile>,
-        path: PathBuf,
+enum Sink<'p> {
+    /// JSON lines on stdout.
+    Stdout {
+        out: BufWriter<std::io::Stdout>,
+        predictor: &'p Predictor,
     },
-    /// TFRecord `Example`s with `prediction` (and `label`) int64 features.
+    /// JSON lines, into a temporary file renamed at the end.
+    Json {
+        out: BufWriter<AtomicFile>,
+        path: PathBuf,
+        predictor: &'p Predictor,
+    },
+    /// TFRecord `Example`s: `class` and `probabilities` (or `value`),
+    /// `label` when known.
     Records(Box<FileRecordWriter>),
 }
 
-impl Sink {
-    fn create(path: &Path) -> anyhow::Result<Sink> {
-        let name = path.to_string_lossy();
-        if name.contains(".tfrecord") {
+impl<'p> Sink<'p> {
+    fn create(output: &Output, predictor: &'p Predictor) -> anyhow::Result<Sink<'p>> {
+        let path = match output {
+            Output::Stdout => {
+                return Ok(Sink::Stdout {
+                    out: BufWriter::new(std::io::stdout()),
+                    predictor,
+                });
+            }
+            Output::File(path) => path,
+        };
+        if path.to_string_lossy().contains(".tfrecord") {
             let writer = FileRecordWriter::create(path, Compression::from_path(path))?;
             return Ok(Sink::Records(Box::new(writer)));
         }
-        let dir = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
-        let file = tempfile::NamedTempFile::new_in(dir)
-            .with_context(|| format!("{}: cannot create", path.display()))?;
+        let file = AtomicFile::create(path)?;
         Ok(Sink::Json {
             out: BufWriter::new(file),
-            path: path.to_path_buf(),
+            path: path.clone(),
+            predictor,
         })
     }
 
-    fn path(&self) -> &Path {
+    fn name(&self) -> PathBuf {
         match self {
-            Sink::Json { path, .. } => path,
-            Sink::Records(w) => w.path(),
+            Sink::Stdout { .. } => PathBuf::from("stdout"),
+            Sink::Json { path, .. } => path.clone(),
+            Sink::Records(w) => w.path().to_path_buf(),
         }
     }
 
-    fn write(&mut self, predicted: &[u32], labels: Option<&[u32]>) -> anyhow::Result<()> {
+    /// Writes one batch's lines (or records). The error keeps its kind, so
+    /// a closed stdout (`| head`) is told apart from a full disk.
+    fn write(&mut self, batch: &PredictedBatch) -> std::io::Result<()> {
         match self {
-            Sink::Json { out, path } => {
-                for (i, p) in predicted.iter().enumerate() {
-                    match labels.and_then(|l| l.get(i)) {
-                        Some(l) => writeln!(out, "{{\"prediction\":{p},\"label\":{l}}}"),
-                        None => writeln!(out, "{{\"prediction\":{p}}}"),
-                    }
-                    .with_context(|| format!("{}: cannot write", path.display()))?;
-                }
-            }
+            Sink::Stdout { out, predictor } => write_lines(out, batch, predictor),
+            Sink::Json { out, predictor, .. } => write_lines(out, batch, predictor),
             Sink::Records(w) => {
                 let mut buf = Vec::new();
-                for (i, p) in predicted.iter().enumerate() {
-                    let mut features = std::collections::BTreeMap::new();
-                    features.insert("prediction".to_string(), int64(i64::from(*p)));
-                    if let Some(l) = labels.and_then(|l| l.get(i)) {
-                        features.insert("label".to_string(), int64(i64::from(*l)));
-                    }
-                    let example = Example {
-                        features: Some(Features { feature: features }),
-                    };
+                for row in 0..batch.rows {
                     buf.clear();
-                    example.encode(&mut buf)?;
-                    w.write_record(&buf)?;
+                    example_of(batch, row)
+                        .encode(&mut buf)
+                        .map_err(std::io::Error::other)?;
+                    w.write_record(&buf).map_err(std::io::Error::other)?;
                 }
+                Ok(())
             }
         }
-        Ok(())
     }
 
-    fn finish(self) -> anyhow::Result<PathBuf> {
+    /// Flushes, and moves a file into place; the path when one was written.
+    fn finish(self) -> anyhow::Result<Option<PathBuf>> {
         match self {
-            Sink::Json { out, path } => {
+            Sink::Stdout { mut out, .. } => {
+                out.flush()?;
+                Ok(None)
+            }
+            Sink::Json { out, path, .. } => {
                 let file = out
                     .into_inner()
                     .map_err(|e| e.into_error())
                     .with_context(|| format!("{}: cannot write", path.display()))?;
-                file.persist(&path)
-                    .with_context(|| format!("{}: cannot write", path.display()))?;
-                Ok(path)
+                Ok(Some(file.commit()?))
             }
-            Sink::Records(w) => Ok(w.finish()?),
+            Sink::Records(w) => Ok(Some(w.finish()?)),
         }
+    }
+}
+
+fn write_lines(
+    out: &mut impl Write,
+    batch: &PredictedBatch,
+    predictor: &Predictor,
+) -> std::io::Result<()> {
+    for row in 0..batch.rows {
+        serde_json::to_writer(&mut *out, &Line::of(batch, row, predictor))?;
+        out.write_all(b"\n")?;
+    }
+    Ok(())
+}
+
+fn example_of(batch: &PredictedBatch, row: usize) -> Example {
+    let mut features = BTreeMap::new();
+    match &batch.outputs {
+        Outputs::Classes { ids, .. } => {
+            if let Some(&id) = ids.get(row) {
+                features.insert("class".to_string(), int64(i64::from(id)));
+            }
+            if let Some(p) = batch.outputs.probabilities(row) {
+                features.insert("probabilities".to_string(), float(p.to_vec()));
+            }
+        }
+        Outputs::Values(v) => {
+            if let Some(&x) = v.get(row) {
+                features.insert("value".to_string(), float(vec![x]));
+            }
+        }
+    }
+    match &batch.labels {
+        Some(Labels::Classes(l)) => {
+            if let Some(&l) = l.get(row) {
+                features.insert("label".to_string(), int64(i64::from(l)));
+            }
+        }
+        Some(Labels::Values(l)) => {
+            if let Some(&l) = l.get(row) {
+                features.insert("label".to_string(), float(vec![l]));
+            }
+        }
+        None => {}
+    }
+    Example {
+        features: Some(Features { feature: features }),
     }
 }
 
 fn int64(v: i64) -> Feature {
     Feature {
         kind: Some(feature::Kind::Int64List(Int64List { value: vec![v] })),
+    }
+}
+
+fn float(value: Vec<f32>) -> Feature {
+    Feature {
+        kind: Some(feature::Kind::FloatList(FloatList { value })),
     }
 }

@@ -6,23 +6,21 @@
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tfpipe::Schema;
 use tfpipe::example::DType;
-use tfpipe::pipeline::{Parallelism, Pipeline};
+use tfpipe::pipeline::{Parallelism, Pipeline, Rank, Remainder, ShuffleOptions};
 use tfpipe::train::{
     BatchStream, BoxError, Checkpoint, Checkpointer, Control, Decay, EarlyStopping, EpochReport,
     InputSpec, LrSchedule, ModelConfig, Monitor, Observer, OptimizerConfig, OptimizerKind,
     Progress, RunInfo, SchemaMeta, Task, TensorBoard, TrainConfig, TrainError, TrainReport,
-    Trainer, classes_from_metadata, epoch_seed, parse_device,
+    Trainer, classes_from_metadata, epoch_seed, parse_device, resume_pipeline,
 };
 
-use super::Status;
+use super::{Status, interrupt};
 
 /// Arguments of `tfpipe train`.
 #[derive(Debug, clap::Args)]
@@ -52,13 +50,23 @@ pub struct Args {
     /// Validation data, evaluated after every epoch (`--test-data` is an alias).
     #[arg(long = "validation-data", visible_alias = "test-data", num_args = 1..)]
     pub validation_data: Vec<String>,
-    /// The model: mlp or cnn (LeNet-like, for 28x28 inputs). By default mlp,
-    /// or the checkpoint's with --resume.
+    /// The model: mlp, cnn (LeNet-like, for 28x28 inputs) or embedding
+    /// (token ids -> embedding -> masked mean pooling -> MLP). By default
+    /// embedding when the schema has a variable-length int64 feature, else
+    /// mlp; or the checkpoint's with --resume.
     #[arg(long)]
     pub model: Option<String>,
-    /// The MLP's hidden layer sizes, comma-separated. By default 256.
+    /// The MLP's hidden layer sizes, comma-separated. By default 256 (64
+    /// for the embedding model's head).
     #[arg(long)]
     pub hidden: Option<String>,
+    /// The embedding model: token ids are below this. By default the
+    /// schema file's `vocab_size` (as `tfpipe demo --tokens` writes it).
+    #[arg(long)]
+    pub vocab_size: Option<usize>,
+    /// The embedding model: the width of each token's embedding. By default 32.
+    #[arg(long)]
+    pub embedding_dim: Option<usize>,
     /// The optimizer: adam, adamw or sgd. By default adamw, or the
     /// checkpoint's. (adamw-fused is accepted as adamw.)
     #[arg(long)]
@@ -133,7 +141,9 @@ pub struct Args {
     /// Write the report as JSON here.
     #[arg(long)]
     pub report_json: Option<PathBuf>,
-    /// Seeds weight initialisation and shuffling (epoch E shuffles with seed + E).
+    /// Seeds weight initialisation and the shuffle (which reseeds itself
+    /// each epoch from this seed and the epoch number). A resumed run keeps
+    /// the checkpoint's.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// CPU threads for the model's math (candle). By default half the cores
@@ -141,6 +151,8 @@ pub struct Args {
     /// set, is respected.
     #[arg(long)]
     pub compute_threads: Option<usize>,
+    #[command(flatten)]
+    pub rank: super::rank::RankArgs,
 }
 
 /// Runs `tfpipe train`.
@@ -150,7 +162,8 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     check_output_dir(args.save.as_deref(), "--save")?;
     check_output_dir(args.logdir.as_deref(), "--logdir")?;
     check_output_file(args.report_json.as_deref(), "--report-json")?;
-    let device = parse_device(&args.device)?;
+    let device = parse_device(&super::rank::device(&args.device)?)?;
+    let rank = args.rank.resolve()?;
     let resumed = match &args.resume {
         Some(dir) => Some(Checkpoint::read_meta(dir)?),
         None => None,
@@ -160,12 +173,22 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         args.schema.as_deref(),
         args.label.as_deref(),
     )?;
-    let recorded = match &args.schema {
+    let mut recorded = match &args.schema {
         Some(path) if args.label.is_none() || args.label == schema.label => {
             SchemaFacts::read(path)?
         }
         _ => SchemaFacts::default(),
     };
+    if rank.is_some() {
+        // Steps per epoch (the schedule, the progress bar) come from this rank's share.
+        let files = super::rank::share(
+            Pipeline::tfrecord_files(&args.data)?,
+            rank,
+            Remainder::Drop,
+            true,
+        )?;
+        recorded.records = files.rank_share().map(|s| s.records);
+    }
     let Some(label) = schema.label.clone() else {
         bail!("no label: name the label feature with --label NAME");
     };
@@ -203,19 +226,34 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     };
     let schema = selection.schema;
     let input = selection.spec;
-    if let (Some(meta), Some(vocab)) = (&resumed, &recorded.vocabulary)
-        && let Some(trained) = &meta.label_vocabulary
-        && trained != vocab
+    if let Some(meta) = &resumed {
+        check_vocabulary(
+            meta.label_vocabulary.as_deref(),
+            recorded.vocabulary.as_deref(),
+            &format!(
+                "the checkpoint {}",
+                args.resume.as_deref().unwrap_or(Path::new("")).display()
+            ),
+            "this data's schema",
+        )?;
+    }
+    // Validation data converted on its own has its own schema file: its
+    // vocabulary must be the training data's.
+    if let Some(first) = args.validation_data.first()
+        && let Ok(files) = Pipeline::tfrecord_files([first.as_str()])
+        && let Some(path) = files.paths().first().and_then(|p| schema_file_beside(p))
     {
-        bail!(
-            "the checkpoint {} was trained with the label vocabulary {trained:?}, but this data's schema records {vocab:?}: class ids would mean other labels (convert the data with the training schema)",
-            args.resume.as_deref().unwrap_or(Path::new("")).display()
-        );
+        check_vocabulary(
+            recorded.vocabulary.as_deref(),
+            SchemaFacts::read(&path)?.vocabulary.as_deref(),
+            "the training data",
+            &format!("the validation data's schema {}", path.display()),
+        )?;
     }
     let resumed_model = resumed.as_ref().and_then(|m| m.model.clone());
     let model = match (&args.model, &args.hidden, resumed_model) {
         (None, None, Some(model)) => model,
-        _ => model_config(args.model.as_deref(), args.hidden.as_deref(), &input)?,
+        _ => model_config(&args, &input, recorded.vocab_size)?,
     };
     check_model_size(&model, &input, args.batch_size, args.prefetch)?;
     let resumed_optimizer = resumed.as_ref().and_then(|m| m.optimizer);
@@ -260,12 +298,9 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
             args.resume.as_deref().unwrap_or(Path::new("")).display()
         );
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = Arc::clone(&stop);
-        // Fails only when a handler is already set in this process.
-        let _ = ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst));
-    }
+    // SIGINT, SIGTERM and SIGHUP stop training after the current step; the
+    // observers still run, so `--save` saves, and the exit is 128 + signal.
+    let interrupt = interrupt::install().context("installing the signal handlers")?;
     let monitor = match args.monitor.as_str() {
         "loss" => Monitor::Loss,
         "metric" => Monitor::Metric,
@@ -277,25 +312,41 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     config.skipped_features = selection.skipped;
     config.epochs = args.epochs;
     config.steps = args.steps;
-    config.seed = args.seed;
+    // One seed schedule per training: a resumed run keeps the checkpoint's.
+    let seed = match &resumed {
+        Some(meta) => {
+            if meta.seed != args.seed && args.seed != 0 {
+                eprintln!(
+                    "tfpipe: warning: --seed {} ignored: the checkpoint's run is seeded {}, and resuming continues its schedule",
+                    args.seed, meta.seed
+                );
+            }
+            meta.seed
+        }
+        None => args.seed,
+    };
+    config.seed = seed;
     config.device = device;
     config.prefetch = args.prefetch;
     config.resume = args.resume.clone();
     config.schedule = schedule;
     config.examples_per_epoch = recorded.records;
-    config.stop = Some(Arc::clone(&stop));
+    config.stop = Some(interrupt.flag());
     config.origin = super::process_start();
     let data = DataOptions {
         files: args.data.clone(),
         schema: schema.clone(),
         batch_size: args.batch_size,
         shuffle_buffer: args.shuffle_buffer,
-        seed: args.seed,
+        seed,
         parallelism,
+        rank,
     };
     let validation = (!args.validation_data.is_empty()).then(|| DataOptions {
         files: args.validation_data.clone(),
         shuffle_buffer: 0,
+        // Every rank evaluates all of it (the same numbers on every rank).
+        rank: None,
         ..data.clone()
     });
     let run = RunOptions {
@@ -304,7 +355,17 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         checkpoint_every: args.checkpoint_every,
         keep_best: args.keep_best.then_some(monitor),
         early_stopping: args.early_stopping.map(|p| (monitor, p)),
+        resume_position: resumed.as_ref().and_then(|m| m.pipeline_state.clone()),
     };
+    if let Some(meta) = &resumed
+        && meta.pipeline_state.is_none()
+        && meta.epoch > 0
+    {
+        eprintln!(
+            "tfpipe: note: the checkpoint holds no pipeline position: resuming at the start of epoch {}",
+            meta.epoch
+        );
+    }
     let report = train(config, model, optimizer, &data, validation.as_ref(), &run)?;
     let mut stdout = std::io::stdout().lock();
     // The per-epoch lines were printed as the epochs ended.
@@ -320,11 +381,15 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     if let Some(path) = &args.report_json {
         write_json(path, &report)?;
     }
-    Ok(if report.interrupted {
-        Status::Interrupted
-    } else {
-        Status::Ok
-    })
+    if report.interrupted {
+        let note = if args.save.is_some() {
+            "checkpoint saved"
+        } else {
+            "nothing saved (no --save)"
+        };
+        return Err(interrupt.error().note(note).into());
+    }
+    Ok(Status::Ok)
 }
 
 /// What a schema file's metadata records besides the schema: the label
@@ -333,6 +398,8 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
 pub(super) struct SchemaFacts {
     pub vocabulary: Option<Vec<String>>,
     pub records: Option<u64>,
+    /// Token ids are below this (`vocab_size`, top level or under `source`).
+    pub vocab_size: Option<usize>,
 }
 
 impl SchemaFacts {
@@ -348,9 +415,15 @@ impl SchemaFacts {
                     .collect()
             });
         let records = metadata.get("records").and_then(|r| r.as_u64());
+        let vocab_size = metadata
+            .get("vocab_size")
+            .or_else(|| source.and_then(|s| s.get("vocab_size")))
+            .and_then(|v| v.as_u64())
+            .and_then(|v| usize::try_from(v).ok());
         Ok(SchemaFacts {
             vocabulary,
             records,
+            vocab_size,
         })
     }
 }
@@ -394,6 +467,8 @@ pub(super) struct RunOptions {
     pub checkpoint_every: Option<u64>,
     pub keep_best: Option<Monitor>,
     pub early_stopping: Option<(Monitor, u64)>,
+    /// The resumed checkpoint's pipeline position (`pipeline_state`).
+    pub resume_position: Option<serde_json::Value>,
 }
 
 /// Trains with a progress bar and per-epoch lines on stdout; checkpoints
@@ -428,8 +503,26 @@ pub(super) fn train(
     if let Some((monitor, patience)) = run.early_stopping {
         trainer.observe(EarlyStopping::new(monitor, patience));
     }
+    // One pipeline for the run: from its start, or from the position a
+    // resumed checkpoint recorded (the next batch the interrupted run would
+    // have trained on). A checkpoint without one resumes at the start of its
+    // epoch, with a pass per epoch in the order the uninterrupted run's
+    // pipeline gives each (see `DataOptions::open`).
     let train_data = data.clone();
-    let open = move |epoch: u64| train_data.open(epoch);
+    let mut resume_at = run.resume_position.clone();
+    let open = move |epoch: u64| -> Result<Box<dyn BatchStream>, BoxError> {
+        if let Some(saved) = resume_at.take() {
+            let pipeline = train_data.run_pipeline()?;
+            return resume_pipeline(&pipeline, &saved).map_err(|e| {
+                format!("{e} (resume with the data options the checkpoint was trained with)").into()
+            });
+        }
+        if epoch == 0 {
+            train_data.open_run()
+        } else {
+            train_data.open(epoch)
+        }
+    };
     let report = match validation {
         Some(v) => {
             let v = v.clone();
@@ -669,26 +762,63 @@ pub(super) struct DataOptions {
     pub shuffle_buffer: usize,
     pub seed: u64,
     pub parallelism: Parallelism,
+    /// This process's share of the files (`--rank`/`--world-size`).
+    pub rank: Option<Rank>,
 }
 
 impl DataOptions {
-    /// Starts the pipeline for `epoch`: read (files interleaved), shuffle
-    /// (reseeded per epoch), batch, parse per batch, prefetch.
-    pub(super) fn open(&self, epoch: u64) -> Result<Box<dyn BatchStream>, BoxError> {
-        let files = Pipeline::tfrecord_files(&self.files)?;
-        let records = if self.shuffle_buffer > 0 {
-            files
-                .interleave(4, 16)
-                .shuffle(self.shuffle_buffer, epoch_seed(self.seed, epoch))
+    /// The records, shuffled or not: `interleave` over the files, then
+    /// `shuffle(buffer, shuffle_seed)` reshuffling per epoch when asked.
+    fn records(
+        &self,
+        shuffle_seed: u64,
+        reshuffle_each_epoch: bool,
+    ) -> Result<Pipeline<tfpipe::pipeline::Record>, BoxError> {
+        let mut files = Pipeline::tfrecord_files(&self.files)?;
+        if let Some(rank) = self.rank {
+            files = files.rank(rank, Remainder::Drop)?;
+        }
+        Ok(if self.shuffle_buffer > 0 {
+            files.interleave(4, 16).shuffle_with(ShuffleOptions {
+                buffer_size: self.shuffle_buffer,
+                seed: shuffle_seed,
+                reshuffle_each_epoch,
+                early_start: false,
+            })
         } else {
             files.records()
-        };
-        let iter = records
+        })
+    }
+
+    fn batches(&self, records: Pipeline<tfpipe::pipeline::Record>) -> Pipeline<tfpipe::Batch> {
+        records
             .batch(self.batch_size)
             .parse_batches(self.schema.clone(), self.parallelism)
             .prefetch(2)
-            .start()?;
-        Ok(Box::new(iter))
+    }
+
+    /// The whole run's pipeline: read (files interleaved), shuffle with the
+    /// run's seed, `repeat` forever (an epoch marker ends each pass; the
+    /// shuffle reseeds itself per epoch), batch (never across an epoch),
+    /// parse per batch, prefetch. Only the read and shuffle stages restart
+    /// at an epoch marker; the parse workers and prefetch run on, so the
+    /// next epoch's first batches are ready while validation runs.
+    pub(super) fn run_pipeline(&self) -> Result<Pipeline<tfpipe::Batch>, BoxError> {
+        let records = self.records(self.seed, true)?.repeat(None);
+        Ok(self.batches(records))
+    }
+
+    /// The whole run from its start.
+    pub(super) fn open_run(&self) -> Result<Box<dyn BatchStream>, BoxError> {
+        Ok(Box::new(self.run_pipeline()?.start()?))
+    }
+
+    /// One pass over the data, in the order the whole run's pipeline gives
+    /// epoch `epoch` ([`epoch_seed`]): validation data (epoch 0, unshuffled),
+    /// and each epoch of a run resumed without a pipeline state.
+    pub(super) fn open(&self, epoch: u64) -> Result<Box<dyn BatchStream>, BoxError> {
+        let records = self.records(epoch_seed(self.seed, epoch), false)?;
+        Ok(Box::new(self.batches(records).start()?))
     }
 }
 
@@ -729,26 +859,73 @@ pub(super) fn load_schema(
 }
 
 fn model_config(
-    model: Option<&str>,
-    hidden: Option<&str>,
+    args: &Args,
     input: &InputSpec,
+    recorded_vocab: Option<usize>,
 ) -> anyhow::Result<ModelConfig> {
-    match model.unwrap_or("mlp").to_ascii_lowercase().as_str() {
-        "mlp" => {
-            let hidden = hidden
-                .unwrap_or("256")
-                .split(',')
-                .filter(|s| !s.trim().is_empty())
-                .map(|s| {
-                    s.trim().parse::<usize>().with_context(|| {
-                        format!("--hidden: {s:?} is not a layer size (e.g. --hidden 256,128)")
-                    })
+    let default = if input.tokens.is_some() {
+        "embedding"
+    } else {
+        "mlp"
+    };
+    let kind = args
+        .model
+        .as_deref()
+        .unwrap_or(default)
+        .to_ascii_lowercase();
+    let hidden = |default: &str| {
+        args.hidden
+            .as_deref()
+            .unwrap_or(default)
+            .split(',')
+            .filter(|s| !s.trim().is_empty())
+            .map(|s| {
+                s.trim().parse::<usize>().with_context(|| {
+                    format!("--hidden: {s:?} is not a layer size (e.g. --hidden 256,128)")
                 })
-                .collect::<anyhow::Result<Vec<_>>>()?;
-            Ok(ModelConfig::mlp(input.inputs(), hidden, input.task))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()
+    };
+    if let Some(tokens) = &input.tokens
+        && kind != "embedding"
+    {
+        bail!(
+            "--model {kind} does not take token ids ({:?} is variable-length int64); use --model embedding",
+            tokens.name
+        );
+    }
+    match kind.as_str() {
+        "mlp" => Ok(ModelConfig::mlp(input.inputs(), hidden("256")?, input.task)),
+        "embedding" => {
+            let Some(tokens) = &input.tokens else {
+                bail!("--model embedding needs a variable-length int64 feature (token ids)");
+            };
+            let Task::Classification { classes } = input.task else {
+                bail!("--model embedding is a classifier; regression takes --model mlp");
+            };
+            let Some(vocab) = args.vocab_size.or(recorded_vocab) else {
+                bail!(
+                    "the embedding model needs the vocabulary size of {:?}: give --vocab-size N (ids are in 0..N)",
+                    tokens.name
+                );
+            };
+            let dim = args.embedding_dim.unwrap_or(32);
+            check_size(
+                "--vocab-size x --embedding-dim (the embedding table)",
+                (vocab as u128)
+                    .saturating_mul(dim as u128)
+                    .saturating_mul(16),
+            )?;
+            Ok(ModelConfig::Embedding {
+                vocab,
+                dim,
+                inputs: input.inputs(),
+                hidden: hidden("64")?,
+                classes,
+            })
         }
         "cnn" => {
-            if hidden.is_some() {
+            if args.hidden.is_some() {
                 bail!("--hidden applies to --model mlp only");
             }
             let Task::Classification { classes } = input.task else {
@@ -762,7 +939,7 @@ fn model_config(
             }
             Ok(ModelConfig::Cnn { classes })
         }
-        other => bail!("unknown model {other:?} (expected mlp or cnn)"),
+        other => bail!("unknown model {other:?} (expected mlp, cnn or embedding)"),
     }
 }
 
@@ -817,20 +994,54 @@ pub(super) fn progress_bar(len: Option<u64>) -> ProgressBar {
     bar
 }
 
-/// Writes `value` as pretty JSON to `path`, atomically (temp file + rename).
+/// Writes `value` as pretty JSON to `path`, atomically (temporary file,
+/// fsync, rename: see `tfpipe::atomic_file`).
 pub(super) fn write_json(path: &Path, value: &impl serde::Serialize) -> anyhow::Result<()> {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let mut file = tempfile::NamedTempFile::new_in(dir)
-        .with_context(|| format!("{}: cannot create", path.display()))?;
-    serde_json::to_writer_pretty(&mut file, value)
+    let mut json = serde_json::to_vec_pretty(value)
         .with_context(|| format!("{}: cannot write", path.display()))?;
-    std::io::Write::write_all(&mut file, b"\n")
-        .with_context(|| format!("{}: cannot write", path.display()))?;
-    file.persist(path)
-        .with_context(|| format!("{}: cannot write", path.display()))?;
+    json.push(b'\n');
+    tfpipe::atomic_file::write(path, &json)?;
+    Ok(())
+}
+
+/// The schema file `tfpipe convert` wrote for a shard
+/// `PREFIX-NNNNN-of-NNNNN.tfrecord[.gz|.zlib]`: `PREFIX.features.json`, when
+/// it exists.
+pub(super) fn schema_file_beside(shard: &Path) -> Option<PathBuf> {
+    let name = shard.file_name()?.to_str()?;
+    let stem = name
+        .strip_suffix(".gz")
+        .or_else(|| name.strip_suffix(".zlib"))
+        .unwrap_or(name)
+        .strip_suffix(".tfrecord")?;
+    // `-00003-of-00008`: 15 ASCII characters.
+    let cut = stem.len().checked_sub(15)?;
+    let (prefix, suffix) = (stem.get(..cut)?, stem.get(cut..)?);
+    let b = suffix.as_bytes();
+    let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
+    if !(b[0] == b'-' && digits(1..6) && &suffix[6..10] == "-of-" && digits(10..15)) {
+        return None;
+    }
+    let path = shard.with_file_name(format!("{prefix}.features.json"));
+    path.is_file().then_some(path)
+}
+
+/// Fails when both label vocabularies are known and differ: the same class
+/// id would mean another label (issue: a test split converted alone records
+/// only the labels it has).
+pub(super) fn check_vocabulary(
+    trained: Option<&[String]>,
+    found: Option<&[String]>,
+    trained_what: &str,
+    found_what: &str,
+) -> anyhow::Result<()> {
+    if let (Some(trained), Some(found)) = (trained, found)
+        && trained != found
+    {
+        bail!(
+            "{trained_what} has the label vocabulary {trained:?}, but {found_what} records {found:?}: class ids would mean other labels (convert the data with the training schema: `tfpipe convert --schema FILE`)"
+        );
+    }
     Ok(())
 }
 

@@ -1,6 +1,7 @@
 //! CSV with a header row to Examples: one feature per column.
 //!
-//! Two passes over the (memory-mapped) input, both parallel over chunks of
+//! Two passes over the input (read into memory, never mapped: see
+//! `output::Input`), both parallel over chunks of
 //! whole rows: the first validates rows and infers each column's type over the
 //! whole input, the second parses and encodes. Chunks are cut at line ends;
 //! when the file contains quotes, a sequential scan with the CSV parser finds
@@ -15,11 +16,12 @@ use std::path::{Path, PathBuf};
 
 use csv::{ByteRecord, ReaderBuilder};
 
+use super::driver::{Scanned, Source};
 use super::encode::ExampleEncoder;
 use super::error::{ConvertError, SourceLocation, quote};
 use super::infer::{self, Column, Kind, classify, fits, parse_f32, parse_i64, trim};
-use super::output::{BadRows, Chunk, Ctx, Input, finish, plan_shards};
-use super::{FixedSchema, Missing, Phase, Summary};
+use super::output::{BadRows, Chunk, Ctx, Input};
+use super::{FixedSchema, Missing, Phase};
 use crate::example::DType;
 
 /// Options of the CSV converter.
@@ -82,28 +84,32 @@ struct File {
     quoted: bool,
 }
 
-struct Task {
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Task {
     file: usize,
     start: usize,
     end: usize,
+    /// The line of the first row (found by the scan, for the encoder's errors).
+    line_base: u64,
 }
 
 /// What the converter knows about the columns while it reads rows.
-struct Shape<'a> {
-    names: &'a [String],
-    declared: &'a [Option<DType>],
+#[derive(Debug, Default)]
+struct Shape {
+    names: Vec<String>,
+    declared: Vec<Option<DType>>,
     label: Option<usize>,
-    na: &'a [Vec<u8>],
+    na: Vec<Vec<u8>>,
     delimiter: u8,
     /// The label vocabulary of a fixed schema: other labels are bad rows.
-    vocab: Option<&'a [Vec<u8>]>,
+    vocab: Option<Vec<Vec<u8>>>,
     /// Columns a fixed schema gives no default: a missing value is a bad row.
-    required: &'a [bool],
+    required: Vec<bool>,
     /// The columns `check` looks at: declared ones and the label.
     checked: Vec<usize>,
 }
 
-impl Shape<'_> {
+impl Shape {
     #[inline]
     fn is_missing(&self, value: &[u8]) -> bool {
         value.is_empty() || value == b"NA" || self.na.iter().any(|na| na.as_slice() == value)
@@ -154,7 +160,7 @@ impl Shape<'_> {
                 continue;
             }
             if Some(i) == self.label
-                && let Some(vocab) = self.vocab
+                && let Some(vocab) = self.vocab.as_deref()
                 && vocab.binary_search_by(|v| v.as_slice().cmp(value)).is_err()
             {
                 return Err((
@@ -360,11 +366,67 @@ struct Scan {
     big_int: Vec<Option<ConvertError>>,
 }
 
-pub(crate) fn convert(
+/// The CSV converter as a [`Source`]: the scan is the first pass
+/// (validate, count, infer), the encoding the second.
+pub(crate) struct CsvSource<'a> {
+    inputs: &'a [PathBuf],
+    options: &'a CsvOptions,
+    files: Vec<File>,
+    shape: Shape,
+    columns: Vec<Column>,
+    /// Column indices in key order (Examples are written with sorted keys).
+    order: Vec<usize>,
+    /// Whether the scan found bad rows (then the encoder judges every row).
+    any_bad: bool,
+}
+
+impl<'a> CsvSource<'a> {
+    pub(crate) fn new(inputs: &'a [PathBuf], options: &'a CsvOptions) -> Self {
+        CsvSource {
+            inputs,
+            options,
+            files: Vec::new(),
+            shape: Shape::default(),
+            columns: Vec::new(),
+            order: Vec::new(),
+            any_bad: false,
+        }
+    }
+}
+
+impl Source for CsvSource<'_> {
+    type Task = Task;
+
+    fn scan(&mut self, ctx: &Ctx<'_>) -> Result<Scanned<Task>, ConvertError> {
+        let (inputs, options) = (self.inputs, self.options);
+        scan_all(inputs, options, ctx, self)
+    }
+
+    fn encode(&self, task: Task) -> Result<Chunk, ConvertError> {
+        encode(
+            &self.files[task.file],
+            &task,
+            &self.shape,
+            &self.columns,
+            &self.order,
+            self.any_bad,
+        )
+    }
+
+    fn locate(&self, task: &Task) -> SourceLocation {
+        let file = &self.files[task.file];
+        SourceLocation::in_text(&file.path, &file.data, task.start)
+    }
+}
+
+/// The first pass: reads the headers, judges every row, infers the types;
+/// leaves in `out` what the encoder needs.
+fn scan_all(
     inputs: &[PathBuf],
     options: &CsvOptions,
     ctx: &Ctx<'_>,
-) -> Result<Summary, ConvertError> {
+    out: &mut CsvSource<'_>,
+) -> Result<Scanned<Task>, ConvertError> {
     let d = options.delimiter;
     let mut files = Vec::with_capacity(inputs.len());
     let mut names: Option<Vec<String>> = None;
@@ -441,16 +503,16 @@ pub(crate) fn convert(
     };
     let na: Vec<Vec<u8>> = options.na.iter().map(|s| s.as_bytes().to_vec()).collect();
     let shape = Shape {
-        names: &names,
-        declared: &declared,
-        label,
-        na: &na,
-        delimiter: d,
-        vocab: fixed_vocab.as_deref(),
-        required: &required,
         checked: (0..names.len())
             .filter(|&i| declared[i].is_some() || Some(i) == label || required[i])
             .collect(),
+        names: names.clone(),
+        declared: declared.clone(),
+        label,
+        na,
+        delimiter: d,
+        vocab: fixed_vocab.clone(),
+        required,
     };
 
     let mut tasks = Vec::new();
@@ -460,6 +522,7 @@ pub(crate) fn convert(
                 file: i,
                 start,
                 end,
+                line_base: 0,
             });
         }
     }
@@ -533,13 +596,6 @@ pub(crate) fn convert(
         )
         .map_err(|e| fix_first_error(e, &files, &tasks))?;
     }
-    if rows == 0 {
-        return Err(ConvertError::NoRecords {
-            inputs: inputs.to_vec(),
-            skipped: bad.count,
-        });
-    }
-
     let mut columns = Vec::with_capacity(ncols);
     let mut warnings = Vec::new();
     for c in 0..ncols {
@@ -584,33 +640,11 @@ pub(crate) fn convert(
         });
     }
 
-    // Pass 2: encode and write.
     let mut order: Vec<usize> = (0..ncols).collect();
     order.sort_by(|&a, &b| names[a].as_bytes().cmp(names[b].as_bytes()));
-    let plan = plan_shards(rows, ctx.options.sharding, bytes_total);
-    ctx.begin_phase(Phase::Encoding, bytes_total);
-    let any_bad = bad.count > 0;
-    let encode_tasks: Vec<(usize, &Task)> = tasks.iter().enumerate().collect();
-    let shards = ctx.write_shards(
-        &plan,
-        bytes_total,
-        encode_tasks,
-        |(i, task)| {
-            encode(
-                &files[task.file],
-                task,
-                line_base[i],
-                &shape,
-                &columns,
-                &order,
-                any_bad,
-            )
-        },
-        |(_, task)| {
-            SourceLocation::in_text(&files[task.file].path, &files[task.file].data, task.start)
-        },
-    )?;
-
+    for (task, base) in tasks.iter_mut().zip(line_base) {
+        task.line_base = base;
+    }
     let done = infer::TabularDone {
         format: "csv",
         columns: &columns,
@@ -622,7 +656,17 @@ pub(crate) fn convert(
         warnings,
         fixed: options.schema.as_ref().map(|f| &f.schema),
     };
-    finish(ctx, shards, done.finished())
+    let done = done.finished();
+    out.any_bad = done.rows_skipped > 0;
+    out.files = files;
+    out.shape = shape;
+    out.columns = columns;
+    out.order = order;
+    Ok(Scanned {
+        records: rows,
+        tasks,
+        done,
+    })
 }
 
 /// A bad row that stopped the first pass carries a chunk-relative line:
@@ -648,7 +692,7 @@ fn fix_first_error(e: ConvertError, files: &[File], tasks: &[Task]) -> ConvertEr
     }
 }
 
-fn scan(file: &File, task: &Task, shape: &Shape<'_>, skip: bool) -> Result<Scan, ConvertError> {
+fn scan(file: &File, task: &Task, shape: &Shape, skip: bool) -> Result<Scan, ConvertError> {
     let n = shape.names.len();
     let data = &file.data[task.start..task.end];
     let mut s = Scan {
@@ -723,8 +767,7 @@ fn scan(file: &File, task: &Task, shape: &Shape<'_>, skip: bool) -> Result<Scan,
 fn encode(
     file: &File,
     task: &Task,
-    line_base: u64,
-    shape: &Shape<'_>,
+    shape: &Shape,
     columns: &[Column],
     order: &[usize],
     any_bad: bool,
@@ -776,7 +819,7 @@ fn encode(
                 // Only if the input changed between the passes.
                 return Err(shape.bad_row(
                     &file.path,
-                    line_base + line - 1,
+                    task.line_base + line - 1,
                     (task.start + row.offset(c).unwrap_or(start)) as u64,
                     Some(c),
                     format!(

@@ -242,17 +242,6 @@ pub(crate) fn quote(raw: &[u8]) -> String {
     }
 }
 
-impl From<crate::storage::SinkError> for ConvertError {
-    fn from(error: crate::storage::SinkError) -> ConvertError {
-        use crate::storage::SinkError;
-        match error {
-            SinkError::Record(e) => ConvertError::Write(e),
-            SinkError::Output(e) => ConvertError::Commit(e),
-            SinkError::Storage(e) => ConvertError::Storage(e),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

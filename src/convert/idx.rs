@@ -11,10 +11,11 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, json};
 
+use super::FixedSchema;
+use super::driver::{Scanned, Source};
 use super::encode::ExampleEncoder;
 use super::error::{ConvertError, SourceLocation};
-use super::output::{Chunk, Ctx, Finished, Input, finish, plan_shards};
-use super::{Phase, Summary};
+use super::output::{Chunk, Ctx, Finished, Input};
 use crate::example::{DType, FeatureSpec, Layout, Schema};
 
 /// Options of the IDX converter.
@@ -25,6 +26,9 @@ pub struct IdxOptions {
     pub labels: Option<PathBuf>,
     /// Store pixels as float32 in [0, 1] instead of raw bytes. By default `false`.
     pub as_float: bool,
+    /// The schema this conversion must produce (`--schema`): an error if the
+    /// input converts to another one (image size, pixel type). By default `None`.
+    pub schema: Option<FixedSchema>,
 }
 
 /// Images per task.
@@ -170,157 +174,174 @@ struct Pair {
     item: usize,
 }
 
-pub(crate) fn convert(
-    inputs: &[PathBuf],
-    options: &IdxOptions,
-    ctx: &Ctx<'_>,
-) -> Result<Summary, ConvertError> {
-    if options.labels.is_some() && inputs.len() != 1 {
-        return Err(ConvertError::Options(
-            "one labels file was given, so give exactly one images file (or let each labels file be inferred)".into(),
-        ));
+/// The IDX converter as a [`Source`]: the header checks are the scan.
+pub(crate) struct IdxSource<'a> {
+    inputs: &'a [PathBuf],
+    options: &'a IdxOptions,
+    pairs: Vec<Pair>,
+}
+
+impl<'a> IdxSource<'a> {
+    pub(crate) fn new(inputs: &'a [PathBuf], options: &'a IdxOptions) -> Self {
+        IdxSource {
+            inputs,
+            options,
+            pairs: Vec::new(),
+        }
     }
-    let mut pairs = Vec::with_capacity(inputs.len());
-    for path in inputs {
-        let labels_path = match &options.labels {
-            Some(p) => p.clone(),
-            None => labels_path_for(path).ok_or_else(|| {
-                ConvertError::Options(format!(
-                    "{}: cannot infer the labels file from this name (expected *-images-idx3-ubyte*); name it explicitly",
-                    path.display()
-                ))
-            })?,
-        };
-        let images = Idx::open(path, 3, "images")?;
-        let labels = Idx::open(&labels_path, 1, "labels")?;
-        if labels.dims[0] != images.dims[0] {
+
+    /// Opens every images file with its labels file; both must agree.
+    fn open_pairs(&self) -> Result<Vec<Pair>, ConvertError> {
+        if self.options.labels.is_some() && self.inputs.len() != 1 {
+            return Err(ConvertError::Options(
+                "one labels file was given, so give exactly one images file (or let each labels file be inferred)".into(),
+            ));
+        }
+        let mut pairs = Vec::with_capacity(self.inputs.len());
+        for path in self.inputs {
+            let labels_path = match &self.options.labels {
+                Some(p) => p.clone(),
+                None => labels_path_for(path).ok_or_else(|| {
+                    ConvertError::Options(format!(
+                        "{}: cannot infer the labels file from this name (expected *-images-idx3-ubyte*); name it explicitly",
+                        path.display()
+                    ))
+                })?,
+            };
+            let images = Idx::open(path, 3, "images")?;
+            let labels = Idx::open(&labels_path, 1, "labels")?;
+            if labels.dims[0] != images.dims[0] {
+                return Err(ConvertError::BadInput {
+                    location: SourceLocation::at_byte(&labels.path, 4),
+                    problem: format!(
+                        "the labels file has {} labels, but the images file {} has {} images (expected one label per image)",
+                        labels.dims[0],
+                        images.path.display(),
+                        images.dims[0]
+                    ),
+                });
+            }
+            let item = images.dims[1] * images.dims[2];
+            pairs.push(Pair {
+                images,
+                labels,
+                item,
+            });
+        }
+        Ok(pairs)
+    }
+
+    fn schema(&self, shape: &[usize]) -> Schema {
+        Schema {
+            features: vec![
+                FeatureSpec {
+                    name: "image_raw".into(),
+                    dtype: if self.options.as_float {
+                        DType::Float32
+                    } else {
+                        DType::Uint8
+                    },
+                    layout: Layout::Fixed(shape.to_vec()),
+                    default: None,
+                },
+                FeatureSpec {
+                    name: "label".into(),
+                    dtype: DType::Int64,
+                    layout: Layout::Fixed(Vec::new()),
+                    default: None,
+                },
+            ],
+            label: Some("label".into()),
+        }
+    }
+}
+
+impl Source for IdxSource<'_> {
+    /// (pair, first image, end image).
+    type Task = (usize, usize, usize);
+
+    fn scan(&mut self, _ctx: &Ctx<'_>) -> Result<Scanned<Self::Task>, ConvertError> {
+        self.pairs = self.open_pairs()?;
+        let pairs = &self.pairs;
+        let shape: Vec<usize> = pairs[0].images.dims[1..].to_vec();
+        if let Some(other) = pairs.iter().find(|p| p.images.dims[1..] != shape[..]) {
             return Err(ConvertError::BadInput {
-                location: SourceLocation::at_byte(&labels.path, 4),
+                location: SourceLocation::at_byte(&other.images.path, 8),
                 problem: format!(
-                    "the labels file has {} labels, but the images file {} has {} images (expected one label per image)",
-                    labels.dims[0],
-                    images.path.display(),
-                    images.dims[0]
+                    "images of {:?}, but the first file's are {shape:?}: all inputs need the same image shape",
+                    &other.images.dims[1..]
                 ),
             });
         }
-        let item = images.dims[1] * images.dims[2];
-        pairs.push(Pair {
-            images,
-            labels,
-            item,
-        });
-    }
-    let shape: Vec<usize> = pairs[0].images.dims[1..].to_vec();
-    if let Some(other) = pairs.iter().find(|p| p.images.dims[1..] != shape[..]) {
-        return Err(ConvertError::BadInput {
-            location: SourceLocation::at_byte(&other.images.path, 8),
-            problem: format!(
-                "images of {:?}, but the first file's are {shape:?}: all inputs need the same image shape",
-                &other.images.dims[1..]
+        let records: u64 = pairs.iter().map(|p| p.images.dims[0] as u64).sum();
+        let bytes_in: u64 = pairs
+            .iter()
+            .map(|p| (p.images.data.len() + p.labels.data.len()) as u64)
+            .sum();
+        let mut tasks = Vec::new();
+        for (i, p) in pairs.iter().enumerate() {
+            let n = p.images.dims[0];
+            let mut from = 0;
+            while from < n {
+                let to = (from + IMAGES_PER_TASK).min(n);
+                tasks.push((i, from, to));
+                from = to;
+            }
+        }
+        let mut counts = [0u64; 256];
+        for p in pairs {
+            for &l in &p.labels.data[p.labels.start..] {
+                counts[l as usize] += 1;
+            }
+        }
+        let mut extra = Map::new();
+        extra.insert("image_shape".into(), json!(shape));
+        extra.insert(
+            "labels".into(),
+            json!(
+                pairs
+                    .iter()
+                    .map(|p| p.labels.path.display().to_string())
+                    .collect::<Vec<_>>()
             ),
-        });
-    }
-
-    let total: u64 = pairs.iter().map(|p| p.images.dims[0] as u64).sum();
-    if total == 0 {
-        return Err(ConvertError::NoRecords {
-            inputs: inputs.to_vec(),
-            skipped: 0,
-        });
-    }
-    let bytes_in: u64 = pairs
-        .iter()
-        .map(|p| (p.images.data.len() + p.labels.data.len()) as u64)
-        .sum();
-    let mut tasks = Vec::new();
-    for (i, p) in pairs.iter().enumerate() {
-        let n = p.images.dims[0];
-        let mut from = 0;
-        while from < n {
-            let to = (from + IMAGES_PER_TASK).min(n);
-            tasks.push((i, from, to));
-            from = to;
+        );
+        let mut label_counts = Map::new();
+        for (label, &count) in counts.iter().enumerate() {
+            if count > 0 {
+                label_counts.insert(label.to_string(), json!(count));
+            }
         }
-    }
-    let mut counts = [0u64; 256];
-    for p in &pairs {
-        for &l in &p.labels.data[p.labels.start..] {
-            counts[l as usize] += 1;
-        }
-    }
-
-    let plan = plan_shards(total, ctx.options.sharding, bytes_in);
-    ctx.begin_phase(Phase::Encoding, bytes_in);
-    let as_float = options.as_float;
-    let shards = ctx.write_shards(
-        &plan,
-        bytes_in,
-        tasks,
-        |(i, from, to)| Ok(encode(&pairs[i], from, to, as_float)),
-        |&(i, from, _)| {
-            let images = &pairs[i].images;
-            let item: usize = images.dims.iter().skip(1).product();
-            SourceLocation::at_byte(&images.path, (images.start + from * item) as u64)
-        },
-    )?;
-
-    let schema = Schema {
-        features: vec![
-            FeatureSpec {
-                name: "image_raw".into(),
-                dtype: if as_float {
-                    DType::Float32
-                } else {
-                    DType::Uint8
-                },
-                layout: Layout::Fixed(shape.clone()),
-                default: None,
+        extra.insert(
+            "label_counts".into(),
+            serde_json::Value::Object(label_counts),
+        );
+        Ok(Scanned {
+            records,
+            tasks,
+            done: Finished {
+                schema: self.schema(&shape),
+                format: "idx",
+                inputs: self.inputs.to_vec(),
+                bytes_in,
+                rows_skipped: 0,
+                bad_rows: Vec::new(),
+                extra,
+                warnings: Vec::new(),
             },
-            FeatureSpec {
-                name: "label".into(),
-                dtype: DType::Int64,
-                layout: Layout::Fixed(Vec::new()),
-                default: None,
-            },
-        ],
-        label: Some("label".into()),
-    };
-    let mut extra = Map::new();
-    extra.insert("image_shape".into(), json!(shape));
-    extra.insert(
-        "labels".into(),
-        json!(
-            pairs
-                .iter()
-                .map(|p| p.labels.path.display().to_string())
-                .collect::<Vec<_>>()
-        ),
-    );
-    let mut label_counts = Map::new();
-    for (label, &count) in counts.iter().enumerate() {
-        if count > 0 {
-            label_counts.insert(label.to_string(), json!(count));
-        }
+        })
     }
-    extra.insert(
-        "label_counts".into(),
-        serde_json::Value::Object(label_counts),
-    );
-    finish(
-        ctx,
-        shards,
-        Finished {
-            schema,
-            format: "idx",
-            inputs: inputs.to_vec(),
-            bytes_in,
-            rows_skipped: 0,
-            bad_rows: Vec::new(),
-            extra,
-            warnings: Vec::new(),
-        },
-    )
+
+    fn encode(&self, (i, from, to): Self::Task) -> Result<Chunk, ConvertError> {
+        Ok(encode(&self.pairs[i], from, to, self.options.as_float))
+    }
+
+    fn locate(&self, &(i, from, _): &Self::Task) -> SourceLocation {
+        let images = &self.pairs[i].images;
+        SourceLocation::at_byte(
+            &images.path,
+            (images.start + from * self.pairs[i].item) as u64,
+        )
+    }
 }
 
 fn encode(pair: &Pair, from: usize, to: usize, as_float: bool) -> Chunk {

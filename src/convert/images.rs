@@ -16,10 +16,11 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, json};
 
+use super::driver::{Scanned, Source};
 use super::encode::ExampleEncoder;
 use super::error::{ConvertError, SourceLocation};
-use super::output::{BadRows, Chunk, Ctx, Finished, finish, plan_shards};
-use super::{Phase, Summary};
+use super::output::{BadRows, Chunk, Ctx, Finished};
+use super::{FixedSchema, Phase};
 use crate::example::{DType, FeatureSpec, Layout, Schema};
 
 /// Whether this build can `--resize` (the `images` cargo feature).
@@ -31,6 +32,10 @@ pub struct ImagesOptions {
     /// Decode and resize every image to `(width, height)`, storing raw RGB
     /// pixels. Needs the `images` cargo feature. By default `None`.
     pub resize: Option<(u32, u32)>,
+    /// Convert with an earlier conversion's schema (`--schema`): its classes
+    /// keep their indices, and a class folder outside them is a bad row for
+    /// each of its images. By default `None`.
+    pub schema: Option<FixedSchema>,
 }
 
 /// Files per encoding task.
@@ -163,226 +168,304 @@ struct Item {
     class: usize,
 }
 
-pub(crate) fn convert(
-    inputs: &[PathBuf],
-    options: &ImagesOptions,
-    ctx: &Ctx<'_>,
-) -> Result<Summary, ConvertError> {
-    if options.resize.is_some() && !RESIZE_AVAILABLE {
-        return Err(ConvertError::ResizeUnavailable);
-    }
-    if let Some((w, h)) = options.resize
-        && (w == 0 || h == 0)
-    {
-        return Err(ConvertError::Options(format!(
-            "resize to {w}x{h}: both sides must be at least 1"
-        )));
-    }
-    let [root] = inputs else {
-        return Err(ConvertError::Options(format!(
-            "images takes one ROOT folder (ROOT/<class>/*.png), {} given",
-            inputs.len()
-        )));
-    };
-    let list = |dir: &Path| -> Result<Vec<fs::DirEntry>, ConvertError> {
-        let mut entries = fs::read_dir(dir)
-            .map_err(|e| ConvertError::read(dir, e))?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| ConvertError::read(dir, e))?;
-        entries.sort_by_key(|e| e.file_name());
-        Ok(entries)
-    };
-    let mut classes = Vec::new();
-    let mut items = Vec::new();
-    let mut ignored = 0u64;
-    for entry in list(root)? {
-        if !entry.path().is_dir() {
-            ignored += 1;
-            continue;
+/// The image-folder converter as a [`Source`].
+pub(crate) struct ImagesSource<'a> {
+    inputs: &'a [PathBuf],
+    options: &'a ImagesOptions,
+    /// Class names by class index.
+    classes: Vec<String>,
+    items: Vec<Item>,
+    /// Per item: passed the scan (bad files are skipped under `--skip-bad-rows`).
+    good: Vec<bool>,
+}
+
+/// Files listed in a directory, sorted by name.
+fn list(dir: &Path) -> Result<Vec<fs::DirEntry>, ConvertError> {
+    let mut entries = fs::read_dir(dir)
+        .map_err(|e| ConvertError::read(dir, e))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| ConvertError::read(dir, e))?;
+    entries.sort_by_key(|e| e.file_name());
+    Ok(entries)
+}
+
+fn is_image(path: &Path) -> bool {
+    path.is_file()
+        && path
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| ["png", "jpg", "jpeg"].contains(&e.to_ascii_lowercase().as_str()))
+}
+
+impl<'a> ImagesSource<'a> {
+    pub(crate) fn new(inputs: &'a [PathBuf], options: &'a ImagesOptions) -> Self {
+        ImagesSource {
+            inputs,
+            options,
+            classes: Vec::new(),
+            items: Vec::new(),
+            good: Vec::new(),
         }
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let class = classes.len();
-        classes.push(name);
-        for file in list(&entry.path())? {
-            let path = file.path();
-            let is_image = path.is_file()
-                && path.extension().and_then(|e| e.to_str()).is_some_and(|e| {
-                    ["png", "jpg", "jpeg"].contains(&e.to_ascii_lowercase().as_str())
-                });
-            if is_image {
-                items.push(Item { path, class });
-            } else {
+    }
+
+    fn root(&self) -> Result<&'a Path, ConvertError> {
+        if self.options.resize.is_some() && !RESIZE_AVAILABLE {
+            return Err(ConvertError::ResizeUnavailable);
+        }
+        if let Some((w, h)) = self.options.resize
+            && (w == 0 || h == 0)
+        {
+            return Err(ConvertError::Options(format!(
+                "resize to {w}x{h}: both sides must be at least 1"
+            )));
+        }
+        match self.inputs {
+            [root] => Ok(root),
+            _ => Err(ConvertError::Options(format!(
+                "images takes one ROOT folder (ROOT/<class>/*.png), {} given",
+                self.inputs.len()
+            ))),
+        }
+    }
+
+    /// Lists the class folders and their images. With a fixed vocabulary
+    /// (`--schema`), the classes and their indices are the schema's, and a
+    /// folder outside it is a bad row for each of its images. Returns the
+    /// number of files ignored and the bad rows found.
+    fn list_items(&mut self, root: &Path, skip: bool) -> Result<(u64, BadRows), ConvertError> {
+        let fixed = self
+            .options
+            .schema
+            .as_ref()
+            .and_then(|f| f.vocabulary.as_ref());
+        if let Some(vocab) = fixed {
+            self.classes = vocab.clone();
+        }
+        let mut ignored = 0u64;
+        let mut bad = BadRows::default();
+        let mut folders = 0;
+        for entry in list(root)? {
+            if !entry.path().is_dir() {
                 ignored += 1;
+                continue;
             }
-        }
-    }
-    if classes.is_empty() {
-        return Err(ConvertError::Options(format!(
-            "{}: no class folders (expected ROOT/<class>/*.png|jpg)",
-            root.display()
-        )));
-    }
-
-    // Pass 1: check every file's header (and decoding, when resizing).
-    let skip = ctx.options.skip_bad_rows;
-    let resize = options.resize;
-    ctx.begin_phase(Phase::Scanning, items.len() as u64);
-    let mut good: Vec<bool> = Vec::with_capacity(items.len());
-    let mut bad = BadRows::default();
-    let mut bytes_in = 0u64;
-    let tasks: Vec<&[Item]> = items.chunks(FILES_PER_TASK).collect();
-    let total_items = items.len() as u64;
-    ctx.run_ordered(
-        tasks.clone(),
-        |task| {
-            let mut out = Vec::with_capacity(task.len());
-            for item in task {
-                let data = fs::read(&item.path).map_err(|e| ConvertError::read(&item.path, e))?;
-                let verdict = read_header(&data)
-                    .map_err(|(at, problem)| ConvertError::BadRow {
-                        location: SourceLocation::at_byte(&item.path, at as u64),
-                        problem,
-                    })
-                    .and_then(|h| match resize {
-                        Some((w, hh)) => pixels(&item.path, &data, w, hh).map(|_| h),
-                        None => Ok(h),
-                    });
-                out.push((data.len() as u64, verdict));
-            }
-            Ok(out)
-        },
-        |task| SourceLocation::at_byte(task.first().map_or(root, |item| &item.path), 0),
-        |results: Vec<(u64, Result<Header, ConvertError>)>| {
-            let n = results.len() as u64;
-            for (len, verdict) in results {
-                match verdict {
-                    Ok(_) => {
-                        good.push(true);
-                        bytes_in += len;
-                    }
-                    Err(e) if skip => {
-                        good.push(false);
-                        bad.push(e);
-                    }
-                    Err(e) => return Err(e),
+            folders += 1;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let class = match fixed {
+                None => {
+                    self.classes.push(name.clone());
+                    Some(self.classes.len() - 1)
                 }
-            }
-            ctx.advance(Phase::Scanning, total_items, n, n);
-            Ok(())
-        },
-    )?;
-    let total = good.iter().filter(|&&g| g).count() as u64;
-    if total == 0 {
-        return Err(ConvertError::NoRecords {
-            inputs: inputs.to_vec(),
-            skipped: bad.count,
-        });
-    }
-
-    // Pass 2: encode.
-    let plan = plan_shards(total, ctx.options.sharding, bytes_in);
-    ctx.begin_phase(Phase::Encoding, bytes_in);
-    let indexed: Vec<(usize, &[Item])> = tasks
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (i * FILES_PER_TASK, *t))
-        .collect();
-    let shards = ctx.write_shards(
-        &plan,
-        bytes_in,
-        indexed,
-        |(first, task)| {
-            let mut chunk = Chunk::default();
-            let mut enc = ExampleEncoder::default();
-            for (k, item) in task.iter().enumerate() {
-                if !good[first + k] {
+                Some(vocab) => vocab.iter().position(|c| *c == name),
+            };
+            for file in list(&entry.path())? {
+                let path = file.path();
+                if !is_image(&path) {
+                    ignored += 1;
                     continue;
                 }
-                let data = fs::read(&item.path).map_err(|e| ConvertError::read(&item.path, e))?;
-                chunk.bytes_in += data.len() as u64;
-                let header = read_header(&data).map_err(|(at, problem)| ConvertError::BadRow {
-                    location: SourceLocation::at_byte(&item.path, at as u64),
-                    problem: format!("{problem} (the file changed during the conversion?)"),
-                })?;
-                let class = &classes[item.class];
-                enc.begin();
-                enc.int64(b"image/class/label", item.class as i64);
-                enc.bytes(b"image/class/text", class.as_bytes());
-                match resize {
+                match class {
+                    Some(class) => self.items.push(Item { path, class }),
                     None => {
-                        enc.bytes(b"image/encoded", &data);
-                        enc.bytes(b"image/format", header.format.as_bytes());
-                        enc.int64(b"image/height", i64::from(header.height));
-                        enc.int64(b"image/width", i64::from(header.width));
-                    }
-                    Some((w, h)) => {
-                        let raw = pixels(&item.path, &data, w, h)?;
-                        enc.int64(b"image/height", i64::from(h));
-                        enc.bytes(b"image/raw", &raw);
-                        enc.int64(b"image/width", i64::from(w));
+                        let e = ConvertError::BadRow {
+                            location: SourceLocation::at_byte(&path, 0),
+                            problem: format!(
+                                "class folder {name:?} is not in the schema's vocabulary of {} classes ({})",
+                                self.classes.len(),
+                                self.options
+                                    .schema
+                                    .as_ref()
+                                    .map_or(String::new(), |f| f.path.display().to_string())
+                            ),
+                        };
+                        if !skip {
+                            return Err(e);
+                        }
+                        bad.push(e);
                     }
                 }
-                enc.end();
             }
-            chunk.fill(enc);
-            Ok(chunk)
-        },
-        |(_, task)| SourceLocation::at_byte(task.first().map_or(root, |item| &item.path), 0),
-    )?;
-
-    let scalar = |name: &str, dtype| FeatureSpec {
-        name: name.into(),
-        dtype,
-        layout: Layout::Fixed(Vec::new()),
-        default: None,
-    };
-    let mut features = match resize {
-        None => vec![
-            scalar("image/encoded", DType::Bytes),
-            scalar("image/format", DType::Bytes),
-        ],
-        Some((w, h)) => vec![FeatureSpec {
-            name: "image/raw".into(),
-            dtype: DType::Uint8,
-            layout: Layout::Fixed(vec![h as usize, w as usize, 3]),
-            default: None,
-        }],
-    };
-    features.push(scalar("image/height", DType::Int64));
-    features.push(scalar("image/width", DType::Int64));
-    features.push(scalar("image/class/label", DType::Int64));
-    features.push(scalar("image/class/text", DType::Bytes));
-    let schema = Schema {
-        features,
-        label: Some("image/class/label".into()),
-    };
-    let mut extra = Map::new();
-    extra.insert("classes".into(), json!(classes));
-    extra.insert("files_ignored".into(), json!(ignored));
-    if let Some((w, h)) = resize {
-        extra.insert("resize".into(), json!([w, h]));
+        }
+        if folders == 0 {
+            return Err(ConvertError::Options(format!(
+                "{}: no class folders (expected ROOT/<class>/*.png|jpg)",
+                root.display()
+            )));
+        }
+        Ok((ignored, bad))
     }
-    finish(
-        ctx,
-        shards,
-        Finished {
-            schema,
-            format: "images",
-            inputs: inputs.to_vec(),
-            bytes_in,
-            rows_skipped: bad.count,
-            bad_rows: bad.kept,
-            extra,
-            warnings: if ignored > 0 {
-                vec![format!(
-                    "{}: {ignored} file(s) ignored (not a class folder, or not .png/.jpg/.jpeg)",
-                    root.display()
-                )]
-            } else {
-                Vec::new()
+
+    fn schema(&self) -> Schema {
+        let scalar = |name: &str, dtype| FeatureSpec {
+            name: name.into(),
+            dtype,
+            layout: Layout::Fixed(Vec::new()),
+            default: None,
+        };
+        let mut features = match self.options.resize {
+            None => vec![
+                scalar("image/encoded", DType::Bytes),
+                scalar("image/format", DType::Bytes),
+            ],
+            Some((w, h)) => vec![FeatureSpec {
+                name: "image/raw".into(),
+                dtype: DType::Uint8,
+                layout: Layout::Fixed(vec![h as usize, w as usize, 3]),
+                default: None,
+            }],
+        };
+        features.push(scalar("image/height", DType::Int64));
+        features.push(scalar("image/width", DType::Int64));
+        features.push(scalar("image/class/label", DType::Int64));
+        features.push(scalar("image/class/text", DType::Bytes));
+        Schema {
+            features,
+            label: Some("image/class/label".into()),
+        }
+    }
+}
+
+/// Reads one file and judges it: its length and header, or the bad row.
+fn check_file(
+    item: &Item,
+    resize: Option<(u32, u32)>,
+) -> Result<(u64, Result<Header, ConvertError>), ConvertError> {
+    let data = fs::read(&item.path).map_err(|e| ConvertError::read(&item.path, e))?;
+    let verdict = read_header(&data)
+        .map_err(|(at, problem)| ConvertError::BadRow {
+            location: SourceLocation::at_byte(&item.path, at as u64),
+            problem,
+        })
+        .and_then(|h| match resize {
+            Some((w, hh)) => pixels(&item.path, &data, w, hh).map(|_| h),
+            None => Ok(h),
+        });
+    Ok((data.len() as u64, verdict))
+}
+
+impl Source for ImagesSource<'_> {
+    /// (first item, end item).
+    type Task = (usize, usize);
+
+    fn scan(&mut self, ctx: &Ctx<'_>) -> Result<Scanned<Self::Task>, ConvertError> {
+        let root = self.root()?;
+        let skip = ctx.options.skip_bad_rows;
+        let (ignored, mut bad) = self.list_items(root, skip)?;
+        // Check every file's header (and decoding, when resizing).
+        let resize = self.options.resize;
+        let items = &self.items;
+        let total_items = items.len() as u64;
+        ctx.begin_phase(Phase::Scanning, total_items);
+        let mut good: Vec<bool> = Vec::with_capacity(items.len());
+        let mut bytes_in = 0u64;
+        let tasks: Vec<Self::Task> = (0..items.len())
+            .step_by(FILES_PER_TASK)
+            .map(|from| (from, (from + FILES_PER_TASK).min(items.len())))
+            .collect();
+        ctx.run_ordered(
+            tasks.clone(),
+            |(from, to)| {
+                items[from..to]
+                    .iter()
+                    .map(|item| check_file(item, resize))
+                    .collect()
             },
-        },
-    )
+            |&(from, _)| SourceLocation::at_byte(items.get(from).map_or(root, |i| &i.path), 0),
+            |results: Vec<(u64, Result<Header, ConvertError>)>| {
+                let n = results.len() as u64;
+                for (len, verdict) in results {
+                    match verdict {
+                        Ok(_) => {
+                            good.push(true);
+                            bytes_in += len;
+                        }
+                        Err(e) if skip => {
+                            good.push(false);
+                            bad.push(e);
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                ctx.advance(Phase::Scanning, total_items, n, n);
+                Ok(())
+            },
+        )?;
+        self.good = good;
+        let records = self.good.iter().filter(|&&g| g).count() as u64;
+        let mut extra = Map::new();
+        extra.insert("classes".into(), json!(self.classes));
+        extra.insert("files_ignored".into(), json!(ignored));
+        if let Some((w, h)) = resize {
+            extra.insert("resize".into(), json!([w, h]));
+        }
+        let warnings = if ignored > 0 {
+            vec![format!(
+                "{}: {ignored} file(s) ignored (not a class folder, or not .png/.jpg/.jpeg)",
+                root.display()
+            )]
+        } else {
+            Vec::new()
+        };
+        Ok(Scanned {
+            records,
+            tasks,
+            done: Finished {
+                schema: self.schema(),
+                format: "images",
+                inputs: self.inputs.to_vec(),
+                bytes_in,
+                rows_skipped: bad.count,
+                bad_rows: bad.kept,
+                extra,
+                warnings,
+            },
+        })
+    }
+
+    fn encode(&self, (from, to): Self::Task) -> Result<Chunk, ConvertError> {
+        let mut chunk = Chunk::default();
+        let mut enc = ExampleEncoder::default();
+        for (item, _) in self.items[from..to]
+            .iter()
+            .zip(&self.good[from..to])
+            .filter(|(_, good)| **good)
+        {
+            let data = fs::read(&item.path).map_err(|e| ConvertError::read(&item.path, e))?;
+            chunk.bytes_in += data.len() as u64;
+            let header = read_header(&data).map_err(|(at, problem)| ConvertError::BadRow {
+                location: SourceLocation::at_byte(&item.path, at as u64),
+                problem: format!("{problem} (the file changed during the conversion?)"),
+            })?;
+            let class = &self.classes[item.class];
+            enc.begin();
+            enc.int64(b"image/class/label", item.class as i64);
+            enc.bytes(b"image/class/text", class.as_bytes());
+            match self.options.resize {
+                None => {
+                    enc.bytes(b"image/encoded", &data);
+                    enc.bytes(b"image/format", header.format.as_bytes());
+                    enc.int64(b"image/height", i64::from(header.height));
+                    enc.int64(b"image/width", i64::from(header.width));
+                }
+                Some((w, h)) => {
+                    let raw = pixels(&item.path, &data, w, h)?;
+                    enc.int64(b"image/height", i64::from(h));
+                    enc.bytes(b"image/raw", &raw);
+                    enc.int64(b"image/width", i64::from(w));
+                }
+            }
+            enc.end();
+        }
+        chunk.fill(enc);
+        Ok(chunk)
+    }
+
+    fn locate(&self, &(from, _): &Self::Task) -> SourceLocation {
+        match self.items.get(from) {
+            Some(item) => SourceLocation::at_byte(&item.path, 0),
+            None => SourceLocation::at_byte(self.inputs.first().map_or(Path::new(""), |p| p), 0),
+        }
+    }
 }
 
 /// Decodes and resizes to exactly `w` x `h` RGB pixels.

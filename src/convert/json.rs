@@ -4,24 +4,42 @@
 //! Values: numbers (int64 if every value of the key is an integer, else
 //! float32), strings (bytes), booleans (int64 0/1), `null` (the feature is left
 //! out), arrays of numbers or of strings (lists: the feature becomes
-//! var-length). Nested objects flatten to `a.b` keys. A small parser of our
-//! own keeps the byte offset of every value, so errors name line and column.
+//! var-length). Nested objects flatten to `a.b` keys.
+//!
+//! Parsing is `serde_json`'s: a record is read as its keys and raw values
+//! ([`RawValue`], slices of the input), so every value keeps its byte offset
+//! and errors name line and column; a number is kept as its exact text, so
+//! the number rules (int64 or float32 by the whole column, integers beyond
+//! int64 kept as text with a warning, values beyond float32 an error) are
+//! decided on the digits, never on a lossy f64. Strings are decoded with
+//! serde_json's validation: a lone surrogate (`"\ud800"`) is an error, not
+//! U+FFFD. A JSON Lines record is one line (the format's rule), so a broken
+//! line is reported on that line and skipping resumes on the next.
 //!
 //! The first pass is sequential: it finds the records, judges each against the
 //! types established so far (the first value of a key fixes it as numeric or
 //! text; a later value of the other kind contradicts it), and infers. The
 //! second pass re-parses the good records in parallel and encodes them.
+//!
+//! With a fixed schema (`--schema`), the types, defaults and label vocabulary
+//! are the schema's: a key outside it, a value that does not fit, a missing
+//! value without a default and an unseen label are bad rows.
 
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
+use std::fmt;
 use std::path::{Path, PathBuf};
 
+use serde::de::{self, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+
+use super::driver::{Scanned, Source};
 use super::encode::ExampleEncoder;
 use super::error::{ConvertError, SourceLocation, quote};
 use super::infer::{self, Column, Kind, parse_f32, parse_i64};
-use super::output::{BadRows, Chunk, Ctx, Input, finish, plan_shards};
-use super::{Missing, Phase, Summary};
-use crate::example::DType;
+use super::output::{BadRows, Chunk, Ctx, Input};
+use super::{FixedSchema, Missing, Phase};
+use crate::example::{DType, Layout as SpecLayout};
 
 /// Options of the JSON converter.
 #[derive(Debug, Clone, Default)]
@@ -32,6 +50,9 @@ pub struct JsonOptions {
     pub label: Option<String>,
     /// What a key missing in some records becomes in the schema.
     pub missing: Missing,
+    /// Convert with this schema instead of inferring one (`--schema`): the
+    /// same types, defaults and label vocabulary. By default `None`.
+    pub schema: Option<FixedSchema>,
 }
 
 impl JsonOptions {
@@ -46,7 +67,8 @@ impl JsonOptions {
 
 /// Records per encoding task.
 const RECORDS_PER_TASK: usize = 1024;
-/// Nesting deeper than this is refused (no stack overflow on hostile input).
+/// Objects nested deeper than this are refused: flattening recurses once per
+/// level (and re-reads the level's text), so hostile nesting must stop early.
 const MAX_DEPTH: usize = 64;
 
 #[derive(Debug, Clone)]
@@ -99,393 +121,268 @@ struct Field<'a> {
     offset: usize,
 }
 
+/// A syntax error at a byte offset of the input.
+#[derive(Debug)]
 struct Syntax {
     offset: usize,
     problem: String,
 }
 
-struct Parser<'a> {
+/// A string that borrows from the input when it has no escapes.
+struct Text<'de>(Cow<'de, str>);
+
+impl<'de> de::Deserialize<'de> for Text<'de> {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Text<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Owned(v.to_string())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// An object's members in input order (duplicates kept, so they can be
+/// reported), each value raw.
+struct Members<'de>(Vec<(Cow<'de, str>, &'de RawValue)>);
+
+impl<'de> de::Deserialize<'de> for Members<'de> {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Members<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object {...}")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
+                let mut out = Vec::new();
+                while let Some((Text(key), value)) = map.next_entry::<Text<'de>, &'de RawValue>()? {
+                    out.push((key, value));
+                }
+                Ok(Members(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// An array's elements, each raw.
+struct Elements<'de>(Vec<&'de RawValue>);
+
+impl<'de> de::Deserialize<'de> for Elements<'de> {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Elements<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON array [...]")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Elements<'de>, A::Error> {
+                let mut out = Vec::new();
+                while let Some(value) = seq.next_element::<&'de RawValue>()? {
+                    out.push(value);
+                }
+                Ok(Elements(out))
+            }
+        }
+        d.deserialize_seq(V)
+    }
+}
+
+/// Reads one complete value of type `T` from `data[start..end]`; a syntax
+/// error is located in the whole input. serde_json's own message is kept,
+/// without its "at line L column C" (the location says it better), and a
+/// lone surrogate gets a message of its own at its escape.
+fn parse_at<'a, T: de::Deserialize<'a>>(
     data: &'a [u8],
-    pos: usize,
+    start: usize,
+    end: usize,
+) -> Result<T, Syntax> {
+    let slice = &data[start..end];
+    let mut de = serde_json::Deserializer::from_slice(slice);
+    // Depth is bounded by serde_json's recursion limit (128): hostile nesting
+    // is an error, never a stack overflow.
+    let value = T::deserialize(&mut de).and_then(|v| de.end().map(|()| v));
+    value.map_err(|e| syntax_error(data, start, slice, &e))
 }
 
-impl<'a> Parser<'a> {
-    fn err<T>(&self, offset: usize, problem: impl Into<String>) -> Result<T, Syntax> {
-        Err(Syntax {
-            offset,
-            problem: problem.into(),
-        })
-    }
-
-    fn ws(&mut self) {
-        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.data.get(self.pos) {
-            self.pos += 1;
-        }
-    }
-
-    fn peek(&self) -> Option<u8> {
-        self.data.get(self.pos).copied()
-    }
-
-    fn found(&self) -> String {
-        match self.peek() {
-            None => "the end of the input".into(),
-            Some(b) => format!("{:?}", b as char),
-        }
-    }
-
-    fn expect(&mut self, byte: u8, what: &str) -> Result<(), Syntax> {
-        if self.peek() == Some(byte) {
-            self.pos += 1;
-            Ok(())
-        } else {
-            self.err(
-                self.pos,
-                format!("JSON syntax error: expected {what}, found {}", self.found()),
-            )
-        }
-    }
-
-    /// One object, flattened into `fields`.
-    fn record(&mut self, fields: &mut Vec<Field<'a>>) -> Result<(), Syntax> {
-        self.ws();
-        if self.peek() != Some(b'{') {
-            return self.err(
-                self.pos,
-                format!(
-                    "expected a JSON object {{...}} as a record, found {}",
-                    self.found()
-                ),
-            );
-        }
-        self.object(None, fields, 0)
-    }
-
-    fn object(
-        &mut self,
-        prefix: Option<&str>,
-        fields: &mut Vec<Field<'a>>,
-        depth: usize,
-    ) -> Result<(), Syntax> {
-        if depth > MAX_DEPTH {
-            return self.err(
-                self.pos,
-                format!("objects nested deeper than {MAX_DEPTH} levels"),
-            );
-        }
-        self.expect(b'{', "'{'")?;
-        self.ws();
-        if self.peek() == Some(b'}') {
-            self.pos += 1;
-            return Ok(());
-        }
-        loop {
-            self.ws();
-            let key_at = self.pos;
-            if self.peek() != Some(b'"') {
-                return self.err(
-                    key_at,
-                    format!(
-                        "JSON syntax error: expected a key string, found {}",
-                        self.found()
-                    ),
-                );
-            }
-            let raw = self.string()?;
-            let key: Cow<'a, str> = match raw {
-                Cow::Borrowed(b) => match std::str::from_utf8(b) {
-                    Ok(s) => Cow::Borrowed(s),
-                    Err(_) => return self.err(key_at, "key is not valid UTF-8"),
-                },
-                Cow::Owned(b) => match String::from_utf8(b) {
-                    Ok(s) => Cow::Owned(s),
-                    Err(_) => return self.err(key_at, "key is not valid UTF-8"),
-                },
-            };
-            let key = match prefix {
-                Some(p) => Cow::Owned(format!("{p}.{key}")),
-                None => key,
-            };
-            self.ws();
-            self.expect(b':', "':' after the key")?;
-            self.ws();
-            let at = self.pos;
-            match self.peek() {
-                Some(b'{') => self.object(Some(&key), fields, depth + 1)?,
-                Some(b'[') => {
-                    let list = self.array()?;
-                    fields.push(Field {
-                        key,
-                        value: FieldValue::List(list),
-                        offset: at,
-                    });
-                }
-                _ => {
-                    let value = match self.scalar()? {
-                        Some(s) => FieldValue::One(s),
-                        None => FieldValue::Null,
-                    };
-                    fields.push(Field {
-                        key,
-                        value,
-                        offset: at,
-                    });
-                }
-            }
-            self.ws();
-            match self.peek() {
-                Some(b',') => self.pos += 1,
-                Some(b'}') => {
-                    self.pos += 1;
-                    return Ok(());
-                }
-                _ => {
-                    return self.err(
-                        self.pos,
-                        format!(
-                            "JSON syntax error: expected ',' or '}}' in an object, found {}",
-                            self.found()
-                        ),
-                    );
-                }
-            }
-        }
-    }
-
-    fn array(&mut self) -> Result<Vec<(Scalar<'a>, usize)>, Syntax> {
-        self.expect(b'[', "'['")?;
-        let mut out = Vec::new();
-        self.ws();
-        if self.peek() == Some(b']') {
-            self.pos += 1;
-            return Ok(out);
-        }
-        loop {
-            self.ws();
-            let at = self.pos;
-            match self.peek() {
-                Some(b'{' | b'[') => {
-                    return self.err(
-                        at,
-                        "arrays may hold numbers, strings or booleans, not objects or arrays",
-                    );
-                }
-                _ => match self.scalar()? {
-                    Some(s) => out.push((s, at)),
-                    None => {
-                        return self.err(
-                            at,
-                            "null inside an array: expected a number, string or boolean",
-                        );
-                    }
-                },
-            }
-            self.ws();
-            match self.peek() {
-                Some(b',') => self.pos += 1,
-                Some(b']') => {
-                    self.pos += 1;
-                    return Ok(out);
-                }
-                _ => {
-                    return self.err(
-                        self.pos,
-                        format!(
-                            "JSON syntax error: expected ',' or ']' in an array, found {}",
-                            self.found()
-                        ),
-                    );
-                }
-            }
-        }
-    }
-
-    /// A scalar; `None` for null.
-    fn scalar(&mut self) -> Result<Option<Scalar<'a>>, Syntax> {
-        let at = self.pos;
-        match self.peek() {
-            Some(b'"') => Ok(Some(Scalar::Str(self.string()?))),
-            Some(b't') => self.literal(b"true").map(|_| Some(Scalar::Bool(true))),
-            Some(b'f') => self.literal(b"false").map(|_| Some(Scalar::Bool(false))),
-            Some(b'n') => self.literal(b"null").map(|_| None),
-            Some(b'-' | b'0'..=b'9') => Ok(Some(Scalar::Num(self.number()?))),
-            _ => self.err(
-                at,
-                format!(
-                    "JSON syntax error: expected a value, found {}",
-                    self.found()
-                ),
-            ),
-        }
-    }
-
-    fn literal(&mut self, word: &[u8]) -> Result<(), Syntax> {
-        if self.data[self.pos..].starts_with(word) {
-            self.pos += word.len();
-            Ok(())
-        } else {
-            self.err(
-                self.pos,
-                format!(
-                    "JSON syntax error: expected `{}`, found {}",
-                    String::from_utf8_lossy(word),
-                    quote(&self.data[self.pos..(self.pos + word.len()).min(self.data.len())])
-                ),
-            )
-        }
-    }
-
-    fn number(&mut self) -> Result<&'a [u8], Syntax> {
-        let start = self.pos;
-        let d = self.data;
-        let mut i = self.pos;
-        if d.get(i) == Some(&b'-') {
-            i += 1;
-        }
-        let digits = |i: &mut usize| {
-            let s = *i;
-            while d.get(*i).is_some_and(u8::is_ascii_digit) {
-                *i += 1;
-            }
-            *i - s
+fn syntax_error(data: &[u8], start: usize, slice: &[u8], e: &serde_json::Error) -> Syntax {
+    let at = start + offset_of(slice, e.line(), e.column());
+    let text = e.to_string();
+    let suffix = format!(" at line {} column {}", e.line(), e.column());
+    let message = text.strip_suffix(&suffix).unwrap_or(&text);
+    if message.contains("surrogate") || message.contains("hex escape") {
+        let escape = lone_surrogate_before(data, start, at);
+        return Syntax {
+            offset: escape.unwrap_or(at),
+            problem: "JSON string: lone surrogate (half of a UTF-16 pair, not a character; the text would be changed)".into(),
         };
-        if digits(&mut i) == 0 {
-            return self.err(start, "JSON syntax error: a number needs digits");
-        }
-        if d.get(i) == Some(&b'.') {
-            i += 1;
-            if digits(&mut i) == 0 {
-                return self.err(i, "JSON syntax error: expected digits after '.'");
-            }
-        }
-        if matches!(d.get(i), Some(b'e' | b'E')) {
-            i += 1;
-            if matches!(d.get(i), Some(b'+' | b'-')) {
-                i += 1;
-            }
-            if digits(&mut i) == 0 {
-                return self.err(i, "JSON syntax error: expected digits in the exponent");
-            }
-        }
-        self.pos = i;
-        Ok(&d[start..i])
     }
-
-    /// A string at `pos` (which is a quote); borrowed when it has no escapes.
-    fn string(&mut self) -> Result<Cow<'a, [u8]>, Syntax> {
-        let start = self.pos + 1;
-        let d = self.data;
-        let mut i = start;
-        while let Some(&b) = d.get(i) {
-            match b {
-                b'"' => {
-                    self.pos = i + 1;
-                    return Ok(Cow::Borrowed(&d[start..i]));
-                }
-                b'\\' => return self.escaped_string(start, i),
-                0..=0x1f => return self.err(i, "JSON syntax error: control character in a string"),
-                _ => i += 1,
-            }
-        }
-        self.err(self.pos, "JSON syntax error: unterminated string")
-    }
-
-    fn escaped_string(
-        &mut self,
-        start: usize,
-        first_escape: usize,
-    ) -> Result<Cow<'a, [u8]>, Syntax> {
-        let d = self.data;
-        let mut out = d[start..first_escape].to_vec();
-        let mut i = first_escape;
-        loop {
-            let Some(&b) = d.get(i) else {
-                return self.err(start - 1, "JSON syntax error: unterminated string");
-            };
-            match b {
-                b'"' => {
-                    self.pos = i + 1;
-                    return Ok(Cow::Owned(out));
-                }
-                b'\\' => {
-                    let Some(&e) = d.get(i + 1) else {
-                        return self.err(i, "JSON syntax error: unterminated escape");
-                    };
-                    i += 2;
-                    let c = match e {
-                        b'"' => '"',
-                        b'\\' => '\\',
-                        b'/' => '/',
-                        b'b' => '\u{8}',
-                        b'f' => '\u{c}',
-                        b'n' => '\n',
-                        b'r' => '\r',
-                        b't' => '\t',
-                        b'u' => {
-                            let at = i - 2;
-                            let hi = self.hex4(i)?;
-                            i += 4;
-                            let lone = |code: u32| {
-                                self.err(
-                                    at,
-                                    format!(
-                                        "JSON string: lone surrogate \\u{code:04x} (half of a UTF-16 pair, not a character; the text would be changed)"
-                                    ),
-                                )
-                            };
-                            if (0xD800..0xDC00).contains(&hi) {
-                                if d.get(i) != Some(&b'\\') || d.get(i + 1) != Some(&b'u') {
-                                    return lone(hi);
-                                }
-                                let lo = self.hex4(i + 2)?;
-                                if !(0xDC00..0xE000).contains(&lo) {
-                                    return lone(hi);
-                                }
-                                i += 6;
-                                let code = 0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00);
-                                match char::from_u32(code) {
-                                    Some(c) => c,
-                                    None => return lone(hi),
-                                }
-                            } else {
-                                match char::from_u32(hi) {
-                                    Some(c) => c,
-                                    None => return lone(hi),
-                                }
-                            }
-                        }
-                        _ => {
-                            return self.err(
-                                i - 2,
-                                format!("JSON syntax error: invalid escape \\{}", e as char),
-                            );
-                        }
-                    };
-                    let mut buf = [0u8; 4];
-                    out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
-                }
-                0..=0x1f => return self.err(i, "JSON syntax error: control character in a string"),
-                _ => {
-                    out.push(b);
-                    i += 1;
-                }
-            }
-        }
-    }
-
-    fn hex4(&self, at: usize) -> Result<u32, Syntax> {
-        let digits = self
-            .data
-            .get(at..at + 4)
-            .and_then(|h| std::str::from_utf8(h).ok());
-        match digits.and_then(|h| u32::from_str_radix(h, 16).ok()) {
-            Some(v) => Ok(v),
-            None => self.err(at, "JSON syntax error: expected 4 hex digits after \\u"),
-        }
+    Syntax {
+        offset: at,
+        problem: format!("JSON syntax error: {message}"),
     }
 }
 
-/// Finds the records: `(start, end)` of each, or a syntax error.
+/// The byte offset in `slice` of serde_json's 1-based line and column (the
+/// column counts bytes and points at or just past the offending byte).
+fn offset_of(slice: &[u8], line: usize, column: usize) -> usize {
+    let mut line_start = 0;
+    for _ in 1..line {
+        match memchr::memchr(b'\n', &slice[line_start..]) {
+            Some(i) => line_start += i + 1,
+            None => break,
+        }
+    }
+    (line_start + column.saturating_sub(1)).min(slice.len())
+}
+
+/// The last `\uXXXX` escape of a surrogate (D800-DFFF) in `data[start..at]`.
+fn lone_surrogate_before(data: &[u8], start: usize, at: usize) -> Option<usize> {
+    let window = &data[start..(at + 1).min(data.len())];
+    memchr::memmem::rfind_iter(window, b"\\u").find_map(|i| {
+        let hex = std::str::from_utf8(window.get(i + 2..i + 6)?).ok()?;
+        let code = u32::from_str_radix(hex, 16).ok()?;
+        (0xD800..0xE000).contains(&code).then_some(start + i)
+    })
+}
+
+/// The offset of a raw value (a slice of `data`) in `data`.
+fn offset_in(data: &[u8], raw: &RawValue) -> usize {
+    (raw.get().as_ptr() as usize).saturating_sub(data.as_ptr() as usize)
+}
+
+/// One record at `data[start..end]` (an object), flattened into `fields`.
+fn parse_record<'a>(
+    data: &'a [u8],
+    start: usize,
+    end: usize,
+    fields: &mut Vec<Field<'a>>,
+) -> Result<(), Syntax> {
+    let first = data[start..end]
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .map_or(end, |i| start + i);
+    if data.get(first) != Some(&b'{') {
+        return Err(Syntax {
+            offset: first,
+            problem: format!(
+                "expected a JSON object {{...}} as a record, found {}",
+                match data.get(first) {
+                    Some(&b) if first < end => format!("{:?}", b as char),
+                    _ => "the end of the input".into(),
+                }
+            ),
+        });
+    }
+    let members: Members<'a> = parse_at(data, start, end)?;
+    flatten(data, None, members, fields, 0)
+}
+
+fn flatten<'a>(
+    data: &'a [u8],
+    prefix: Option<&str>,
+    members: Members<'a>,
+    fields: &mut Vec<Field<'a>>,
+    depth: usize,
+) -> Result<(), Syntax> {
+    for (key, raw) in members.0 {
+        let key = match prefix {
+            Some(p) => Cow::Owned(format!("{p}.{key}")),
+            None => key,
+        };
+        let at = offset_in(data, raw);
+        let end = at + raw.get().len();
+        match raw.get().as_bytes().first() {
+            Some(b'{') => {
+                if depth >= MAX_DEPTH {
+                    return Err(Syntax {
+                        offset: at,
+                        problem: format!("objects nested deeper than {MAX_DEPTH} levels"),
+                    });
+                }
+                let nested: Members<'a> = parse_at(data, at, end)?;
+                flatten(data, Some(key.as_ref()), nested, fields, depth + 1)?;
+            }
+            Some(b'[') => {
+                let Elements(items) = parse_at(data, at, end)?;
+                let mut list = Vec::with_capacity(items.len());
+                for item in items {
+                    let item_at = offset_in(data, item);
+                    match scalar(data, item)? {
+                        Some(s) => list.push((s, item_at)),
+                        None => {
+                            return Err(Syntax {
+                                offset: item_at,
+                                problem:
+                                    "null inside an array: expected a number, string or boolean"
+                                        .into(),
+                            });
+                        }
+                    }
+                }
+                fields.push(Field {
+                    key,
+                    value: FieldValue::List(list),
+                    offset: at,
+                });
+            }
+            _ => {
+                let value = match scalar(data, raw)? {
+                    Some(s) => FieldValue::One(s),
+                    None => FieldValue::Null,
+                };
+                fields.push(Field {
+                    key,
+                    value,
+                    offset: at,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A scalar value; `None` for null. Objects and arrays are refused here
+/// (they may not sit inside arrays).
+fn scalar<'a>(data: &'a [u8], raw: &'a RawValue) -> Result<Option<Scalar<'a>>, Syntax> {
+    let text = raw.get();
+    let at = offset_in(data, raw);
+    Ok(Some(match text.as_bytes().first() {
+        Some(b'"') => {
+            let Text(s) = parse_at(data, at, at + text.len())?;
+            Scalar::Str(match s {
+                Cow::Borrowed(b) => Cow::Borrowed(b.as_bytes()),
+                Cow::Owned(o) => Cow::Owned(o.into_bytes()),
+            })
+        }
+        Some(b't') => Scalar::Bool(true),
+        Some(b'f') => Scalar::Bool(false),
+        Some(b'n') => return Ok(None),
+        Some(b'{' | b'[') => {
+            return Err(Syntax {
+                offset: at,
+                problem: "arrays may hold numbers, strings or booleans, not objects or arrays"
+                    .into(),
+            });
+        }
+        // serde_json validated it: a number, kept as its exact text.
+        _ => Scalar::Num(text.as_bytes()),
+    }))
+}
+
+/// How the records of a file are laid out.
 enum Layout {
     Lines,
     Array,
@@ -507,11 +404,53 @@ struct ColState {
     big_int: Option<(usize, usize)>,
 }
 
+/// Judges records against the declared (or fixed) types and those seen so far.
 struct Judge<'o> {
     path: &'o Path,
     data: &'o [u8],
-    declared: HashMap<&'o str, DType>,
+    declared: &'o HashMap<String, DType>,
     label: Option<&'o str>,
+    /// A fixed schema: its keys, layouts, defaults and label vocabulary.
+    fixed: Option<&'o Fixed>,
+}
+
+/// What a fixed schema (`--schema`) says about the keys.
+struct Fixed {
+    source: FixedSchema,
+    /// Per feature: var-length (lists allowed), may be missing.
+    keys: HashMap<String, (bool, bool)>,
+    vocab: Option<Vec<Vec<u8>>>,
+}
+
+impl Fixed {
+    fn new(source: &FixedSchema) -> Result<(Fixed, HashMap<String, DType>), ConvertError> {
+        let mut keys = HashMap::new();
+        let mut declared = HashMap::new();
+        let vocab: Option<Vec<Vec<u8>>> = source
+            .vocabulary
+            .as_ref()
+            .map(|v| v.iter().map(|s| s.as_bytes().to_vec()).collect());
+        for f in &source.schema.features {
+            let (dtype, may_miss) = source.column(&f.name)?;
+            keys.insert(
+                f.name.clone(),
+                (matches!(f.layout, SpecLayout::Var), may_miss),
+            );
+            let is_vocab_label =
+                vocab.is_some() && source.schema.label.as_deref() == Some(f.name.as_str());
+            if !is_vocab_label {
+                declared.insert(f.name.clone(), dtype);
+            }
+        }
+        Ok((
+            Fixed {
+                source: source.clone(),
+                keys,
+                vocab,
+            },
+            declared,
+        ))
+    }
 }
 
 impl Judge<'_> {
@@ -531,11 +470,32 @@ impl Judge<'_> {
         offset: usize,
     ) -> Result<(), ConvertError> {
         let kind = value.kind();
+        if let Some(vocab) = self.fixed.and_then(|f| f.vocab.as_deref())
+            && self.label == Some(key)
+        {
+            let known = match value {
+                Scalar::Str(s) => vocab.binary_search_by(|v| v.as_slice().cmp(s)).is_ok(),
+                _ => false,
+            };
+            if !known {
+                return Err(self.bad(
+                    offset,
+                    format!(
+                        "label {} is not in the schema's vocabulary of {} classes",
+                        value.describe(),
+                        vocab.len()
+                    ),
+                ));
+            }
+            return Ok(());
+        }
         if let Some(&dtype) = self.declared.get(key) {
             let ok = match dtype {
                 DType::Int64 => kind == Kind::Int,
                 DType::Float32 => kind <= Kind::BigInt,
-                _ => kind == Kind::Text,
+                // Numbers keep their exact text in a bytes key (as inference
+                // does for integers beyond int64), booleans their name.
+                _ => true,
             };
             if ok
                 && dtype == DType::Float32
@@ -582,333 +542,405 @@ impl Judge<'_> {
         }
         Ok(())
     }
+
+    /// The fixed schema's rules for one field: a known key, a list only
+    /// where the feature is var-length.
+    fn check_fixed(&self, field: &Field<'_>) -> Result<(), ConvertError> {
+        let Some(fixed) = self.fixed else {
+            return Ok(());
+        };
+        let key: &str = &field.key;
+        match fixed.keys.get(key) {
+            None => Err(self.bad(
+                field.offset,
+                format!(
+                    "key {key:?} is not in the schema {}",
+                    fixed.source.path.display()
+                ),
+            )),
+            Some((false, _)) if matches!(field.value, FieldValue::List(_)) => Err(self.bad(
+                field.offset,
+                format!("a list in key {key:?}, which the schema has as one value"),
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// A fixed schema's features without a default must be in every record.
+    fn check_required(&self, fields: &[Field<'_>], record_at: usize) -> Result<(), ConvertError> {
+        let Some(fixed) = self.fixed else {
+            return Ok(());
+        };
+        for f in &fixed.source.schema.features {
+            let Some(&(_, may_miss)) = fixed.keys.get(&f.name) else {
+                continue;
+            };
+            let present = fields
+                .iter()
+                .any(|g| g.key == f.name && !matches!(g.value, FieldValue::Null));
+            if !may_miss && !present && self.label != Some(f.name.as_str()) {
+                return Err(self.bad(
+                    record_at,
+                    format!(
+                        "this record has no value for key {:?}, and the schema gives it no default",
+                        f.name
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
-pub(crate) fn convert(
-    inputs: &[PathBuf],
-    options: &JsonOptions,
-    ctx: &Ctx<'_>,
-) -> Result<Summary, ConvertError> {
-    let files: Vec<Input> = inputs
-        .iter()
-        .map(|p| Input::load(p))
-        .collect::<Result<_, _>>()?;
-    let bytes_total: u64 = files.iter().map(|f| f.len() as u64).sum();
-    let skip = ctx.options.skip_bad_rows;
-    ctx.begin_phase(Phase::Scanning, bytes_total);
+/// The JSON converter as a [`Source`].
+pub(crate) struct JsonSource<'a> {
+    inputs: &'a [PathBuf],
+    options: &'a JsonOptions,
+    files: Vec<Input>,
+    /// The good records: (file, start, end).
+    records: Vec<(usize, usize, usize)>,
+    columns: Vec<Column>,
+    index: HashMap<String, usize>,
+}
 
-    // Pass 1 (sequential): records, bad rows, inference.
-    let mut order: Vec<String> = Vec::new();
-    let mut states: HashMap<String, ColState> = HashMap::new();
-    let mut records: Vec<(usize, usize, usize)> = Vec::new(); // (file, start, end)
-    let mut bad = BadRows::default();
-    let mut fields = Vec::new();
-    for (fi, (path, data)) in inputs.iter().zip(&files).enumerate() {
-        let judge = Judge {
-            path,
-            data,
-            declared: options
-                .columns
-                .iter()
-                .map(|(n, d)| (n.as_str(), *d))
-                .collect(),
-            label: options.label.as_deref(),
-        };
-        let mut p = Parser { data, pos: 0 };
-        p.ws();
-        let layout = if p.peek() == Some(b'[') {
-            p.pos += 1;
-            Layout::Array
-        } else {
-            Layout::Lines
-        };
-        let syntax = |s: Syntax, row: bool| {
-            let location = SourceLocation::in_text(path, data, s.offset);
-            if row {
-                ConvertError::BadRow {
-                    location,
-                    problem: s.problem,
-                }
-            } else {
-                ConvertError::BadInput {
-                    location,
-                    problem: s.problem,
-                }
+impl<'a> JsonSource<'a> {
+    pub(crate) fn new(inputs: &'a [PathBuf], options: &'a JsonOptions) -> Self {
+        JsonSource {
+            inputs,
+            options,
+            files: Vec::new(),
+            records: Vec::new(),
+            columns: Vec::new(),
+            index: HashMap::new(),
+        }
+    }
+}
+
+/// What the first pass collects.
+#[derive(Default)]
+struct Pass {
+    order: Vec<String>,
+    states: HashMap<String, ColState>,
+    records: Vec<(usize, usize, usize)>,
+    bad: BadRows,
+}
+
+impl Pass {
+    /// Takes a good record's values into the column states.
+    fn note(&mut self, fi: usize, fields: &[Field<'_>], label: Option<&str>) {
+        for f in fields {
+            let key: &str = &f.key;
+            if !self.states.contains_key(key) {
+                self.order.push(key.to_string());
+                self.states.insert(key.to_string(), ColState::default());
             }
-        };
-        let mut first = true;
-        let mut last_report = 0;
-        loop {
-            ctx.check_cancel()?;
-            p.ws();
-            match layout {
-                Layout::Array => {
-                    if p.peek() == Some(b']') {
-                        p.pos += 1;
-                        p.ws();
-                        if p.pos != data.len() {
-                            return Err(syntax(
-                                Syntax {
-                                    offset: p.pos,
-                                    problem: format!(
-                                        "JSON syntax error: unexpected {} after the closing ']'",
-                                        p.found()
-                                    ),
-                                },
-                                false,
-                            ));
-                        }
-                        break;
-                    }
-                    if !first {
-                        if let Err(s) = p.expect(b',', "',' or ']' between array elements") {
-                            return Err(syntax(s, false));
-                        }
-                        p.ws();
-                    }
-                }
-                Layout::Lines => {
-                    if p.pos >= data.len() {
-                        break;
-                    }
-                }
-            }
-            first = false;
-            let start = p.pos;
-            fields.clear();
-            let parsed = p.record(&mut fields);
-            let row_bad = match parsed {
-                Err(s) => match layout {
-                    Layout::Lines => {
-                        // The broken record is the one on the line where it
-                        // starts: an error found lines later (an object left
-                        // open reads on into the next lines) is reported
-                        // within that line, and skipping resumes on the next.
-                        let line_end =
-                            memchr::memchr(b'\n', &data[start..]).map_or(data.len(), |i| start + i);
-                        let s = if s.offset > line_end {
-                            let mut on_line = Parser {
-                                data: &data[..line_end],
-                                pos: start,
-                            };
-                            let mut scratch = Vec::new();
-                            on_line.record(&mut scratch).err().unwrap_or(s)
-                        } else {
-                            s
-                        };
-                        if !skip {
-                            return Err(syntax(s, true));
-                        }
-                        bad.push(syntax(s, true));
-                        p.pos = (line_end + 1).min(data.len());
-                        continue;
-                    }
-                    Layout::Array => return Err(syntax(s, false)),
-                },
-                Ok(()) => judge_record(&judge, &fields, &states),
-            };
-            if matches!(layout, Layout::Lines) {
-                // Only blanks may follow an object on its line.
-                let rest = p.pos;
-                while let Some(b' ' | b'\t' | b'\r') = data.get(p.pos) {
-                    p.pos += 1;
-                }
-                if !matches!(data.get(p.pos), None | Some(b'\n')) {
-                    let s = Syntax {
-                        offset: p.pos,
-                        problem: format!(
-                            "JSON syntax error: unexpected {} after the object on this line",
-                            p.found()
-                        ),
-                    };
-                    if skip {
-                        bad.push(syntax(s, true));
-                        p.pos = data[rest..]
-                            .iter()
-                            .position(|&b| b == b'\n')
-                            .map_or(data.len(), |i| rest + i + 1);
-                        continue;
-                    }
-                    return Err(syntax(s, true));
-                }
-            }
-            if let Err(e) = row_bad {
-                if !skip {
-                    return Err(e);
-                }
-                bad.push(e);
+            let Some(state) = self.states.get_mut(key) else {
                 continue;
-            }
-            for f in &fields {
-                let key: &str = &f.key;
-                if !states.contains_key(key) {
-                    order.push(key.to_string());
-                    states.insert(key.to_string(), ColState::default());
+            };
+            let note = |s: &Scalar<'_>, at: usize, state: &mut ColState| {
+                let kind = s.kind();
+                state.kind = state.kind.join(kind);
+                if state.first.is_none() {
+                    state.first = Some((at, kind != Kind::Text));
                 }
-                let Some(state) = states.get_mut(key) else {
-                    continue;
-                };
-                let note = |s: &Scalar<'_>, at: usize, state: &mut ColState| {
-                    let kind = s.kind();
-                    state.kind = state.kind.join(kind);
-                    if state.first.is_none() {
-                        state.first = Some((at, kind != Kind::Text));
+                if let Scalar::Num(t) = s {
+                    if kind == Kind::Float && state.beyond_f32.is_none() && infer::beyond_f32(t) {
+                        state.beyond_f32 = Some((fi, at));
                     }
-                    if let Scalar::Num(t) = s {
-                        if kind == Kind::Float && state.beyond_f32.is_none() && infer::beyond_f32(t)
-                        {
-                            state.beyond_f32 = Some((fi, at));
-                        }
-                        if kind == Kind::BigInt && state.big_int.is_none() {
-                            state.big_int = Some((fi, at));
-                        }
-                    }
-                    if judge.label == Some(key)
-                        && let Scalar::Str(text) = s
-                        && !state.labels.contains(text.as_ref())
-                    {
-                        state.labels.insert(text.to_vec());
-                    }
-                };
-                match &f.value {
-                    FieldValue::Null => continue,
-                    FieldValue::One(s) => note(s, f.offset, state),
-                    FieldValue::List(items) => {
-                        state.list = true;
-                        for (s, at) in items {
-                            note(s, *at, state);
-                        }
+                    if kind == Kind::BigInt && state.big_int.is_none() {
+                        state.big_int = Some((fi, at));
                     }
                 }
-                state.present += 1;
+                if label == Some(key)
+                    && let Scalar::Str(text) = s
+                    && !state.labels.contains(text.as_ref())
+                {
+                    state.labels.insert(text.to_vec());
+                }
+            };
+            match &f.value {
+                FieldValue::Null => continue,
+                FieldValue::One(s) => note(s, f.offset, state),
+                FieldValue::List(items) => {
+                    state.list = true;
+                    for (s, at) in items {
+                        note(s, *at, state);
+                    }
+                }
             }
-            records.push((fi, start, p.pos));
-            if p.pos - last_report > (4 << 20) {
-                ctx.advance(
-                    Phase::Scanning,
-                    bytes_total,
-                    (p.pos - last_report) as u64,
-                    0,
-                );
-                last_report = p.pos;
-            }
+            state.present += 1;
         }
     }
-    let total = records.len() as u64;
-    if total == 0 {
-        return Err(ConvertError::NoRecords {
-            inputs: inputs.to_vec(),
-            skipped: bad.count,
-        });
+}
+
+/// The records of one file: `(start, end)` of each line (JSON Lines) or
+/// array element, or a syntax error that spoils the whole file.
+fn record_spans(path: &Path, data: &[u8]) -> Result<(Layout, Vec<(usize, usize)>), ConvertError> {
+    let first = data.iter().position(|b| !b.is_ascii_whitespace());
+    if first.is_some_and(|i| data[i] == b'[') {
+        let Elements(items) =
+            parse_at(data, 0, data.len()).map_err(|s| ConvertError::BadInput {
+                location: SourceLocation::in_text(path, data, s.offset),
+                problem: s.problem,
+            })?;
+        let spans = items
+            .iter()
+            .map(|raw| {
+                let at = offset_in(data, raw);
+                (at, at + raw.get().len())
+            })
+            .collect();
+        return Ok((Layout::Array, spans));
     }
-    for (name, _) in &options.columns {
-        if !states.contains_key(name) {
-            return Err(ConvertError::Options(format!(
-                "column type for {name:?}: no such key in the input (keys: {order:?})"
-            )));
+    let mut spans = Vec::new();
+    let mut start = 0;
+    while start < data.len() {
+        let end = memchr::memchr(b'\n', &data[start..]).map_or(data.len(), |i| start + i);
+        if data[start..end].iter().any(|b| !b.is_ascii_whitespace()) {
+            spans.push((start, end));
         }
+        start = end + 1;
     }
-    if let Some(label) = &options.label
-        && !states.contains_key(label)
-    {
-        return Err(ConvertError::Options(format!(
-            "label column {label:?}: no such key in the input (keys: {order:?})"
-        )));
-    }
-    let declared: HashMap<&str, DType> = options
-        .columns
-        .iter()
-        .map(|(n, d)| (n.as_str(), *d))
-        .collect();
-    let mut columns = Vec::with_capacity(order.len());
-    let mut warnings = Vec::new();
-    for name in &order {
-        let Some(state) = states.remove(name) else {
-            continue;
+    Ok((Layout::Lines, spans))
+}
+
+impl Source for JsonSource<'_> {
+    /// A run of good records.
+    type Task = (usize, usize);
+
+    fn scan(&mut self, ctx: &Ctx<'_>) -> Result<Scanned<Self::Task>, ConvertError> {
+        let (inputs, options) = (self.inputs, self.options);
+        self.files = inputs
+            .iter()
+            .map(|p| Input::load(p))
+            .collect::<Result<_, _>>()?;
+        let files = &self.files;
+        let bytes_total: u64 = files.iter().map(|f| f.len() as u64).sum();
+        let skip = ctx.options.skip_bad_rows;
+        ctx.begin_phase(Phase::Scanning, bytes_total);
+        let (fixed, declared) = match &options.schema {
+            Some(schema) => {
+                let (fixed, declared) = Fixed::new(schema)?;
+                (Some(fixed), declared)
+            }
+            None => (None, options.columns.iter().cloned().collect()),
         };
-        let dtype = declared
-            .get(name.as_str())
-            .copied()
-            .unwrap_or(state.kind.dtype());
-        let at =
-            |(fi, byte): (usize, usize)| SourceLocation::in_text(&inputs[fi], &files[fi], byte);
-        if dtype == DType::Float32
-            && let Some(first) = state.beyond_f32
-        {
-            let location = at(first);
-            let raw = number_at(&files[first.0], first.1);
-            // Not skippable: the first pass could not know the key's type yet.
-            return Err(ConvertError::BadRow {
-                location,
-                problem: format!("key {name:?}: {}", infer::beyond_f32_problem(raw)),
+        let label = match &options.schema {
+            Some(schema) => schema.label_for(options.label.as_deref())?,
+            None => options.label.clone(),
+        };
+
+        // Pass 1 (sequential): records, bad rows, inference.
+        let mut pass = Pass::default();
+        let mut fields = Vec::new();
+        for (fi, (path, data)) in inputs.iter().zip(files).enumerate() {
+            let judge = Judge {
+                path,
+                data,
+                declared: &declared,
+                label: label.as_deref(),
+                fixed: fixed.as_ref(),
+            };
+            let (layout, spans) = record_spans(path, data)?;
+            let mut last_report = 0;
+            for (start, end) in spans {
+                ctx.check_cancel()?;
+                fields.clear();
+                let verdict = match parse_record(data, start, end, &mut fields) {
+                    Err(s) => {
+                        let location = SourceLocation::in_text(path, data, s.offset);
+                        match layout {
+                            // A line is a record: skippable on its own.
+                            Layout::Lines => Err(ConvertError::BadRow {
+                                location,
+                                problem: s.problem,
+                            }),
+                            // In an array, the rest cannot be trusted.
+                            Layout::Array => {
+                                return Err(ConvertError::BadInput {
+                                    location,
+                                    problem: s.problem,
+                                });
+                            }
+                        }
+                    }
+                    Ok(()) => judge_record(&judge, &fields, &pass.states, start),
+                };
+                if let Err(e) = verdict {
+                    if !skip {
+                        return Err(e);
+                    }
+                    pass.bad.push(e);
+                    continue;
+                }
+                pass.note(fi, &fields, label.as_deref());
+                pass.records.push((fi, start, end));
+                if end - last_report > (4 << 20) {
+                    ctx.advance(Phase::Scanning, bytes_total, (end - last_report) as u64, 0);
+                    last_report = end;
+                }
+            }
+        }
+        let (columns, warnings) = self.resolve(&mut pass, &declared, label.as_deref())?;
+        let total = pass.records.len() as u64;
+        self.index = columns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.name.clone(), i))
+            .collect();
+        let done = infer::TabularDone {
+            format: "json",
+            columns: &columns,
+            label: label.as_deref(),
+            missing: options.missing,
+            inputs,
+            bytes_in: bytes_total,
+            bad: std::mem::take(&mut pass.bad),
+            warnings,
+            fixed: options.schema.as_ref().map(|f| &f.schema),
+        }
+        .finished();
+        self.columns = columns;
+        self.records = pass.records;
+        let tasks = (0..self.records.len())
+            .step_by(RECORDS_PER_TASK)
+            .map(|from| (from, (from + RECORDS_PER_TASK).min(self.records.len())))
+            .collect();
+        Ok(Scanned {
+            records: total,
+            tasks,
+            done,
+        })
+    }
+
+    fn encode(&self, (from, to): Self::Task) -> Result<Chunk, ConvertError> {
+        encode(
+            &self.records[from..to],
+            self.inputs,
+            &self.files,
+            &self.columns,
+            &self.index,
+        )
+    }
+
+    fn locate(&self, &(from, _): &Self::Task) -> SourceLocation {
+        let (fi, start) = self
+            .records
+            .get(from)
+            .map_or((0, 0), |&(fi, start, _)| (fi, start));
+        match (self.inputs.get(fi), self.files.get(fi)) {
+            (Some(path), Some(data)) => SourceLocation::in_text(path, data, start),
+            _ => SourceLocation::at_byte(Path::new(""), 0),
+        }
+    }
+}
+
+impl JsonSource<'_> {
+    /// The columns after the first pass: inferred types (or the fixed
+    /// schema's), with the checks that need the whole input.
+    fn resolve(
+        &self,
+        pass: &mut Pass,
+        declared: &HashMap<String, DType>,
+        label: Option<&str>,
+    ) -> Result<(Vec<Column>, Vec<String>), ConvertError> {
+        let (inputs, files, options) = (self.inputs, &self.files, self.options);
+        let total = pass.records.len() as u64;
+        let order = &pass.order;
+        if options.schema.is_none() {
+            for (name, _) in &options.columns {
+                if !pass.states.contains_key(name) && total > 0 {
+                    return Err(ConvertError::Options(format!(
+                        "column type for {name:?}: no such key in the input (keys: {order:?})"
+                    )));
+                }
+            }
+            if let Some(label) = label
+                && !pass.states.contains_key(label)
+                && total > 0
+            {
+                return Err(ConvertError::Options(format!(
+                    "label column {label:?}: no such key in the input (keys: {order:?})"
+                )));
+            }
+        }
+        // With a fixed schema, every feature is a column, in the schema's order.
+        let names: Vec<String> = match &options.schema {
+            Some(fixed) => fixed
+                .schema
+                .features
+                .iter()
+                .map(|f| f.name.clone())
+                .collect(),
+            None => order.clone(),
+        };
+        let mut columns = Vec::with_capacity(names.len());
+        let mut warnings = Vec::new();
+        for name in &names {
+            let state = pass.states.remove(name).unwrap_or_default();
+            let dtype = declared
+                .get(name.as_str())
+                .copied()
+                .unwrap_or(state.kind.dtype());
+            let at =
+                |(fi, byte): (usize, usize)| SourceLocation::in_text(&inputs[fi], &files[fi], byte);
+            if dtype == DType::Float32
+                && let Some(first) = state.beyond_f32
+            {
+                let location = at(first);
+                let raw = number_at(&files[first.0], first.1);
+                // Not skippable: the first pass could not know the key's type yet.
+                return Err(ConvertError::BadRow {
+                    location,
+                    problem: format!("key {name:?}: {}", infer::beyond_f32_problem(raw)),
+                });
+            }
+            if state.kind == Kind::BigInt
+                && dtype == DType::Bytes
+                && let Some(first) = state.big_int
+            {
+                warnings.push(format!(
+                    "key {name:?} holds integers beyond int64, kept exactly as text (bytes): first at {}",
+                    at(first)
+                ));
+            }
+            let is_label = label == Some(name.as_str());
+            if is_label && state.list {
+                return Err(ConvertError::Options(format!(
+                    "label column {name:?}: the key holds lists; a label must be one value"
+                )));
+            }
+            let fixed_vocab = options.schema.as_ref().and_then(|f| f.vocabulary.as_ref());
+            let list = match &options.schema {
+                Some(fixed) => fixed
+                    .schema
+                    .feature(name)
+                    .is_some_and(|f| matches!(f.layout, SpecLayout::Var)),
+                None => state.list,
+            };
+            let vocab = match fixed_vocab {
+                Some(v) if is_label => Some(v.iter().map(|s| s.as_bytes().to_vec()).collect()),
+                _ => (is_label && dtype == DType::Bytes).then(|| infer::vocabulary(state.labels)),
+            };
+            columns.push(Column {
+                name: name.clone(),
+                dtype: if vocab.is_some() { DType::Bytes } else { dtype },
+                list,
+                present: state.present,
+                missing: total - state.present,
+                vocab,
             });
         }
-        if state.kind == Kind::BigInt
-            && dtype == DType::Bytes
-            && let Some(first) = state.big_int
+        if let Some(label) = label
+            && let Some(c) = columns.iter().find(|c| c.name == label)
+            && c.missing > 0
         {
-            warnings.push(format!(
-                "key {name:?} holds integers beyond int64, kept exactly as text (bytes): first at {}",
-                at(first)
-            ));
+            // A label must be in every record; find the first record without it.
+            return Err(missing_label(inputs, files, &pass.records, label));
         }
-        let is_label = options.label.as_deref() == Some(name.as_str());
-        if is_label && state.list {
-            return Err(ConvertError::Options(format!(
-                "label column {name:?}: the key holds lists; a label must be one value"
-            )));
-        }
-        let vocab = (is_label && dtype == DType::Bytes).then(|| infer::vocabulary(state.labels));
-        columns.push(Column {
-            name: name.clone(),
-            dtype,
-            list: state.list,
-            present: state.present,
-            missing: total - state.present,
-            vocab,
-        });
+        Ok((columns, warnings))
     }
-    if let Some(label) = &options.label
-        && let Some(c) = columns.iter().find(|c| &c.name == label)
-        && c.missing > 0
-    {
-        // A label must be in every record; find the first record without it.
-        return Err(missing_label(inputs, &files, &records, label));
-    }
-
-    // Pass 2: re-parse the good records in parallel and encode.
-    let index: HashMap<&str, usize> = columns
-        .iter()
-        .enumerate()
-        .map(|(i, c)| (c.name.as_str(), i))
-        .collect();
-    let plan = plan_shards(total, ctx.options.sharding, bytes_total);
-    ctx.begin_phase(Phase::Encoding, bytes_total);
-    let tasks: Vec<&[(usize, usize, usize)]> = records.chunks(RECORDS_PER_TASK).collect();
-    let shards = ctx.write_shards(
-        &plan,
-        bytes_total,
-        tasks,
-        |task| encode(task, inputs, &files, &columns, &index),
-        |task| {
-            let (fi, start) = task.first().map_or((0, 0), |&(fi, start, _)| (fi, start));
-            SourceLocation::in_text(&inputs[fi], &files[fi], start)
-        },
-    )?;
-    let done = infer::TabularDone {
-        format: "json",
-        columns: &columns,
-        label: options.label.as_deref(),
-        missing: options.missing,
-        inputs,
-        bytes_in: bytes_total,
-        bad,
-        warnings,
-        fixed: None,
-    };
-    finish(ctx, shards, done.finished())
 }
-
 /// The JSON number starting at `at` in `data`.
 fn number_at(data: &[u8], at: usize) -> &[u8] {
     let rest = data.get(at..).unwrap_or_default();
@@ -923,6 +955,7 @@ fn judge_record(
     judge: &Judge<'_>,
     fields: &[Field<'_>],
     states: &HashMap<String, ColState>,
+    record_at: usize,
 ) -> Result<(), ConvertError> {
     for (i, f) in fields.iter().enumerate() {
         let key: &str = &f.key;
@@ -932,6 +965,7 @@ fn judge_record(
                 format!("duplicate key {key:?} in this record (after flattening nested objects)"),
             ));
         }
+        judge.check_fixed(f)?;
         let state = states.get(key);
         match &f.value {
             FieldValue::Null => {
@@ -971,13 +1005,12 @@ fn judge_record(
     if let Some(label) = judge.label
         && !fields.iter().any(|f| f.key == label)
     {
-        let at = fields.first().map_or(0, |f| f.offset);
         return Err(judge.bad(
-            at,
+            record_at,
             format!("this record has no label {label:?}: every record needs a label"),
         ));
     }
-    Ok(())
+    judge.check_required(fields, record_at)
 }
 
 fn missing_label(
@@ -1000,7 +1033,7 @@ fn encode(
     inputs: &[PathBuf],
     files: &[Input],
     columns: &[Column],
-    index: &HashMap<&str, usize>,
+    index: &HashMap<String, usize>,
 ) -> Result<Chunk, ConvertError> {
     let mut chunk = Chunk::default();
     let mut enc = ExampleEncoder::default();
@@ -1011,16 +1044,12 @@ fn encode(
     for &(fi, start, end) in task {
         let data: &[u8] = &files[fi];
         chunk.bytes_in += (end - start) as u64;
-        let mut p = Parser {
-            data: &data[..end],
-            pos: start,
-        };
         fields.clear();
         let changed = |offset: usize, what: &str| ConvertError::BadRow {
             location: SourceLocation::in_text(&inputs[fi], data, offset),
             problem: format!("{what} although the first pass accepted it: did the file change?"),
         };
-        if p.record(&mut fields).is_err() {
+        if parse_record(data, start, end, &mut fields).is_err() {
             return Err(changed(start, "the record does not parse"));
         }
         fields.sort_by(|a, b| a.key.as_bytes().cmp(b.key.as_bytes()));
@@ -1104,12 +1133,9 @@ mod tests {
     use super::*;
 
     fn parse(text: &str) -> Result<Vec<(String, String)>, String> {
-        let mut p = Parser {
-            data: text.as_bytes(),
-            pos: 0,
-        };
+        let data = text.as_bytes();
         let mut fields = Vec::new();
-        p.record(&mut fields)
+        parse_record(data, 0, data.len(), &mut fields)
             .map_err(|s| format!("{}: {}", s.offset, s.problem))?;
         Ok(fields
             .iter()
@@ -1131,20 +1157,45 @@ mod tests {
     }
 
     #[test]
+    fn numbers_keep_their_exact_text() {
+        let fields =
+            parse(r#"{"id": 12345678901234567890, "x": 1.0, "y": -0, "z": 1e400}"#).unwrap();
+        assert!(fields[0].1.contains("Num([49, 50, 51"), "{}", fields[0].1);
+        let text = |i: usize| fields[i].1.clone();
+        assert!(text(1).contains("[49, 46, 48]"), "{}", text(1));
+        assert!(
+            text(3).contains("[49, 101, 52, 48, 48]"),
+            "1e400 kept as text: {}",
+            text(3)
+        );
+    }
+
+    #[test]
     fn syntax_errors_have_offsets() {
         let err = parse(r#"{"a": 1 "b": 2}"#).unwrap_err();
         assert!(err.starts_with("8: "), "{err}");
         let err = parse(r#"{"a": tru}"#).unwrap_err();
-        assert!(err.starts_with("6: "), "{err}");
+        // At the byte that cannot continue `tru`.
+        assert!(err.starts_with("9: "), "{err}");
         let err = parse(r#"{"a": [1, {"b": 2}]}"#).unwrap_err();
         assert!(err.contains("not objects"), "{err}");
         assert!(parse(r#"{"a": "unterminated}"#).is_err());
         assert!(parse(r#"{"a": 01x}"#).is_err());
+        let err = parse(r#"{"s": "\ud800b"}"#).unwrap_err();
+        assert!(
+            err.starts_with("7: ") && err.contains("lone surrogate"),
+            "{err}"
+        );
     }
 
     #[test]
     fn deep_nesting_is_refused_not_overflowed() {
-        let text = format!("{}{}", r#"{"a":"#.repeat(10_000), "1");
-        assert!(parse(&text).unwrap_err().contains("nested deeper"));
+        let open = format!("{}{}", r#"{"a":"#.repeat(10_000), "1");
+        assert!(parse(&open).unwrap_err().contains("EOF"));
+        let closed = format!("{open}{}", "}".repeat(10_000));
+        let err = parse(&closed).unwrap_err();
+        assert!(err.contains("nested deeper than 64"), "{err}");
+        let fine = format!("{}1{}", r#"{"a":"#.repeat(64), "}".repeat(64));
+        assert!(parse(&fine).is_ok());
     }
 }

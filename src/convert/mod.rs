@@ -3,9 +3,14 @@
 //!
 //! One file per input format: [`csv`](CsvOptions), [`json`](JsonOptions),
 //! [`idx`](IdxOptions) (MNIST), [`images`](ImagesOptions) (a class-per-folder
-//! tree). Shared pieces: `output.rs` (loading, the ordered parallel driver,
-//! sharding, the all-or-nothing finish), `encode.rs` (hand-written Example
-//! encoding), `infer.rs` (type inference and the tabular schema), `error.rs`.
+//! tree), each a small `Source` (scan, encode, locate). One driver,
+//! `driver.rs`, runs every format: scan, plan, encode in order on the one
+//! spawner, write, commit all or nothing; so every rule (numbers, the fixed
+//! schema, the split, fan-out, signals, atomic commit) is made once for all
+//! formats. Shared pieces: `output.rs` (loading, the ordered parallel
+//! encoder, sharding, the output seam and the commit), `encode.rs`
+//! (hand-written Example encoding), `infer.rs` (type inference and the
+//! tabular schema), `error.rs`.
 //!
 //! Every conversion writes `PREFIX-00000-of-0000N.tfrecord[.gz|.zlib]` and
 //! `PREFIX.features.json` (the [`Schema`] plus counts as metadata), so that
@@ -56,6 +61,7 @@
 //! ```
 
 mod csv;
+mod driver;
 mod encode;
 mod error;
 mod idx;
@@ -109,9 +115,11 @@ impl FixedSchema {
                 source,
             })?;
         let bad = |problem: String| ConvertError::Options(format!("{}: {problem}", path.display()));
-        let vocabulary = match metadata
-            .get("source")
+        // Tabular conversions record `label_vocabulary`, image folders `classes`.
+        let source = metadata.get("source");
+        let vocabulary = match source
             .and_then(|s| s.get("label_vocabulary"))
+            .or_else(|| source.and_then(|s| s.get("classes")))
         {
             None => None,
             Some(serde_json::Value::Array(items)) => {
@@ -291,6 +299,39 @@ pub struct OutputOptions {
     /// Convert only this worker's part of the inputs (see [`Fanout`]). By
     /// default `None`: all of them.
     pub fanout: Option<Fanout>,
+    /// Split the records into a training and a validation set (see
+    /// [`Split`]). By default `None`: one set.
+    pub split: Option<Split>,
+}
+
+/// One input split into a training and a validation set in one run, with
+/// one schema (types and label vocabulary inferred over the whole input),
+/// so the two sets always agree:
+///
+/// - exactly `round(records * fraction)` good records, chosen by `seed`
+///   (the same input, fraction and seed always give the same split), go to
+///   `PREFIX-validation-00000-of-0000M.tfrecord`, the rest to
+///   `PREFIX-train-00000-of-0000N.tfrecord`;
+/// - one schema file, `PREFIX.features.json`, serves both (its metadata
+///   `split` gives each set's records, shards and glob);
+/// - [`Sharding::Shards`]`(n)` gives the training set `n` shards and the
+///   validation set `ceil(n * fraction)`; the other shardings apply to each
+///   set.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Split {
+    /// The share of records in the validation set, strictly between 0 and 1.
+    pub fraction: f64,
+    /// Chooses which records: the same seed, the same split.
+    pub seed: u64,
+}
+
+/// The validation set of a split conversion.
+#[derive(Debug)]
+pub struct SplitSummary {
+    /// Records in the validation set.
+    pub records: u64,
+    /// Its shards, in order.
+    pub shards: Vec<PathBuf>,
 }
 
 /// One worker of a conversion fanned out over `workers` processes (a Slurm
@@ -324,6 +365,8 @@ impl std::fmt::Debug for OutputOptions {
             .field("compression", &self.compression)
             .field("threads", &self.threads)
             .field("skip_bad_rows", &self.skip_bad_rows)
+            .field("fanout", &self.fanout)
+            .field("split", &self.split)
             .finish_non_exhaustive()
     }
 }
@@ -340,19 +383,35 @@ impl OutputOptions {
             cancel: None,
             progress: None,
             fanout: None,
+            split: None,
         }
     }
 
-    /// Shard `k` of this conversion's `shards`: globally numbered in a fan-out.
-    pub(crate) fn shard_file(&self, k: usize, shards: usize) -> PathBuf {
+    /// The prefix of set `set`'s shards: the prefix itself, or with a split
+    /// `PREFIX-train` and `PREFIX-validation`.
+    pub(crate) fn set_prefix(&self, set: usize) -> PathBuf {
+        match self.split {
+            None => self.prefix.clone(),
+            Some(_) => {
+                let mut name = self.prefix.as_os_str().to_os_string();
+                name.push("-");
+                name.push(output::SET_NAMES[set.min(1)]);
+                PathBuf::from(name)
+            }
+        }
+    }
+
+    /// Shard `k` of the `shards` of set `set`: globally numbered in a fan-out.
+    pub(crate) fn shard_file(&self, set: usize, k: usize, shards: usize) -> PathBuf {
+        let prefix = self.set_prefix(set);
         match self.fanout {
             Some(f) => shard_path(
-                &self.prefix,
+                &prefix,
                 f.index * shards + k,
                 f.workers * shards,
                 self.compression,
             ),
-            None => shard_path(&self.prefix, k, shards, self.compression),
+            None => shard_path(&prefix, k, shards, self.compression),
         }
     }
 }
@@ -370,10 +429,22 @@ pub enum Format {
     Images(ImagesOptions),
 }
 
+impl Format {
+    /// The schema to convert with (`--schema`), when one was given.
+    pub fn fixed_schema(&self) -> Option<&FixedSchema> {
+        match self {
+            Format::Csv(o) => o.schema.as_ref(),
+            Format::Json(o) => o.schema.as_ref(),
+            Format::Idx(o) => o.schema.as_ref(),
+            Format::Images(o) => o.schema.as_ref(),
+        }
+    }
+}
+
 /// The result of a successful conversion.
 #[derive(Debug)]
 pub struct Summary {
-    /// Records written.
+    /// Records written (with a split: both sets together).
     pub records: u64,
     /// Bad rows skipped (`--skip-bad-rows`).
     pub rows_skipped: u64,
@@ -386,8 +457,10 @@ pub struct Summary {
     pub bytes_in: u64,
     /// Output bytes on disk (all shards).
     pub bytes_out: u64,
-    /// The shards, in order.
+    /// The shards, in order (with a split: the training set's).
     pub shards: Vec<PathBuf>,
+    /// The validation set, when the conversion was split ([`Split`]).
+    pub validation: Option<SplitSummary>,
     /// The schema file.
     pub schema_path: PathBuf,
     /// The schema written.
@@ -429,13 +502,30 @@ pub fn convert(
             &mine[..]
         }
     };
+    if output.split.is_some() && output.fanout.is_some() {
+        return Err(ConvertError::Options(
+            "a fanned-out conversion cannot also split into training and validation sets: split the inputs by file instead, or convert each worker's validation part in a second fan-out".into(),
+        ));
+    }
     let created = check_prefix(&output.prefix)?;
     let ctx = output::Ctx::new(output)?;
+    let fixed = format.fixed_schema();
     let result = match format {
-        Format::Csv(options) => csv::convert(inputs, options, &ctx),
-        Format::Json(options) => json::convert(inputs, options, &ctx),
-        Format::Idx(options) => idx::convert(inputs, options, &ctx),
-        Format::Images(options) => images::convert(inputs, options, &ctx),
+        Format::Csv(options) => {
+            driver::run(csv::CsvSource::new(inputs, options), inputs, fixed, &ctx)
+        }
+        Format::Json(options) => {
+            driver::run(json::JsonSource::new(inputs, options), inputs, fixed, &ctx)
+        }
+        Format::Idx(options) => {
+            driver::run(idx::IdxSource::new(inputs, options), inputs, fixed, &ctx)
+        }
+        Format::Images(options) => driver::run(
+            images::ImagesSource::new(inputs, options),
+            inputs,
+            fixed,
+            &ctx,
+        ),
     };
     if result.is_err() {
         // A failed conversion leaves nothing, not even the directories it
@@ -445,6 +535,30 @@ pub fn convert(
         }
     }
     result
+}
+
+/// Scans and encodes `inputs` as `convert` would, on one thread, writing
+/// nothing: the good record count, the encoded records and the schema (for
+/// the fuzz targets, [`crate::fuzzing`]).
+pub(crate) fn dry_run(
+    format: &Format,
+    inputs: &[PathBuf],
+    skip_bad_rows: bool,
+) -> Result<(u64, Vec<Vec<u8>>, Schema), ConvertError> {
+    let output = OutputOptions {
+        threads: 1,
+        skip_bad_rows,
+        ..OutputOptions::new("unused")
+    };
+    let ctx = output::Ctx::new(&output)?;
+    match format {
+        Format::Csv(options) => driver::dry_run(csv::CsvSource::new(inputs, options), &ctx),
+        Format::Json(options) => driver::dry_run(json::JsonSource::new(inputs, options), &ctx),
+        Format::Idx(options) => driver::dry_run(idx::IdxSource::new(inputs, options), &ctx),
+        Format::Images(options) => {
+            driver::dry_run(images::ImagesSource::new(inputs, options), &ctx)
+        }
+    }
 }
 
 /// This worker's inputs, after checking that a fan-out makes sense.
@@ -466,17 +580,11 @@ fn fanout_inputs(
                 .into(),
         ));
     }
-    match format {
-        Format::Csv(CsvOptions {
-            schema: Some(_), ..
-        })
-        | Format::Idx(_) => {}
-        _ => {
-            return Err(ConvertError::Options(
-                "a fanned-out conversion needs a fixed schema (csv with a schema file, or idx), so the workers' types and classes agree"
-                    .into(),
-            ));
-        }
+    if format.fixed_schema().is_none() && !matches!(format, Format::Idx(_)) {
+        return Err(ConvertError::Options(
+            "a fanned-out conversion needs a fixed schema (a schema file; idx has its own), so the workers' types and classes agree"
+                .into(),
+        ));
     }
     if inputs.len() < f.workers {
         return Err(ConvertError::Options(format!(

@@ -1,24 +1,32 @@
 //! The shared machinery of every converter: loading inputs, the ordered
-//! parallel driver, sharding, and the all-or-nothing finish.
+//! parallel encoder, sharding (and the training/validation split), and the
+//! all-or-nothing finish. [`super::driver`] runs them in order for every format.
 //!
 //! Determinism: work is cut into tasks (chunks of rows, ranges of images) in
 //! input order; a window of tasks is encoded in parallel on worker threads,
 //! and the results are handed on in task order to the writer threads, each of
-//! which owns a fixed set of shards and writes record `i` if it belongs to
-//! shard `i % shards`. So the bytes written never depend on the thread count
-//! or on scheduling.
+//! which owns a fixed set of shards and writes the `n`-th record of a set if
+//! it belongs to shard `n % shards`. So the bytes written never depend on the
+//! thread count or on scheduling.
 //!
-//! Safety: every shard is written through a [`ShardSink`] (a local file
-//! under a temporary name, or an uncompleted multipart upload when the prefix
-//! is an object-store URL) and sealed with `finish_pending`; only when all
-//! shards and the schema file are complete are they switched into place
-//! together as one [`OutputSet`], the schema file last. On any error (or
-//! cancellation) before that the pending outputs are dropped, which deletes
-//! (or aborts) them; a failure during the switch puts the previous
-//! conversion's files back (objects completed so far are deleted).
+//! The output seam: a shard is written through a `ShardWriter` and sealed
+//! into a `ShardPending`, and [`commit`] makes the whole set visible. Object
+//! storage (an `s3://...` prefix, feature `object-store`) is one variant in
+//! each and one arm in `commit`: an uncompleted multipart upload per shard,
+//! completed at the commit in order (schema last), those completed deleted
+//! again if a later one fails, the others aborted on drop; nothing else in
+//! the converters knows where the bytes go.
+//!
+//! Safety: every shard is written through [`FileRecordWriter`] under a
+//! temporary name and sealed (synced to disk) with `finish_pending`; only when
+//! all shards and the schema file are complete are they switched into place
+//! together as one [`FileSet`], the schema file last. On any error (or
+//! cancellation) before that the pending files are dropped, which deletes
+//! them; a failure during the switch puts the previous conversion's files
+//! back.
 
 use std::fs;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::ops::Deref;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
@@ -31,11 +39,11 @@ use crossbeam_channel::RecvTimeoutError;
 use serde_json::{Map, Value as Json, json};
 
 use super::error::{ConvertError, SourceLocation};
-use super::{OutputOptions, Phase, Progress, Sharding, Summary};
+use super::{OutputOptions, Phase, Progress, Sharding, Split, SplitSummary, Summary};
+use crate::atomic_file::{AtomicFile, FileSet, Pending};
 use crate::example::Schema;
 use crate::spawn::{self, Cancel, Panicked, Stopped};
-use crate::storage::{OutputSet, PendingShard, ShardSink};
-use crate::tfrecord::Compression;
+use crate::tfrecord::{Compression, FileRecordWriter};
 
 /// How often a conversion waiting for its workers looks at the cancel flag.
 const CANCEL_POLL: Duration = Duration::from_millis(50);
@@ -283,26 +291,31 @@ impl<'a> Ctx<'a> {
 
 impl Ctx<'_> {
     /// Encodes `tasks` with `work` (in parallel, see [`Ctx::run_ordered`])
-    /// and writes the records to the shards of `plan`: record `i` to shard
-    /// `i % shards`. Writer threads (up to one per encoding thread) each own
-    /// some shards and compress and write them in parallel; each gets every
-    /// chunk, in order, and writes the records of its shards. Returns the
-    /// closed shards, in shard order, still under temporary names.
+    /// and writes the records to the shard sets of `plans` (one set, or the
+    /// training and validation sets of a split): good record `g` goes to set
+    /// `split.set_of(g)` (set 0 without a split), and the `n`-th record of
+    /// set `s` to its shard `n % shards`. Writer threads (up to one per
+    /// encoding thread) each own some shards and compress and write them in
+    /// parallel; each gets every chunk, in order, and writes the records of
+    /// its shards. Returns the closed shards per set, in shard order, still
+    /// under temporary names.
     pub(crate) fn write_shards<T, F, L>(
         &self,
-        plan: &[u64],
+        plans: &[Vec<u64>],
+        split: Option<&SplitPlan>,
         bytes_total: u64,
         tasks: Vec<T>,
         work: F,
         locate: L,
-    ) -> Result<Vec<ShardDone>, ConvertError>
+    ) -> Result<Vec<Vec<ShardDone>>, ConvertError>
     where
         T: Send + Clone,
         F: Fn(T) -> Result<Chunk, ConvertError> + Sync + Send,
         L: Fn(&T) -> SourceLocation + Sync + Send,
     {
-        let shards = plan.len();
-        let writers = self.threads.clamp(1, shards.max(1));
+        let sizes: Vec<usize> = plans.iter().map(Vec::len).collect();
+        let flat: usize = sizes.iter().sum();
+        let writers = self.threads.clamp(1, flat.max(1));
         let stop = Cancel::new();
         std::thread::scope(|scope| {
             let mut senders = Vec::with_capacity(writers);
@@ -310,12 +323,18 @@ impl Ctx<'_> {
             for w in 0..writers {
                 let (tx, rx) = crossbeam_channel::bounded::<(u64, Arc<Chunk>)>(4);
                 senders.push(tx);
-                let options = self.options;
+                let job = WriterJob {
+                    options: self.options,
+                    sizes: &sizes,
+                    writers,
+                    w,
+                    split,
+                };
                 let writer = spawn::scoped(
                     scope,
                     format!("convert-writer-{w}"),
                     stop.clone(),
-                    move |stop| write_worker(options, shards, writers, w, rx, stop),
+                    move |stop| job.run(rx, stop),
                 )
                 .map_err(|source| ConvertError::Spawn {
                     threads: writers,
@@ -340,13 +359,16 @@ impl Ctx<'_> {
                 stop.cancel();
             }
             drop(senders);
-            let mut done: Vec<Option<ShardDone>> = (0..shards).map(|_| None).collect();
+            let mut done: Vec<Vec<Option<ShardDone>>> = sizes
+                .iter()
+                .map(|&n| (0..n).map(|_| None).collect())
+                .collect();
             let mut failed = None;
             for handle in handles {
                 match handle.join() {
                     Ok(Ok(list)) => {
-                        for (k, shard) in list {
-                            done[k] = Some(shard);
+                        for ((s, k), shard) in list {
+                            done[s][k] = Some(shard);
                         }
                     }
                     // A writer stopped by `stop` reports Interrupted: not the cause.
@@ -365,67 +387,188 @@ impl Ctx<'_> {
                 (Err(e), None) => return Err(e),
                 (Ok(()), None) => {}
             }
-            let mut out = Vec::with_capacity(shards);
-            for (k, shard) in done.into_iter().enumerate() {
-                match shard {
-                    Some(shard) if shard.records == plan[k] => out.push(shard),
-                    _ => return Err(ConvertError::CountChanged),
+            let mut out = Vec::with_capacity(plans.len());
+            for (plan, set) in plans.iter().zip(done) {
+                let mut shards = Vec::with_capacity(plan.len());
+                for (k, shard) in set.into_iter().enumerate() {
+                    match shard {
+                        Some(shard) if shard.records == plan[k] => shards.push(shard),
+                        _ => return Err(ConvertError::CountChanged),
+                    }
                 }
+                out.push(shards);
             }
             Ok(out)
         })
     }
 }
 
-/// One writer thread: owns shards `w, w + writers, ...` and writes, from
-/// every chunk, the records that fall in them.
-fn write_worker(
-    options: &OutputOptions,
-    shards: usize,
+/// A shard's place: (set, shard index in the set).
+type ShardAt = (usize, usize);
+
+/// One writer thread's share: of all shards of all sets, numbered in one
+/// flat sequence (set 0's shards first), it owns those with
+/// `flat % writers == w`.
+struct WriterJob<'a> {
+    options: &'a OutputOptions,
+    /// Shards per set.
+    sizes: &'a [usize],
     writers: usize,
     w: usize,
-    rx: crossbeam_channel::Receiver<(u64, Arc<Chunk>)>,
-    stop: &Cancel,
-) -> Result<Vec<(usize, ShardDone)>, ConvertError> {
-    let mine: Vec<usize> = (w..shards).step_by(writers).collect();
-    let mut files = Vec::with_capacity(mine.len());
-    for &k in &mine {
-        let path = options.shard_file(k, shards);
-        files.push(ShardSink::create(&path, options.compression)?);
-    }
-    let n = shards as u64;
-    loop {
-        let (first, chunk) = match stop.recv(&rx) {
-            Ok(got) => got,
-            Err(Stopped::Disconnected) => break,
-            Err(Stopped::Cancelled) => return Err(ConvertError::Interrupted),
-        };
-        if let Some(flag) = &options.cancel
-            && flag.load(Ordering::Relaxed)
-        {
-            return Err(ConvertError::Interrupted);
-        }
-        for (j, record) in chunk.records().enumerate() {
-            let k = ((first + j as u64) % n) as usize;
-            if k % writers == w {
-                files[k / writers].write_record(record)?;
+    split: Option<&'a SplitPlan>,
+}
+
+impl WriterJob<'_> {
+    /// Writes, from every chunk, the records that fall in this writer's
+    /// shards; returns them sealed as `((set, shard), done)`.
+    fn run(
+        self,
+        rx: crossbeam_channel::Receiver<(u64, Arc<Chunk>)>,
+        stop: &Cancel,
+    ) -> Result<Vec<(ShardAt, ShardDone)>, ConvertError> {
+        let offsets: Vec<usize> = self
+            .sizes
+            .iter()
+            .scan(0, |acc, &n| {
+                let at = *acc;
+                *acc += n;
+                Some(at)
+            })
+            .collect();
+        let mut files: Vec<Option<(ShardAt, ShardWriter)>> = Vec::new();
+        for (s, &n) in self.sizes.iter().enumerate() {
+            for k in 0..n {
+                let flat = offsets[s] + k;
+                files.push(if flat % self.writers == self.w {
+                    let path = self.options.shard_file(s, k, n);
+                    Some((
+                        (s, k),
+                        ShardWriter::create(&path, self.options.compression)?,
+                    ))
+                } else {
+                    None
+                });
             }
         }
+        // Records so far per set: every writer sees every record in order.
+        let mut seen = vec![0u64; self.sizes.len()];
+        loop {
+            let (first, chunk) = match stop.recv(&rx) {
+                Ok(got) => got,
+                Err(Stopped::Disconnected) => break,
+                Err(Stopped::Cancelled) => return Err(ConvertError::Interrupted),
+            };
+            if let Some(flag) = &self.options.cancel
+                && flag.load(Ordering::Relaxed)
+            {
+                return Err(ConvertError::Interrupted);
+            }
+            for (j, record) in chunk.records().enumerate() {
+                let s = self.split.map_or(0, |p| p.set_of(first + j as u64));
+                let k = (seen[s] % self.sizes[s] as u64) as usize;
+                seen[s] += 1;
+                if let Some(Some((_, file))) = files.get_mut(offsets[s] + k) {
+                    file.write_record(record)?;
+                }
+            }
+        }
+        let mut done = Vec::new();
+        for (at, file) in files.into_iter().flatten() {
+            let (records, bytes) = (file.records(), file.bytes());
+            let pending = file.finish_pending()?;
+            done.push((
+                at,
+                ShardDone {
+                    pending,
+                    records,
+                    bytes,
+                },
+            ));
+        }
+        Ok(done)
     }
-    let mut done = Vec::with_capacity(mine.len());
-    for (k, file) in mine.into_iter().zip(files) {
-        let (records, bytes) = (file.records(), file.bytes());
-        let pending = file.finish_pending()?;
-        done.push((
-            k,
-            ShardDone {
-                pending,
-                records,
-                bytes,
-            },
-        ));
+}
+
+/// Where a shard is written while the conversion runs. The seam for other
+/// destinations (object storage): a variant here, one in [`ShardPending`],
+/// and its arm in [`commit`].
+enum ShardWriter {
+    /// A local file under a temporary name beside its final one.
+    File(FileRecordWriter),
+    /// An object (the prefix is an object-store URL) by multipart upload,
+    /// not completed (so invisible) until the commit.
+    #[cfg(feature = "object-store")]
+    Object(crate::tfrecord::RecordWriter<crate::storage::ObjectWriter>),
+}
+
+/// A shard written in full and not yet visible under its final name.
+pub(crate) enum ShardPending {
+    /// Synced to disk under its temporary name.
+    File(Pending),
+    /// Every part uploaded, the upload not completed; dropping it aborts it.
+    #[cfg(feature = "object-store")]
+    Object(crate::storage::PendingObject),
+}
+
+impl ShardWriter {
+    fn create(path: &Path, compression: Compression) -> Result<ShardWriter, ConvertError> {
+        if let Some(url) = path.to_str().filter(|_| crate::storage::is_url(path)) {
+            return object_writer(url, compression);
+        }
+        Ok(ShardWriter::File(FileRecordWriter::create(
+            path,
+            compression,
+        )?))
     }
-    Ok(done)
+
+    fn write_record(&mut self, record: &[u8]) -> Result<(), ConvertError> {
+        match self {
+            ShardWriter::File(w) => Ok(w.write_record(record)?),
+            #[cfg(feature = "object-store")]
+            ShardWriter::Object(w) => Ok(w.write_record(record)?),
+        }
+    }
+
+    fn records(&self) -> u64 {
+        match self {
+            ShardWriter::File(w) => w.records(),
+            #[cfg(feature = "object-store")]
+            ShardWriter::Object(w) => w.records(),
+        }
+    }
+
+    fn bytes(&self) -> u64 {
+        match self {
+            ShardWriter::File(w) => w.bytes(),
+            #[cfg(feature = "object-store")]
+            ShardWriter::Object(w) => w.bytes(),
+        }
+    }
+
+    fn finish_pending(self) -> Result<ShardPending, ConvertError> {
+        match self {
+            ShardWriter::File(w) => Ok(ShardPending::File(w.finish_pending()?.into_pending())),
+            #[cfg(feature = "object-store")]
+            ShardWriter::Object(w) => Ok(ShardPending::Object(w.finish()?.finish_pending()?)),
+        }
+    }
+}
+
+#[cfg(feature = "object-store")]
+fn object_writer(url: &str, compression: Compression) -> Result<ShardWriter, ConvertError> {
+    let object = crate::storage::ObjectWriter::create(url, &crate::storage::ReadOptions::default())?;
+    Ok(ShardWriter::Object(crate::tfrecord::RecordWriter::new(
+        object,
+        compression,
+    )))
+}
+
+#[cfg(not(feature = "object-store"))]
+fn object_writer(url: &str, _compression: Compression) -> Result<ShardWriter, ConvertError> {
+    Err(crate::storage::StorageError::NotBuilt {
+        url: url.to_string(),
+    }
+    .into())
 }
 
 /// Encoded records of one task, in order: `data[ends[i-1]..ends[i]]` is record i.
@@ -487,10 +630,90 @@ pub fn schema_path(prefix: &Path) -> PathBuf {
 
 /// A shard closed under its temporary name.
 pub(crate) struct ShardDone {
-    pending: PendingShard,
+    pending: ShardPending,
     records: u64,
     bytes: u64,
 }
+
+/// Which good records go to the validation set of a split
+/// (`--validation-fraction`): exactly `round(records * fraction)` of them,
+/// chosen by selection sampling (Knuth's algorithm S) from a seeded
+/// generator, so the choice depends only on the record count, the fraction
+/// and the seed, never on threads or timing.
+#[derive(Debug, Clone)]
+pub(crate) struct SplitPlan {
+    /// Bit `g` set: good record `g` is in the validation set.
+    bits: Vec<u64>,
+    /// Records per set: training, validation.
+    pub(crate) counts: [u64; 2],
+}
+
+impl SplitPlan {
+    pub(crate) fn new(records: u64, split: Split) -> Result<SplitPlan, ConvertError> {
+        if !(split.fraction > 0.0 && split.fraction < 1.0) {
+            return Err(ConvertError::Options(format!(
+                "validation fraction {}: expected a number between 0 and 1 (exclusive)",
+                split.fraction
+            )));
+        }
+        let want = (records as f64 * split.fraction).round() as u64;
+        if want == 0 || want == records {
+            return Err(ConvertError::Options(format!(
+                "a validation fraction of {} of {records} records leaves the {} set empty",
+                split.fraction,
+                if want == 0 { "validation" } else { "training" }
+            )));
+        }
+        let words = usize::try_from(records.div_ceil(64)).map_err(|_| {
+            ConvertError::Options(format!("{records} records are too many to split"))
+        })?;
+        let mut bits = vec![0u64; words];
+        let mut rng = SplitMix64(split.seed);
+        let mut chosen = 0u64;
+        for g in 0..records {
+            // Choose with probability (still wanted) / (still left).
+            if rng.below(records - g) < want - chosen {
+                bits[(g / 64) as usize] |= 1 << (g % 64);
+                chosen += 1;
+            }
+        }
+        Ok(SplitPlan {
+            bits,
+            counts: [records - want, want],
+        })
+    }
+
+    /// 0 (training) or 1 (validation) for good record `g`.
+    #[inline]
+    pub(crate) fn set_of(&self, g: u64) -> usize {
+        self.bits
+            .get((g / 64) as usize)
+            .map_or(0, |w| ((w >> (g % 64)) & 1) as usize)
+    }
+}
+
+/// SplitMix64 (Steele, Lea and Flood 2014): small, fast, and fixed forever,
+/// so a seed names the same split in every version.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (`n >= 1`), by Lemire's multiply-shift (the tiny
+    /// bias, below 2^-64 * n, does not matter for a split).
+    fn below(&mut self, n: u64) -> u64 {
+        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
+    }
+}
+
+/// The names of the sets of a split, as they appear in shard names.
+pub(crate) const SET_NAMES: [&str; 2] = ["train", "validation"];
 
 /// What a format hands to [`finish`] besides the shards.
 pub(crate) struct Finished {
@@ -508,32 +731,42 @@ pub(crate) struct Finished {
 
 /// Seals the schema file (with the counts as metadata) beside the shards and
 /// switches shards and schema file into place together, the schema file last
-/// ([`OutputSet`]): all or nothing, and a failure at any step leaves the
+/// ([`commit`]): all or nothing, and a failure at any step leaves the
 /// previous conversion's files as they were.
 pub(crate) fn finish(
     ctx: &Ctx<'_>,
-    shards: Vec<ShardDone>,
+    sets: Vec<Vec<ShardDone>>,
+    split: Option<Split>,
     finished: Finished,
 ) -> Result<Summary, ConvertError> {
     ctx.check_cancel()?;
     let options = ctx.options;
-    let records: u64 = shards.iter().map(|s| s.records).sum();
-    let mut shard_meta = Vec::with_capacity(shards.len());
+    let mut per_set = Vec::with_capacity(sets.len());
+    let mut shard_meta = Vec::new();
+    let mut pending = Vec::new();
     let mut bytes_out = 0;
-    let mut set = OutputSet::new();
-    for shard in shards {
-        let pending = shard.pending;
-        let size = pending.size()?;
-        bytes_out += size;
-        shard_meta.push(json!({
-            "file": pending.path().file_name().map(|n| n.to_string_lossy().into_owned()),
-            "records": shard.records,
-            "bytes": shard.bytes,
-            "file_bytes": size,
-        }));
-        set.push(pending);
+    let mut uncompressed = 0;
+    for (s, shards) in sets.into_iter().enumerate() {
+        let records: u64 = shards.iter().map(|d| d.records).sum();
+        per_set.push((records, shards.len()));
+        for shard in shards {
+            let (name, size) = shard.pending.describe()?;
+            bytes_out += size;
+            uncompressed += shard.bytes;
+            let mut meta = json!({
+                "file": name,
+                "records": shard.records,
+                "bytes": shard.bytes,
+                "file_bytes": size,
+            });
+            if split.is_some() {
+                meta["split"] = json!(SET_NAMES[s]);
+            }
+            shard_meta.push(meta);
+            pending.push((s, shard.pending));
+        }
     }
-    let uncompressed: u64 = shard_meta.iter().filter_map(|m| m["bytes"].as_u64()).sum();
+    let records: u64 = per_set.iter().map(|p| p.0).sum();
     let mut metadata = Map::new();
     metadata.insert("records".into(), json!(records));
     metadata.insert("bytes".into(), json!(uncompressed));
@@ -558,12 +791,29 @@ pub(crate) fn finish(
         source.insert(key, value);
     }
     metadata.insert("source".into(), Json::Object(source));
+    if let Some(how) = split {
+        let mut sets = Map::new();
+        for (s, &(records, shards)) in per_set.iter().enumerate() {
+            sets.insert(
+                SET_NAMES[s].into(),
+                json!({
+                    "records": records,
+                    "shards": shards,
+                    "pattern": format!("{}-*", options.set_prefix(s).display()),
+                }),
+            );
+        }
+        metadata.insert(
+            "split".into(),
+            json!({ "validation_fraction": how.fraction, "seed": how.seed, "sets": sets }),
+        );
+    }
     if let Some(f) = options.fanout {
         metadata.insert(
             "fanout".into(),
             json!({
                 "workers": f.workers,
-                "total_shards": f.workers * set.len(),
+                "total_shards": f.workers * pending.len(),
                 "note": "records, bytes and shards above describe worker 0's part only",
             }),
         );
@@ -573,20 +823,39 @@ pub(crate) fn finish(
     // In a fan-out, worker 0 writes the schema file (the fixed schema: the
     // same for every worker); the others write shards only.
     let writes_schema = options.fanout.is_none_or(|f| f.index == 0);
-    if writes_schema {
-        let text = finished.schema.to_file_text(&metadata)?;
-        set.push_bytes(&schema_file, text.as_bytes())?;
-    }
+    let schema_text = if writes_schema {
+        Some(finished.schema.to_file_text(&metadata)?)
+    } else {
+        None
+    };
     ctx.check_cancel()?;
-    let mut paths = set.commit()?;
-    if writes_schema {
-        paths.pop(); // the schema file
+    let (sets_of, files): (Vec<usize>, Vec<ShardPending>) = pending.into_iter().unzip();
+    let paths = commit(
+        files,
+        schema_text
+            .as_ref()
+            .map(|t| (schema_file.as_path(), t.as_bytes())),
+        &mut |_| Ok(()),
+    )?;
+    let mut shards_by_set: Vec<Vec<PathBuf>> = vec![Vec::new(); per_set.len()];
+    for (s, path) in sets_of.into_iter().zip(paths) {
+        shards_by_set[s].push(path);
     }
     let stale = if options.fanout.is_some() {
         Vec::new() // the other workers' shards match the pattern too
     } else {
-        stale_shards(&options.prefix, &paths)
+        shards_by_set
+            .iter()
+            .enumerate()
+            .flat_map(|(s, current)| stale_shards(&options.set_prefix(s), current))
+            .collect()
     };
+    let mut sets = shards_by_set.into_iter();
+    let shards = sets.next().unwrap_or_default();
+    let validation = sets.next().map(|shards| SplitSummary {
+        records: per_set.get(1).map_or(0, |p| p.0),
+        shards,
+    });
     Ok(Summary {
         stale_shards: stale,
         records,
@@ -595,11 +864,114 @@ pub(crate) fn finish(
         warnings: finished.warnings,
         bytes_in: finished.bytes_in,
         bytes_out,
-        shards: paths,
+        shards,
+        validation,
         schema_path: schema_file,
         schema: finished.schema,
         seconds: ctx.elapsed_secs(),
     })
+}
+
+impl ShardPending {
+    /// The final file name and the size on disk.
+    fn describe(&self) -> Result<(Option<String>, u64), ConvertError> {
+        match self {
+            ShardPending::File(file) => {
+                let size = fs::metadata(file.temp_path())
+                    .map_err(|source| ConvertError::Output {
+                        path: file.path().to_path_buf(),
+                        source,
+                    })?
+                    .len();
+                let name = file
+                    .path()
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned());
+                Ok((name, size))
+            }
+            #[cfg(feature = "object-store")]
+            ShardPending::Object(object) => {
+                let name = Path::new(object.url())
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned());
+                Ok((name, object.bytes()))
+            }
+        }
+    }
+}
+
+/// The commit: switches every shard and then the schema file (when this
+/// conversion writes one) into place as one [`FileSet`], all or nothing;
+/// returns the shards' final paths. `before` is called before each rename
+/// with its index; tests fail there (see [`fail_commit_at`]) to check that a
+/// failure at any step, after some renames included, leaves the previous
+/// conversion whole.
+pub(crate) fn commit(
+    shards: Vec<ShardPending>,
+    schema: Option<(&Path, &[u8])>,
+    before: &mut dyn FnMut(usize) -> std::io::Result<()>,
+) -> Result<Vec<PathBuf>, ConvertError> {
+    let mut set = FileSet::new();
+    #[cfg(feature = "object-store")]
+    let mut objects = Vec::new();
+    let count = shards.len();
+    for shard in shards {
+        match shard {
+            ShardPending::File(file) => set.push(file),
+            #[cfg(feature = "object-store")]
+            ShardPending::Object(object) => objects.push(object),
+        }
+    }
+    // An object-store prefix: shards and schema are objects, completed in
+    // order (the schema last); a failure deletes those completed.
+    #[cfg(feature = "object-store")]
+    if !objects.is_empty() {
+        if let Some((path, text)) = schema {
+            let url = path.to_string_lossy();
+            objects.push(crate::storage::PendingObject::upload(&url, text)?);
+        }
+        let mut paths = crate::storage::commit_objects(objects, &mut |i| {
+            before(i).and_then(|()| injected_failure(i))
+        })?;
+        paths.truncate(count);
+        return Ok(paths);
+    }
+    if let Some((path, text)) = schema {
+        let mut out = AtomicFile::create(path)?;
+        out.write_all(text).map_err(|source| ConvertError::Output {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        set.push(out.seal()?);
+    }
+    let mut paths = set.commit_with(|i| before(i).and_then(|()| injected_failure(i)))?;
+    paths.truncate(count);
+    Ok(paths)
+}
+
+#[cfg(test)]
+thread_local! {
+    static FAIL_AT: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// Makes conversions on this thread fail just before rename `at` of their
+/// commit (`None`: not at all). Tests only.
+#[cfg(test)]
+pub(crate) fn fail_commit_at(at: Option<usize>) {
+    FAIL_AT.with(|cell| cell.set(at));
+}
+
+#[cfg(test)]
+fn injected_failure(i: usize) -> std::io::Result<()> {
+    match FAIL_AT.with(|at| at.get()) {
+        Some(n) if n == i => Err(std::io::Error::other("injected commit failure")),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(not(test))]
+fn injected_failure(_i: usize) -> std::io::Result<()> {
+    Ok(())
 }
 
 /// Shards of an earlier conversion under the same prefix with another shard

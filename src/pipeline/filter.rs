@@ -1,7 +1,11 @@
 //! `filter`: keep the elements a predicate accepts.
+//!
+//! State: none of its own (the predicate is assumed pure), only the
+//! upstream's.
 
+use super::state::Sequential;
 use super::worker::call_user;
-use super::{Clock, Event, Pipeline, byte_size};
+use super::{Clock, Event, Pipeline, Stream, byte_size};
 
 impl<T: Send + 'static> Pipeline<T> {
     /// Keeps the elements for which `predicate` returns `true`. A panic in the
@@ -18,12 +22,13 @@ impl<T: Send + 'static> Pipeline<T> {
         F: Fn(&T) -> bool + Send + Sync + 'static,
     {
         let predicate = std::sync::Arc::new(predicate);
-        self.then("filter", move |_env, mut up, counters| {
+        self.then("filter", move |env, up, counters| {
             let predicate = std::sync::Arc::clone(&predicate);
-            Box::new(std::iter::from_fn(move || {
+            let step = move |_: &mut (), up: &mut Option<Stream<T>>| {
+                let up = up.as_mut()?;
                 let mut clock = Clock::start();
                 let out = loop {
-                    match clock.pull(&mut up) {
+                    match clock.pull(up) {
                         Some(Event::Item(Ok(item))) => {
                             counters.add_in(1, 0);
                             match call_user(counters.name(), || predicate(&item)) {
@@ -43,7 +48,8 @@ impl<T: Send + 'static> Pipeline<T> {
                 };
                 clock.finish(&counters);
                 out
-            }))
+            };
+            Box::new(Sequential::new(env, "filter", up, step)) as Stream<T>
         })
     }
 }

@@ -1,6 +1,9 @@
 //! `ignore_errors`: skip failing elements, counting them and where they were.
+//!
+//! State: none of its own, only the upstream's.
 
-use super::{Event, Pipeline};
+use super::state::Sequential;
+use super::{Event, Pipeline, Stream};
 
 impl<T: Send + 'static> Pipeline<T> {
     /// Drops `Err` items. Each one is counted in this stage's `skipped`
@@ -19,8 +22,9 @@ impl<T: Send + 'static> Pipeline<T> {
     /// # Ok::<(), tfpipe::pipeline::PipelineError>(())
     /// ```
     pub fn ignore_errors(self) -> Pipeline<T> {
-        self.then("ignore_errors", move |_env, mut up, counters| {
-            Box::new(std::iter::from_fn(move || {
+        self.then("ignore_errors", move |env, up, counters| {
+            let step = move |_: &mut (), up: &mut Option<Stream<T>>| {
+                let up = up.as_mut()?;
                 loop {
                     match up.next()? {
                         Event::Item(Err(err)) => counters.add_skipped(err.to_string()),
@@ -33,7 +37,8 @@ impl<T: Send + 'static> Pipeline<T> {
                         }
                     }
                 }
-            }))
+            };
+            Box::new(Sequential::new(env, "ignore_errors", up, step)) as Stream<T>
         })
     }
 }

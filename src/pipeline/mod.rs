@@ -462,6 +462,11 @@ impl Env {
         Some(&slot.state)
     }
 
+    /// The state the stage being built restores from, without claiming it.
+    pub(crate) fn peek_resume(&self) -> Option<&StageState> {
+        self.resume.as_ref().map(|slot| &slot.state)
+    }
+
     /// Whether a state was given that no stage took (its stage cannot restore).
     pub(crate) fn check_claimed(&self, stage: &str) {
         if let Some(slot) = &self.resume {
@@ -590,15 +595,31 @@ impl<T: Send + 'static> Pipeline<T> {
 
     /// Appends an adapter that is not a stage of its own: no metrics row, the
     /// same depth. `f` gets the context and the upstream (whose counters it
-    /// can look up with `env.stage(depth, name)`).
+    /// can look up with `env.stage(depth, name)`), and, when restoring, the
+    /// adapter's own state: a saved state named `own` is the adapter's (its
+    /// input is the upstream's); any other is the upstream's, as the
+    /// adapter saves only its upstream's state when it holds nothing.
     pub(crate) fn then_quiet<U: Send + 'static>(
         self,
-        f: impl Fn(&Env, usize, Stream<T>) -> Stream<U> + Send + Sync + 'static,
+        own: &'static str,
+        f: impl Fn(&Env, usize, Stream<T>, Option<StageState>) -> Stream<U> + Send + Sync + 'static,
     ) -> Pipeline<U> {
         let depth = self.depth;
         let up = self.build;
         Pipeline {
-            build: Arc::new(move |env: &Env| f(env, depth, up(env))),
+            build: Arc::new(move |env: &Env| {
+                let mine = env.peek_resume().filter(|s| s.stage == own).cloned();
+                match mine {
+                    Some(state) => {
+                        env.resume_state();
+                        let up_env = env.resuming(state.inputs.first().cloned());
+                        let stream = up(&up_env);
+                        up_env.check_claimed("upstream");
+                        f(&env.resuming(None), depth, stream, Some(state))
+                    }
+                    None => f(env, depth, up(env), None),
+                }
+            }),
             depth,
             error: self.error,
         }

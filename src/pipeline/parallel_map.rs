@@ -111,7 +111,7 @@ impl<T: Send + 'static> Pipeline<T> {
             "map_parallel: parallelism must be positive (or Auto)".into()
         })
         .then(name, move |env, up, counters| {
-            start_map(env, up, counters, options, Arc::clone(&job))
+            start_map(name, env, up, counters, options, Arc::clone(&job))
         })
     }
 }
@@ -157,6 +157,7 @@ type Tagged<U> = (u64, u64, Event<U>);
 const UNTAGGED: u64 = u64::MAX;
 
 fn start_map<T, S, U, E, I, F>(
+    name: &'static str,
     env: &Env,
     up: Stream<T>,
     counters: Arc<StageCounters>,
@@ -177,7 +178,8 @@ where
         Parallelism::Auto => max.div_ceil(2),
     };
     let window = 2 * max + 2;
-    let skip = match env.resume_state().map(|s| state::skip_of(s, "map")) {
+    // Saved under the stage's own name (`map`, or `parse` for the parser).
+    let skip = match env.resume_state().map(|s| state::skip_of(s, name)) {
         Some(Ok(skip)) => skip,
         Some(Err(error)) => {
             env.restore_failed(error);
@@ -236,6 +238,7 @@ where
     drop(token_tx);
     let autotuner = matches!(options.parallelism, Parallelism::Auto).then(|| Autotuner::new(max));
     let stream = MapStream {
+        name,
         out: Some(out_rx),
         tokens: Some(token_rx),
         ring: VecDeque::with_capacity(window),
@@ -409,6 +412,8 @@ enum Slot<U> {
 /// autotuner. Dropping it cancels the workers, which wake wherever they
 /// wait, so the fields may drop in any order.
 struct MapStream<T, U> {
+    /// The stage's name in the plan (`map`, `parse`), which its state carries.
+    name: &'static str,
     out: Option<Receiver<Tagged<U>>>,
     tokens: Option<Receiver<()>>,
     ring: VecDeque<Slot<U>>,
@@ -509,7 +514,26 @@ impl<T: Send, U: Send> StageStream<U> for MapStream<T, U> {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         // Every sequence number below `base` has been emitted (or skipped).
-        up.anchors.at("map", self.base)
+        up.anchors.at(self.name, self.base)
+    }
+
+    fn save_before_last(&self) -> Result<StageState, StateError> {
+        if !self.deterministic {
+            return self.save();
+        }
+        let up = self
+            .shared
+            .upstream
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // The last element returned had sequence number `base - 1`.
+        match self.base.checked_sub(1) {
+            Some(before) => up.anchors.at(self.name, before),
+            None => Err(StateError::Unsupported {
+                stage: self.counters.name().to_string(),
+                why: "nothing was returned yet".to_string(),
+            }),
+        }
     }
 }
 

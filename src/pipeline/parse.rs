@@ -11,11 +11,15 @@
 //! counted with its location, and the rest of its batch is kept.
 
 use std::any::Any;
+use std::collections::VecDeque;
+use std::sync::Arc;
 
-use super::{Event, MapOptions, Parallelism, Pipeline, PipelineError, Record};
+use super::state::{StageState, StageStream, StateError};
+use super::{Event, MapOptions, Parallelism, Pipeline, PipelineError, Record, Stream};
 use crate::batch::Batch;
 use crate::error::Location;
 use crate::example::{BatchParser, Schema};
+use crate::metrics::StageCounters;
 
 impl<R: AsRef<[u8]> + Send + 'static> Pipeline<Vec<R>> {
     /// Parses each batch of serialized `Example`s (a [`Record`] from a
@@ -106,30 +110,101 @@ fn parse_stage<T: Send + 'static, R: AsRef<[u8]> + 'static>(
                 Err(err) => Err(err.to_string()),
             },
         )
-        .then_quiet(|env, depth, mut up| {
+        .then_quiet(PENDING, |env, depth, up, saved| {
             let counters = env.stage(depth, "parse");
-            let mut queue: std::collections::VecDeque<Event<Batch>> = Default::default();
-            Box::new(std::iter::from_fn(move || {
-                loop {
-                    if let Some(event) = queue.pop_front() {
-                        return Some(event);
+            let skip = match saved.map(|s| s.data::<Pending>(PENDING)) {
+                Some(Ok(pending)) => pending.emitted,
+                Some(Err(error)) => {
+                    env.restore_failed(error);
+                    0
+                }
+                None => 0,
+            };
+            Box::new(Split {
+                up,
+                counters,
+                queue: VecDeque::new(),
+                emitted: 0,
+                skip,
+            }) as Stream<Batch>
+        })
+}
+
+/// The state name of a [`Split`] saved between the events of one element.
+const PENDING: &str = "parse_pending";
+
+/// What a [`Split`] stores when saved between the events of one element.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Pending {
+    /// The element's events already returned.
+    emitted: u64,
+}
+
+/// Turns each parsed element into its events: one error per bad record,
+/// then the batch of the others.
+///
+/// State: with no events queued, the upstream's state as it is. Saved
+/// between the events of one element, the upstream's state *before* that
+/// element and how many of its events were returned: restore parses it
+/// again and drops those.
+struct Split {
+    up: Stream<Parsed>,
+    counters: Arc<StageCounters>,
+    queue: VecDeque<Event<Batch>>,
+    /// Events of the current element returned so far.
+    emitted: u64,
+    /// After a restore: events of the first element to drop.
+    skip: u64,
+}
+
+impl Iterator for Split {
+    type Item = Event<Batch>;
+
+    fn next(&mut self) -> Option<Event<Batch>> {
+        loop {
+            if let Some(event) = self.queue.pop_front() {
+                self.emitted += 1;
+                if self.skip > 0 {
+                    self.skip -= 1;
+                    continue;
+                }
+                return Some(event);
+            }
+            self.emitted = 0;
+            match self.up.next()? {
+                Event::Item(Ok(parsed)) => {
+                    for err in parsed.bad {
+                        self.counters.add_error();
+                        self.queue.push_back(Event::Item(Err(err)));
                     }
-                    match up.next()? {
-                        Event::Item(Ok(parsed)) => {
-                            for err in parsed.bad {
-                                counters.add_error();
-                                queue.push_back(Event::Item(Err(err)));
-                            }
-                            if let Some(batch) = parsed.batch {
-                                queue.push_back(Event::Item(Ok(batch)));
-                            }
-                        }
-                        Event::Item(Err(err)) => return Some(Event::Item(Err(err))),
-                        Event::EpochEnd(e) => return Some(Event::EpochEnd(e)),
+                    if let Some(batch) = parsed.batch {
+                        self.queue.push_back(Event::Item(Ok(batch)));
                     }
                 }
-            }))
-        })
+                // Only a parsed element has events to skip.
+                Event::Item(Err(err)) => {
+                    self.skip = 0;
+                    return Some(Event::Item(Err(err)));
+                }
+                Event::EpochEnd(e) => {
+                    self.skip = 0;
+                    return Some(Event::EpochEnd(e));
+                }
+            }
+        }
+    }
+}
+
+impl StageStream<Batch> for Split {
+    fn save(&self) -> Result<StageState, StateError> {
+        if self.queue.is_empty() {
+            return self.up.save();
+        }
+        let data = serde_json::json!(Pending {
+            emitted: self.emitted
+        });
+        Ok(StageState::new(PENDING, data).with_input(self.up.save_before_last()?))
+    }
 }
 
 fn parse_element<R: AsRef<[u8]> + 'static>(parser: &mut BatchParser, records: &[R]) -> Parsed {

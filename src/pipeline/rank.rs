@@ -31,29 +31,61 @@
 //! # Launchers
 //!
 //! [`Rank::from_env`] reads `RANK` and `WORLD_SIZE` as `torchrun`, Slurm
-//! wrappers and Kubernetes indexed Jobs set them, and [`Rank::local_rank_from_env`]
-//! `LOCAL_RANK`, the device index on a node.
+//! wrappers and Kubernetes indexed Jobs set them (and, inside an `srun`
+//! step, `SLURM_PROCID`/`SLURM_NTASKS`; see [`Rank::from_vars`]), and
+//! [`Rank::local_rank_from_env`] `LOCAL_RANK`, the device index on a node.
+//! The command line's `--rank R --world-size W` (on `train`, `bench`,
+//! `predict`) override them.
 //!
 //! # A multi-GPU data-parallel run (design notes; no multi-GPU code here)
 //!
-//! Each rank is one process driving one GPU (`cuda:LOCAL_RANK`), started by
-//! the launcher with `RANK`/`WORLD_SIZE` (and the NCCL rendezvous variables).
-//! Each process builds the *same* pipeline plan with `.rank(Rank::from_env())`
-//! right after the file list, so its batches come from its own share; the
-//! per-epoch shuffle seed is the same on every rank (the shares are already
-//! disjoint, so equal seeds do not duplicate data). Every step each rank
-//! computes gradients on its batch, then sums them across ranks with an NCCL
-//! all-reduce (candle's `cuda` backend exposes `cudarc`'s NCCL bindings: one
-//! `Comm` per process from a shared `Id`, `all_reduce` over each gradient's
-//! device buffer, divided by `world_size`), and every rank applies the same
-//! optimizer update, so the weights stay identical without broadcasting
-//! them. Because each rank has the same number of records per epoch (and the
-//! same batch size), every rank runs the same number of steps and reaches
-//! each all-reduce; an uneven share would leave the others blocked in NCCL
-//! forever. Checkpoints: rank 0 writes the weights; each rank's pipeline
-//! state (the checkpointable iterator state) is its
-//! own, saved beside them per rank, so a resumed job continues each share at
-//! its next record.
+//! How a run on `W` GPUs would use this with candle (`candle-core`'s `nccl`
+//! feature, which exposes `cudarc`'s NCCL bindings):
+//!
+//! 1. **Processes.** The launcher starts one process per GPU
+//!    (`torchrun --nproc-per-node 8 tfpipe train ...`, `srun -n 8 ...`)
+//!    with `RANK`, `WORLD_SIZE` and `LOCAL_RANK` set. Each process drives
+//!    `cuda:LOCAL_RANK` (`--device cuda` picks it).
+//! 2. **Each rank's pipeline.** Every process builds the *same* plan with
+//!    `.rank(rank, Remainder::Drop)` right after the file list, so its
+//!    batches come from its own disjoint share. The shuffle seed and its
+//!    per-epoch schedule are the same on every rank: the shares are
+//!    already disjoint, so equal seeds duplicate nothing, and a rank's order
+//!    depends only on the seed, the epoch and its rank.
+//! 3. **Equal steps.** With [`Remainder::Drop`] (PyTorch's
+//!    `DistributedSampler(drop_last=True)`), every rank reads the same
+//!    number of records per epoch, hence (same batch size) the same number
+//!    of steps, so every rank reaches every all-reduce. An uneven share
+//!    would leave the others blocked in NCCL forever. The dropped records
+//!    are the tail of the larger shares (at most `W - 1` records per epoch
+//!    for a by-record share; for a by-file share, the difference between
+//!    the largest and the smallest share, which [`RankShare::warning`]
+//!    reports).
+//! 4. **Gradient all-reduce.** Rank 0 creates an NCCL `Id` (`cudarc::nccl::Id::new`)
+//!    and hands its 128 bytes to the others out of band (a file on shared
+//!    storage, or the launcher's rendezvous); each process builds its
+//!    `Comm::from_rank(stream, rank, world_size, id)`. Every step each rank
+//!    computes the loss on its own batch and runs backward; then, for each
+//!    gradient (in the same order on every rank), `all_reduce_in_place`
+//!    with `Sum` over its device buffer and a division by `W` turns the
+//!    local gradients into the global mean. Every rank then applies the same
+//!    optimizer update to identical weights, so the weights stay identical
+//!    without being broadcast (rank 0's initial weights are broadcast once,
+//!    or every rank initialises from the same seed). The batch size per
+//!    step is `W` times the per-rank batch size; scale the learning rate as
+//!    usual.
+//! 5. **Checkpoints.** Rank 0 writes the weights and optimizer state (they
+//!    are the same on every rank). Each rank's pipeline state
+//!    ([`PipelineIter::state`](super::PipelineIter::state), a few hundred
+//!    KB for a 10k shuffle buffer) is its own, saved per rank beside them
+//!    (`pipeline_state.RANK.json`), written after the same step on every
+//!    rank; on resume each rank restores its own and continues its share at
+//!    its next record. A restart with another `W` cannot reuse per-rank
+//!    states (the shares differ): it resumes at the epoch boundary.
+//! 6. **Evaluation.** Either every rank evaluates the whole validation set
+//!    (the CLI's choice: identical numbers everywhere, no communication),
+//!    or each its share with [`Remainder::Keep`] and the metric sums
+//!    all-reduced.
 
 use std::path::PathBuf;
 
@@ -69,6 +101,7 @@ pub struct Rank {
 
 /// What the environment says about ranks, when it says something unusable.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RankError {
     /// `rank >= world_size`, or a world size of 0.
     #[error("rank {rank} of world size {world_size}: needs world_size > 0 and rank < world_size")]
@@ -103,37 +136,95 @@ impl Rank {
         self.world_size
     }
 
-    /// `RANK` and `WORLD_SIZE` from the environment: `None` if neither is set.
+    /// The launcher's rank from the environment: `None` when no launcher
+    /// set one (see [`from_vars`](Self::from_vars) for the variables).
     pub fn from_env() -> Result<Option<Rank>, RankError> {
-        let rank = env_number("RANK")?;
-        let world = env_number("WORLD_SIZE")?;
-        match (rank, world) {
-            (None, None) => Ok(None),
-            (Some(rank), Some(world_size)) => Rank::new(rank, world_size).map(Some),
-            (Some(_), None) => Err(RankError::Incomplete {
-                set: "RANK",
-                missing: "WORLD_SIZE",
-            }),
-            (None, Some(_)) => Err(RankError::Incomplete {
-                set: "WORLD_SIZE",
-                missing: "RANK",
-            }),
+        Rank::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// The launcher's rank from the variables `var` looks up:
+    ///
+    /// 1. `RANK` and `WORLD_SIZE` (torchrun, Kubernetes indexed Jobs with
+    ///    them set, most wrappers), both or neither;
+    /// 2. else, inside a Slurm job step (`srun`, which sets `SLURM_STEP_ID`),
+    ///    `SLURM_PROCID` of `SLURM_NTASKS`. A batch script itself also has
+    ///    `SLURM_PROCID=0` and `SLURM_NTASKS=N` without being one of `N`
+    ///    cooperating tasks, so those count only in a step. Array jobs
+    ///    (`SLURM_ARRAY_TASK_ID`) are often independent runs (a sweep),
+    ///    so they set no rank: pass `--rank`/`--world-size` (or `Rank::new`)
+    ///    explicitly to shard over an array.
+    ///
+    /// ```
+    /// use tfpipe::pipeline::Rank;
+    /// let vars = |name: &str| match name {
+    ///     "RANK" => Some("3".to_string()),
+    ///     "WORLD_SIZE" => Some("8".to_string()),
+    ///     _ => None,
+    /// };
+    /// assert_eq!(Rank::from_vars(vars)?, Some(Rank::new(3, 8)?));
+    /// assert_eq!(Rank::from_vars(|_| None)?, None);
+    /// # Ok::<(), tfpipe::pipeline::RankError>(())
+    /// ```
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Option<Rank>, RankError> {
+        if let Some(rank) = pair(&var, "RANK", "WORLD_SIZE")? {
+            return Ok(Some(rank));
         }
+        if var("SLURM_STEP_ID").is_some() {
+            return pair(&var, "SLURM_PROCID", "SLURM_NTASKS");
+        }
+        Ok(None)
     }
 
     /// `LOCAL_RANK` from the environment (the device index on this node).
     pub fn local_rank_from_env() -> Result<Option<usize>, RankError> {
-        env_number("LOCAL_RANK")
+        Rank::local_rank_from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// `LOCAL_RANK`, else `SLURM_LOCALID` inside a Slurm job step: the
+    /// device index on this node.
+    pub fn local_rank_from_vars(
+        var: impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<usize>, RankError> {
+        if let Some(local) = number(&var, "LOCAL_RANK")? {
+            return Ok(Some(local));
+        }
+        if var("SLURM_STEP_ID").is_some() {
+            return number(&var, "SLURM_LOCALID");
+        }
+        Ok(None)
     }
 }
 
-fn env_number(name: &'static str) -> Result<Option<usize>, RankError> {
-    match std::env::var(name) {
-        Ok(value) => match value.trim().parse() {
+/// The rank `rank_var` of `world_var`: both or neither.
+fn pair(
+    var: &impl Fn(&str) -> Option<String>,
+    rank_var: &'static str,
+    world_var: &'static str,
+) -> Result<Option<Rank>, RankError> {
+    match (number(var, rank_var)?, number(var, world_var)?) {
+        (None, None) => Ok(None),
+        (Some(rank), Some(world_size)) => Rank::new(rank, world_size).map(Some),
+        (Some(_), None) => Err(RankError::Incomplete {
+            set: rank_var,
+            missing: world_var,
+        }),
+        (None, Some(_)) => Err(RankError::Incomplete {
+            set: world_var,
+            missing: rank_var,
+        }),
+    }
+}
+
+fn number(
+    var: &impl Fn(&str) -> Option<String>,
+    name: &'static str,
+) -> Result<Option<usize>, RankError> {
+    match var(name) {
+        Some(value) => match value.trim().parse() {
             Ok(n) => Ok(Some(n)),
             Err(_) => Err(RankError::NotANumber { name, value }),
         },
-        Err(_) => Ok(None),
+        None => Ok(None),
     }
 }
 

@@ -1,6 +1,15 @@
 //! `shard`: keep every `num_shards`-th element, starting at `index`.
+//!
+//! State: the position in the current epoch.
 
-use super::{Event, Pipeline};
+use super::state::Sequential;
+use super::{Event, Pipeline, Stream};
+
+/// What a `shard` stores: elements seen this epoch.
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+struct ShardState {
+    position: u64,
+}
 
 impl<T: Send + 'static> Pipeline<T> {
     /// Keeps elements `index`, `index + num_shards`, ... of each epoch: the
@@ -20,28 +29,29 @@ impl<T: Send + 'static> Pipeline<T> {
         let checked = self.invalid_if(num_shards == 0 || index >= num_shards, || {
             format!("shard({num_shards}, {index}): needs num_shards > 0 and index < num_shards")
         });
-        checked.then("shard", move |_env, mut up, counters| {
-            let mut position = 0usize;
-            Box::new(std::iter::from_fn(move || {
+        checked.then("shard", move |env, up, counters| {
+            let step = move |s: &mut ShardState, up: &mut Option<Stream<T>>| {
+                let up = up.as_mut()?;
                 loop {
                     match up.next()? {
                         Event::Item(Ok(item)) => {
                             counters.add_in(1, 0);
-                            let keep = position % num_shards == index;
-                            position += 1;
+                            let keep = s.position % num_shards as u64 == index as u64;
+                            s.position += 1;
                             if keep {
                                 counters.add_out(1, 0);
                                 return Some(Event::Item(Ok(item)));
                             }
                         }
                         Event::EpochEnd(e) => {
-                            position = 0;
+                            s.position = 0;
                             return Some(Event::EpochEnd(e));
                         }
                         err @ Event::Item(Err(_)) => return Some(err),
                     }
                 }
-            }))
+            };
+            Box::new(Sequential::new(env, "shard", up, step)) as Stream<T>
         })
     }
 

@@ -1,6 +1,15 @@
 //! `skip`: drop the first `n` elements.
+//!
+//! State: how many were skipped so far.
 
-use super::{Event, Pipeline};
+use super::state::Sequential;
+use super::{Event, Pipeline, Stream};
+
+/// What a `skip` stores: elements dropped so far.
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+struct Skipped {
+    skipped: u64,
+}
 
 impl<T: Send + 'static> Pipeline<T> {
     /// Drops the first `n` elements (errors pass and do not count).
@@ -12,17 +21,16 @@ impl<T: Send + 'static> Pipeline<T> {
     /// # Ok::<(), tfpipe::pipeline::PipelineError>(())
     /// ```
     pub fn skip(self, n: u64) -> Pipeline<T> {
-        self.then("skip", move |env, mut up, counters| {
-            let mut skipped = 0u64;
-            let env = env.clone();
-            Box::new(std::iter::from_fn(move || {
+        self.then("skip", move |env, up, counters| {
+            let cancel = env.clone();
+            let step = move |s: &mut Skipped, up: &mut Option<Stream<T>>| {
                 loop {
-                    let event = up.next()?;
+                    let event = up.as_mut()?.next()?;
                     if let Event::Item(Ok(_)) = &event {
                         counters.add_in(1, 0);
-                        if skipped < n {
-                            skipped += 1;
-                            if skipped % 1024 == 0 && env.cancelled() {
+                        if s.skipped < n {
+                            s.skipped += 1;
+                            if s.skipped % 1024 == 0 && cancel.cancelled() {
                                 return None;
                             }
                             continue;
@@ -31,7 +39,8 @@ impl<T: Send + 'static> Pipeline<T> {
                     }
                     return Some(event);
                 }
-            }))
+            };
+            Box::new(Sequential::new(env, "skip", up, step)) as Stream<T>
         })
     }
 }

@@ -21,6 +21,11 @@
 //! - `interleave`: the round-robin cursor, each open input's state, and the
 //!   input position of the earliest open input (the later ones are pulled
 //!   again on restore to recover their elements, the finished ones skipped);
+//! - `repeat`: the epoch and the current pass's state; the pass is rebuilt
+//!   at that epoch, so per-epoch seeds (`shuffle`'s reshuffle) carry on as
+//!   in the uninterrupted run;
+//! - `take`, `skip`, `shard`: their counters; `map`, `filter`,
+//!   `ignore_errors`: nothing of their own;
 //! - parallel stages (`map_parallel`, `parse_batches`/`parse_records`,
 //!   `prefetch`, parallel `interleave`): their workers run ahead of the
 //!   consumer, so the upstream state *at the consumer's position* no longer
@@ -42,9 +47,8 @@
 //!
 //! A state request fails with [`StateError::Unsupported`] (never a silent
 //! wrong resume) for: `from_iterator` (one-shot), `cache`/`cache_file`,
-//! `padded_batch`, `filter`, `take`, `skip`, `ignore_errors`, `repeat`,
-//! non-deterministic parallel stages, and `shuffle`/`batch` buffers of
-//! elements other than [`Record`]s read from files. User closures (`map`,
+//! `padded_batch`, non-deterministic parallel stages, and `shuffle`/`batch` buffers of
+//! elements other than [`Record`]s read from files. User closures (`map`, `filter`,
 //! `map_parallel`, `interleave`'s function, generators) are assumed pure:
 //! hidden state inside them is not captured, and a closure that depends on
 //! it resumes differently. A state given to a pipeline of another shape is
@@ -53,14 +57,15 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Seek, SeekFrom};
+use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::PoisonError;
 
 use serde::{Deserialize, Serialize};
 
-use super::Event;
 use super::record::{FileId, Record, RecordPosition};
+use super::{Env, Event, Stream};
 use crate::tfrecord::{Compression, FileRecordReader, ReaderOptions, RecordError, RecordReader};
 
 /// Parallel stages take an upstream anchor every this many elements.
@@ -382,6 +387,17 @@ pub(crate) trait StageStream<T>: Iterator<Item = Event<T>> + Send {
             why: "this stage does not record its position".to_string(),
         })
     }
+
+    /// The state *before* the last event returned (so that a restored
+    /// stream returns that event again), for an adapter that splits one
+    /// element into several events and is saved between them. Only
+    /// deterministic parallel maps can (from the anchor they keep for it).
+    fn save_before_last(&self) -> Result<StageState, StateError> {
+        Err(StateError::Unsupported {
+            stage: stage_of(std::any::type_name::<Self>()),
+            why: "this stage cannot step back one element".to_string(),
+        })
+    }
 }
 
 /// The pipeline module a stream type comes from (`take`, `cache`, ...).
@@ -402,6 +418,80 @@ impl<T, A: Iterator<Item = Event<T>> + Send, B: Iterator<Item = Event<T>> + Send
 {
 }
 
+/// A sequential stage whose whole state is a small serialisable value `S`
+/// plus its upstream's: `take`'s count, `shard`'s position, nothing at all
+/// for `filter`. `step` makes the next event from the upstream, and may drop
+/// the upstream (set it to `None`) once the stage is done with it.
+///
+/// Saved as `S` with the upstream's state as the one input, or with no
+/// input once the upstream is dropped: a stage restored without one drops
+/// the freshly built upstream at once, so it never reads its input again.
+pub(crate) struct Sequential<T, U, S, F> {
+    name: &'static str,
+    up: Option<Stream<T>>,
+    state: S,
+    step: F,
+    _out: PhantomData<fn() -> U>,
+}
+
+impl<T, U, S, F> Sequential<T, U, S, F>
+where
+    T: 'static,
+    S: Serialize + for<'de> Deserialize<'de> + Default + Send,
+    F: FnMut(&mut S, &mut Option<Stream<T>>) -> Option<Event<U>> + Send,
+{
+    /// The stage `name` over `up`, restored if `env` carries a state for it
+    /// (else starting from `S::default()`).
+    pub(crate) fn new(env: &Env, name: &'static str, up: Stream<T>, step: F) -> Self {
+        let mut up = Some(up);
+        let state = match env.resume_state() {
+            Some(saved) => {
+                if saved.inputs.is_empty() {
+                    up = None;
+                }
+                saved.data::<S>(name).unwrap_or_else(|error| {
+                    env.restore_failed(error);
+                    S::default()
+                })
+            }
+            None => S::default(),
+        };
+        Sequential {
+            name,
+            up,
+            state,
+            step,
+            _out: PhantomData,
+        }
+    }
+}
+
+impl<T, U, S, F> Iterator for Sequential<T, U, S, F>
+where
+    F: FnMut(&mut S, &mut Option<Stream<T>>) -> Option<Event<U>>,
+{
+    type Item = Event<U>;
+
+    fn next(&mut self) -> Option<Event<U>> {
+        (self.step)(&mut self.state, &mut self.up)
+    }
+}
+
+impl<T, U, S, F> StageStream<U> for Sequential<T, U, S, F>
+where
+    T: 'static,
+    S: Serialize + Send,
+    F: FnMut(&mut S, &mut Option<Stream<T>>) -> Option<Event<U>> + Send,
+{
+    fn save(&self) -> Result<StageState, StateError> {
+        let state = StageState::new(self.name, serde_json::to_value(&self.state)?);
+        match &self.up {
+            Some(up) => Ok(state.with_input(up.save()?)),
+            None => Ok(state),
+        }
+    }
+}
+
 /// Upstream states a parallel stage's worker side takes every
 /// [`ANCHOR_EVERY`] elements: `(elements pulled before it, state)`.
 #[derive(Default)]
@@ -411,14 +501,16 @@ pub(crate) struct Anchors {
 
 impl Anchors {
     /// Called by the worker side after pulling `pulled` elements in all;
-    /// `consumed` is how many the consumer has taken (older anchors go).
+    /// `consumed` is how many the consumer has taken (older anchors go, but
+    /// one strictly before `consumed` stays, for
+    /// [`StageStream::save_before_last`]).
     pub(crate) fn offer<T>(&mut self, pulled: u64, consumed: u64, up: &dyn StageStream<T>) {
         if pulled % ANCHOR_EVERY != 0 && pulled != 0 {
             return;
         }
         self.list
             .push_back((pulled, up.save().map_err(|e| e.to_string())));
-        while self.list.len() > 1 && self.list[1].0 <= consumed {
+        while self.list.len() > 1 && self.list[1].0 < consumed {
             self.list.pop_front();
         }
     }

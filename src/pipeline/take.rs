@@ -1,6 +1,16 @@
 //! `take`: the first `n` elements, then the end.
+//!
+//! State: how many were taken (and, once the upstream is dropped, no
+//! upstream state: a restored `take` that was done stays done).
 
-use super::{Event, Pipeline};
+use super::state::Sequential;
+use super::{Event, Pipeline, Stream};
+
+/// What a `take` stores: elements taken so far.
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+struct Taken {
+    taken: u64,
+}
 
 impl<T: Send + 'static> Pipeline<T> {
     /// The first `n` elements (errors pass and do not count), then the end:
@@ -13,26 +23,25 @@ impl<T: Send + 'static> Pipeline<T> {
     /// # Ok::<(), tfpipe::pipeline::PipelineError>(())
     /// ```
     pub fn take(self, n: u64) -> Pipeline<T> {
-        self.then("take", move |_env, up, counters| {
-            let mut up = Some(up);
-            let mut taken = 0u64;
-            Box::new(std::iter::from_fn(move || {
-                if taken >= n {
-                    up = None;
+        self.then("take", move |env, up, counters| {
+            let step = move |s: &mut Taken, up: &mut Option<Stream<T>>| {
+                if s.taken >= n {
+                    *up = None;
                     return None;
                 }
                 let event = up.as_mut()?.next();
                 match &event {
                     Some(Event::Item(Ok(_))) => {
-                        taken += 1;
+                        s.taken += 1;
                         counters.add_in(1, 0);
                         counters.add_out(1, 0);
                     }
-                    None => up = None,
+                    None => *up = None,
                     _ => {}
                 }
                 event
-            }))
+            };
+            Box::new(Sequential::new(env, "take", up, step)) as Stream<T>
         })
     }
 }

@@ -65,7 +65,6 @@ mod index;
 #[cfg(feature = "object-store")]
 mod object;
 mod resolve;
-mod sink;
 
 use std::io::{self, Read as _};
 use std::ops::Range;
@@ -76,9 +75,8 @@ pub use index::{
     GlobalShuffle, IndexError, IndexProblem, IndexedFiles, RecordId, RecordIndex, index_path,
 };
 #[cfg(feature = "object-store")]
-pub use object::{ObjectWriter, PendingObject, delete_object, set_bucket_options};
+pub use object::{ObjectWriter, PendingObject, commit_objects, delete_object, set_bucket_options};
 pub use resolve::{expand_url_globs, is_url, resolve};
-pub use sink::{OutputSet, PendingShard, ShardSink, SinkError};
 
 use crate::tfrecord::{Compression, FileRecordReader, ReaderOptions, RecordError};
 

@@ -821,12 +821,15 @@ impl ObjectWriter {
     }
 
     fn send_part(&mut self) -> Result<(), StorageError> {
-        let Some(upload) = self.upload.as_mut() else {
+        if self.upload.is_none() {
             return Ok(());
-        };
+        }
         while self.in_flight.len() >= self.max_in_flight {
             self.wait_one()?;
         }
+        let Some(upload) = self.upload.as_mut() else {
+            return Ok(());
+        };
         let data = std::mem::replace(&mut self.part, Vec::with_capacity(self.part_size));
         let part = upload.put_part(PutPayload::from(data));
         self.in_flight.push_back(self.context.spawn(part));
@@ -909,6 +912,49 @@ impl PendingObject {
             .map_err(|e| store_error(&self.url, "completing the multipart upload".into(), 1, e))?;
         Ok(())
     }
+}
+
+impl PendingObject {
+    /// Uploads `bytes` to `url` without completing the upload (a small
+    /// object that must appear together with others, such as a schema file).
+    pub fn upload(url: &str, bytes: &[u8]) -> Result<PendingObject, StorageError> {
+        let mut writer = ObjectWriter::create(url, &ReadOptions::default())?;
+        writer.part.extend_from_slice(bytes);
+        writer.written = bytes.len() as u64;
+        writer.finish_pending()
+    }
+}
+
+/// Completes `objects` in order, calling `before(i)` before completing the
+/// `i`-th (an error from it aborts the commit like a failed completion);
+/// returns their URLs. On a failure the objects completed so far are deleted
+/// again and the rest are aborted as they drop, so nothing of the set stays
+/// visible. (Stores have no multi-object transaction: a crash between two
+/// completions can leave the earlier ones; completing a schema file last
+/// makes its presence the sign that the set is whole.)
+pub fn commit_objects(
+    objects: Vec<PendingObject>,
+    before: &mut dyn FnMut(usize) -> io::Result<()>,
+) -> Result<Vec<PathBuf>, StorageError> {
+    let mut done: Vec<PathBuf> = Vec::with_capacity(objects.len());
+    for (i, object) in objects.into_iter().enumerate() {
+        let url = object.url().to_string();
+        let result = before(i)
+            .map_err(|error| StorageError::Io {
+                path: PathBuf::from(&url),
+                error,
+            })
+            .and_then(|()| object.complete());
+        if let Err(e) = result {
+            for url in &done {
+                // Best effort: the failure that made us roll back is the one to report.
+                let _ = delete_object(&url.to_string_lossy());
+            }
+            return Err(e);
+        }
+        done.push(PathBuf::from(url));
+    }
+    Ok(done)
 }
 
 impl Drop for PendingObject {

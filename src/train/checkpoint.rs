@@ -148,8 +148,11 @@ pub struct FeatureMeta {
     pub name: String,
     /// Its element type.
     pub dtype: DType,
-    /// Its fixed shape (`[]` for a scalar).
+    /// Its fixed shape (`[]` for a scalar; `[]` for a variable-length one).
     pub shape: Vec<usize>,
+    /// Variable-length (token ids) rather than fixed-shape.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub var: bool,
     /// The value of a missing feature (e.g. a CSV column's `NA`), as the
     /// training schema had it; numeric defaults only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -167,8 +170,8 @@ pub enum DefaultMeta {
 }
 
 /// The schema the model was trained on, so `predict` can parse new data
-/// without flags. Training takes fixed-shape features only, which is all
-/// this stores.
+/// without flags: the fixed-shape features and the variable-length int64
+/// ones (token ids), which is all training takes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SchemaMeta {
     /// The fixed-shape features, label included, in schema order.
@@ -178,17 +181,26 @@ pub struct SchemaMeta {
 }
 
 impl SchemaMeta {
-    /// The fixed-shape features of `schema` (others cannot feed a model).
+    /// The fixed-shape and variable-length int64 features of `schema`
+    /// (others cannot feed a model).
     pub fn from_schema(schema: &Schema) -> SchemaMeta {
         SchemaMeta {
             features: schema
                 .features
                 .iter()
                 .filter_map(|f| match &f.layout {
+                    Layout::Var if f.dtype == DType::Int64 => Some(FeatureMeta {
+                        name: f.name.clone(),
+                        dtype: f.dtype,
+                        shape: Vec::new(),
+                        var: true,
+                        default: None,
+                    }),
                     Layout::Fixed(shape) => Some(FeatureMeta {
                         name: f.name.clone(),
                         dtype: f.dtype,
                         shape: shape.clone(),
+                        var: false,
                         default: match &f.default {
                             Some(Value::Int64(v)) => Some(DefaultMeta::Int64(v.clone())),
                             Some(Value::Float32(v)) => Some(DefaultMeta::Float32(v.clone())),
@@ -213,7 +225,11 @@ impl SchemaMeta {
                 .map(|f| FeatureSpec {
                     name: f.name.clone(),
                     dtype: f.dtype,
-                    layout: Layout::Fixed(f.shape.clone()),
+                    layout: if f.var {
+                        Layout::Var
+                    } else {
+                        Layout::Fixed(f.shape.clone())
+                    },
                     default: match &f.default {
                         Some(DefaultMeta::Int64(v)) => Some(Value::Int64(v.clone())),
                         Some(DefaultMeta::Float32(v)) => Some(Value::Float32(v.clone())),
@@ -247,8 +263,8 @@ pub struct CheckpointMeta {
     pub input: InputSpec,
     /// The schema of the training data, when known.
     pub schema: Option<SchemaMeta>,
-    /// The run's seed. Epoch `e` shuffles with [`epoch_seed`]`(seed, e)`,
-    /// so a resumed run continues the same schedule.
+    /// The run's seed: weight initialisation and the pipeline's shuffle
+    /// (see [`epoch_seed`]), so a resumed run continues the same schedule.
     pub seed: u64,
     /// The class names (label vocabulary) the model was trained with, in
     /// class-id order, when the schema file recorded them.
@@ -263,9 +279,15 @@ pub struct CheckpointMeta {
     pub files: BTreeMap<String, String>,
 }
 
-/// The shuffle seed of epoch `epoch` in a run seeded `seed`: the one seed
-/// scheme of training, stored in checkpoints through `seed` so a resumed
-/// run shuffles its next epoch as the uninterrupted run would have.
+/// The seed scheme of training is the pipeline's: a run seeded `seed`
+/// shuffles with `shuffle(buffer, seed)` inside one `repeat`, and the
+/// shuffle reseeds itself for each epoch from `seed` and the epoch number.
+/// This is the seed that gives epoch `epoch`'s order to a *single pass*
+/// shuffled with `reshuffle_each_epoch: false` (how a run resumed without a
+/// pipeline state reads its first epoch, exactly as the uninterrupted run
+/// would have): `shuffle_with(ShuffleOptions { seed: epoch_seed(seed, e),
+/// reshuffle_each_epoch: false, .. })` yields epoch `e` of `shuffle(buffer,
+/// seed).repeat(None)` (`tests/train.rs` checks that they agree).
 ///
 /// ```
 /// use tfpipe::train::epoch_seed;
@@ -273,7 +295,8 @@ pub struct CheckpointMeta {
 /// assert_ne!(epoch_seed(7, 1), epoch_seed(7, 2));
 /// ```
 pub fn epoch_seed(seed: u64, epoch: u64) -> u64 {
-    seed.wrapping_add(epoch)
+    // The mix of `pipeline/shuffle.rs`'s `reseed`.
+    seed ^ epoch.wrapping_mul(0xA076_1D64_78BD_642F)
 }
 
 /// A loaded checkpoint of a built-in model: the model, its variables and its metadata.

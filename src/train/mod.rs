@@ -12,8 +12,9 @@
 //!
 //! | file | what lives there |
 //! |---|---|
-//! | `model.rs` | [`ModelConfig`], [`Model`] (MLP, LeNet-like CNN), seeded init |
-//! | `tensor.rs` | [`InputSpec`] (inputs chosen from a schema, standardisation), `Batch` -> tensors without an extra copy |
+//! | `model.rs` | [`ModelConfig`], [`Model`] (MLP, LeNet-like CNN, token embedding), seeded init |
+//! | `tensor.rs` | [`InputSpec`] (inputs chosen from a schema, standardisation, token ids padded per batch with a mask), `Batch` -> tensors without an extra copy |
+//! | `tokens.rs` | [`TokenSet`], a generated token-classification set |
 //! | `optim.rs` | [`OptimizerConfig`], AdamW and SGD from candle-nn |
 //! | `timing.rs` | [`Phase`] histograms and their [`PhaseSummary`] |
 //! | `prefetch.rs` | [`BatchStream`], the device-prefetch thread |
@@ -39,6 +40,7 @@ mod schedule;
 mod tensor;
 mod tensorboard;
 mod timing;
+mod tokens;
 mod trainer;
 
 pub use checkpoint::{
@@ -50,17 +52,23 @@ pub use observer::{Checkpointer, Control, EarlyStopping, Monitor, Observer, RunI
 pub use optim::{
     Adam, AdamW, Foreign, OptimizerConfig, OptimizerKind, OptimizerState, Sgd, TrainOptimizer,
 };
-pub use predict::{PredictReport, PredictionLatency, Predictor};
+pub use predict::{
+    Labels, Outputs, PredictOptions, PredictReport, PredictedBatch, PredictionLatency,
+    PredictionSink, Predictor,
+};
 pub use prefetch::{BatchEvent, BatchStream, BoxError, IterStream, WithBottleneck};
 pub use report::{EpochReport, Startup, TrainReport, Verdict};
 pub use schedule::{Decay, LrSchedule};
 pub use tensor::{
-    BatchTensors, InputSelection, InputSpec, SkippedFeature, Standardize, batch_to_tensors,
-    classes_from_metadata,
+    BatchTensors, InputSelection, InputSpec, SkippedFeature, Standardize, TokenSpec,
+    batch_to_tensors, classes_from_metadata,
 };
 pub use tensorboard::{EventWriter, Scalar};
 pub use timing::{Phase, PhaseSummary};
-pub use trainer::{Evaluation, Progress, TestOpener, TrainConfig, Trainer, parse_device};
+pub use tokens::{TokenFiles, TokenSet};
+pub use trainer::{
+    Evaluation, Progress, TestOpener, TrainConfig, Trainer, parse_device, resume_pipeline,
+};
 
 use crate::Location;
 use crate::pipeline::PipelineError;
@@ -113,6 +121,13 @@ pub enum TrainError {
         #[source]
         source: std::io::Error,
     },
+    /// An output (predictions) that cannot be written.
+    #[error("{}: cannot write: {source}", path.display())]
+    Output {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     /// A worker thread (device prefetch) panicked.
     #[error(transparent)]
     Panic(#[from] crate::spawn::Panicked),
@@ -143,9 +158,9 @@ impl TrainError {
     pub fn data(error: BoxError) -> TrainError {
         TrainError::Data(match error.downcast::<PipelineError>() {
             Ok(p) => p,
-            Err(source) => Box::new(PipelineError::User {
+            Err(error) => Box::new(PipelineError::User {
                 stage: "source".into(),
-                source,
+                error,
             }),
         })
     }

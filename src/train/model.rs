@@ -1,6 +1,9 @@
 //! Models: the [`Model`] trait every model trains through, the [`Task`] that
 //! chooses loss and metrics, and the built-in models ([`BuiltinModel`]): an
-//! MLP with hidden sizes from flags and a LeNet-like CNN for 28x28 inputs.
+//! MLP with hidden sizes from flags, a LeNet-like CNN for 28x28 inputs, and
+//! an embedding model for token ids (embedding -> masked mean pooling ->
+//! MLP), which `tfpipe train` picks when the schema's input is a
+//! variable-length int64 feature.
 //! Plain structs built from a `VarBuilder`, as candle-nn does it.
 //!
 //! Weights are initialised from our own seeded generator (candle's CPU
@@ -125,6 +128,17 @@ pub enum ModelConfig {
     /// LeNet-5-like for 1x28x28 inputs: conv 5x5 (6, padded) -> pool ->
     /// conv 5x5 (16) -> pool -> 400 -> 120 -> 84 -> classes.
     Cnn { classes: usize },
+    /// A bag-of-tokens classifier: each token id in `0..vocab` looks up a
+    /// `dim`-wide embedding; the embeddings of a row's real tokens (the
+    /// mask) are averaged; the average, beside the row's `inputs` dense
+    /// features when there are any, feeds an MLP `hidden -> classes`.
+    Embedding {
+        vocab: usize,
+        dim: usize,
+        inputs: usize,
+        hidden: Vec<usize>,
+        classes: usize,
+    },
 }
 
 impl ModelConfig {
@@ -149,22 +163,41 @@ impl ModelConfig {
                 classes,
             } => Some((*inputs, hidden, *classes)),
             ModelConfig::Regressor { inputs, hidden } => Some((*inputs, hidden, 1)),
-            ModelConfig::Cnn { .. } => None,
+            ModelConfig::Cnn { .. } | ModelConfig::Embedding { .. } => None,
+        }
+    }
+
+    /// The embedding model's MLP: (its inputs, hidden sizes, classes).
+    fn head_layers(&self) -> Option<(usize, &[usize], usize)> {
+        match self {
+            ModelConfig::Embedding {
+                dim,
+                inputs,
+                hidden,
+                classes,
+                ..
+            } => Some((dim + inputs, hidden, *classes)),
+            _ => self.mlp_layers(),
         }
     }
 
     /// The number of input values per example.
     pub fn inputs(&self) -> usize {
-        match self.mlp_layers() {
-            Some((inputs, _, _)) => inputs,
-            None => 28 * 28,
+        match self {
+            ModelConfig::Embedding { inputs, .. } => *inputs,
+            _ => match self.mlp_layers() {
+                Some((inputs, _, _)) => inputs,
+                None => 28 * 28,
+            },
         }
     }
 
     /// The number of outputs: classes, or 1 for regression.
     pub fn classes(&self) -> usize {
         match self {
-            ModelConfig::Mlp { classes, .. } | ModelConfig::Cnn { classes } => *classes,
+            ModelConfig::Mlp { classes, .. }
+            | ModelConfig::Cnn { classes }
+            | ModelConfig::Embedding { classes, .. } => *classes,
             ModelConfig::Regressor { .. } => 1,
         }
     }
@@ -172,9 +205,9 @@ impl ModelConfig {
     /// What the model learns.
     pub fn task(&self) -> Task {
         match self {
-            ModelConfig::Mlp { classes, .. } | ModelConfig::Cnn { classes } => {
-                Task::Classification { classes: *classes }
-            }
+            ModelConfig::Mlp { classes, .. }
+            | ModelConfig::Cnn { classes }
+            | ModelConfig::Embedding { classes, .. } => Task::Classification { classes: *classes },
             ModelConfig::Regressor { .. } => Task::Regression,
         }
     }
@@ -182,9 +215,15 @@ impl ModelConfig {
     /// The number of weights and biases, computed without allocating
     /// (saturating, so absurd sizes can be refused with a message).
     pub fn parameters(&self) -> u128 {
-        match self.mlp_layers() {
+        let table = match self {
+            ModelConfig::Embedding { vocab, dim, .. } => {
+                (*vocab as u128).saturating_mul(*dim as u128)
+            }
+            _ => 0,
+        };
+        match self.head_layers() {
             Some((inputs, hidden, outputs)) => {
-                let mut total = 0u128;
+                let mut total = table;
                 let mut width = inputs as u128;
                 for &h in hidden.iter().chain(std::iter::once(&outputs)) {
                     let h = h as u128;
@@ -202,7 +241,7 @@ impl ModelConfig {
 
     /// The widest layer's output per example (for activation memory).
     pub fn widest_layer(&self) -> usize {
-        match self.mlp_layers() {
+        match self.head_layers() {
             Some((inputs, hidden, outputs)) => hidden
                 .iter()
                 .copied()
@@ -222,7 +261,14 @@ impl ModelConfig {
                 "{classes} classes: a classifier needs at least 2"
             )));
         }
-        if let Some((inputs, hidden, _)) = self.mlp_layers() {
+        if let ModelConfig::Embedding { vocab, dim, .. } = self
+            && (*vocab == 0 || *dim == 0)
+        {
+            return Err(TrainError::Config(format!(
+                "embedding of {vocab} tokens x {dim}: both must be at least 1"
+            )));
+        }
+        if let Some((inputs, hidden, _)) = self.head_layers() {
             if inputs == 0 {
                 return Err(TrainError::Config("the MLP has no input features".into()));
             }
@@ -237,6 +283,27 @@ impl ModelConfig {
 
     /// A one-line description, e.g. `mlp 784-256-10`.
     pub fn describe(&self) -> String {
+        if let ModelConfig::Embedding {
+            vocab,
+            dim,
+            inputs,
+            hidden,
+            classes,
+        } = self
+        {
+            let mut sizes = vec![(dim + inputs).to_string()];
+            sizes.extend(hidden.iter().map(|h| h.to_string()));
+            sizes.push(classes.to_string());
+            let dense = if *inputs > 0 {
+                format!(" + {inputs} dense")
+            } else {
+                String::new()
+            };
+            return format!(
+                "embedding {vocab}x{dim} mean-pooled{dense} -> mlp {}",
+                sizes.join("-")
+            );
+        }
         match self.mlp_layers() {
             Some((inputs, hidden, outputs)) => {
                 let mut sizes = vec![inputs.to_string()];
@@ -256,6 +323,10 @@ impl ModelConfig {
 
 enum Net {
     Mlp(Vec<Linear>),
+    Embedding {
+        table: candle_nn::Embedding,
+        head: Vec<Linear>,
+    },
     Cnn {
         conv1: Conv2d,
         conv2: Conv2d,
@@ -277,16 +348,19 @@ impl BuiltinModel {
         config.validate()?;
         let net = match (&config, config.mlp_layers()) {
             (_, Some((inputs, hidden, outputs))) => {
-                let mut layers = Vec::with_capacity(hidden.len() + 1);
-                let mut width = inputs;
-                for (i, &h) in hidden.iter().chain(std::iter::once(&outputs)).enumerate() {
-                    layers.push(
-                        candle_nn::linear(width, h, vb.pp(format!("fc{i}")))
-                            .map_err(TrainError::candle("building the model"))?,
-                    );
-                    width = h;
+                Net::Mlp(linear_stack(inputs, hidden, outputs, &vb)?)
+            }
+            (ModelConfig::Embedding { vocab, dim, .. }, None) => {
+                let Some((inputs, hidden, outputs)) = config.head_layers() else {
+                    return Err(TrainError::Config(
+                        "an embedding model without its head".into(),
+                    ));
+                };
+                Net::Embedding {
+                    table: candle_nn::embedding(*vocab, *dim, vb.pp("embedding"))
+                        .map_err(TrainError::candle("building the embedding"))?,
+                    head: linear_stack(inputs, hidden, outputs, &vb)?,
                 }
-                Net::Mlp(layers)
             }
             (ModelConfig::Mlp { .. } | ModelConfig::Regressor { .. }, None) => {
                 return Err(TrainError::Config("an MLP without its layers".into()));
@@ -330,19 +404,14 @@ impl BuiltinModel {
         &self.config
     }
 
-    /// Logits `[batch, classes]` for `xs` of shape `[batch, inputs]`.
+    /// Logits `[batch, classes]` for `xs` of shape `[batch, inputs]`. (The
+    /// embedding model needs token ids: use [`Model::forward`].)
     pub fn forward_features(&self, xs: &Tensor) -> candle_core::Result<Tensor> {
         match &self.net {
-            Net::Mlp(layers) => {
-                let Some((last, hidden)) = layers.split_last() else {
-                    return Ok(xs.clone());
-                };
-                let mut h = xs.clone();
-                for layer in hidden {
-                    h = dense_relu(layer, &h)?;
-                }
-                dense(last, &h)
-            }
+            Net::Mlp(layers) => mlp_forward(layers, xs),
+            Net::Embedding { .. } => Err(candle_core::Error::Msg(
+                "the embedding model takes token ids: call Model::forward with a batch".into(),
+            )),
             Net::Cnn {
                 conv1,
                 conv2,
@@ -370,7 +439,18 @@ impl BuiltinModel {
 
 impl Model for BuiltinModel {
     fn forward(&self, batch: &BatchTensors) -> candle_core::Result<Tensor> {
-        self.forward_features(&batch.features)
+        match &self.net {
+            Net::Embedding { table, head } => {
+                let pooled = masked_mean(table, batch)?;
+                let h = if batch.features.dim(1)? > 0 {
+                    Tensor::cat(&[&pooled, &batch.features], 1)?
+                } else {
+                    pooled
+                };
+                mlp_forward(head, &h)
+            }
+            _ => self.forward_features(&batch.features),
+        }
     }
 
     fn task(&self) -> Task {
@@ -380,6 +460,52 @@ impl Model for BuiltinModel {
     fn describe(&self) -> String {
         self.config.describe()
     }
+}
+
+/// Dense layers `inputs -> hidden... -> outputs`, named `fc0`, `fc1`, ...
+fn linear_stack(
+    inputs: usize,
+    hidden: &[usize],
+    outputs: usize,
+    vb: &VarBuilder,
+) -> Result<Vec<Linear>, TrainError> {
+    let mut layers = Vec::with_capacity(hidden.len() + 1);
+    let mut width = inputs;
+    for (i, &h) in hidden.iter().chain(std::iter::once(&outputs)).enumerate() {
+        layers.push(
+            candle_nn::linear(width, h, vb.pp(format!("fc{i}")))
+                .map_err(TrainError::candle("building the model"))?,
+        );
+        width = h;
+    }
+    Ok(layers)
+}
+
+/// ReLU between the layers, none after the last.
+fn mlp_forward(layers: &[Linear], xs: &Tensor) -> candle_core::Result<Tensor> {
+    let Some((last, hidden)) = layers.split_last() else {
+        return Ok(xs.clone());
+    };
+    let mut h = xs.clone();
+    for layer in hidden {
+        h = dense_relu(layer, &h)?;
+    }
+    dense(last, &h)
+}
+
+/// The mean of each row's token embeddings over its real tokens (the mask):
+/// `sum_t mask[r, t] * E[ids[r, t]] / max(1, sum_t mask[r, t])`, `[rows, dim]`.
+/// A row without tokens pools to zeros.
+fn masked_mean(table: &candle_nn::Embedding, batch: &BatchTensors) -> candle_core::Result<Tensor> {
+    let (Some(ids), Some(mask)) = (&batch.tokens, &batch.mask) else {
+        return Err(candle_core::Error::Msg(
+            "the embedding model needs token ids: the batch has none".into(),
+        ));
+    };
+    let embedded = table.forward(ids)?; // [rows, longest, dim]
+    let summed = embedded.broadcast_mul(&mask.unsqueeze(2)?)?.sum(1)?; // [rows, dim]
+    let counts = mask.sum_keepdim(1)?.clamp(1f32, f32::MAX)?; // [rows, 1]
+    summed.broadcast_div(&counts)
 }
 
 /// A dense layer: `x W^T + b`. (The layers are small functions so that

@@ -1,7 +1,17 @@
 //! Prediction from a checkpoint, and its latency: load time, the first
 //! prediction against the steady state (p50/p99), with optional warm-up.
+//!
+//! [`Predictor::run`] hands every batch's [`PredictedBatch`] to a sink: for
+//! classification the arg-max class ids and the softmax probabilities, for
+//! regression the predicted values; the labels when the data has them; and
+//! the record-key column when one was asked for. The CLI writes them as JSON
+//! Lines (see `tfpipe predict --help` and the README).
+//!
+//! Invariant: the timed part of a prediction ends with the outputs on the
+//! host, so on a GPU the clock reads after the device has finished.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use candle_core::{D, Device, Tensor};
@@ -9,10 +19,11 @@ use serde::{Deserialize, Serialize};
 
 use super::TrainError;
 use super::checkpoint::{Checkpoint, CheckpointMeta};
-use super::model::BuiltinModel;
+use super::model::{BuiltinModel, Model, Task};
 use super::prefetch::BatchStream;
-use super::tensor::{InputSpec, batch_to_tensors};
+use super::tensor::{BatchTensors, InputSpec, batch_to_tensors};
 use super::timing::Phase;
+use crate::batch::Column;
 
 /// Steady-state latency per batch, ms.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -40,8 +51,32 @@ pub struct PredictReport {
     pub examples: u64,
     /// Batches predicted.
     pub batches: u64,
-    /// Fraction predicted correctly, when the data has labels.
+    /// Fraction predicted correctly, when the data has labels (classification).
     pub accuracy: Option<f64>,
+    /// Mean absolute error, when the data has labels (regression).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mae: Option<f64>,
+    /// A stop flag was raised (a signal): the data was not all predicted.
+    #[serde(default)]
+    pub interrupted: bool,
+}
+
+impl PredictReport {
+    /// The report of a run that predicted nothing (yet).
+    pub fn empty(load_ms: f64) -> PredictReport {
+        PredictReport {
+            load_ms,
+            warmup: 0,
+            warmup_ms: 0.0,
+            first_prediction_ms: 0.0,
+            steady_prediction_ms: PredictionLatency::default(),
+            examples: 0,
+            batches: 0,
+            accuracy: None,
+            mae: None,
+            interrupted: false,
+        }
+    }
 }
 
 impl std::fmt::Display for PredictReport {
@@ -68,15 +103,84 @@ impl std::fmt::Display for PredictReport {
             "predicted  {} examples in {} batches",
             self.examples, self.batches
         )?;
-        match self.accuracy {
-            Some(a) => writeln!(f, ", accuracy {:.2}%", a * 100.0),
-            None => writeln!(f),
+        match (self.accuracy, self.mae) {
+            (Some(a), _) => writeln!(f, ", accuracy {:.2}%", a * 100.0),
+            (None, Some(mae)) => writeln!(f, ", MAE {mae:.4}"),
+            (None, None) => writeln!(f),
         }
     }
 }
 
-/// Receives each batch's predicted class ids and, when known, its labels.
-pub type PredictionSink<'a> = dyn FnMut(&[u32], Option<&[u32]>) -> Result<(), TrainError> + 'a;
+/// What the model predicted for one batch.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outputs {
+    /// Classification.
+    Classes {
+        /// The arg-max class id of each row.
+        ids: Vec<u32>,
+        /// Softmax probabilities, `classes` per row, row after row.
+        probabilities: Vec<f32>,
+        /// The number of classes.
+        classes: usize,
+    },
+    /// Regression: one value per row.
+    Values(Vec<f32>),
+}
+
+impl Outputs {
+    /// Row `row`'s probabilities (classification), else `None`.
+    pub fn probabilities(&self, row: usize) -> Option<&[f32]> {
+        match self {
+            Outputs::Classes {
+                probabilities,
+                classes,
+                ..
+            } => probabilities.get(row * classes..(row + 1) * classes),
+            Outputs::Values(_) => None,
+        }
+    }
+}
+
+/// A batch's labels, as the task reads them.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Labels {
+    /// Class ids.
+    Classes(Vec<u32>),
+    /// Regression targets.
+    Values(Vec<f32>),
+}
+
+/// One batch's predictions, handed to a [`PredictionSink`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct PredictedBatch {
+    /// The number of examples.
+    pub rows: usize,
+    /// The predictions.
+    pub outputs: Outputs,
+    /// The labels, when the data has them.
+    pub labels: Option<Labels>,
+    /// The record-key column ([`PredictOptions::key`]), as parsed.
+    pub key: Option<Column>,
+}
+
+/// Receives each batch's predictions.
+pub type PredictionSink<'a> = dyn FnMut(&PredictedBatch) -> Result<(), TrainError> + 'a;
+
+/// How [`Predictor::run`] goes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PredictOptions<'a> {
+    /// The data has the label column: report accuracy (or MAE) and hand
+    /// the labels to the sink.
+    pub with_labels: bool,
+    /// Untimed passes over the first batch before timing.
+    pub warmup: usize,
+    /// A column of the parsed batches to hand to the sink beside each
+    /// prediction (a record key). It must be in the stream's batches.
+    pub key: Option<&'a str>,
+    /// Raised (by a signal handler), prediction stops after the current
+    /// batch and the report says `interrupted`.
+    pub stop: Option<&'a AtomicBool>,
+}
 
 /// A model loaded for prediction.
 pub struct Predictor {
@@ -109,6 +213,16 @@ impl Predictor {
         self.load_ms
     }
 
+    /// The class name of class `id`, from the label vocabulary the
+    /// checkpoint recorded (none when it recorded none).
+    pub fn class_name(&self, id: u32) -> Option<&str> {
+        self.meta
+            .label_vocabulary
+            .as_ref()?
+            .get(id as usize)
+            .map(String::as_str)
+    }
+
     /// Class ids for `features` (`[batch, inputs]`), on the host.
     pub fn predict(&self, features: &Tensor) -> Result<Vec<u32>, TrainError> {
         self.model
@@ -118,18 +232,47 @@ impl Predictor {
             .map_err(TrainError::candle("prediction"))
     }
 
-    /// Predicts every batch of `stream`, after `warmup` untimed passes over
-    /// the first, and hands each batch's predictions (and labels, when
-    /// `with_labels`) to `sink`.
+    /// The model's outputs for `batch`, on the host: class ids and
+    /// probabilities, or values.
+    pub fn outputs(&self, batch: &BatchTensors) -> Result<Outputs, TrainError> {
+        let err = TrainError::candle("prediction");
+        let out = self.model.forward(batch).map_err(err)?;
+        match self.model.task() {
+            Task::Classification { classes } => {
+                let probs = candle_nn::ops::softmax_last_dim(&out)
+                    .map_err(TrainError::candle("prediction"))?;
+                let ids = probs
+                    .argmax(D::Minus1)
+                    .and_then(|p| p.to_vec1::<u32>())
+                    .map_err(TrainError::candle("prediction"))?;
+                let probabilities = probs
+                    .flatten_all()
+                    .and_then(|p| p.to_vec1::<f32>())
+                    .map_err(TrainError::candle("prediction"))?;
+                Ok(Outputs::Classes {
+                    ids,
+                    probabilities,
+                    classes,
+                })
+            }
+            Task::Regression => out
+                .flatten_all()
+                .and_then(|v| v.to_vec1::<f32>())
+                .map(Outputs::Values)
+                .map_err(TrainError::candle("prediction")),
+        }
+    }
+
+    /// Predicts every batch of `stream`, after `options.warmup` untimed
+    /// passes over the first, and hands each batch's predictions to `sink`.
     pub fn run(
         &self,
         stream: &mut dyn BatchStream,
-        with_labels: bool,
-        warmup: usize,
+        options: PredictOptions<'_>,
         sink: &mut PredictionSink<'_>,
     ) -> Result<PredictReport, TrainError> {
         let input = InputSpec {
-            label: if with_labels {
+            label: if options.with_labels {
                 self.meta.input.label.clone()
             } else {
                 None
@@ -138,25 +281,44 @@ impl Predictor {
         };
         let mut steady = Phase::new();
         let (mut first_ms, mut warmup_ms) = (0.0, 0.0);
-        let (mut examples, mut batches, mut hits) = (0u64, 0u64, 0u64);
+        let (mut examples, mut batches) = (0u64, 0u64);
+        let mut score = Score::default();
+        let mut interrupted = false;
         while let Some(batch) = stream.next_batch() {
-            let tensors = batch_to_tensors(
-                batch.map_err(TrainError::data)?,
-                &input,
-                batches,
-                &self.device,
-            )?;
-            if batches == 0 && warmup > 0 {
+            if options.stop.is_some_and(|s| s.load(Ordering::SeqCst)) {
+                interrupted = true;
+                break;
+            }
+            let batch = batch.map_err(TrainError::data)?;
+            let key = match options.key {
+                Some(name) => {
+                    Some(
+                        batch
+                            .column(name)
+                            .cloned()
+                            .ok_or_else(|| TrainError::Input {
+                                batch: batches,
+                                reason: format!("no key column {name:?}"),
+                            })?,
+                    )
+                }
+                None => None,
+            };
+            let tensors = batch_to_tensors(batch, &input, batches, &self.device)?;
+            if batches == 0 && options.warmup > 0 {
                 let start = Instant::now();
-                for _ in 0..warmup {
-                    self.predict(&tensors.features)?;
+                for _ in 0..options.warmup {
+                    if options.stop.is_some_and(|s| s.load(Ordering::SeqCst)) {
+                        break;
+                    }
+                    self.outputs(&tensors)?;
                 }
                 warmup_ms = start.elapsed().as_secs_f64() * 1e3;
             }
-            // `predict` ends with the result on the host: the clock reads
+            // `outputs` ends with the result on the host: the clock reads
             // after the device has finished.
             let start = Instant::now();
-            let predicted = self.predict(&tensors.features)?;
+            let outputs = self.outputs(&tensors)?;
             let took = start.elapsed();
             if batches == 0 {
                 first_ms = took.as_secs_f64() * 1e3;
@@ -164,23 +326,29 @@ impl Predictor {
                 steady.record(took);
             }
             let labels = match &tensors.labels {
-                Some(l) => Some(
-                    l.to_vec1::<u32>()
-                        .map_err(TrainError::candle("reading labels"))?,
-                ),
+                Some(l) => Some(host_labels(l, self.model.task())?),
                 None => None,
             };
-            if let Some(labels) = &labels {
-                hits += predicted.iter().zip(labels).filter(|(p, l)| p == l).count() as u64;
-            }
-            sink(&predicted, labels.as_deref())?;
+            let predicted = PredictedBatch {
+                rows: tensors.rows,
+                outputs,
+                labels,
+                key,
+            };
+            score.add(&predicted);
+            sink(&predicted)?;
             examples += tensors.rows as u64;
             batches += 1;
         }
         let s = steady.summary();
+        let scored = options.with_labels && examples > 0;
+        let (accuracy, mae) = match self.model.task() {
+            Task::Classification { .. } => (scored.then(|| score.hits / examples as f64), None),
+            Task::Regression => (None, scored.then(|| score.abs_err / examples as f64)),
+        };
         Ok(PredictReport {
             load_ms: self.load_ms,
-            warmup,
+            warmup: options.warmup,
             warmup_ms,
             first_prediction_ms: first_ms,
             steady_prediction_ms: PredictionLatency {
@@ -189,7 +357,42 @@ impl Predictor {
             },
             examples,
             batches,
-            accuracy: (with_labels && examples > 0).then(|| hits as f64 / examples as f64),
+            accuracy,
+            mae,
+            interrupted,
         })
+    }
+}
+
+/// Correct predictions and absolute errors, summed over batches.
+#[derive(Default)]
+struct Score {
+    hits: f64,
+    abs_err: f64,
+}
+
+impl Score {
+    fn add(&mut self, b: &PredictedBatch) {
+        match (&b.outputs, &b.labels) {
+            (Outputs::Classes { ids, .. }, Some(Labels::Classes(labels))) => {
+                self.hits += ids.iter().zip(labels).filter(|(p, l)| p == l).count() as f64;
+            }
+            (Outputs::Values(values), Some(Labels::Values(labels))) => {
+                self.abs_err += values
+                    .iter()
+                    .zip(labels)
+                    .map(|(p, l)| f64::from((p - l).abs()))
+                    .sum::<f64>();
+            }
+            _ => {}
+        }
+    }
+}
+
+fn host_labels(labels: &Tensor, task: Task) -> Result<Labels, TrainError> {
+    let err = TrainError::candle("reading labels");
+    match task {
+        Task::Classification { .. } => labels.to_vec1::<u32>().map(Labels::Classes).map_err(err),
+        Task::Regression => labels.to_vec1::<f32>().map(Labels::Values).map_err(err),
     }
 }

@@ -50,6 +50,14 @@ pub trait BatchStream: Send {
     fn bottleneck_stage(&self) -> Option<String> {
         None
     }
+
+    /// Where the stream stands after the last event it returned, as JSON a
+    /// restart can begin from (a pipeline's [`PipelineState`](crate::pipeline::PipelineState)).
+    /// `None`: this kind of stream has no position (by default);
+    /// `Some(Err(why))`: it has one but cannot capture it now.
+    fn position(&self) -> Option<Result<serde_json::Value, String>> {
+        None
+    }
 }
 
 /// Any iterator of `Result<Batch, E>` as a [`BatchStream`] without metrics.
@@ -111,6 +119,10 @@ impl<S: BatchStream + ?Sized> BatchStream for Box<S> {
     fn bottleneck_stage(&self) -> Option<String> {
         (**self).bottleneck_stage()
     }
+
+    fn position(&self) -> Option<Result<serde_json::Value, String>> {
+        (**self).position()
+    }
 }
 
 /// A running pipeline of batches; its bottleneck comes from its stage
@@ -131,19 +143,31 @@ impl BatchStream for crate::pipeline::PipelineIter<Batch> {
     fn bottleneck_stage(&self) -> Option<String> {
         self.metrics().bottleneck_stage().map(str::to_string)
     }
+
+    fn position(&self) -> Option<Result<serde_json::Value, String>> {
+        Some(
+            self.state()
+                .map_err(|e| e.to_string())
+                .and_then(|s| serde_json::to_value(s).map_err(|e| e.to_string())),
+        )
+    }
 }
 
 /// What the prefetch worker sends.
 #[derive(Debug)]
 pub(crate) enum Fetched {
-    /// Tensors ready on the device, with the conversion + copy time.
+    /// Tensors ready on the device, with the conversion + copy time, and
+    /// now and then the stream's position after this batch.
     Batch {
         tensors: BatchTensors,
         copy: Duration,
         bottleneck: Option<String>,
+        position: Option<Result<serde_json::Value, String>>,
     },
-    /// An epoch marker.
-    EpochEnd,
+    /// An epoch marker, with the stream's position after it.
+    EpochEnd {
+        position: Option<Result<serde_json::Value, String>>,
+    },
     /// The end of the stream.
     End { bottleneck: Option<String> },
 }
@@ -152,6 +176,37 @@ pub(crate) enum Fetched {
 /// often enough to be current when training stops mid-epoch, rarely enough
 /// that snapshotting metrics costs nothing measurable.
 const BOTTLENECK_EVERY: u64 = 16;
+
+/// How often (in events) the stream's position is captured, besides at
+/// every epoch marker. A restart begins at the last capture and skips the
+/// events after it, so this bounds the work redone on resume; capturing a
+/// pipeline's state with a 10k shuffle buffer costs about as much as a few
+/// small training steps, so it is not done every step.
+pub(crate) const POSITION_EVERY: u64 = 64;
+
+/// Captures a stream's position now and then: at the first event, every
+/// [`POSITION_EVERY`] events, and at epoch markers.
+#[derive(Debug, Default)]
+pub(crate) struct PositionTaker {
+    since: Option<u64>,
+}
+
+impl PositionTaker {
+    /// The position after the event just taken from `stream`, when due.
+    pub(crate) fn take(
+        &mut self,
+        stream: &dyn BatchStream,
+        marker: bool,
+    ) -> Option<Result<serde_json::Value, String>> {
+        let due = marker || self.since.is_none_or(|n| n + 1 >= POSITION_EVERY);
+        if !due {
+            self.since = self.since.map(|n| n + 1);
+            return None;
+        }
+        self.since = Some(0);
+        stream.position()
+    }
+}
 
 /// The device-prefetch stage: a worker thread that converts batches to
 /// device tensors `depth` ahead of the consumer.
@@ -172,15 +227,19 @@ impl DevicePrefetch {
         let (tx, rx) = bounded(depth.max(1));
         let worker = Thread::spawn("tfpipe-device-prefetch", move |cancel| {
             let mut index = first_index;
+            let mut positions = PositionTaker::default();
             while !cancel.is_cancelled() {
                 let item = match stream.next_event() {
                     None => Ok(Fetched::End {
                         bottleneck: stream.bottleneck_stage(),
                     }),
                     Some(Err(e)) => Err(TrainError::data(e)),
-                    Some(Ok(BatchEvent::EpochEnd)) => Ok(Fetched::EpochEnd),
-                    Some(Ok(BatchEvent::Batch(batch))) => convert(batch, &spec, &device, index)
-                        .map(|(tensors, copy)| {
+                    Some(Ok(BatchEvent::EpochEnd)) => Ok(Fetched::EpochEnd {
+                        position: positions.take(&stream, true),
+                    }),
+                    Some(Ok(BatchEvent::Batch(batch))) => {
+                        let position = positions.take(&stream, false);
+                        convert(batch, &spec, &device, index).map(|(tensors, copy)| {
                             let bottleneck = if (index - first_index) % BOTTLENECK_EVERY == 0 {
                                 stream.bottleneck_stage()
                             } else {
@@ -190,11 +249,13 @@ impl DevicePrefetch {
                                 tensors,
                                 copy,
                                 bottleneck,
+                                position,
                             }
-                        }),
+                        })
+                    }
                 };
                 index += 1;
-                let last = !matches!(item, Ok(Fetched::Batch { .. } | Fetched::EpochEnd));
+                let last = !matches!(item, Ok(Fetched::Batch { .. } | Fetched::EpochEnd { .. }));
                 // A failed send: the consumer is gone or cancelled; stop quietly.
                 if cancel.send(&tx, item).is_err() || last {
                     break;
@@ -263,6 +324,7 @@ mod tests {
             label: None,
             task: crate::train::Task::Regression,
             standardize: vec![],
+            tokens: None,
         }
     }
 

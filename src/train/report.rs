@@ -100,6 +100,11 @@ pub struct EpochReport {
     pub stall_fraction: f64,
     /// Wall time of the epoch (training and evaluation), ms.
     pub wall_ms: f64,
+    /// From the epoch's start to its first batch, ms: opening the data
+    /// (when a stream is opened for the epoch) and waiting for the batch.
+    /// For the run's first epoch this is start-up.
+    #[serde(default)]
+    pub first_wait_ms: f64,
 }
 
 impl EpochReport {
@@ -130,6 +135,7 @@ impl EpochReport {
             learning_rate,
             stall_fraction,
             wall_ms,
+            first_wait_ms: 0.0,
         }
     }
 

@@ -40,6 +40,22 @@ pub struct InputSpec {
     /// checkpoints keep it, so prediction scales inputs the same way.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub standardize: Vec<Standardize>,
+    /// A variable-length int64 feature of token ids, padded per batch into
+    /// [`BatchTensors::tokens`] with a [`BatchTensors::mask`]. `None`: no
+    /// token input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<TokenSpec>,
+}
+
+/// A variable-length feature of token ids.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenSpec {
+    /// The feature's name.
+    pub name: String,
+    /// Ids must be below this (the embedding's rows); `None` until known
+    /// (the CLI sets it from `--vocab-size` or the schema file). An id
+    /// outside `0..vocab` is an input error naming its batch and row.
+    pub vocab: Option<usize>,
 }
 
 /// `x -> (x - mean) / std` for one feature's values.
@@ -77,7 +93,7 @@ impl Standardize {
     /// use tfpipe::{Batch, Column, Values};
     /// use tfpipe::train::{InputSpec, Standardize, Task};
     ///
-    /// let spec = InputSpec { features: vec![("mass".into(), 1)], label: None, task: Task::Regression, standardize: vec![] };
+    /// let spec = InputSpec { features: vec![("mass".into(), 1)], label: None, task: Task::Regression, standardize: vec![], tokens: None };
     /// let batch = Batch { num_rows: 2, columns: vec![Column {
     ///     name: "mass".into(), values: Values::Int64(vec![3000, 5000]), row_splits: vec![], inner_shape: vec![],
     /// }] };
@@ -151,8 +167,10 @@ impl InputSpec {
     /// Every fixed-shape numeric (int64, float32, uint8) feature of `schema`
     /// except the label feeds the model; the label is `schema.label` and
     /// must be one int64 per example for classification, one float32 or
-    /// int64 for regression. Other features (bytes, variable-length,
-    /// sequences) are skipped and listed. Fails when no input remains.
+    /// int64 for regression. The first variable-length int64 feature is the
+    /// token input ([`InputSpec::tokens`]). Other features (bytes, further
+    /// variable-length ones, sequences) are skipped and listed. Fails when
+    /// no input remains.
     ///
     /// ```
     /// use tfpipe::Schema;
@@ -177,6 +195,7 @@ impl InputSpec {
         let mut features = Vec::new();
         let mut skipped = Vec::new();
         let mut used = Vec::new();
+        let mut tokens: Option<TokenSpec> = None;
         for f in &schema.features {
             if Some(&f.name) == schema.label.as_ref() {
                 let scalar =
@@ -199,6 +218,14 @@ impl InputSpec {
                 used.push(f.clone());
                 continue;
             }
+            if f.layout == Layout::Var && f.dtype == DType::Int64 && tokens.is_none() {
+                tokens = Some(TokenSpec {
+                    name: f.name.clone(),
+                    vocab: None,
+                });
+                used.push(f.clone());
+                continue;
+            }
             let reason = match (&f.layout, f.dtype) {
                 (Layout::Fixed(shape), dtype) if dtype != DType::Bytes => {
                     features.push((f.name.clone(), shape.iter().product()));
@@ -217,14 +244,14 @@ impl InputSpec {
                 reason: reason.into(),
             });
         }
-        if features.is_empty() {
+        if features.is_empty() && tokens.is_none() {
             let others = if skipped.is_empty() {
                 "none".to_string()
             } else {
                 join(&skipped)
             };
             return Err(TrainError::Config(format!(
-                "no input features: the models need at least one fixed-shape int64, float32 or uint8 feature besides the label (other features: {others}); store numbers as such, e.g. `tfpipe convert csv --column NAME:float32`, or give them with --feature NAME:DTYPE[:SHAPE]"
+                "no input features: the models need at least one fixed-shape int64, float32 or uint8 feature, or a variable-length int64 one (token ids), besides the label (other features: {others}); store numbers as such, e.g. `tfpipe convert csv --column NAME:float32`, or give them with --feature NAME:DTYPE[:SHAPE]"
             )));
         }
         Ok(InputSelection {
@@ -233,6 +260,7 @@ impl InputSpec {
                 label: schema.label.clone(),
                 task,
                 standardize: Vec::new(),
+                tokens,
             },
             skipped,
             schema: Schema {
@@ -250,17 +278,15 @@ impl InputSpec {
 
 /// `int64 [3]`, `float32 var`, ... for messages.
 fn describe_feature(f: &crate::example::FeatureSpec) -> String {
-    let dtype = match f.dtype {
-        DType::Int64 => "int64",
-        DType::Float32 => "float32",
-        DType::Uint8 => "uint8",
-        DType::Bytes => "bytes",
-    };
+    let dtype = f.dtype.name();
     match &f.layout {
         Layout::Fixed(shape) if shape.is_empty() => format!("{dtype}, scalar"),
         Layout::Fixed(shape) => format!("{dtype} of shape {shape:?}"),
         Layout::Var => format!("{dtype}, variable-length"),
         Layout::FixedSequence(_) | Layout::VarSequence => format!("{dtype}, a sequence"),
+        Layout::VarFixed(shape) => format!("{dtype}, variable-length elements of shape {shape:?}"),
+        Layout::Ragged(_) => format!("{dtype}, ragged"),
+        Layout::Sparse { .. } => format!("{dtype}, sparse"),
     }
 }
 
@@ -293,6 +319,12 @@ pub struct BatchTensors {
     /// `[rows]` u32 class ids (classification) or f32 values (regression),
     /// when the spec has a label.
     pub labels: Option<Tensor>,
+    /// `[rows, longest]` u32 token ids, padded with 0 after each row's own
+    /// ids, when the spec has a token input. (`longest` is the batch's
+    /// longest row, at least 1.)
+    pub tokens: Option<Tensor>,
+    /// `[rows, longest]` float32: 1 for a real token, 0 for padding.
+    pub mask: Option<Tensor>,
     /// The number of examples.
     pub rows: usize,
 }
@@ -318,6 +350,14 @@ pub fn batch_to_tensors(
             check_dense(&col, rows, 1).map_err(&bad)?;
             Some(label_tensor(&col, name, spec.task, index)?)
         }
+    };
+    let tokens = match &spec.tokens {
+        Some(t) => {
+            let col = take_column(&mut batch, &t.name)
+                .ok_or_else(|| bad(format!("no token column {:?}", t.name)))?;
+            Some(token_tensors(&col, rows, t, index)?)
+        }
+        None => None,
     };
     let inputs = spec.inputs();
     let mut data: Vec<f32> = if let [(name, width)] = spec.features.as_slice() {
@@ -354,26 +394,81 @@ pub fn batch_to_tensors(
     standardize(&mut data, spec).map_err(&bad)?;
     let features = Tensor::from_vec(data, (rows, inputs), &Device::Cpu)
         .map_err(TrainError::candle("feature tensor"))?;
-    let (features, labels) = if device.is_cpu() {
-        (features, labels)
-    } else {
-        let copy = TrainError::candle("host-to-device copy");
-        (
-            features.to_device(device).map_err(copy)?,
-            match labels {
-                Some(l) => Some(
-                    l.to_device(device)
-                        .map_err(TrainError::candle("host-to-device copy"))?,
-                ),
-                None => None,
-            },
-        )
+    let (tokens, mask) = match tokens {
+        Some((ids, mask)) => (Some(ids), Some(mask)),
+        None => (None, None),
     };
+    let to_device = |t: Tensor| {
+        if device.is_cpu() {
+            Ok(t)
+        } else {
+            t.to_device(device)
+                .map_err(TrainError::candle("host-to-device copy"))
+        }
+    };
+    let opt = |t: Option<Tensor>| t.map(to_device).transpose();
     Ok(BatchTensors {
-        features,
-        labels,
+        features: to_device(features)?,
+        labels: opt(labels)?,
+        tokens: opt(tokens)?,
+        mask: opt(mask)?,
         rows,
     })
+}
+
+/// The token column padded to the batch's longest row: ids `[rows,
+/// longest]` (u32, 0 after each row's end) and the mask (1.0 on real tokens).
+fn token_tensors(
+    col: &Column,
+    rows: usize,
+    spec: &TokenSpec,
+    index: u64,
+) -> Result<(Tensor, Tensor), TrainError> {
+    let bad = |reason: String| TrainError::Input {
+        batch: index,
+        reason,
+    };
+    let (Values::Int64(ids), [splits]) = (&col.values, col.row_splits.as_slice()) else {
+        return Err(bad(format!(
+            "token column {:?} is not variable-length int64",
+            spec.name
+        )));
+    };
+    if splits.len() != rows + 1 {
+        return Err(bad(format!(
+            "token column {:?} has {} row splits for {rows} rows",
+            spec.name,
+            splits.len()
+        )));
+    }
+    let longest = splits
+        .windows(2)
+        .map(|w| w[1].saturating_sub(w[0]))
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    let mut padded = vec![0u32; rows * longest];
+    let mut mask = vec![0f32; rows * longest];
+    for row in 0..rows {
+        let row_ids = ids.get(splits[row]..splits[row + 1]).unwrap_or(&[]);
+        for (i, &id) in row_ids.iter().enumerate() {
+            let fits = id >= 0 && spec.vocab.is_none_or(|v| (id as u64) < v as u64);
+            if !fits || id > i64::from(u32::MAX) {
+                return Err(bad(format!(
+                    "row {row}: token id {id} in {:?} is outside 0..{} (the vocabulary size)",
+                    spec.name,
+                    spec.vocab.map_or("2^32".into(), |v| v.to_string())
+                )));
+            }
+            padded[row * longest + i] = id as u32;
+            mask[row * longest + i] = 1.0;
+        }
+    }
+    let err = TrainError::candle("token tensor");
+    let ids = Tensor::from_vec(padded, (rows, longest), &Device::Cpu).map_err(err)?;
+    let mask = Tensor::from_vec(mask, (rows, longest), &Device::Cpu)
+        .map_err(TrainError::candle("token mask"))?;
+    Ok((ids, mask))
 }
 
 /// The label column as class ids (u32) or regression targets (f32), `[rows]`.
@@ -507,6 +602,7 @@ mod tests {
             label: Some("label".into()),
             task: Task::Classification { classes: 3 },
             standardize: vec![],
+            tokens: None,
         }
     }
 
@@ -605,8 +701,22 @@ mod tests {
             layout: Layout::FixedSequence(vec![2]),
             default: None,
         });
+        // Only the first variable-length int64 feature is the token input.
+        schema.features.push(FeatureSpec {
+            name: "more_tags".into(),
+            dtype: DType::Int64,
+            layout: Layout::Var,
+            default: None,
+        });
         schema.label = Some("species".into());
         let chosen = InputSpec::from_schema(&schema, Task::Classification { classes: 3 }).unwrap();
+        assert_eq!(
+            chosen.spec.tokens,
+            Some(TokenSpec {
+                name: "tags".into(),
+                vocab: None
+            })
+        );
         assert_eq!(
             chosen.spec.features,
             vec![
@@ -620,7 +730,7 @@ mod tests {
         assert_eq!(chosen.spec.task, Task::Classification { classes: 3 });
         assert_eq!(
             join(&chosen.skipped),
-            "island (bytes), tags (variable-length), frames (sequence)"
+            "island (bytes), frames (sequence), more_tags (variable-length)"
         );
         // The parse schema: the inputs and the label, in schema order.
         let names: Vec<&str> = chosen
@@ -629,7 +739,7 @@ mod tests {
             .iter()
             .map(|f| f.name.as_str())
             .collect();
-        assert_eq!(names, ["species", "bill", "image", "year"]);
+        assert_eq!(names, ["species", "bill", "image", "year", "tags"]);
         assert_eq!(chosen.schema.label.as_deref(), Some("species"));
 
         // Nothing numeric left besides the label: an error that says what is needed.

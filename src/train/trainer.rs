@@ -23,7 +23,7 @@ use super::checkpoint::{
 use super::model::{BuiltinModel, Model, ModelConfig, Task};
 use super::observer::{Control, Observer, RunInfo};
 use super::optim::{OptimizerConfig, TrainOptimizer};
-use super::prefetch::{BatchEvent, BatchStream, BoxError, DevicePrefetch, Fetched};
+use super::prefetch::{BatchEvent, BatchStream, BoxError, DevicePrefetch, Fetched, PositionTaker};
 use super::report::{EpochReport, Startup, TrainReport, Verdict};
 use super::schedule::LrSchedule;
 use super::tensor::{BatchTensors, InputSpec, SkippedFeature, Standardize, batch_to_tensors};
@@ -185,6 +185,43 @@ struct State {
     step: u64,
     /// Completed epochs.
     epoch: u64,
+    /// Where the training stream stood after the last batch (or marker)
+    /// trained on, when the stream can say: checkpoints keep it, so a
+    /// resumed run continues at the next batch.
+    position: Option<StreamPosition>,
+}
+
+/// A stream's position as a checkpoint stores it: the last captured
+/// position (`anchor`) and the events consumed after it (`skip`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct StreamPosition {
+    anchor: serde_json::Value,
+    skip: u64,
+}
+
+impl StreamPosition {
+    /// Follows one consumed event that came with `captured` (or not).
+    fn advance(
+        position: &mut Option<StreamPosition>,
+        captured: Option<Result<serde_json::Value, String>>,
+        warnings: &mut Vec<String>,
+    ) {
+        match captured {
+            Some(Ok(anchor)) => *position = Some(StreamPosition { anchor, skip: 0 }),
+            Some(Err(why)) => {
+                if position.take().is_some() || warnings.iter().all(|w| !w.contains(&why)) {
+                    warnings.push(format!(
+                        "the training data cannot report its position ({why}): a run resumed from a checkpoint restarts its epoch"
+                    ));
+                }
+            }
+            None => {
+                if let Some(p) = position.as_mut() {
+                    p.skip += 1;
+                }
+            }
+        }
+    }
 }
 
 /// Loss and the task's metrics over a data set (or an epoch of training).
@@ -298,12 +335,14 @@ impl Totals {
 /// # use tfpipe::train::*;
 /// use tfpipe::pipeline::{Parallelism, Pipeline};
 ///
-/// // Each epoch reads the shards afresh, shuffled with that epoch's seed.
-/// fn open_pipeline(epoch: u64) -> Result<Box<dyn BatchStream>, BoxError> {
+/// // One pipeline for the whole run: `repeat` marks each epoch's end and
+/// // the shuffle reseeds itself per epoch (the pipeline's seed scheme).
+/// fn open_pipeline(_first_epoch: u64) -> Result<Box<dyn BatchStream>, BoxError> {
 ///     let schema = tfpipe::Schema::from_feature_texts(&["image:uint8:784", "label:int64"])?;
 ///     let batches = Pipeline::tfrecord_files(["train-*.tfrecord"])?
 ///         .interleave(4, 16)
-///         .shuffle(10_000, epoch_seed(0, epoch))
+///         .shuffle(10_000, 0)
+///         .repeat(None)
 ///         .batch(256)
 ///         .parse_batches(schema, Parallelism::Auto)
 ///         .prefetch(2)
@@ -312,7 +351,7 @@ impl Totals {
 /// }
 ///
 /// let task = Task::Classification { classes: 10 };
-/// let input = InputSpec { features: vec![("image".into(), 784)], label: Some("label".into()), task, standardize: vec![] };
+/// let input = InputSpec { features: vec![("image".into(), 784)], label: Some("label".into()), task, standardize: vec![], tokens: None };
 /// let model = ModelConfig::Mlp { inputs: 784, hidden: vec![256], classes: 10 };
 /// let mut config = TrainConfig::new(input);
 /// config.epochs = Some(3);
@@ -356,12 +395,37 @@ impl Trainer {
     /// drawn from `config.seed`, or loaded from `config.resume` (which must
     /// hold the same model).
     pub fn builtin(
-        config: TrainConfig,
+        mut config: TrainConfig,
         model: ModelConfig,
         optimizer: OptimizerConfig,
     ) -> Result<Trainer, TrainError> {
         model.validate()?;
         optimizer.validate()?;
+        match (&model, config.input.tokens.as_mut()) {
+            (ModelConfig::Embedding { vocab, .. }, Some(tokens)) => match tokens.vocab {
+                Some(v) if v != *vocab => {
+                    return Err(TrainError::Config(format!(
+                        "the token input's vocabulary is {v} but the embedding has {vocab} rows"
+                    )));
+                }
+                // Ids are checked against the table's size.
+                _ => tokens.vocab = Some(*vocab),
+            },
+            (ModelConfig::Embedding { .. }, None) => {
+                return Err(TrainError::Config(
+                    "the embedding model needs a token input (a variable-length int64 feature)"
+                        .into(),
+                ));
+            }
+            (other, Some(tokens)) => {
+                return Err(TrainError::Config(format!(
+                    "{} does not take token ids ({:?}); the embedding model does",
+                    other.describe(),
+                    tokens.name
+                )));
+            }
+            (_, None) => {}
+        }
         let input = &config.input;
         if model.inputs() != input.inputs() {
             return Err(TrainError::Config(format!(
@@ -422,6 +486,7 @@ impl Trainer {
             builtin,
             step: 0,
             epoch: 0,
+            position: None,
         };
         let mut warnings = Vec::new();
         let mut checkpoint_load = None;
@@ -465,6 +530,10 @@ impl Trainer {
             }
             state.step = meta.step;
             state.epoch = meta.epoch;
+            state.position = meta
+                .pipeline_state
+                .as_ref()
+                .and_then(|v| serde_json::from_value(v.clone()).ok());
             // Scale inputs as the checkpoint's model was trained.
             if config.input.standardize.is_empty() {
                 config.input.standardize = meta.input.standardize.clone();
@@ -540,7 +609,11 @@ impl Trainer {
             schema: self.config.schema.clone(),
             seed: self.config.seed,
             label_vocabulary: self.config.label_vocabulary.clone(),
-            pipeline_state: None,
+            pipeline_state: self
+                .state
+                .position
+                .as_ref()
+                .and_then(|p| serde_json::to_value(p).ok()),
             files: Default::default(),
         }
     }
@@ -655,6 +728,9 @@ impl Trainer {
             let mut ep = EpochClock::default();
             // How the epoch ended: a marker, the stream's end, or the plan's step limit.
             let mut ended = EpochEnd::StepLimit;
+            // Until the epoch's first batch: opening the data (a stream per
+            // epoch) or the wait across an epoch marker (one stream).
+            let mut first_wait = Duration::ZERO;
             loop {
                 if plan.steps.is_some_and(|m| clock.steps >= m) {
                     break;
@@ -687,10 +763,17 @@ impl Trainer {
                     Fetched::End { bottleneck: stage } => {
                         bottleneck = stage.or(bottleneck);
                         feeder = None;
+                        // The next epoch reads a new stream: no position in this one.
+                        self.state.position = None;
                         ended = EpochEnd::Exhausted;
                         break;
                     }
-                    Fetched::EpochEnd => {
+                    Fetched::EpochEnd { position } => {
+                        StreamPosition::advance(
+                            &mut self.state.position,
+                            position,
+                            &mut self.warnings,
+                        );
                         ended = EpochEnd::Marker;
                         break;
                     }
@@ -698,8 +781,18 @@ impl Trainer {
                         tensors,
                         copy,
                         bottleneck: stage,
+                        position,
                     } => {
                         bottleneck = stage.or(bottleneck);
+                        // Trained on below, before anything can save.
+                        StreamPosition::advance(
+                            &mut self.state.position,
+                            position,
+                            &mut self.warnings,
+                        );
+                        if ep.steps == 0 {
+                            first_wait = epoch_start.elapsed();
+                        }
                         (tensors, copy)
                     }
                 };
@@ -780,7 +873,7 @@ impl Trainer {
             if ended != EpochEnd::StepLimit && !interrupted {
                 self.state.epoch += 1;
             }
-            let report = EpochReport::new(
+            let mut report = EpochReport::new(
                 epoch,
                 ep.steps,
                 ep.examples,
@@ -790,6 +883,7 @@ impl Trainer {
                 ratio(ep.wait, ep.wait + ep.busy),
                 epoch_start.elapsed().as_secs_f64() * 1e3,
             );
+            report.first_wait_ms = first_wait.as_secs_f64() * 1e3;
             let mut stop = false;
             for o in observers.iter_mut() {
                 stop |= o.on_epoch_end(&report, self)? == Control::Stop;
@@ -1043,6 +1137,54 @@ impl<S: BatchStream> BatchStream for Peeked<S> {
     fn bottleneck_stage(&self) -> Option<String> {
         self.rest.bottleneck_stage()
     }
+
+    // Asked after an event was returned: by then the held batch is out, and
+    // the rest's position is the stream's.
+    fn position(&self) -> Option<Result<serde_json::Value, String>> {
+        match &self.first {
+            Some(_) => Some(Err("a batch is held back".into())),
+            None => self.rest.position(),
+        }
+    }
+}
+
+/// Starts `pipeline` (the training pipeline a run read through, built the
+/// same way) where a checkpoint's [`pipeline_state`](CheckpointMeta::pipeline_state)
+/// says that run's trainer stood: the first batch it yields is the one the
+/// interrupted run would have trained on next.
+///
+/// The state holds the pipeline's last captured state and the events
+/// (batches, epoch markers) consumed after it; those are read again and
+/// dropped here.
+///
+/// ```
+/// use tfpipe::pipeline::Pipeline;
+/// use tfpipe::train::{BatchStream, resume_pipeline};
+/// let p = Pipeline::from_vec(vec![tfpipe::Batch::default(); 3]);
+/// let it = p.start()?;
+/// let saved = serde_json::json!({ "anchor": serde_json::to_value(it.state()?)?, "skip": 2 });
+/// let mut resumed = resume_pipeline(&p, &saved)?;
+/// assert!(resumed.next_batch().is_some());
+/// assert!(resumed.next_batch().is_none());
+/// # Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+/// ```
+pub fn resume_pipeline(
+    pipeline: &crate::pipeline::Pipeline<crate::Batch>,
+    saved: &serde_json::Value,
+) -> Result<Box<dyn BatchStream>, BoxError> {
+    let position: StreamPosition = serde_json::from_value(saved.clone())
+        .map_err(|e| format!("the checkpoint's pipeline state: {e}"))?;
+    let state: crate::pipeline::PipelineState = serde_json::from_value(position.anchor)
+        .map_err(|e| format!("the checkpoint's pipeline state: {e}"))?;
+    let mut iter = pipeline.start_from(&state)?;
+    for _ in 0..position.skip {
+        match iter.next_event() {
+            Some(crate::pipeline::Event::Item(Err(e))) => return Err(e.into()),
+            Some(_) => {}
+            None => break,
+        }
+    }
+    Ok(Box::new(iter))
 }
 
 fn describe_inputs(input: &InputSpec) -> String {
@@ -1153,6 +1295,7 @@ enum Feeder {
         input: InputSpec,
         device: Device,
         ended: bool,
+        positions: PositionTaker,
     },
 }
 
@@ -1169,6 +1312,7 @@ impl Feeder {
                 input: config.input.clone(),
                 device: config.device.clone(),
                 ended: false,
+                positions: PositionTaker::default(),
             })
         } else {
             Ok(Feeder::Thread(DevicePrefetch::spawn(
@@ -1190,6 +1334,7 @@ impl Feeder {
                 input,
                 device,
                 ended,
+                positions,
             } => {
                 if *ended {
                     return Ok(Fetched::End {
@@ -1204,8 +1349,11 @@ impl Feeder {
                         })
                     }
                     Some(Err(e)) => Err(TrainError::data(e)),
-                    Some(Ok(BatchEvent::EpochEnd)) => Ok(Fetched::EpochEnd),
+                    Some(Ok(BatchEvent::EpochEnd)) => Ok(Fetched::EpochEnd {
+                        position: positions.take(stream.as_ref(), true),
+                    }),
                     Some(Ok(BatchEvent::Batch(batch))) => {
+                        let position = positions.take(stream.as_ref(), false);
                         let start = Instant::now();
                         let tensors = batch_to_tensors(batch, input, index, device)?;
                         device
@@ -1215,6 +1363,7 @@ impl Feeder {
                             tensors,
                             copy: start.elapsed(),
                             bottleneck: None,
+                            position,
                         })
                     }
                 }

@@ -285,3 +285,148 @@ fn csv_read_back_through_tfpipe_cat_equals_the_source() {
     }
     assert!(per_shard.iter_mut().all(|l| l.next().is_none()));
 }
+
+/// A numeric CSV big enough that a debug build encodes it for a while.
+fn big_csv(path: &std::path::Path, rows: usize) {
+    let mut text = String::with_capacity(rows * 48);
+    text.push_str("a,b,c,d,e,f\n");
+    for i in 0..rows {
+        text.push_str(&format!(
+            "{i},{},{}.25,{},{}.5,{}\n",
+            i * 7,
+            i % 97,
+            i * 3,
+            i % 13,
+            i ^ 5
+        ));
+    }
+    std::fs::write(path, text).unwrap();
+}
+
+/// Waits until `dir` holds a temporary shard (the conversion is encoding),
+/// or the child has ended; true if a temporary shard was seen.
+#[cfg(unix)]
+fn wait_for_temp_shard(dir: &std::path::Path, child: &mut std::process::Child) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
+        if files_in(dir).iter().any(|n| n.ends_with(".tmp")) {
+            return true;
+        }
+        if child.try_wait().unwrap().is_some() {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    false
+}
+
+/// SIGTERM in the middle of encoding (temporary shards exist) stops the
+/// conversion with 143 and leaves no temporary file and no output.
+#[cfg(unix)]
+#[test]
+fn sigterm_while_encoding_leaves_no_temporary_shard() {
+    use std::process::{Command as StdCommand, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("big.csv");
+    big_csv(&input, 400_000);
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let mut child = StdCommand::new(env!("CARGO_BIN_EXE_tfpipe"))
+        .args([
+            "convert",
+            "csv",
+            "--shards",
+            "8",
+            "--threads",
+            "2",
+            "--output",
+        ])
+        .arg(out.join("p"))
+        .arg(&input)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let encoding = wait_for_temp_shard(&out, &mut child);
+    eprintln!("temporary shard seen before the signal: {encoding}");
+    let killed = StdCommand::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if !encoding {
+        // Finished before a temporary shard was seen (a very fast machine):
+        // nothing to interrupt, but never a partial file.
+        assert!(files_in(&out).iter().all(|n| !n.ends_with(".tmp")));
+        return;
+    }
+    assert!(killed.success());
+    assert_eq!(output.status.code(), Some(143), "{stderr}");
+    assert!(stderr.contains("interrupted by SIGTERM"), "{stderr}");
+    assert_eq!(files_in(&out), Vec::<String>::new(), "{stderr}");
+}
+
+/// Truncating the input while it is being converted is never a crash
+/// (inputs are read, not memory-mapped: a mapped file cut short kills the
+/// process with SIGBUS): the conversion either finishes from what it read,
+/// or fails with an error naming the file, and leaves no temporary shard.
+#[cfg(unix)]
+#[test]
+fn truncating_the_input_during_a_conversion_is_never_a_crash() {
+    use std::process::{Command as StdCommand, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("big.csv");
+    big_csv(&input, 400_000);
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let child = StdCommand::new(env!("CARGO_BIN_EXE_tfpipe"))
+        .args([
+            "convert",
+            "csv",
+            "--shards",
+            "4",
+            "--threads",
+            "2",
+            "--output",
+        ])
+        .arg(out.join("p"))
+        .arg(&input)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = child;
+    let encoding = wait_for_temp_shard(&out, &mut child);
+    eprintln!("temporary shard seen before the truncation: {encoding}");
+    // Cut the file while the shards are being encoded from it.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&input)
+        .unwrap()
+        .set_len(100)
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let code = output.status.code();
+    assert!(
+        code.is_some(),
+        "killed by a signal: {:?} {stderr}",
+        output.status
+    );
+    match code {
+        Some(0) => {
+            assert!(encoding || files_in(&out).len() == 5);
+            let summary = files_in(&out);
+            assert_eq!(summary.len(), 5, "4 shards and the schema: {summary:?}");
+        }
+        _ => {
+            assert!(
+                stderr.contains("big.csv"),
+                "the error names the input: {stderr}"
+            );
+            assert_eq!(files_in(&out), Vec::<String>::new(), "{stderr}");
+        }
+    }
+    assert!(files_in(&out).iter().all(|n| !n.ends_with(".tmp")));
+}

@@ -53,6 +53,7 @@ fn mnist_as_float_with_explicit_labels() {
     let format = Format::Idx(IdxOptions {
         labels: Some(testdata("mnist/test-labels-idx1-ubyte.gz")),
         as_float: true,
+        ..IdxOptions::default()
     });
     let summary = run(&format, std::slice::from_ref(&images), dir.path(), |_| {}).unwrap();
     assert_eq!(summary.records, 2000);

@@ -161,6 +161,7 @@ fn resize_without_the_feature_names_it() {
     let err = run(
         &Format::Images(ImagesOptions {
             resize: Some((8, 8)),
+            ..ImagesOptions::default()
         }),
         &[root],
         dir.path(),
@@ -181,6 +182,7 @@ fn resize_stores_raw_rgb_pixels() {
     let summary = run(
         &Format::Images(ImagesOptions {
             resize: Some((3, 2)),
+            ..ImagesOptions::default()
         }),
         &[root],
         dir.path(),

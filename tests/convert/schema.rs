@@ -255,3 +255,152 @@ fn fanned_out_workers_together_write_what_one_process_writes() {
     );
     assert!(!dir.path().join("x").exists());
 }
+
+#[test]
+fn json_with_a_fixed_schema_keeps_classes_and_types_and_locates_misfits() {
+    use tfpipe::convert::JsonOptions;
+    let dir = tempfile::tempdir().unwrap();
+    let train = dir.path().join("train.jsonl");
+    std::fs::write(
+        &train,
+        "{\"kind\": \"a\", \"x\": 1.5}\n{\"kind\": \"b\", \"x\": 2.5}\n{\"kind\": \"c\", \"x\": 3.5}\n",
+    )
+    .unwrap();
+    let format = Format::Json(JsonOptions {
+        label: Some("kind".into()),
+        ..JsonOptions::default()
+    });
+    let summary = run(&format, &[train], dir.path(), |_| {}).unwrap();
+    let fixed = FixedSchema::load(&summary.schema_path).unwrap();
+    let with = |name: &str, text: &str, skip: bool| {
+        let input = dir.path().join(name);
+        std::fs::write(&input, text).unwrap();
+        let out = dir.path().join(format!("{name}.out"));
+        std::fs::create_dir_all(&out).unwrap();
+        let format = Format::Json(JsonOptions {
+            schema: Some(fixed.clone()),
+            ..JsonOptions::default()
+        });
+        run(&format, &[input], &out, |o| o.skip_bad_rows = skip)
+    };
+    // Whole numbers stay float32, c stays class 2.
+    let test = with("t.jsonl", "{\"kind\": \"c\", \"x\": 4}\n", false).unwrap();
+    assert_eq!(test.schema, fixed.schema);
+    let rows = read_rows(&test);
+    assert_eq!(rows[0]["kind"], Feat::I(vec![2]));
+    assert_eq!(rows[0]["x"], Feat::F(vec![4.0]));
+    // An unseen label, a key outside the schema, a value that does not fit:
+    // errors with line and column, or counted under --skip-bad-rows.
+    let text = "{\"kind\": \"a\", \"x\": 1}\n{\"kind\": \"zebra\", \"x\": 1}\n{\"kind\": \"b\", \"y\": 1, \"x\": 2}\n{\"kind\": \"b\", \"x\": \"big\"}\n";
+    let err = with("u.jsonl", text, false).unwrap_err();
+    let loc = err.location().unwrap();
+    assert_eq!((loc.line, loc.column), (Some(2), Some(10)), "{err}");
+    assert!(
+        err.to_string().contains("not in the schema's vocabulary"),
+        "{err}"
+    );
+    let summary = with("u.jsonl", text, true).unwrap();
+    assert_eq!((summary.records, summary.rows_skipped), (1, 3));
+    let problems: Vec<String> = summary.bad_rows.iter().map(|e| e.to_string()).collect();
+    assert!(
+        problems[1].contains("line 3, column 20")
+            && problems[1].contains("\"y\" is not in the schema"),
+        "{problems:?}"
+    );
+    assert!(problems[2].contains("line 4, column 20"), "{problems:?}");
+}
+
+#[test]
+fn idx_and_images_with_a_fixed_schema() {
+    use tfpipe::convert::{IdxOptions, ImagesOptions};
+    let dir = tempfile::tempdir().unwrap();
+    // IDX: the test split with the training schema converts; --as-float against
+    // a uint8 schema is refused before anything is written.
+    let images = testdata("mnist/train-images-idx3-ubyte.gz");
+    let train = run(
+        &Format::Idx(IdxOptions::default()),
+        std::slice::from_ref(&images),
+        dir.path(),
+        |_| {},
+    )
+    .unwrap();
+    let fixed = FixedSchema::load(&train.schema_path).unwrap();
+    let out = dir.path().join("idx-test");
+    std::fs::create_dir_all(&out).unwrap();
+    let test = run(
+        &Format::Idx(IdxOptions {
+            schema: Some(fixed.clone()),
+            ..IdxOptions::default()
+        }),
+        &[testdata("mnist/test-images-idx3-ubyte.gz")],
+        &out,
+        |_| {},
+    )
+    .unwrap();
+    assert_eq!(test.schema, fixed.schema);
+    let out = dir.path().join("idx-float");
+    std::fs::create_dir_all(&out).unwrap();
+    let err = run(
+        &Format::Idx(IdxOptions {
+            schema: Some(fixed),
+            as_float: true,
+            ..IdxOptions::default()
+        }),
+        &[testdata("mnist/test-images-idx3-ubyte.gz")],
+        &out,
+        |_| {},
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("converts to the features"),
+        "{err}"
+    );
+    assert!(files_in(&out).is_empty());
+
+    // Images: a test folder without "cat" keeps dog as class 1; an unseen
+    // class folder is a bad row naming its files.
+    let png = {
+        let mut png = b"\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR".to_vec();
+        png.extend_from_slice(&4u32.to_be_bytes());
+        png.extend_from_slice(&4u32.to_be_bytes());
+        png
+    };
+    let tree = |root: &std::path::Path, classes: &[&str]| {
+        for class in classes {
+            std::fs::create_dir_all(root.join(class)).unwrap();
+            std::fs::write(root.join(class).join("1.png"), &png).unwrap();
+        }
+    };
+    let train_root = dir.path().join("img-train");
+    tree(&train_root, &["cat", "dog", "emu"]);
+    let out = dir.path().join("img-out");
+    std::fs::create_dir_all(&out).unwrap();
+    let train = run(
+        &Format::Images(ImagesOptions::default()),
+        &[train_root],
+        &out,
+        |_| {},
+    )
+    .unwrap();
+    let fixed = FixedSchema::load(&train.schema_path).unwrap();
+    assert_eq!(fixed.vocabulary.as_ref().map(Vec::len), Some(3));
+    let test_root = dir.path().join("img-test");
+    tree(&test_root, &["dog", "yak"]);
+    let format = Format::Images(ImagesOptions {
+        schema: Some(fixed),
+        ..ImagesOptions::default()
+    });
+    let out = dir.path().join("img-test-out");
+    std::fs::create_dir_all(&out).unwrap();
+    let err = run(&format, std::slice::from_ref(&test_root), &out, |_| {}).unwrap_err();
+    assert!(
+        err.to_string().contains("yak") && err.to_string().contains("1.png"),
+        "{err}"
+    );
+    let summary = run(&format, &[test_root], &out, |o| o.skip_bad_rows = true).unwrap();
+    assert_eq!((summary.records, summary.rows_skipped), (1, 1));
+    assert_eq!(
+        read_rows(&summary)[0]["image/class/label"],
+        Feat::I(vec![1])
+    );
+}

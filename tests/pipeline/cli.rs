@@ -126,3 +126,110 @@ fn bench_sweep_prints_a_row_per_setting() {
         "{stdout}"
     );
 }
+
+/// `bench` as rank `r` of `w` (by flags, or by `RANK`/`WORLD_SIZE` when
+/// `env`): `(examples, batches)` from its JSON report.
+fn bench_rank(pattern: &std::path::Path, r: usize, w: usize, env: bool) -> (u64, u64) {
+    let mut cmd = tfpipe();
+    cmd.args(["bench", "--data"])
+        .arg(pattern)
+        .args(["--feature", "label:int64", "--batch-size", "4", "--json"])
+        .args(["--shuffle-buffer", "16", "--epochs", "2"])
+        .env_remove("RANK")
+        .env_remove("WORLD_SIZE")
+        .env_remove("SLURM_STEP_ID");
+    if env {
+        cmd.env("RANK", r.to_string())
+            .env("WORLD_SIZE", w.to_string());
+    } else {
+        cmd.args(["--rank", &r.to_string(), "--world-size", &w.to_string()]);
+    }
+    let out = cmd
+        .timeout(std::time::Duration::from_secs(60))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&format!("rank {r} of {w}:")),
+        "the share is reported: {stderr}"
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    (
+        json["examples"].as_u64().unwrap(),
+        json["batches"].as_u64().unwrap(),
+    )
+}
+
+/// W processes: every rank the same examples and steps per epoch, the
+/// shares adding up to the data less the documented drop (< W per epoch
+/// here), by file (5 files, 2 ranks) and by record (5 files, 7 ranks),
+/// from the flags or from the launcher's variables.
+#[test]
+fn bench_ranks_run_equal_steps_and_share_the_data() {
+    let dir = tempfile::tempdir().unwrap();
+    // 5 files of 21 records: 105 records.
+    write_shards(dir.path(), 5, 21, Compression::None, mnist_example);
+    let pattern = dir.path().join("part-*");
+    for (world, env) in [(2, false), (7, true), (3, false)] {
+        let runs: Vec<(u64, u64)> = (0..world)
+            .map(|r| bench_rank(&pattern, r, world, env))
+            .collect();
+        assert!(
+            runs.iter().all(|run| *run == runs[0]),
+            "world {world}: {runs:?}"
+        );
+        let per_epoch = runs.iter().map(|(examples, _)| examples / 2).sum::<u64>();
+        // 2 ranks by file: files {0,2,4} and {1,3} -> 63 and 42, drop to 42 each.
+        let expected = match world {
+            2 => 84,
+            7 => 105,
+            _ => 3 * 21,
+        };
+        assert_eq!(per_epoch, expected, "world {world}");
+    }
+}
+
+#[test]
+fn rank_flags_and_variables_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    write_shards(dir.path(), 2, 10, Compression::None, mnist_example);
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let mut cmd = tfpipe();
+        cmd.args(["bench", "--data"])
+            .arg(dir.path().join("part-*"))
+            .args(["--feature", "label:int64"])
+            .args(args)
+            .env_remove("RANK")
+            .env_remove("WORLD_SIZE");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd
+            .timeout(std::time::Duration::from_secs(30))
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, stderr) = run(&["--rank", "2", "--world-size", "2"], &[]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("--rank and --world-size"), "{stderr}");
+    let (code, stderr) = run(&["--rank", "1"], &[]);
+    assert_eq!(code, Some(2), "clap requires both: {stderr}");
+    let (code, stderr) = run(&[], &[("RANK", "1")]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("WORLD_SIZE is not set"), "{stderr}");
+    // A flag overrides the launcher, and says so.
+    let (code, stderr) = run(
+        &["--rank", "0", "--world-size", "2"],
+        &[("RANK", "1"), ("WORLD_SIZE", "4")],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("override the launcher's rank 1 of 4"),
+        "{stderr}"
+    );
+}

@@ -1,10 +1,14 @@
 //! Checkpointable iterator state: a pipeline resumed from the state taken
-//! after `k` elements yields exactly what the uninterrupted one yields after
-//! its first `k`, over random pipelines (parallel stages included) and cut
-//! points.
+//! after `k` events yields exactly what the uninterrupted one yields after
+//! its first `k` (elements and epoch markers), over random pipelines
+//! (parallel stages, `repeat`, `take`, `skip`, `filter`, `shard` and ranks
+//! included) and cut points.
 
 use tfpipe::PipelineError;
-use tfpipe::pipeline::{Interleave, Parallelism, Pipeline, PipelineState, Record, StateError};
+use tfpipe::pipeline::{
+    Event, Interleave, Parallelism, Pipeline, PipelineIter, PipelineState, Rank, Record, Remainder,
+    StateError,
+};
 use tfpipe::tfrecord::Compression;
 
 use crate::common::{index_record, record_index, watchdog, write_shards};
@@ -33,10 +37,44 @@ fn random_pipeline(rng: &mut Rng, pattern: &str, desc: &mut String) -> Pipeline<
     if rng.below(2) == 0 {
         options = options.parallel(Parallelism::Fixed(1 + rng.below(2) as usize));
     }
+    let mut files = Pipeline::tfrecord_files([pattern]).unwrap();
+    if rng.below(4) == 0 {
+        let world = 2 + rng.below(3) as usize;
+        let rank = rng.below(world as u64) as usize;
+        *desc += &format!("rank({rank}, {world}).");
+        files = files
+            .rank(Rank::new(rank, world).unwrap(), Remainder::Drop)
+            .unwrap();
+    }
     *desc += &format!("interleave({options:?})");
-    let mut records = Pipeline::tfrecord_files([pattern])
-        .unwrap()
-        .interleave_with(options);
+    let mut records = files.interleave_with(options);
+    match rng.below(6) {
+        0 => {
+            *desc += ".filter(odd)";
+            records = records.filter(|r: &Record| record_index(r) % 2 == 1);
+        }
+        1 => {
+            let n = rng.below(30);
+            *desc += &format!(".skip({n})");
+            records = records.skip(n);
+        }
+        2 => {
+            let n = 1 + rng.below(120);
+            *desc += &format!(".take({n})");
+            records = records.take(n);
+        }
+        3 => {
+            let k = 1 + rng.below(3) as usize;
+            *desc += &format!(".shard(3, {k})");
+            records = records.shard(3, k - 1);
+        }
+        _ => {}
+    }
+    let repeat_at = rng.below(4);
+    if repeat_at == 0 {
+        *desc += ".repeat(2)";
+        records = records.repeat(Some(2));
+    }
     if rng.below(3) > 0 {
         let buffer = 1 + rng.below(40) as usize;
         let seed = rng.below(1000);
@@ -46,6 +84,10 @@ fn random_pipeline(rng: &mut Rng, pattern: &str, desc: &mut String) -> Pipeline<
     if rng.below(2) == 0 {
         *desc += ".prefetch(2)";
         records = records.prefetch(2);
+    }
+    if repeat_at == 1 {
+        *desc += ".repeat(3)";
+        records = records.repeat(Some(3));
     }
     let mut out = if rng.below(3) > 0 {
         let size = 1 + rng.below(6) as usize;
@@ -75,6 +117,30 @@ fn random_pipeline(rng: &mut Rng, pattern: &str, desc: &mut String) -> Pipeline<
         *desc += &format!(".prefetch({n})");
         out = out.prefetch(n);
     }
+    if repeat_at == 2 {
+        *desc += ".repeat(2)";
+        out = out.repeat(Some(2));
+    }
+    out
+}
+
+/// An event as comparable data: a batch of record ids, or an epoch marker.
+#[derive(Debug, PartialEq)]
+enum Seen {
+    Item(Vec<u64>),
+    End(u64),
+}
+
+/// The next `n` events (all of them for `None`).
+fn events(it: &mut PipelineIter<Vec<u64>>, n: Option<usize>) -> Vec<Seen> {
+    let mut out = Vec::new();
+    while n.is_none_or(|n| out.len() < n) {
+        match it.next_event() {
+            Some(Event::Item(item)) => out.push(Seen::Item(item.unwrap())),
+            Some(Event::EpochEnd(e)) => out.push(Seen::End(e)),
+            None => break,
+        }
+    }
     out
 }
 
@@ -89,29 +155,33 @@ fn resumed_stream_equals_the_uninterrupted_one() {
     let gzip = gz.join("part-*").display().to_string();
     watchdog(240, move || {
         let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-        for case in 0..24 {
+        for case in 0..40 {
             let pattern = if case % 3 == 2 { &gzip } else { &plain };
             let mut desc = String::new();
             let pipeline = random_pipeline(&mut rng, pattern, &mut desc);
-            let full: Vec<Vec<u64>> = pipeline.start().unwrap().map(|b| b.unwrap()).collect();
+            let mut it = pipeline.start().unwrap();
+            let full = events(&mut it, None);
+            let epochs = it.epoch();
             let n = full.len() as u64;
             for cut in [0, 1 + rng.below(n), rng.below(n + 1), n] {
                 let cut = cut.min(n) as usize;
                 let mut it = pipeline.start().unwrap();
-                let head: Vec<Vec<u64>> = it.by_ref().take(cut).map(|b| b.unwrap()).collect();
+                let head = events(&mut it, Some(cut));
                 assert_eq!(head, full[..cut], "{desc}");
+                let epoch = it.epoch();
                 let json = it
                     .state()
                     .unwrap_or_else(|e| panic!("{desc}: {e}"))
                     .to_json();
                 drop(it);
                 let state = PipelineState::from_json(&json).unwrap();
-                let rest: Vec<Vec<u64>> = pipeline
+                let mut resumed = pipeline
                     .start_from(&state)
-                    .unwrap_or_else(|e| panic!("{desc} at {cut}: {e}"))
-                    .map(|b| b.unwrap())
-                    .collect();
+                    .unwrap_or_else(|e| panic!("{desc} at {cut}: {e}"));
+                assert_eq!(resumed.epoch(), epoch, "{desc}, cut at {cut}");
+                let rest = events(&mut resumed, None);
                 assert_eq!(rest, full[cut..], "{desc}, cut at {cut} of {n}");
+                assert_eq!(resumed.epoch(), epochs, "{desc}, cut at {cut}");
             }
         }
     });
@@ -152,12 +222,14 @@ fn a_state_for_a_10k_shuffle_buffer_is_small() {
 
 #[test]
 fn stages_that_cannot_be_captured_say_so() {
-    let p = Pipeline::from_vec((0..10u32).collect()).filter(|x| x % 2 == 0);
+    let p = Pipeline::from_vec((0..10u32).collect())
+        .cache()
+        .filter(|x| x % 2 == 0);
     let mut it = p.start().unwrap();
     it.next();
     match it.state() {
         Err(PipelineError::State(StateError::Unsupported { stage, .. })) => {
-            assert_eq!(stage, "filter")
+            assert_eq!(stage, "cache")
         }
         other => panic!("{other:?}"),
     }
@@ -167,4 +239,108 @@ fn stages_that_cannot_be_captured_say_so() {
     let state = it.state().unwrap();
     let other = Pipeline::from_vec((0..10u32).collect()).shuffle(3, 1);
     assert!(other.start_from(&state).is_err());
+}
+
+/// A record with one int64 feature `id` = `i`, or (every 23rd) bytes that
+/// are no protobuf, so the parser emits an error before its batch.
+fn id_example(i: u64) -> Vec<u8> {
+    use prost::Message;
+    use tfpipe::example::Example;
+    use tfpipe::example::proto::{Feature, Features, Int64List, feature};
+    if i % 23 == 5 {
+        return b"\x0a\x05\xff\xff\xff\xff\xff".to_vec();
+    }
+    let mut features = std::collections::BTreeMap::new();
+    features.insert(
+        "id".to_string(),
+        Feature {
+            kind: Some(feature::Kind::Int64List(Int64List {
+                value: vec![i as i64],
+            })),
+        },
+    );
+    Example {
+        features: Some(Features { feature: features }),
+    }
+    .encode_to_vec()
+}
+
+/// What the trainer consumes, as comparable data.
+#[derive(Debug, PartialEq)]
+enum Step {
+    Batch(Vec<i64>),
+    Error(String),
+    End(u64),
+}
+
+fn steps(it: &mut PipelineIter<tfpipe::Batch>, n: Option<usize>) -> Vec<Step> {
+    let mut out = Vec::new();
+    while n.is_none_or(|n| out.len() < n) {
+        match it.next_event() {
+            Some(Event::Item(Ok(batch))) => {
+                out.push(Step::Batch(batch.columns[0].as_i64().unwrap().to_vec()))
+            }
+            Some(Event::Item(Err(e))) => out.push(Step::Error(e.to_string())),
+            Some(Event::EpochEnd(e)) => out.push(Step::End(e)),
+            None => break,
+        }
+    }
+    out
+}
+
+/// The CLI trainer's pipeline (interleave, shuffle, batch, parse per
+/// batch on two workers, prefetch) as one pipeline for the whole run under
+/// `repeat` (where the CLI puts it, and elsewhere): resumed at every cut
+/// point (between an error and its batch too), it continues exactly, with
+/// the same epoch numbers and per-epoch shuffle.
+#[test]
+fn the_trainers_pipeline_under_repeat_resumes_at_every_event() {
+    let dir = tempfile::tempdir().unwrap();
+    write_shards(dir.path(), 4, 50, Compression::None, id_example);
+    let pattern = dir.path().join("part-*").display().to_string();
+    watchdog(240, move || {
+        let schema = tfpipe::Schema::from_feature_texts(&["id:int64"]).unwrap();
+        // Without the final prefetch, the state is taken at the parser
+        // itself at every cut (with it, at prefetch's anchors).
+        // `repeat` after the files, after the shuffle (the CLI trainer's
+        // `DataOptions::run_pipeline`), or at the end.
+        for (repeat_at, prefetch) in [(1, 2), (0, 2), (2, 2), (1, 0)] {
+            let mut records = Pipeline::tfrecord_files([&pattern])
+                .unwrap()
+                .interleave(4, 16);
+            if repeat_at == 0 {
+                records = records.repeat(Some(3));
+            }
+            records = records.shuffle(100, 3);
+            if repeat_at == 1 {
+                records = records.repeat(Some(3));
+            }
+            let mut pipeline = records
+                .batch(16)
+                .parse_batches(schema.clone(), Parallelism::Fixed(2))
+                .prefetch(prefetch);
+            if repeat_at == 2 {
+                pipeline = pipeline.repeat(Some(3));
+            }
+            let full = steps(&mut pipeline.start().unwrap(), None);
+            assert!(full.iter().filter(|s| matches!(s, Step::End(_))).count() == 3);
+            assert!(full.iter().any(|s| matches!(s, Step::Error(_))));
+            for cut in 0..=full.len() {
+                let mut it = pipeline.start().unwrap();
+                let head = steps(&mut it, Some(cut));
+                assert_eq!(head, full[..cut]);
+                let json = it
+                    .state()
+                    .unwrap_or_else(|e| panic!("cut {cut}: {e}"))
+                    .to_json();
+                drop(it);
+                let state = PipelineState::from_json(&json).unwrap();
+                let mut resumed = pipeline
+                    .start_from(&state)
+                    .unwrap_or_else(|e| panic!("cut {cut}: {e}"));
+                let rest = steps(&mut resumed, None);
+                assert_eq!(rest, full[cut..], "repeat at {repeat_at}, cut {cut}");
+            }
+        }
+    });
 }

@@ -1,0 +1,8 @@
+#![no_main]
+//! `tfpipe::fuzzing::csv_converter` under libFuzzer; see `fuzz/Cargo.toml`.
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    tfpipe::fuzzing::csv_converter(data);
+});
