@@ -301,5 +301,116 @@ fn checkpoint_and_predict(c: &mut Criterion) {
     group.finish();
 }
 
+/// The observer machinery's cost per step (train lane): what `fit` does
+/// after every step besides the step itself, i.e. calling `on_step` on
+/// each observer, for the observers `tfpipe train` attaches (TensorBoard
+/// writing its per-step scalars every 10 steps, checkpointing and early
+/// stopping, which act at epoch ends), and for four no-op observers (the
+/// dispatch alone). Compare with a step (`mlp_784_256_10_step_b256`,
+/// `embedding_step_b256`).
+fn observers(c: &mut Criterion) {
+    use tfpipe::train::{Checkpointer, EarlyStopping, Monitor, Observer, Progress, TensorBoard};
+    struct Noop;
+    impl Observer for Noop {}
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut progress = Progress {
+        step: 0,
+        run_steps: 0,
+        epoch: 0,
+        epoch_steps: 0,
+        epoch_examples: 0,
+        loss: 0.5,
+        learning_rate: 1e-3,
+        rows: BATCH,
+        examples_per_sec: 1e5,
+        stall_fraction: 0.01,
+    };
+    let mut group = c.benchmark_group("observers_on_step");
+    group.throughput(Throughput::Elements(1));
+    let mut noops: Vec<Box<dyn Observer>> = (0..4).map(|_| Box::new(Noop) as _).collect();
+    group.bench_function("dispatch_4_noop", |b| {
+        b.iter(|| {
+            progress.step += 1;
+            for o in noops.iter_mut() {
+                o.on_step(&progress).expect("on_step");
+            }
+        })
+    });
+    let mut cli_set: Vec<Box<dyn Observer>> = vec![
+        Box::new(TensorBoard::create(dir.path().join("logs"), 10).expect("logdir")),
+        Box::new(Checkpointer::new(dir.path().join("ck")).every(1000)),
+        Box::new(EarlyStopping::new(Monitor::Loss, 3)),
+    ];
+    group.bench_function("tensorboard_checkpointer_early_stopping", |b| {
+        b.iter(|| {
+            progress.step += 1;
+            progress.run_steps += 1;
+            for o in cli_set.iter_mut() {
+                o.on_step(&progress).expect("on_step");
+            }
+        })
+    });
+    group.finish();
+}
+
+/// The built-in embedding model's training step (train lane): token ids
+/// from `TokenSet` (lengths 8-32, padded per batch), embedding 200x32 ->
+/// masked mean pooling -> MLP 32-64-4, AdamW, batch 256, tensors in memory.
+fn embedding_step(c: &mut Criterion) {
+    use tfpipe::train::TokenSet;
+    let set = TokenSet::default();
+    let (mut ids, mut splits, mut labels) = (Vec::new(), vec![0usize], Vec::new());
+    for i in 0..BATCH as u64 {
+        let (tokens, label) = set.record(i);
+        ids.extend(tokens);
+        splits.push(ids.len());
+        labels.push(label);
+    }
+    let batch = Batch {
+        num_rows: BATCH,
+        columns: vec![
+            Column {
+                name: "tokens".into(),
+                values: Values::Int64(ids),
+                row_splits: vec![splits],
+                inner_shape: vec![],
+            },
+            Column {
+                name: "label".into(),
+                values: Values::Int64(labels),
+                row_splits: vec![],
+                inner_shape: vec![],
+            },
+        ],
+    };
+    let task = Task::Classification { classes: 4 };
+    let input = InputSpec::from_schema(&set.schema(), task)
+        .expect("schema")
+        .spec;
+    let model = ModelConfig::Embedding {
+        vocab: set.vocab,
+        dim: 32,
+        inputs: 0,
+        hidden: vec![64],
+        classes: 4,
+    };
+    let mut trainer = Trainer::builtin(
+        TrainConfig::new(input.clone()),
+        model,
+        OptimizerConfig::default_for(OptimizerKind::AdamW),
+    )
+    .expect("config");
+    let mut spec = input;
+    spec.tokens = trainer.config().input.tokens.clone();
+    let tensors = batch_to_tensors(batch, &spec, 0, &Device::Cpu).expect("tensors");
+    let mut group = c.benchmark_group("embedding_step_b256");
+    group.throughput(Throughput::Elements(BATCH as u64));
+    group.bench_function("adamw/memory_tensors", |b| {
+        b.iter(|| trainer.step(&tensors).expect("step"))
+    });
+    group.finish();
+}
+
 criterion_group!(benches, step, optimizer_update, checkpoint_and_predict);
-criterion_main!(benches);
+criterion_group!(train_lane, observers, embedding_step);
+criterion_main!(benches, train_lane);

@@ -11,7 +11,7 @@
 //! | [`tfrecord`] | framing, masked CRC32C, GZIP/ZLIB, [`RecordReader`] / [`RecordWriter`] |
 //! | [`example`] | `tf.train.Example` / `SequenceExample` from `proto/`, feature specs ([`Schema`]), the schema-driven [`BatchParser`] |
 //! | [`batch`] | columnar [`Batch`]es: dense, bytes (data + offsets), ragged (values + row splits) |
-//! | [`pipeline`] | the streaming engine: sources, interleave, shard, map, shuffle, batch, prefetch, ... on bounded channels |
+//! | [`pipeline`] | the streaming engine: sources, interleave, shard, map, shuffle, batch, prefetch, ... on bounded channels; ranks and resumable iterator state |
 //! | [`metrics`] | per-stage counters and timers, readable while the pipeline runs; the bottleneck stage |
 //! | [`train`] | the candle training loop, stall-versus-compute and start-up reports, checkpoints, prediction |
 //! | [`convert`] | CSV, JSON, MNIST IDX and image folders to sharded TFRecord with a schema file |
@@ -68,10 +68,22 @@
 //!
 //! # Features
 //!
+//! - `train` (default): the [`train`] module, the candle training loop,
+//!   checkpoints and prediction.
+//! - `cli` (default, implies `train`): the `tfpipe` command and what only it
+//!   needs (clap, indicatif, signal handling).
 //! - `cuda`: train and predict on NVIDIA GPUs through candle's CUDA backend.
 //! - `object-store` (default): reading and writing `s3://`, `gs://`, `az://`
 //!   and `http(s)://` URLs through the `object_store` crate.
 //! - `images`: decoding and resizing images in `tfpipe convert images --resize`.
+//!
+//! With `default-features = false` the crate is the engine alone (records,
+//! examples, the pipeline, metrics, converters), without candle or any
+//! command-line crate:
+//!
+//! ```toml
+//! tfpipe = { version = "0.1", default-features = false }
+//! ```
 
 pub mod atomic_file;
 pub mod batch;
@@ -84,6 +96,7 @@ pub mod pipeline;
 pub mod spawn;
 pub mod storage;
 pub mod tfrecord;
+#[cfg(feature = "train")]
 pub mod train;
 
 pub use batch::{Batch, BatchError, Column, Values};

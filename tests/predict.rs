@@ -132,6 +132,39 @@ fn predictions_go_to_stdout_as_json_lines_with_names_probabilities_and_keys() {
     assert_eq!(std::fs::read_to_string(&file).unwrap(), stdout);
     assert_eq!(std::fs::read_dir(&out_dir).unwrap().count(), 1);
 
+    // TFRecord output: one Example per record, with the key.
+    let records = out_dir.join("pred.tfrecord");
+    let out = tfpipe()
+        .arg("predict")
+        .arg("--checkpoint")
+        .arg(&ck)
+        .args(["--data", &data, "--key", "island", "--output"])
+        .arg(&records)
+        .output()
+        .unwrap();
+    ok(&out);
+    let mut reader = tfpipe::tfrecord::FileRecordReader::open(
+        &records,
+        tfpipe::tfrecord::ReaderOptions::default(),
+    )
+    .unwrap();
+    let mut buf = Vec::new();
+    let mut n = 0;
+    while reader.read_record(&mut buf).unwrap() {
+        let example = Example::decode(buf.as_slice()).unwrap();
+        let f = example.features.unwrap().feature;
+        let Some(feature::Kind::Int64List(class)) = &f["class"].kind else {
+            panic!("{f:?}")
+        };
+        assert_eq!(class.value[0], rows[n]["class"].as_i64().unwrap());
+        let Some(feature::Kind::BytesList(key)) = &f["key"].kind else {
+            panic!("{f:?}")
+        };
+        assert_eq!(key.value[0], rows[n]["key"].as_str().unwrap().as_bytes());
+        n += 1;
+    }
+    assert_eq!(n, 344);
+
     // A key the records do not have is an error naming it.
     let out = tfpipe()
         .arg("predict")

@@ -1205,4 +1205,66 @@ fn cli_two_epochs_straight_equal_one_then_resume_one_bit_for_bit() {
         tensors_of(&d.join("resumed/model.safetensors")),
         tensors_of(&d.join("straight/model.safetensors"))
     );
+
+    // Without the pipeline position (an older checkpoint, a stream that
+    // cannot report one), the resumed run reads epoch 1 as a single pass
+    // seeded with `epoch_seed`: the same batches, the same weights.
+    let meta_path = d.join("half/checkpoint.json");
+    let mut meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&meta_path).unwrap()).unwrap();
+    assert!(meta["pipeline_state"].is_object(), "{meta}");
+    meta.as_object_mut().unwrap().remove("pipeline_state");
+    std::fs::write(&meta_path, serde_json::to_vec(&meta).unwrap()).unwrap();
+    let fallback = train(&["--epochs", "1", "--resume", &resume], "fallback");
+    assert_eq!(fallback["epochs"][0]["loss"], straight["epochs"][1]["loss"]);
+    assert_eq!(
+        tensors_of(&d.join("fallback/model.safetensors")),
+        tensors_of(&d.join("straight/model.safetensors"))
+    );
+}
+
+/// Mid-epoch exact resume through the CLI: 8 steps (into the second epoch
+/// of 6 steps), then `--resume` for 4 more, ends with the weights of 12
+/// steps straight, bit for bit: the checkpoint's pipeline position makes
+/// the resumed run train on exactly the batches the uninterrupted one did.
+#[test]
+fn cli_resume_mid_epoch_continues_at_the_next_batch_bit_for_bit() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write_records(&d.join("train.tfrecord"), &dataset(6, 16, 41));
+    let train = |extra: &[&str], save: &str| {
+        let out = assert_cmd::Command::cargo_bin("tfpipe")
+            .unwrap()
+            .arg("train")
+            .arg("--data")
+            .arg(d.join("train.tfrecord"))
+            .args(["--feature", "x:float32:8", "--feature", "label:int64"])
+            .args(["--label", "label", "--classes", "3", "--batch-size", "16"])
+            .args(["--hidden", "8", "--shuffle-buffer", "40", "--seed", "9"])
+            .args(["--compute-threads", "1"])
+            .args(extra)
+            .arg("--save")
+            .arg(d.join(save))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    train(&["--steps", "12"], "straight");
+    train(&["--steps", "8"], "half");
+    let meta = Checkpoint::read_meta(d.join("half")).unwrap();
+    assert_eq!((meta.step, meta.epoch), (8, 1));
+    assert!(meta.pipeline_state.is_some(), "{meta:?}");
+    let resume = d.join("half").to_string_lossy().into_owned();
+    let stderr = train(&["--steps", "4", "--resume", &resume], "resumed");
+    assert!(!stderr.contains("restarts its epoch"), "{stderr}");
+    assert_eq!(Checkpoint::read_meta(d.join("resumed")).unwrap().step, 12);
+    assert_eq!(
+        tensors_of(&d.join("resumed/model.safetensors")),
+        tensors_of(&d.join("straight/model.safetensors"))
+    );
 }

@@ -1,11 +1,16 @@
 //! `tfpipe bench`: run the input pipeline (read, shuffle, batch, parse,
 //! prefetch) to the end and report throughput, time to first batch, peak
 //! memory and the per-stage metrics.
+//!
+//! The first error (a corrupt record, a record that does not parse under the
+//! schema, an unreadable file) stops the run: it is printed once, with its
+//! location, and no report follows (exit 1 for bad data, 2 otherwise).
 
+use std::io::{self, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
+use anyhow::Context as _;
 use serde::Serialize;
 use tfpipe::Schema;
 use tfpipe::metrics::{PipelineMetrics, StageMetrics};
@@ -13,26 +18,30 @@ use tfpipe::pipeline::{
     Interleave, Parallelism, Pipeline, Remainder, ShuffleOptions, TfRecordFiles,
 };
 
-use super::Status;
+use super::train::check_size;
+use super::{CompressionFlag, Status};
 
 /// Arguments of `tfpipe bench`.
 #[derive(Debug, clap::Args)]
 #[command(group(clap::ArgGroup::new("schema_source").required(true).args(["feature", "schema"])))]
 pub struct Args {
-    /// TFRecord files or globs (compression from the name: .gz, .zlib).
+    /// TFRecord files or globs (compression from the name unless --compression).
     #[arg(long, num_args = 1.., required = true, value_name = "FILE|GLOB")]
     data: Vec<String>,
+    #[command(flatten)]
+    compression: CompressionFlag,
     /// A feature spec `NAME:DTYPE[:SHAPE]` (repeatable), e.g. `image_raw:uint8:784`.
     #[arg(long, value_name = "SPEC")]
     feature: Vec<String>,
-    /// A schema file (as written by `tfpipe inspect` or `convert`).
+    /// A schema file (`PREFIX.features.json`, as written by `tfpipe convert`;
+    /// `tfpipe inspect` prints the `--feature` specs to use instead).
     #[arg(long, value_name = "FILE")]
     schema: Option<PathBuf>,
     /// Examples per batch.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = super::positive::<usize>)]
     batch_size: usize,
     /// Shuffle buffer in examples (0: no shuffle).
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 10_000, value_parser = super::count::<usize>)]
     shuffle_buffer: usize,
     /// Emit from the shuffle buffer before it is full (faster first batch, weaker early mixing).
     #[arg(long)]
@@ -44,16 +53,16 @@ pub struct Args {
     #[arg(long, default_value = "auto")]
     num_parallel_calls: Parallelism,
     /// Files read at once.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = super::positive::<usize>)]
     cycle_length: usize,
     /// Batches prefetched ahead of the consumer.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = super::count::<usize>)]
     prefetch: usize,
     /// Passes over the data.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = super::count::<u64>)]
     epochs: u64,
     /// Stop after this many batches.
-    #[arg(long)]
+    #[arg(long, value_parser = super::count::<u64>)]
     take: Option<u64>,
     /// Print one JSON object (with --sweep: one per setting, as an array).
     #[arg(long)]
@@ -71,7 +80,6 @@ struct Report {
     num_parallel_calls: String,
     examples: u64,
     batches: u64,
-    errors: u64,
     seconds: f64,
     examples_per_sec: f64,
     /// File bytes on disk (compressed, if the files are) per second.
@@ -93,21 +101,16 @@ struct Report {
 
 /// Runs `tfpipe bench`.
 pub fn run(args: Args) -> anyhow::Result<Status> {
-    if args.batch_size == 0 {
-        bail!("--batch-size must be positive");
-    }
-    if args.cycle_length == 0 {
-        bail!("--cycle-length must be positive");
-    }
     // This rank's share (every rank the same count: drop_last).
     let rank = args.rank.resolve()?;
     let files = super::rank::share(
-        Pipeline::tfrecord_files(&args.data)?,
+        Pipeline::tfrecord_files(&args.data)?.reader_options(args.compression.reader_options()),
         rank,
         Remainder::Drop,
         true,
     )?;
     let (schema, _) = super::train::load_schema(&args.feature, args.schema.as_deref(), None)?;
+    check_sizes(&args, &schema)?;
     let file_bytes: u64 = files
         .paths()
         .iter()
@@ -121,19 +124,23 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     } else {
         vec![args.num_parallel_calls]
     };
+    let stdout = io::stdout();
+    let mut out = stdout.lock();
     let mut reports = Vec::new();
     for parallelism in settings {
         let report = run_once(&args, &files, &schema, parallelism, file_bytes)?;
         if !args.json {
             if args.sweep {
                 if reports.is_empty() {
-                    println!(
+                    writeln!(
+                        out,
                         "{:>8} {:>12} {:>9} {:>14} {:>8} {:>12}",
                         "parallel", "examples/s", "MB/s", "first batch ms", "tuned", "peak RSS MB"
-                    );
+                    )?;
                 }
                 let tuned = report.metrics.stage("parse").map_or(0, |s| s.parallelism);
-                println!(
+                writeln!(
+                    out,
                     "{:>8} {:>12.0} {:>9.1} {:>14.2} {:>8} {:>12.1}",
                     report.num_parallel_calls,
                     report.examples_per_sec,
@@ -141,10 +148,11 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
                     report.time_to_first_batch_s * 1e3,
                     tuned,
                     report.peak_rss_bytes.unwrap_or(0) as f64 / 1e6
-                );
+                )?;
             } else {
-                print_report(&report);
+                print_report(&mut out, &report)?;
             }
+            out.flush()?;
         }
         reports.push(report);
     }
@@ -154,14 +162,52 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         } else {
             serde_json::to_string_pretty(&reports[0])?
         };
-        println!("{json}");
+        writeln!(out, "{json}")?;
     }
-    let errors: u64 = reports.iter().map(|r| r.errors).sum();
-    Ok(if errors > 0 {
-        Status::Problems
-    } else {
-        Status::Ok
-    })
+    out.flush().context("writing to stdout")?;
+    Ok(Status::Ok)
+}
+
+/// Fails, before anything is allocated, when a setting would need more
+/// memory than the machine has. The estimate is a lower bound: the parsed
+/// size of the schema's fixed-length features (8 bytes for the row split of
+/// each variable-length one) plus the record handle, per example.
+fn check_sizes(args: &Args, schema: &Schema) -> anyhow::Result<()> {
+    let example_bytes: u128 = schema
+        .features
+        .iter()
+        // Variable-length features: at least their row split.
+        .map(|f| f.bytes_per_record().map_or(8, u128::from))
+        .sum::<u128>()
+        + std::mem::size_of::<tfpipe::pipeline::Record>() as u128;
+    let batch = (args.batch_size as u128).saturating_mul(example_bytes);
+    check_size(
+        &format!(
+            "--batch-size {} ({example_bytes} bytes per example)",
+            args.batch_size
+        ),
+        batch,
+    )?;
+    // Batches in flight: the prefetch buffer, plus one being built and one
+    // being read.
+    check_size(
+        &format!(
+            "--prefetch {} with --batch-size {} (the prefetched batches and the two being built and read)",
+            args.prefetch, args.batch_size
+        ),
+        (args.prefetch as u128)
+            .saturating_add(2)
+            .saturating_mul(batch),
+    )?;
+    check_size(
+        &format!(
+            "--shuffle-buffer {} (the record handles alone, before their bytes)",
+            args.shuffle_buffer
+        ),
+        (args.shuffle_buffer as u128)
+            .saturating_mul(std::mem::size_of::<tfpipe::pipeline::Record>() as u128),
+    )?;
+    Ok(())
 }
 
 fn run_once(
@@ -194,23 +240,15 @@ fn run_once(
     }
     let mut it = batches.start()?;
     let mut first: Option<(Duration, Duration)> = None;
-    let (mut examples, mut count, mut errors) = (0u64, 0u64, 0u64);
+    let (mut examples, mut count) = (0u64, 0u64);
     for batch in it.by_ref() {
         if first.is_none() {
             first = Some((constructed.elapsed(), super::process_elapsed()));
         }
-        match batch {
-            Ok(batch) => {
-                examples += batch.num_rows as u64;
-                count += 1;
-            }
-            Err(err) => {
-                errors += 1;
-                if errors <= 5 {
-                    eprintln!("tfpipe: {err}");
-                }
-            }
-        }
+        // The first error ends the run; it is the command's error.
+        let batch = batch?;
+        examples += batch.num_rows as u64;
+        count += 1;
     }
     let seconds = constructed.elapsed().as_secs_f64();
     let stages = it.metrics();
@@ -229,7 +267,6 @@ fn run_once(
         },
         examples,
         batches: count,
-        errors,
         seconds,
         examples_per_sec: per_sec(examples as f64),
         mb_per_sec: per_sec(file_bytes as f64 * passes / 1e6),
@@ -244,26 +281,25 @@ fn run_once(
     })
 }
 
-fn print_report(r: &Report) {
-    println!(
+fn print_report(out: &mut impl Write, r: &Report) -> io::Result<()> {
+    writeln!(
+        out,
         "{} examples in {} batches, {:.3} s: {:.0} examples/s, {:.1} MB/s file, {:.1} MB/s payload",
         r.examples, r.batches, r.seconds, r.examples_per_sec, r.mb_per_sec, r.payload_mb_per_sec
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "first batch: {:.2} ms after pipeline construction, {:.2} ms after process start (shuffle fill {:.2} ms)",
         r.time_to_first_batch_s * 1e3,
         r.time_to_first_batch_from_process_start_s * 1e3,
         r.shuffle_fill_s * 1e3
-    );
+    )?;
     match r.peak_rss_bytes {
-        Some(b) => println!("peak RSS: {:.1} MB", b as f64 / 1e6),
-        None => println!("peak RSS: unknown (no /proc/self/status)"),
+        Some(b) => writeln!(out, "peak RSS: {:.1} MB", b as f64 / 1e6)?,
+        None => writeln!(out, "peak RSS: unknown (no /proc/self/status)")?,
     }
-    if r.errors > 0 {
-        println!("errors: {}", r.errors);
-    }
-    println!();
-    println!("{}", r.metrics);
+    writeln!(out)?;
+    writeln!(out, "{}", r.metrics)
 }
 
 /// Peak resident set size (`VmHWM` in `/proc/self/status`), on Linux.

@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use clap::ValueEnum;
 use tfpipe::example::json::{RecordJson, RecordType};
-use tfpipe::tfrecord::{Compression, FileRecordReader, ReaderOptions, RecordReader};
+use tfpipe::tfrecord::{FileRecordReader, ReaderOptions, RecordReader};
 
-use super::Status;
+use super::{CompressionFlag, Status, resolve_files};
 
 /// Arguments of `tfpipe cat`.
 #[derive(Debug, Default, clap::Args)]
@@ -24,14 +24,13 @@ pub struct Args {
     /// (and any later record with one is printed as a SequenceExample).
     #[arg(long = "type", value_enum, default_value_t = TypeArg::Auto)]
     pub record_type: TypeArg,
-    /// Compression of the files; `auto` infers it from the name (.gz, .zlib/.zz).
-    #[arg(long, value_enum, default_value_t = CompressionArg::Auto)]
-    pub compression: CompressionArg,
+    #[command(flatten)]
+    pub compression: CompressionFlag,
     /// Print at most N records in all (over all files).
     #[arg(long, value_name = "N")]
     pub limit: Option<u64>,
-    /// TFRecord files (`-` reads standard input).
-    #[arg(required = true, value_name = "FILE")]
+    /// TFRecord files or quoted globs, as for `--data` (`-` reads standard input).
+    #[arg(required = true, value_name = "FILE|GLOB")]
     pub files: Vec<PathBuf>,
 }
 
@@ -45,32 +44,6 @@ pub enum TypeArg {
     Example,
     /// `tf.train.SequenceExample`.
     Sequence,
-}
-
-/// `--compression`, shared with `inspect`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
-pub enum CompressionArg {
-    /// From the file name.
-    #[default]
-    Auto,
-    /// Plain framed records.
-    None,
-    /// One gzip stream (several members read fully).
-    Gzip,
-    /// One zlib stream.
-    Zlib,
-}
-
-impl CompressionArg {
-    /// The explicit compression, or `None` for "infer from the name".
-    pub fn explicit(self) -> Option<Compression> {
-        match self {
-            CompressionArg::Auto => None,
-            CompressionArg::None => Some(Compression::None),
-            CompressionArg::Gzip => Some(Compression::Gzip),
-            CompressionArg::Zlib => Some(Compression::Zlib),
-        }
-    }
 }
 
 /// How many records `auto` looks at before settling on Example.
@@ -94,7 +67,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     let mut out = BufWriter::with_capacity(1 << 16, stdout.lock());
     let mut status = Status::Ok;
     let mut left = args.limit.unwrap_or(u64::MAX);
-    for path in &tfpipe::storage::expand_url_globs(&args.files)? {
+    for path in &resolve_files(&args.files)? {
         if left == 0 {
             break;
         }

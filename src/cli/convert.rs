@@ -244,6 +244,8 @@ fn progress_bar() -> ProgressBar {
 /// Runs `tfpipe convert`.
 pub fn run(args: Args) -> anyhow::Result<Status> {
     let format = format_of(&args)?;
+    // The destination is checked before any input is read.
+    super::check_output_prefix(&args.output, "--output")?;
     let interrupt = interrupt::install()?;
     let bar = progress_bar();
     let progress = {

@@ -10,6 +10,7 @@ use std::time::Instant;
 use anyhow::Context;
 use tfpipe::convert::{self, Format, IdxOptions, OutputOptions, Sharding, Summary};
 use tfpipe::pipeline::Parallelism;
+use tfpipe::tfrecord::ReaderOptions;
 use tfpipe::train::{
     InputSpec, ModelConfig, OptimizerConfig, OptimizerKind, Predictor, SchemaMeta, Task, TokenSet,
     TrainConfig,
@@ -68,18 +69,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     let epochs = args.epochs.unwrap_or(5);
     let batch_size = args.batch_size.unwrap_or(32);
     let seed = args.seed.unwrap_or(0);
-    let out = match &args.out {
-        Some(dir) => {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("{}: cannot create", dir.display()))?;
-            dir.clone()
-        }
-        None => tempfile::Builder::new()
-            .prefix("tfpipe-demo-")
-            .tempdir()
-            .context("cannot create a temporary directory")?
-            .keep(),
-    };
+    let out = out_dir(&args)?;
     writeln!(
         stdout,
         "tfpipe demo: MNIST digits -> TFRecord -> MLP on the CPU -> checkpoint -> predictions"
@@ -127,6 +117,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     config.origin = super::process_start();
     let data = DataOptions {
         files: globs(&train_files),
+        reader: ReaderOptions::default(),
         schema: schema.clone(),
         batch_size,
         shuffle_buffer: 10_000,
@@ -170,6 +161,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         &predictor,
         Job {
             files: &test_globs,
+            reader: ReaderOptions::default(),
             batch_size: 32,
             parallelism: Parallelism::Auto,
             warmup: 2,
@@ -202,10 +194,15 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     )?;
     writeln!(
         stdout,
-        "Again by hand: tfpipe train --schema {} --data '{}' --test-data '{}' --epochs {epochs} --batch-size {batch_size}",
+        "Again by hand: {} train --schema {} --data '{}' --test-data '{}' --epochs {epochs} --batch-size {batch_size}",
+        this_binary(),
         train_files.schema_path.display(),
         out.join("train-*.tfrecord").display(),
         out.join("test-*.tfrecord").display()
+    )?;
+    writeln!(
+        stdout,
+        "(`cargo install --path .` puts tfpipe on your PATH; then `tfpipe --help`)"
     )?;
     Ok(Status::Ok)
 }
@@ -299,6 +296,7 @@ fn run_tokens(args: Args) -> anyhow::Result<Status> {
     config.origin = super::process_start();
     let data = DataOptions {
         files: vec![train_files.data.to_string_lossy().into_owned()],
+        reader: ReaderOptions::default(),
         schema: selection.schema.clone(),
         batch_size,
         shuffle_buffer: 10_000,
@@ -343,10 +341,15 @@ fn run_tokens(args: Args) -> anyhow::Result<Status> {
     }
     writeln!(
         stdout,
-        "Again by hand: tfpipe train --schema {} --data {} --validation-data {} --epochs {epochs} --batch-size {batch_size}",
+        "Again by hand: {} train --schema {} --data {} --validation-data {} --epochs {epochs} --batch-size {batch_size}",
+        this_binary(),
         train_files.schema.display(),
         train_files.data.display(),
         validation.data.display()
+    )?;
+    writeln!(
+        stdout,
+        "(`cargo install --path .` puts tfpipe on your PATH; then `tfpipe --help`)"
     )?;
     Ok(Status::Ok)
 }
@@ -357,4 +360,18 @@ fn globs(summary: &Summary) -> Vec<String> {
         .iter()
         .map(|p| p.to_string_lossy().into_owned())
         .collect()
+}
+
+/// How to run this binary again from the current directory: its path
+/// relative to here when it is below (`target/release/tfpipe` after `cargo
+/// run --release`), else its full path. `cargo run` does not put it on PATH.
+fn this_binary() -> String {
+    let Ok(exe) = std::env::current_exe() else {
+        return "tfpipe".into();
+    };
+    let here = std::env::current_dir().unwrap_or_default();
+    match exe.strip_prefix(&here) {
+        Ok(relative) => relative.display().to_string(),
+        Err(_) => exe.display().to_string(),
+    }
 }

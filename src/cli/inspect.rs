@@ -20,24 +20,28 @@
 //! `SequenceExample` are given as `NAME:DTYPE:seq[:N]` (every step has N
 //! values, or one when omitted) or `NAME:DTYPE:seq:var`, with their step counts.
 //!
-//! Files are inspected in parallel (rayon); the report keeps the input order.
+//! Files are inspected in parallel, on threads from [`tfpipe::spawn`] (not
+//! the global rayon pool that candle's matmuls share); the report keeps the
+//! input order.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{self, Write};
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::Context as _;
 use prost::Message;
-use rayon::prelude::*;
 use serde::Serialize;
 use tfpipe::example::json::RecordType;
 use tfpipe::example::proto::{Feature, SequenceExample, feature};
 use tfpipe::example::{DType, FeatureSpec, Layout, Value};
+use tfpipe::spawn::{Cancel, Thread};
 use tfpipe::tfrecord::{Compression, OnCorruption, ReaderOptions};
 
-use super::Status;
-use super::cat::{CompressionArg, TypeArg, open};
+use super::cat::{TypeArg, open};
+use super::{CompressionFlag, Status, resolve_files};
 
 /// Arguments of `tfpipe inspect`.
 #[derive(Debug, Default, clap::Args)]
@@ -49,21 +53,17 @@ pub struct Args {
     /// feature lists).
     #[arg(long = "type", value_enum, default_value_t = TypeArg::Auto)]
     pub record_type: TypeArg,
-    /// Compression of the files; `auto` infers it from the name (.gz, .zlib/.zz).
-    #[arg(long, value_enum, default_value_t = CompressionArg::Auto)]
-    pub compression: CompressionArg,
-    /// TFRecord files (`-` reads standard input).
-    #[arg(required = true, value_name = "FILE")]
+    #[command(flatten)]
+    pub compression: CompressionFlag,
+    /// TFRecord files or quoted globs, as for `--data` (`-` reads standard input).
+    #[arg(required = true, value_name = "FILE|GLOB")]
     pub files: Vec<PathBuf>,
 }
 
 /// Runs `tfpipe inspect`.
 pub fn run(args: Args) -> anyhow::Result<Status> {
-    let files = tfpipe::storage::expand_url_globs(&args.files)?;
-    let reports: Vec<Result<FileReport, String>> = files
-        .par_iter()
-        .map(|path| inspect_file(path, &args).map_err(|err| format!("{err:#}")))
-        .collect();
+    let files = resolve_files(&args.files)?;
+    let reports = inspect_all(files, &args)?;
 
     let mut status = Status::Ok;
     let mut files = Vec::new();
@@ -112,6 +112,45 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     Ok(status)
 }
 
+/// Inspects `files` on up to one thread per core, each taking the next file
+/// in turn; the reports come back in the order of `files`.
+fn inspect_all(
+    files: Vec<PathBuf>,
+    args: &Args,
+) -> anyhow::Result<Vec<Result<FileReport, String>>> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(files.len())
+        .max(1);
+    let files = Arc::new(files);
+    let next = Arc::new(AtomicUsize::new(0));
+    let settings = Arc::new((args.record_type, args.compression));
+    let mut workers = Vec::with_capacity(threads);
+    for i in 0..threads {
+        let (files, next, settings) = (files.clone(), next.clone(), settings.clone());
+        let worker = Thread::spawn(format!("inspect-{i}"), move |cancel: &Cancel| {
+            let mut done = Vec::new();
+            while !cancel.is_cancelled() {
+                let index = next.fetch_add(1, Ordering::Relaxed);
+                let Some(path) = files.get(index) else { break };
+                let (record_type, compression) = *settings;
+                let report =
+                    inspect_file(path, record_type, compression).map_err(|err| format!("{err:#}"));
+                done.push((index, report));
+            }
+            done
+        })
+        .context("cannot start a thread")?;
+        workers.push(worker);
+    }
+    let mut reports: Vec<(usize, Result<FileReport, String>)> = Vec::with_capacity(files.len());
+    for worker in workers {
+        reports.extend(worker.join()?);
+    }
+    reports.sort_by_key(|(index, _)| *index);
+    Ok(reports.into_iter().map(|(_, report)| report).collect())
+}
+
 /// What one file holds.
 struct FileReport {
     path: PathBuf,
@@ -131,9 +170,12 @@ struct FileReport {
 }
 
 /// Inspects one file; `Err` only for I/O errors that stop it from being read.
-fn inspect_file(path: &PathBuf, args: &Args) -> anyhow::Result<FileReport> {
-    let compression = args
-        .compression
+fn inspect_file(
+    path: &PathBuf,
+    record_type: TypeArg,
+    compression: CompressionFlag,
+) -> anyhow::Result<FileReport> {
+    let compression = compression
         .explicit()
         .unwrap_or_else(|| Compression::from_path(path));
     let options = ReaderOptions {
@@ -144,9 +186,9 @@ fn inspect_file(path: &PathBuf, args: &Args) -> anyhow::Result<FileReport> {
     let file_bytes = if path.as_os_str() == "-" {
         None
     } else {
-        let size = tfpipe::storage::size_of(path)
-            .with_context(|| format!("{}: cannot open", path.display()))?;
-        Some(size)
+        let metadata =
+            std::fs::metadata(path).with_context(|| format!("{}: cannot open", path.display()))?;
+        Some(metadata.len())
     };
     let mut reader = open(path, options)?;
     let mut schema = SchemaStats::default();
@@ -195,7 +237,7 @@ fn inspect_file(path: &PathBuf, args: &Args) -> anyhow::Result<FileReport> {
             .map(|c| (c.location.offset, c.to_string())),
     );
     problems.sort_by_key(|(offset, _)| *offset);
-    let record_type = match args.record_type {
+    let record_type = match record_type {
         TypeArg::Example => RecordType::Example,
         TypeArg::Sequence => RecordType::Sequence,
         TypeArg::Auto if has_lists => RecordType::Sequence,
@@ -295,6 +337,11 @@ struct FeatureStats {
     kinds: [u64; 4],
     /// Values per record, over those with a list set.
     values: Range,
+    /// Bytes per value of a bytes list.
+    value_bytes: Range,
+    /// Bytes values that are not text (not UTF-8, or with control
+    /// characters other than tab and newlines): raw data such as pixels.
+    binary_values: u64,
 }
 
 const KIND_NAMES: [&str; 3] = ["bytes_list", "float_list", "int64_list"];
@@ -304,7 +351,13 @@ impl FeatureStats {
     fn add(&mut self, feature: &Feature) {
         self.present += 1;
         let (kind, count) = match &feature.kind {
-            Some(feature::Kind::BytesList(l)) => (0, l.value.len()),
+            Some(feature::Kind::BytesList(l)) => {
+                for value in &l.value {
+                    self.value_bytes.add(value.len() as u64);
+                    self.binary_values += u64::from(!is_text(value));
+                }
+                (0, l.value.len())
+            }
             Some(feature::Kind::FloatList(l)) => (1, l.value.len()),
             Some(feature::Kind::Int64List(l)) => (2, l.value.len()),
             None => (3, 0),
@@ -321,6 +374,8 @@ impl FeatureStats {
             *mine += theirs;
         }
         self.values.merge(&other.values);
+        self.value_bytes.merge(&other.value_bytes);
+        self.binary_values += other.binary_values;
     }
 
     /// The one list kind seen, if exactly one was.
@@ -340,6 +395,41 @@ impl FeatureStats {
         match seen.len() {
             0 => "no list set".into(),
             _ => seen.join("+"),
+        }
+    }
+
+    /// `NAME:uint8:N` for a bytes feature that every one of the `records`
+    /// has as exactly one value of N bytes: the spec that decodes it raw
+    /// (`decode_raw`), which a model can train on.
+    fn raw_spec(&self, name: &str, records: u64) -> Option<String> {
+        let every_record = self.kind() == Some(0) && self.kinds[0] == records && records > 0;
+        match (self.values.min, self.values.max, self.value_bytes.min) {
+            (Some(1), 1, Some(n)) if every_record && n > 0 && n == self.value_bytes.max => {
+                Some(format!("{name}:uint8:{n}"))
+            }
+            _ => None,
+        }
+    }
+
+    /// The spec to paste: [`Self::raw_spec`] for raw data (values that are
+    /// not text), else [`Self::spec`].
+    fn best_spec(&self, name: &str, records: u64) -> Option<String> {
+        match self.raw_spec(name, records) {
+            Some(raw) if self.binary_values > 0 => Some(raw),
+            _ => self.spec(name, false, records),
+        }
+    }
+
+    /// What else the values can be read as: `as text: NAME:bytes` when the
+    /// pasted spec decodes them raw, `decoded raw: NAME:uint8:N` when it
+    /// reads them as strings.
+    fn alternative(&self, name: &str, records: u64) -> Option<String> {
+        let raw = self.raw_spec(name, records)?;
+        let spec = self.spec(name, false, records)?;
+        if self.binary_values > 0 {
+            Some(format!("as strings: {spec}"))
+        } else {
+            Some(format!("decoded raw: {raw}"))
         }
     }
 
@@ -380,7 +470,13 @@ impl FeatureStats {
     fn json(&self, name: &str, records: u64) -> FeatureJson {
         FeatureJson {
             name: name.to_string(),
-            spec: self.spec(name, false, records),
+            spec: self.best_spec(name, records),
+            bytes_spec: self
+                .raw_spec(name, records)
+                .and_then(|_| self.spec(name, false, records)),
+            raw_spec: self.raw_spec(name, records),
+            min_bytes_per_value: self.value_bytes.min,
+            max_bytes_per_value: self.value_bytes.min.map(|_| self.value_bytes.max),
             kind: self.kind().map(|k| KIND_NAMES[k]),
             present: self.present,
             no_list_set: self.kinds[3],
@@ -388,6 +484,15 @@ impl FeatureStats {
             max_values: self.values.min.map(|_| self.values.max),
         }
     }
+}
+
+/// Whether `value` reads as text: UTF-8 without control characters other
+/// than tab and line breaks.
+fn is_text(value: &[u8]) -> bool {
+    std::str::from_utf8(value).is_ok_and(|text| {
+        text.chars()
+            .all(|c| !c.is_control() || matches!(c, '\t' | '\n' | '\r'))
+    })
 }
 
 /// `3 values`, `0-6 values`, `1 value`.
@@ -457,12 +562,12 @@ fn write_schema(out: &mut String, schema: &SchemaStats, record_type: RecordType)
     let width = schema
         .features
         .iter()
-        .map(|(name, f)| f.spec(name, false, records).map_or(0, |s| s.len()))
+        .map(|(name, f)| f.best_spec(name, records).map_or(0, |s| s.len()))
         .max()
         .unwrap_or(0);
     for (name, stats) in &schema.features {
         let with_list = stats.present - stats.kinds[3];
-        let mut note = match stats.spec(name, false, records) {
+        let mut note = match stats.best_spec(name, records) {
             Some(spec) => format!(
                 "--feature {spec:width$}  # {} in {with_list}/{records} records, {}",
                 stats.kind_name(),
@@ -475,6 +580,11 @@ fn write_schema(out: &mut String, schema: &SchemaStats, record_type: RecordType)
                 values_text(&stats.values)
             ),
         };
+        if let (Some(n), Some(alternative)) =
+            (stats.value_bytes.min, stats.alternative(name, records))
+        {
+            let _ = write!(note, " of {n} bytes ({alternative})");
+        }
         if stats.kinds[3] > 0 {
             let _ = write!(note, ", no list set in {}/{records}", stats.kinds[3]);
         }
@@ -653,7 +763,18 @@ struct SchemaJson {
 #[derive(Serialize)]
 struct FeatureJson {
     name: String,
+    /// The spec to paste (`raw_spec` for raw data).
     spec: Option<String>,
+    /// With `raw_spec`: the values as strings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bytes_spec: Option<String>,
+    /// `NAME:uint8:N` when every record has one value of N bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    raw_spec: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    min_bytes_per_value: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_bytes_per_value: Option<u64>,
     kind: Option<&'static str>,
     present: u64,
     no_list_set: u64,

@@ -4,11 +4,15 @@
 //! 2 usage or I/O errors, 128 + the signal when interrupted (130 SIGINT, 143
 //! SIGTERM, 129 SIGHUP; see [`interrupt`]). A closed stdout (`| head`) exits 0.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use clap::{Parser, Subcommand};
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use tfpipe::Pipeline;
+use tfpipe::tfrecord::{Compression, ReaderOptions};
 
 mod bench;
 mod cat;
@@ -52,6 +56,115 @@ enum Command {
     Index(index::Args),
 }
 
+/// `--compression`, shared by every subcommand that reads TFRecord files
+/// (`#[command(flatten)]`).
+#[derive(Debug, Clone, Copy, Default, clap::Args)]
+pub struct CompressionFlag {
+    /// Compression of the TFRecord files; `auto` infers it from each file's
+    /// name (.gz, .zlib/.zz).
+    #[arg(long, value_enum, default_value_t = CompressionArg::Auto)]
+    pub compression: CompressionArg,
+}
+
+impl CompressionFlag {
+    /// The explicit compression, or `None` for "infer from the name".
+    pub fn explicit(&self) -> Option<Compression> {
+        self.compression.explicit()
+    }
+
+    /// Reader options with this compression.
+    #[allow(dead_code, reason = "for every subcommand that reads records")]
+    pub fn reader_options(&self) -> ReaderOptions {
+        ReaderOptions {
+            compression: self.explicit(),
+            ..ReaderOptions::default()
+        }
+    }
+}
+
+/// The values of `--compression`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum CompressionArg {
+    /// From the file name.
+    #[default]
+    Auto,
+    /// Plain framed records.
+    None,
+    /// GZIP (several members read fully).
+    Gzip,
+    /// One zlib stream.
+    Zlib,
+}
+
+impl CompressionArg {
+    /// The explicit compression, or `None` for "infer from the name".
+    pub fn explicit(self) -> Option<Compression> {
+        match self {
+            CompressionArg::Auto => None,
+            CompressionArg::None => Some(Compression::None),
+            CompressionArg::Gzip => Some(Compression::Gzip),
+            CompressionArg::Zlib => Some(Compression::Zlib),
+        }
+    }
+}
+
+/// The files named by `paths` for `cat` and `inspect`: globs expanded by
+/// the same resolver as `--data` ([`Pipeline::tfrecord_files`]); plain
+/// names and `-` (standard input) kept as they are, so that a file that
+/// cannot be opened is reported in its turn, after the files before it.
+pub(crate) fn resolve_files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for path in paths {
+        let text = path.to_string_lossy();
+        if path.as_os_str() == "-" || !text.contains(['*', '?', '[']) {
+            files.push(path.clone());
+        } else {
+            let found = Pipeline::tfrecord_files([path.to_string_lossy()])?;
+            files.extend_from_slice(found.paths());
+        }
+    }
+    Ok(files)
+}
+
+/// Fails unless files can be created under `prefix`'s directory: its first
+/// ancestor that exists is a directory (not a file) and writable. Nothing is
+/// created here; the output creates the missing directories when it writes.
+/// For outputs named by a prefix (`convert -o out/p` writes `out/p-*`).
+pub(crate) fn check_output_prefix(prefix: &std::path::Path, flag: &str) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let mut dir = match prefix.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    while !dir.exists() {
+        match dir.parent() {
+            Some(p) if !p.as_os_str().is_empty() => dir = p,
+            _ => {
+                dir = std::path::Path::new(".");
+                break;
+            }
+        }
+    }
+    if !dir.is_dir() {
+        anyhow::bail!(
+            "{flag} {}: {} is a file; a directory is needed",
+            prefix.display(),
+            dir.display()
+        );
+    }
+    tempfile::Builder::new()
+        .prefix(".tfpipe-probe")
+        .tempfile_in(dir)
+        .map(drop)
+        .with_context(|| {
+            format!(
+                "{flag} {}: {} is not writable",
+                prefix.display(),
+                dir.display()
+            )
+        })
+}
+
 /// Process exit statuses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
@@ -89,7 +202,7 @@ pub(crate) fn process_elapsed() -> Duration {
 /// Parses the command line, runs the command, prints errors as `tfpipe: ...`.
 pub fn main() -> ExitCode {
     process_start();
-    let cli = Cli::parse();
+    let cli = parse_args();
     let result = match cli.command {
         Some(Command::Cat(args)) => cat::run(args),
         Some(Command::Inspect(args)) => inspect::run(args),
@@ -105,15 +218,158 @@ pub fn main() -> ExitCode {
         Ok(status) => status.into(),
         Err(err) if is_broken_pipe(&err) => Status::Ok.into(),
         Err(err) => {
-            eprintln!("tfpipe: {err:#}");
+            eprintln!("tfpipe: {}", message(&err));
             exit_code(&err)
         }
     }
 }
 
-/// The exit status for an error a command returned: 128 + the signal once a
-/// signal arrived (whatever the error: it is a consequence of stopping), 2
-/// for everything else.
+/// Parses the command line. Every flag that takes a value takes a negative
+/// number too, so `--shards -3` and `--lr -0.1` reach the flag's own check
+/// (which says what is wrong) instead of clap's hint about `--`; a number
+/// that does not parse is answered with what the flag needs.
+fn parse_args() -> Cli {
+    let mut command = allow_negative_numbers(Cli::command());
+    let parsed = command
+        .try_get_matches_from_mut(std::env::args_os())
+        .and_then(|matches| Cli::from_arg_matches(&matches))
+        .map_err(|err| err.format(&mut command));
+    match parsed {
+        Ok(cli) => cli,
+        Err(err) => match number_error(&err) {
+            Some(text) => {
+                eprintln!("tfpipe: {text}\n\nFor more information, try '--help'.");
+                std::process::exit(Status::Error as i32);
+            }
+            None => err.exit(),
+        },
+    }
+}
+
+/// `command` and its subcommands, with negative numbers allowed as values.
+fn allow_negative_numbers(command: clap::Command) -> clap::Command {
+    command
+        .mut_args(|arg| {
+            if arg.get_action().takes_values() {
+                arg.allow_negative_numbers(true)
+            } else {
+                arg
+            }
+        })
+        .mut_subcommands(allow_negative_numbers)
+}
+
+/// For a numeric flag whose value does not parse as its type: what the flag
+/// needs, as `--shards -3: must be a whole number, 0 or more`. (clap's own
+/// text is the parser's, "invalid digit found in string".)
+fn number_error(err: &clap::Error) -> Option<String> {
+    if err.kind() != ErrorKind::ValueValidation {
+        return None;
+    }
+    let text = |kind| match err.get(kind) {
+        Some(ContextValue::String(s)) => Some(s.as_str()),
+        _ => None,
+    };
+    let flag = text(ContextKind::InvalidArg)?;
+    // `--shards <N>` names the flag and its placeholder; keep the flag.
+    let flag = flag.split_whitespace().next().unwrap_or(flag);
+    let value = text(ContextKind::InvalidValue)?;
+    let source = std::error::Error::source(err)?;
+    let what = if let Some(e) = source.downcast_ref::<std::num::ParseIntError>() {
+        use std::num::IntErrorKind;
+        match e.kind() {
+            IntErrorKind::PosOverflow => "is too large".to_string(),
+            IntErrorKind::Empty => "needs a value".to_string(),
+            _ if value.trim_start().starts_with('-') => {
+                "must be a whole number, 0 or more (it cannot be negative)".to_string()
+            }
+            _ => "must be a whole number (digits only, such as 256)".to_string(),
+        }
+    } else if source.is::<std::num::ParseFloatError>() {
+        "must be a number (such as 0.001)".to_string()
+    } else {
+        return None;
+    };
+    Some(format!("{flag} {value}: {what}"))
+}
+
+/// A whole number of at least 1, for flags that count things (`--shards`,
+/// `--batch-size`): `value_parser = cli::positive::<usize>`. Like [`count`],
+/// it takes `1e6`.
+pub(crate) fn positive<T>(text: &str) -> Result<T, String>
+where
+    T: TryFrom<u64>,
+{
+    match whole_number(text) {
+        Ok(0) => Err("must be a whole number of at least 1".into()),
+        Ok(n) => T::try_from(n).map_err(|_| "is too large".into()),
+        Err(why) if why.starts_with("must") => Err(format!("{why}, at least 1")),
+        Err(why) => Err(why),
+    }
+}
+
+/// A whole number, 0 or more (`--prefetch`, `--shuffle-buffer`):
+/// `value_parser = cli::count::<usize>`. Takes `1e6` as well as `1000000`,
+/// so that a size written that way reaches the memory check.
+pub(crate) fn count<T>(text: &str) -> Result<T, String>
+where
+    T: TryFrom<u64>,
+{
+    let n = whole_number(text).map_err(|why| match why.starts_with("must") {
+        true => format!("{why}, 0 or more"),
+        false => why,
+    })?;
+    T::try_from(n).map_err(|_| "is too large".into())
+}
+
+/// `256` or `2.5e3`; `Err` says what is wrong (negative, not whole, too large).
+fn whole_number(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    if let Ok(n) = text.parse::<u64>() {
+        return Ok(n);
+    }
+    let negative = text.starts_with('-');
+    match text.parse::<f64>() {
+        _ if negative => Err("must be a whole number (it cannot be negative)".into()),
+        Ok(x) if x.is_finite() && x.fract() == 0.0 && x < u64::MAX as f64 => Ok(x as u64),
+        Ok(x) if x.is_finite() && x.fract() == 0.0 => Err("is too large".into()),
+        _ => Err("must be a whole number (such as 256 or 1e6)".into()),
+    }
+}
+
+/// A finite number above 0, for rates and scales (`--lr`):
+/// `value_parser = cli::positive_number`.
+#[allow(dead_code, reason = "for the numeric flags of every subcommand")]
+pub(crate) fn positive_number(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        Ok(_) => Err("must be a number above 0".into()),
+        Err(_) => Err("must be a number above 0 (such as 0.001)".into()),
+    }
+}
+
+/// The error and its causes, each once: a cause whose text the message
+/// already holds (`stage parse: {source}` followed by that source) is not
+/// repeated.
+fn message(err: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in err.chain() {
+        let cause = cause.to_string();
+        if text.contains(&cause) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&cause);
+    }
+    text
+}
+
+/// The exit status for an error a command returned (the table in the
+/// README): 128 + the signal once a signal arrived (whatever the error: it is
+/// a consequence of stopping); 1 when the error is about bad data (it then
+/// carries its location); 2 for usage and I/O errors.
 fn exit_code(err: &anyhow::Error) -> ExitCode {
     let interrupted = err
         .chain()
@@ -122,7 +378,47 @@ fn exit_code(err: &anyhow::Error) -> ExitCode {
     if let Some(interrupted) = interrupted {
         return ExitCode::from(interrupted.exit_code());
     }
+    if err.chain().any(is_bad_data) {
+        return Status::Problems.into();
+    }
     Status::Error.into()
+}
+
+/// Whether `cause` is a problem found in the input data (as opposed to the
+/// system or the command line): corrupt framing or compression, a record that
+/// does not parse under the schema, a row that cannot be converted.
+fn is_bad_data(cause: &(dyn std::error::Error + 'static)) -> bool {
+    use tfpipe::convert::ConvertError;
+    use tfpipe::train::TrainError;
+    if let Some(e) = cause.downcast_ref::<tfpipe::RecordError>() {
+        return e.is_corruption();
+    }
+    if let Some(e) = cause.downcast_ref::<tfpipe::PipelineError>() {
+        return e.is_data_error();
+    }
+    // `TrainError::Data` holds its pipeline error boxed.
+    if let Some(e) = cause.downcast_ref::<Box<tfpipe::PipelineError>>() {
+        return e.is_data_error();
+    }
+    if let Some(e) = cause.downcast_ref::<TrainError>() {
+        return match e {
+            // Corrupt or unparsable records, not an I/O error that has a place.
+            TrainError::Data(e) => e.is_data_error(),
+            // A label beyond the classes: the usual fix is --classes, a usage error.
+            TrainError::Label { .. } => false,
+            e => e.is_bad_data(),
+        };
+    }
+    if let Some(e) = cause.downcast_ref::<ConvertError>() {
+        return matches!(
+            e,
+            ConvertError::BadRow { .. }
+                | ConvertError::BadInput { .. }
+                | ConvertError::Gzip { .. }
+                | ConvertError::NoRecords { .. }
+        );
+    }
+    cause.is::<tfpipe::example::ParseError>()
 }
 
 fn is_broken_pipe(err: &anyhow::Error) -> bool {

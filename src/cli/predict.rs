@@ -33,7 +33,7 @@ use serde::Serialize;
 use tfpipe::Schema;
 use tfpipe::atomic_file::AtomicFile;
 use tfpipe::batch::{Column, Values};
-use tfpipe::example::proto::{Feature, Features, FloatList, Int64List, feature};
+use tfpipe::example::proto::{BytesList, Feature, Features, FloatList, Int64List, feature};
 use tfpipe::example::{DType, Example, FeatureSpec, Layout};
 use tfpipe::pipeline::{Parallelism, Pipeline, Rank, Remainder};
 use tfpipe::tfrecord::{Compression, FileRecordReader, FileRecordWriter, ReaderOptions};
@@ -43,10 +43,10 @@ use tfpipe::train::{
 };
 
 use super::train::{
-    SchemaFacts, check_output_file, check_vocabulary, schema_file_beside, set_compute_threads,
-    write_json,
+    SchemaFacts, check_output_file, check_size, check_vocabulary, schema_file_beside,
+    set_compute_threads, write_json,
 };
-use super::{Status, interrupt};
+use super::{CompressionFlag, Status, interrupt};
 
 /// Arguments of `tfpipe predict`.
 #[derive(Debug, clap::Args)]
@@ -57,6 +57,8 @@ pub struct Args {
     /// TFRecord files or globs to predict (the checkpoint's schema parses them).
     #[arg(long, required = true, num_args = 1..)]
     pub data: Vec<String>,
+    #[command(flatten)]
+    pub compression: CompressionFlag,
     /// The data's schema file (`PREFIX.features.json`): its label
     /// vocabulary must be the checkpoint's. By default the one beside
     /// `PREFIX-NNNNN-of-NNNNN.tfrecord` shards, when there is one.
@@ -66,7 +68,7 @@ pub struct Args {
     #[arg(long, default_value_t = 0)]
     pub warmup: usize,
     /// Examples per prediction call.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = super::positive::<usize>)]
     pub batch_size: usize,
     /// Where predictions go: `-` (the default) is stdout, as JSON Lines; a
     /// file name ending in .tfrecord (.gz, .zlib) gets TFRecord `Example`s;
@@ -90,7 +92,8 @@ pub struct Args {
     #[arg(long)]
     pub compute_threads: Option<usize>,
     /// With ranks, each rank predicts its share (every record once over
-    /// all ranks, nothing dropped): give each rank its own --output.
+    /// all ranks, nothing dropped): name the rank in --output
+    /// (`pred-{rank}.jsonl`), or let the launcher collect stdout.
     #[command(flatten)]
     pub rank: super::rank::RankArgs,
 }
@@ -117,6 +120,8 @@ impl Output {
 /// One prediction run: the data, and what to do with the predictions.
 pub(super) struct Job<'a> {
     pub files: &'a [String],
+    /// How to read them (`--compression`).
+    pub reader: ReaderOptions,
     pub batch_size: usize,
     pub parallelism: Parallelism,
     pub warmup: usize,
@@ -129,8 +134,16 @@ pub(super) struct Job<'a> {
 }
 
 /// Runs `tfpipe predict`.
-pub fn run(args: Args) -> anyhow::Result<Status> {
+pub fn run(mut args: Args) -> anyhow::Result<Status> {
     set_compute_threads(args.compute_threads)?;
+    let rank = args.rank.resolve()?;
+    super::rank::per_rank_paths(
+        rank,
+        [
+            ("--output", &mut args.output),
+            ("--report-json", &mut args.report_json),
+        ],
+    )?;
     let output = Output::from_arg(args.output.as_deref());
     // Every destination is checked before any work.
     if let Output::File(path) = &output {
@@ -138,7 +151,6 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     }
     check_output_file(args.report_json.as_deref(), "--report-json")?;
     let device = parse_device(&super::rank::device(&args.device)?)?;
-    let rank = args.rank.resolve()?;
     let parallelism: Parallelism = args
         .num_parallel_calls
         .parse()
@@ -169,6 +181,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         &predictor,
         Job {
             files: &args.data,
+            reader: args.compression.reader_options(),
             batch_size: args.batch_size,
             parallelism,
             warmup: args.warmup,
@@ -208,17 +221,29 @@ pub(super) fn predict(predictor: &Predictor, job: Job<'_>) -> anyhow::Result<Pre
             "the checkpoint has no schema (it was saved without one), so its input cannot be parsed"
         );
     };
+    // The batches in flight (prefetched, parsed, as a tensor), as float32s,
+    // before anything is allocated.
+    check_size(
+        &format!(
+            "--batch-size {} ({} inputs per example)",
+            job.batch_size,
+            meta.input.inputs()
+        ),
+        (job.batch_size as u128)
+            .saturating_mul(meta.input.inputs() as u128)
+            .saturating_mul(4 * 4),
+    )?;
     // Created first: a signal from here on must leave no temporary file.
     let mut sink = Sink::create(&job.output, predictor)?;
     // Prediction keeps every record: no rank waits for another.
     let pipeline_files = super::rank::share(
-        Pipeline::tfrecord_files(job.files)?,
+        Pipeline::tfrecord_files(job.files)?.reader_options(job.reader.clone()),
         job.rank,
         Remainder::Keep,
         true,
     )?;
     let first = match pipeline_files.paths().first() {
-        Some(path) => first_example(path)?.map(|e| (path.clone(), e)),
+        Some(path) => first_example(path, job.reader.clone())?.map(|e| (path.clone(), e)),
         None => None,
     };
     let has = |name: &str| {
@@ -277,8 +302,8 @@ pub(super) fn predict(predictor: &Predictor, job: Job<'_>) -> anyhow::Result<Pre
 }
 
 /// The first record of `path` as an `Example` (`None` for an empty file).
-fn first_example(path: &Path) -> anyhow::Result<Option<Example>> {
-    let mut reader = FileRecordReader::open(path, ReaderOptions::default())?;
+fn first_example(path: &Path, options: ReaderOptions) -> anyhow::Result<Option<Example>> {
+    let mut reader = FileRecordReader::open(path, options)?;
     let mut buf = Vec::new();
     if !reader.read_record(&mut buf)? {
         return Ok(None);
@@ -371,14 +396,7 @@ impl<'a> Line<'a> {
 /// Row `row` of the key column: one value as itself, several as an
 /// array, none as `null`. Byte strings become text (invalid UTF-8 replaced).
 fn key_json(col: &Column, row: usize) -> serde_json::Value {
-    let width: usize = col.inner_shape.iter().product();
-    let range = match col.row_splits.first() {
-        Some(splits) => match (splits.get(row), splits.get(row + 1)) {
-            (Some(&a), Some(&b)) => a * width..b * width,
-            _ => 0..0,
-        },
-        None => row * width..(row + 1) * width,
-    };
+    let range = row_range(col, row);
     let values: Vec<serde_json::Value> = match &col.values {
         Values::Bytes { data, offsets } => range
             .filter_map(|i| Some(&data[*offsets.get(i)?..*offsets.get(i + 1)?]))
@@ -400,6 +418,18 @@ fn key_json(col: &Column, row: usize) -> serde_json::Value {
     }
 }
 
+/// The value indices of row `row` of a fixed-shape or variable-length column.
+fn row_range(col: &Column, row: usize) -> std::ops::Range<usize> {
+    let width: usize = col.inner_shape.iter().product();
+    match col.row_splits.first() {
+        Some(splits) => match (splits.get(row), splits.get(row + 1)) {
+            (Some(&a), Some(&b)) => a * width..b * width,
+            _ => 0..0,
+        },
+        None => row * width..(row + 1) * width,
+    }
+}
+
 fn slice<T>(v: &[T], range: std::ops::Range<usize>) -> &[T] {
     v.get(range).unwrap_or(&[])
 }
@@ -418,7 +448,7 @@ enum Sink<'p> {
         predictor: &'p Predictor,
     },
     /// TFRecord `Example`s: `class` and `probabilities` (or `value`),
-    /// `label` when known.
+    /// `key` and `label` when known.
     Records(Box<FileRecordWriter>),
 }
 
@@ -521,6 +551,9 @@ fn example_of(batch: &PredictedBatch, row: usize) -> Example {
             }
         }
     }
+    if let Some(key) = batch.key.as_ref().and_then(|c| key_feature(c, row)) {
+        features.insert("key".to_string(), key);
+    }
     match &batch.labels {
         Some(Labels::Classes(l)) => {
             if let Some(&l) = l.get(row) {
@@ -537,6 +570,27 @@ fn example_of(batch: &PredictedBatch, row: usize) -> Example {
     Example {
         features: Some(Features { feature: features }),
     }
+}
+
+/// Row `row` of the key column as a feature of its own kind (byte
+/// strings, int64 or float32; other dtypes are not keys a record holds).
+fn key_feature(col: &Column, row: usize) -> Option<Feature> {
+    let range = row_range(col, row);
+    let kind = match &col.values {
+        Values::Bytes { data, offsets } => feature::Kind::BytesList(BytesList {
+            value: range
+                .filter_map(|i| Some(data[*offsets.get(i)?..*offsets.get(i + 1)?].to_vec()))
+                .collect(),
+        }),
+        Values::Int64(v) => feature::Kind::Int64List(Int64List {
+            value: slice(v, range).to_vec(),
+        }),
+        Values::Float32(v) => feature::Kind::FloatList(FloatList {
+            value: slice(v, range).to_vec(),
+        }),
+        _ => return None,
+    };
+    Some(Feature { kind: Some(kind) })
 }
 
 fn int64(v: i64) -> Feature {

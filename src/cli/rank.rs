@@ -13,9 +13,13 @@
 //! not below the world size, one variable of a pair missing, not a number)
 //! are errors that name where they came from. `--device cuda` becomes
 //! `cuda:LOCAL_RANK` when the launcher set `LOCAL_RANK` (or, in an `srun`
-//! step, `SLURM_LOCALID`).
+//! step, `SLURM_LOCALID`). Output paths (`--save`, `--logdir`,
+//! `--report-json`, `predict --output`) and `--resume` take `{rank}`, and
+//! need it with more than one rank ([`per_rank_paths`]).
 
-use anyhow::Context;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
 use tfpipe::pipeline::{Rank, Remainder, ShareBy, TfRecordFiles};
 
 /// The rank flags of a command.
@@ -23,7 +27,8 @@ use tfpipe::pipeline::{Rank, Remainder, ShareBy, TfRecordFiles};
 pub struct RankArgs {
     /// This process's rank in a data-parallel job (0-based): it reads only
     /// its share of the files. By default from RANK, or SLURM_PROCID in an
-    /// srun step.
+    /// srun step. With more than one rank, output paths (and --resume) name
+    /// the rank with {rank}, e.g. --save ck-{rank}.
     #[arg(long, requires = "world_size", value_name = "R")]
     pub rank: Option<usize>,
     /// The number of processes sharing the data. By default from
@@ -33,9 +38,12 @@ pub struct RankArgs {
 }
 
 impl RankArgs {
-    /// The rank in effect: `None` for a single process.
+    /// The rank in effect: `None` for a single process (a world of one,
+    /// as `torchrun --nproc-per-node 1` sets, reads everything and counts
+    /// nothing).
     pub fn resolve(&self) -> anyhow::Result<Option<Rank>> {
-        self.resolve_with(|name| std::env::var(name).ok())
+        let rank = self.resolve_with(|name| std::env::var(name).ok())?;
+        Ok(rank.filter(|r| r.world_size() > 1))
     }
 
     /// [`resolve`](Self::resolve) with the environment looked up by `var`.
@@ -61,6 +69,55 @@ impl RankArgs {
             );
         }
         Ok(Some(flags))
+    }
+}
+
+/// Where a path names the rank: `--save ck-{rank}`.
+pub const PLACEHOLDER: &str = "{rank}";
+
+/// Makes each path this process's own: [`PLACEHOLDER`] becomes the rank (0
+/// for a single process). With more than one rank, a path without it is
+/// refused, naming its flag: the ranks would write over each other's
+/// files, and a checkpoint would hold another rank's pipeline state (its
+/// resume would read another share). `-` (stdout) is left alone.
+pub fn per_rank_paths<const N: usize>(
+    rank: Option<Rank>,
+    paths: [(&str, &mut Option<PathBuf>); N],
+) -> anyhow::Result<()> {
+    let (r, world) = rank.map_or((0, 1), |rank| (rank.rank(), rank.world_size()));
+    for (flag, path) in paths {
+        let Some(given) = path.as_ref() else { continue };
+        if given.as_os_str() == "-" {
+            continue;
+        }
+        match given.to_str() {
+            Some(text) if text.contains(PLACEHOLDER) => {
+                *path = Some(PathBuf::from(text.replace(PLACEHOLDER, &r.to_string())));
+            }
+            _ if world > 1 => bail!(
+                "{flag} {}: with {world} ranks every rank needs its own; put {PLACEHOLDER} in it \
+                 (e.g. {flag} {}), which becomes the rank",
+                given.display(),
+                example(given)
+            ),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// `PATH-{rank}` (before the extension, if any).
+fn example(path: &Path) -> String {
+    match (path.file_stem(), path.extension()) {
+        (Some(stem), Some(ext)) => path
+            .with_file_name(format!(
+                "{}-{PLACEHOLDER}.{}",
+                stem.to_string_lossy(),
+                ext.to_string_lossy()
+            ))
+            .display()
+            .to_string(),
+        _ => format!("{}-{PLACEHOLDER}", path.display()),
     }
 }
 
@@ -196,6 +253,39 @@ mod tests {
             assert!(text.contains(needle), "{text}");
             assert!(text.contains("--rank and --world-size"), "{text}");
         }
+    }
+
+    #[test]
+    fn output_paths_are_per_rank() {
+        let two = Some(Rank::new(1, 2).unwrap());
+        let mut save = Some(PathBuf::from("ck-{rank}"));
+        let mut json = Some(PathBuf::from("-"));
+        let mut none = None;
+        per_rank_paths(
+            two,
+            [
+                ("--save", &mut save),
+                ("--report-json", &mut json),
+                ("--logdir", &mut none),
+            ],
+        )
+        .unwrap();
+        assert_eq!(save, Some(PathBuf::from("ck-1")));
+        assert_eq!(json, Some(PathBuf::from("-")));
+        assert_eq!(none, None);
+        let mut shared = Some(PathBuf::from("out/report.json"));
+        let err = per_rank_paths(two, [("--report-json", &mut shared)]).unwrap_err();
+        let text = format!("{err:#}");
+        assert!(
+            text.contains("--report-json out/report.json: with 2 ranks"),
+            "{text}"
+        );
+        assert!(text.contains("out/report-{rank}.json"), "{text}");
+        // A single process may name the rank, or not.
+        let mut single = Some(PathBuf::from("ck-{rank}"));
+        let mut plain = Some(PathBuf::from("ck"));
+        per_rank_paths(None, [("--save", &mut single), ("--resume", &mut plain)]).unwrap();
+        assert_eq!((single, plain), (Some("ck-0".into()), Some("ck".into())));
     }
 
     #[test]

@@ -13,6 +13,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tfpipe::Schema;
 use tfpipe::example::DType;
 use tfpipe::pipeline::{Parallelism, Pipeline, Rank, Remainder, ShuffleOptions};
+use tfpipe::tfrecord::ReaderOptions;
 use tfpipe::train::{
     BatchStream, BoxError, Checkpoint, Checkpointer, Control, Decay, EarlyStopping, EpochReport,
     InputSpec, LrSchedule, ModelConfig, Monitor, Observer, OptimizerConfig, OptimizerKind,
@@ -20,7 +21,7 @@ use tfpipe::train::{
     Trainer, classes_from_metadata, epoch_seed, parse_device, resume_pipeline,
 };
 
-use super::{Status, interrupt};
+use super::{CompressionFlag, Status, interrupt};
 
 /// Arguments of `tfpipe train`.
 #[derive(Debug, clap::Args)]
@@ -28,6 +29,8 @@ pub struct Args {
     /// Training data: TFRecord files or globs (compression from the suffix).
     #[arg(long, required = true, num_args = 1..)]
     pub data: Vec<String>,
+    #[command(flatten)]
+    pub compression: CompressionFlag,
     /// A feature to parse, NAME:DTYPE[:SHAPE] (e.g. image_raw:uint8:28x28, label:int64).
     #[arg(long = "feature", conflicts_with = "schema")]
     pub features: Vec<String>,
@@ -41,7 +44,7 @@ pub struct Args {
     /// The number of classes (labels must be below it). By default the size
     /// of the label vocabulary `tfpipe convert` recorded in the schema file,
     /// else 10.
-    #[arg(long)]
+    #[arg(long, value_parser = super::positive::<usize>)]
     pub classes: Option<usize>,
     /// classification or regression. By default regression for a float32
     /// label, classification otherwise.
@@ -96,22 +99,22 @@ pub struct Args {
     #[arg(long, default_value_t = 0)]
     pub warmup_steps: u64,
     /// Epochs to train (with --resume: this many more). By default 1.
-    #[arg(long, conflicts_with = "steps")]
+    #[arg(long, conflicts_with = "steps", value_parser = super::count::<u64>)]
     pub epochs: Option<u64>,
     /// Steps to train instead of epochs (with --resume: this many more).
-    #[arg(long)]
+    #[arg(long, value_parser = super::count::<u64>)]
     pub steps: Option<u64>,
     /// Examples per batch.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = super::positive::<usize>)]
     pub batch_size: usize,
     /// Shuffle buffer size in examples (0: no shuffle).
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 10_000, value_parser = super::count::<usize>)]
     pub shuffle_buffer: usize,
     /// Parse workers: a number or `auto`.
     #[arg(long, default_value = "auto")]
     pub num_parallel_calls: String,
     /// Batches the device-prefetch stage converts ahead (0: on the training thread).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = super::count::<usize>)]
     pub prefetch: usize,
     /// cpu, cuda or cuda:N (cuda needs the `cuda` cargo feature).
     #[arg(long, default_value = "cpu")]
@@ -156,14 +159,23 @@ pub struct Args {
 }
 
 /// Runs `tfpipe train`.
-pub fn run(args: Args) -> anyhow::Result<Status> {
+pub fn run(mut args: Args) -> anyhow::Result<Status> {
     set_compute_threads(args.compute_threads)?;
     // Resolve and check everything before any work starts.
+    let rank = args.rank.resolve()?;
+    super::rank::per_rank_paths(
+        rank,
+        [
+            ("--save", &mut args.save),
+            ("--logdir", &mut args.logdir),
+            ("--report-json", &mut args.report_json),
+            ("--resume", &mut args.resume),
+        ],
+    )?;
     check_output_dir(args.save.as_deref(), "--save")?;
     check_output_dir(args.logdir.as_deref(), "--logdir")?;
     check_output_file(args.report_json.as_deref(), "--report-json")?;
     let device = parse_device(&super::rank::device(&args.device)?)?;
-    let rank = args.rank.resolve()?;
     let resumed = match &args.resume {
         Some(dir) => Some(Checkpoint::read_meta(dir)?),
         None => None,
@@ -335,6 +347,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     config.origin = super::process_start();
     let data = DataOptions {
         files: args.data.clone(),
+        reader: args.compression.reader_options(),
         schema: schema.clone(),
         batch_size: args.batch_size,
         shuffle_buffer: args.shuffle_buffer,
@@ -756,6 +769,8 @@ pub(super) fn with_hint(e: TrainError) -> anyhow::Error {
 #[derive(Debug, Clone)]
 pub(super) struct DataOptions {
     pub files: Vec<String>,
+    /// How to read them (`--compression`).
+    pub reader: ReaderOptions,
     pub schema: Schema,
     pub batch_size: usize,
     /// 0: read in file order.
@@ -774,7 +789,7 @@ impl DataOptions {
         shuffle_seed: u64,
         reshuffle_each_epoch: bool,
     ) -> Result<Pipeline<tfpipe::pipeline::Record>, BoxError> {
-        let mut files = Pipeline::tfrecord_files(&self.files)?;
+        let mut files = Pipeline::tfrecord_files(&self.files)?.reader_options(self.reader.clone());
         if let Some(rank) = self.rank {
             files = files.rank(rank, Remainder::Drop)?;
         }

@@ -1753,7 +1753,7 @@ fn decode_ragged(
         splits.push(0);
         match *part {
             Part::Uniform(n) => {
-                if rows % n != 0 {
+                if !rows.is_multiple_of(n) {
                     return Err(text(format!(
                         "partition uniform_row_length({n}): the the {rows} rows inside it are not a multiple of {n}"
                     )));

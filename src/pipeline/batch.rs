@@ -37,10 +37,10 @@ impl<T: Send + 'static> Pipeline<T> {
                 done: false,
                 batch: Vec::with_capacity(size),
             };
-            if let Some(state) = env.resume_state() {
-                if let Err(error) = stream.restore(state) {
-                    env.restore_failed(error);
-                }
+            if let Some(state) = env.resume_state()
+                && let Err(error) = stream.restore(state)
+            {
+                env.restore_failed(error);
             }
             Box::new(stream) as Stream<Vec<T>>
         })

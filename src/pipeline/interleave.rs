@@ -143,10 +143,10 @@ impl<T: Send + 'static> Pipeline<T> {
                 pulled: 0,
                 meta: (0..options.cycle_length).map(|_| None).collect(),
             };
-            if let Some(state) = env.resume_state() {
-                if let Err(error) = stream.restore(state) {
-                    env.restore_failed(error);
-                }
+            if let Some(state) = env.resume_state()
+                && let Err(error) = stream.restore(state)
+            {
+                env.restore_failed(error);
             }
             Box::new(stream) as Stream<U>
         })

@@ -37,12 +37,12 @@ impl<T: Send + 'static> Pipeline<T> {
         self.then("map", move |env, up, counters| {
             let f = Arc::clone(&f);
             // A map holds nothing between elements: its state is its upstream's.
-            if let Some(state) = env.resume_state() {
-                if !state.data.is_null() {
-                    env.restore_failed(StateError::Mismatch(
-                        "a parallel map's state given to a sequential map".into(),
-                    ));
-                }
+            if let Some(state) = env.resume_state()
+                && !state.data.is_null()
+            {
+                env.restore_failed(StateError::Mismatch(
+                    "a parallel map's state given to a sequential map".into(),
+                ));
             }
             Box::new(MapStream {
                 up,

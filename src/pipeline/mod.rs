@@ -22,6 +22,13 @@
 //! per file) gives a file-level builder whose [`TfRecordFiles::shard`] and
 //! [`TfRecordFiles::interleave`] work on whole files, as `tf.data` recommends.
 //!
+//! Processes of a data-parallel job read disjoint, equal shares with
+//! [`TfRecordFiles::rank`] ([`rank`] has the design notes for a multi-GPU
+//! run). A running pipeline's position is saved with
+//! [`PipelineIter::state`] at any element boundary and resumed with
+//! [`Pipeline::start_from`], mid-epoch under `repeat` too ([`state`] says
+//! what is stored: positions, not bytes).
+//!
 //! # Threading model
 //!
 //! Sequential stages (`filter`, `map`, `shuffle`, `batch`, `take`, `skip`,
@@ -469,16 +476,16 @@ impl Env {
 
     /// Whether a state was given that no stage took (its stage cannot restore).
     pub(crate) fn check_claimed(&self, stage: &str) {
-        if let Some(slot) = &self.resume {
-            if !slot.claimed.load(Ordering::Relaxed) {
-                self.restore_failed(StateError::Unsupported {
-                    stage: stage.to_string(),
-                    why: format!(
-                        "it cannot restore (the state names stage {})",
-                        slot.state.stage
-                    ),
-                });
-            }
+        if let Some(slot) = &self.resume
+            && !slot.claimed.load(Ordering::Relaxed)
+        {
+            self.restore_failed(StateError::Unsupported {
+                stage: stage.to_string(),
+                why: format!(
+                    "it cannot restore (the state names stage {})",
+                    slot.state.stage
+                ),
+            });
         }
     }
 

@@ -338,7 +338,7 @@ impl<T: Send + 'static, U: Send + 'static> WorkerCtx<T, U> {
                 };
                 let tag = (up.next_seq, up.epoch);
                 up.next_seq += 1;
-                if up.next_seq % ANCHOR_EVERY == 0 {
+                if up.next_seq.is_multiple_of(ANCHOR_EVERY) {
                     let consumed = self.shared.consumed.load(Ordering::Relaxed);
                     let Upstream {
                         stream,
@@ -437,7 +437,7 @@ impl<T, U> MapStream<T, U> {
     fn advance(&mut self) {
         self.ring.pop_front();
         self.base += 1;
-        if self.base % ANCHOR_EVERY == 0 {
+        if self.base.is_multiple_of(ANCHOR_EVERY) {
             self.shared.consumed.store(self.base, Ordering::Relaxed);
         }
         if let Some(tokens) = &self.tokens {

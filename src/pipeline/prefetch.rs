@@ -93,7 +93,7 @@ pub(crate) fn produce<T: 'static>(
         let t = Instant::now();
         let Some(event) = up.next() else { return };
         pulled += 1;
-        if pulled % ANCHOR_EVERY == 0 {
+        if pulled.is_multiple_of(ANCHOR_EVERY) {
             let consumed = anchors.consumed.load(Ordering::Relaxed);
             anchors
                 .anchors
@@ -151,7 +151,7 @@ impl<T> Iterator for Prefetch<T> {
         loop {
             let event = self.rx.recv().ok()?;
             self.consumed += 1;
-            if self.consumed % ANCHOR_EVERY == 0 {
+            if self.consumed.is_multiple_of(ANCHOR_EVERY) {
                 self.anchors
                     .consumed
                     .store(self.consumed, Ordering::Relaxed);

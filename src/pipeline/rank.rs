@@ -76,8 +76,8 @@
 //!    usual.
 //! 5. **Checkpoints.** Rank 0 writes the weights and optimizer state (they
 //!    are the same on every rank). Each rank's pipeline state
-//!    ([`PipelineIter::state`](super::PipelineIter::state), a few hundred
-//!    KB for a 10k shuffle buffer) is its own, saved per rank beside them
+//!    ([`PipelineIter::state`](super::PipelineIter::state), about 150 KB
+//!    for a 10k shuffle buffer) is its own, saved per rank beside them
 //!    (`pipeline_state.RANK.json`), written after the same step on every
 //!    rank; on resume each rank restores its own and continues its share at
 //!    its next record. A restart with another `W` cannot reuse per-rank
@@ -89,7 +89,8 @@
 
 use std::path::PathBuf;
 
-use super::{Pipeline, PipelineError, Record, TfRecordFiles};
+use super::state::{Sequential, StateError};
+use super::{Event, Pipeline, PipelineError, Record, Stream, TfRecordFiles};
 use crate::tfrecord::{FileRecordReader, ReaderOptions};
 
 /// One process's place in a data-parallel job: `rank` of `world_size`.
@@ -284,14 +285,42 @@ impl TfRecordFiles {
     /// options set so far: set [`reader_options`](Self::reader_options)
     /// first), and fails on a file that cannot be read.
     ///
+    /// Under a launcher (`RANK`/`WORLD_SIZE` set), this process's share; a
+    /// single process reads everything (and counts nothing):
+    ///
     /// ```no_run
     /// use tfpipe::pipeline::{Pipeline, Rank, Remainder};
-    /// let rank = Rank::from_env()?.unwrap_or(Rank::new(0, 1)?);
-    /// let files = Pipeline::tfrecord_files(["data/train-*.tfrecord"])?.rank(rank, Remainder::Drop)?;
-    /// if let Some(warning) = files.rank_share().and_then(|s| s.warning.clone()) {
-    ///     eprintln!("warning: {warning}");
+    /// let mut files = Pipeline::tfrecord_files(["data/train-*.tfrecord"])?;
+    /// if let Some(rank) = Rank::from_env()? {
+    ///     files = files.rank(rank, Remainder::Drop)?;
+    ///     if let Some(warning) = files.rank_share().and_then(|s| s.warning.as_deref()) {
+    ///         eprintln!("warning: {warning}");
+    ///     }
     /// }
-    /// let records = files.interleave(4, 16);
+    /// let records = files.interleave(4, 16).shuffle(10_000, 7).batch(256);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// Two ranks of a job, by file, with the same count each:
+    ///
+    /// ```
+    /// use tfpipe::pipeline::{Pipeline, Rank, Remainder, ShareBy};
+    /// use tfpipe::tfrecord::{Compression, FileRecordWriter};
+    /// let dir = tempfile::tempdir()?;
+    /// for (f, n) in [(0, 3), (1, 3), (2, 2)] {
+    ///     let mut w = FileRecordWriter::create(dir.path().join(format!("part-{f}.tfrecord")), Compression::None)?;
+    ///     for i in 0..n { w.write_record(&[10 * f + i])?; }
+    ///     w.finish()?;
+    /// }
+    /// let pattern = dir.path().join("part-*").display().to_string();
+    /// let share = |r| -> Result<Vec<u8>, Box<dyn std::error::Error>> {
+    ///     let files = Pipeline::tfrecord_files([&pattern])?.rank(Rank::new(r, 2)?, Remainder::Drop)?;
+    ///     assert_eq!(files.rank_share().map(|s| s.by), Some(ShareBy::File));
+    ///     Ok(files.records().start()?.map(|r| r.map(|r| r[0])).collect::<Result<_, _>>()?)
+    /// };
+    /// // Rank 0 reads files 0 and 2 (5 records), rank 1 file 1 (3): both stop at 3.
+    /// assert_eq!(share(0)?, [0, 1, 2]);
+    /// assert_eq!(share(1)?, [10, 11, 12]);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn rank(
@@ -336,9 +365,17 @@ impl TfRecordFiles {
             ));
         }
         if dropped_total >= w as u64 {
+            // By file, the cure is in the file list; by record it cannot happen.
+            let cure = match by {
+                ShareBy::File => format!(
+                    "; files whose count is a multiple of {w} and of similar sizes drop less"
+                ),
+                ShareBy::Record => String::new(),
+            };
             warnings.push(format!(
                 "the ranks' shares are uneven ({} to {} records): {dropped_total} records per \
-                 epoch are dropped so that every rank reads {smallest} ({dropped} of this rank's)",
+                 epoch are dropped so that every rank reads {smallest} ({dropped} of this \
+                 rank's){cure}",
                 smallest,
                 shares.iter().copied().max().unwrap_or(0)
             ));
@@ -367,18 +404,56 @@ impl TfRecordFiles {
 }
 
 /// Applies a rank plan to the records of the files (`records` reads the
-/// rank's files for a by-file share, every file for a by-record one).
+/// rank's files for a by-file share, every file for a by-record one), and
+/// ends with a stage `rank` that names the rank in the pipeline's state.
 pub(crate) fn apply(plan: &RankPlan, records: Pipeline<Record>) -> Pipeline<Record> {
     let share = &plan.share;
     let records = match share.by {
         ShareBy::File => records,
         ShareBy::Record => records.shard(share.rank.world_size, share.rank.rank),
     };
-    if share.dropped > 0 {
+    let records = if share.dropped > 0 {
         records.take(share.records)
     } else {
         records
-    }
+    };
+    tag(records, share.rank)
+}
+
+/// What the `rank` stage stores: whose share the state is.
+#[derive(Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+struct RankTag {
+    rank: usize,
+    world_size: usize,
+}
+
+/// A pass-through stage whose state says which rank it was taken on, so
+/// that a state restored on another rank (whose files differ) or into an
+/// unranked pipeline is refused instead of resuming on the wrong records.
+fn tag(records: Pipeline<Record>, rank: Rank) -> Pipeline<Record> {
+    records.then("rank", move |env, up, counters| {
+        let expected = RankTag {
+            rank: rank.rank,
+            world_size: rank.world_size,
+        };
+        let step = move |_: &mut RankTag, up: &mut Option<Stream<Record>>| {
+            let event = up.as_mut()?.next();
+            if let Some(Event::Item(Ok(record))) = &event {
+                counters.add_in(1, record.len() as u64);
+                counters.add_out(1, record.len() as u64);
+            }
+            event
+        };
+        let stage = Sequential::starting_at(env, "rank", up, expected, step);
+        let found = stage.state();
+        if found.rank != rank.rank || found.world_size != rank.world_size {
+            env.restore_failed(StateError::Mismatch(format!(
+                "the state was taken on rank {} of {}, this pipeline reads the share of rank {} of {}",
+                found.rank, found.world_size, rank.rank, rank.world_size
+            )));
+        }
+        Box::new(stage) as Stream<Record>
+    })
 }
 
 /// The number of records in `path` as the pipeline would read them.

@@ -71,10 +71,10 @@ impl<T: Send + 'static> Pipeline<T> {
         })
         .then("shuffle", move |env, up, counters| {
             let mut shuffle = Shuffle::new(env, up, counters, options);
-            if let Some(state) = env.resume_state() {
-                if let Err(error) = shuffle.restore(state) {
-                    env.restore_failed(error);
-                }
+            if let Some(state) = env.resume_state()
+                && let Err(error) = shuffle.restore(state)
+            {
+                env.restore_failed(error);
             }
             Box::new(shuffle) as Stream<T>
         })

@@ -30,7 +30,7 @@ impl<T: Send + 'static> Pipeline<T> {
                         counters.add_in(1, 0);
                         if s.skipped < n {
                             s.skipped += 1;
-                            if s.skipped % 1024 == 0 && cancel.cancelled() {
+                            if s.skipped.is_multiple_of(1024) && cancel.cancelled() {
                                 return None;
                             }
                             continue;

@@ -76,7 +76,7 @@ pub use index::{
 };
 #[cfg(feature = "object-store")]
 pub use object::{ObjectWriter, PendingObject, commit_objects, delete_object, set_bucket_options};
-pub use resolve::{expand_url_globs, is_url, resolve};
+pub use resolve::{is_url, resolve};
 
 use crate::tfrecord::{Compression, FileRecordReader, ReaderOptions, RecordError};
 

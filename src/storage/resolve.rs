@@ -61,28 +61,6 @@ pub fn resolve<P: AsRef<str>>(
     Ok(files)
 }
 
-/// Expands the object-store URL globs among `paths` (each to its matches,
-/// sorted) and keeps every other entry as it is: for commands that take
-/// paths the shell has already expanded (`cat`, `inspect`), where a local
-/// path, `-` or a missing file is the command's own business.
-///
-/// ```
-/// use std::path::PathBuf;
-/// let paths = [PathBuf::from("-"), PathBuf::from("data/a.tfrecord")];
-/// assert_eq!(tfpipe::storage::expand_url_globs(&paths)?, paths);
-/// # Ok::<(), tfpipe::storage::StorageError>(())
-/// ```
-pub fn expand_url_globs(paths: &[PathBuf]) -> Result<Vec<PathBuf>, StorageError> {
-    let mut out = Vec::with_capacity(paths.len());
-    for path in paths {
-        match url_str(path) {
-            Some(url) if has_glob(url) => out.extend(resolve_url(url)?),
-            _ => out.push(path.clone()),
-        }
-    }
-    Ok(out)
-}
-
 fn resolve_local(pattern: &str) -> Result<Vec<PathBuf>, StorageError> {
     if !has_glob(pattern) {
         return if Path::new(pattern).is_file() {

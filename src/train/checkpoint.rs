@@ -366,6 +366,21 @@ impl Checkpoint {
             .and_then(|mut f| f.write_all(&json))
             .map_err(io("write checkpoint.json"))
             .map_err(fail)?;
+        // The safetensors writer creates its files owner-only (0600); give
+        // them the mode File::create gave checkpoint.json (0666 less the
+        // umask), the one rule every output follows.
+        let mode = std::fs::metadata(tmp.join(META_FILE))
+            .map_err(io("read the mode of checkpoint.json"))
+            .map_err(fail)?
+            .permissions();
+        for file in [WEIGHTS_FILE, OPTIMIZER_FILE] {
+            let path = tmp.join(file);
+            if path.exists() {
+                std::fs::set_permissions(&path, mode.clone())
+                    .map_err(io(&format!("set the mode of {file}")))
+                    .map_err(fail)?;
+            }
+        }
         staging.commit().map_err(fail)
     }
 

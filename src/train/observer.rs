@@ -148,7 +148,7 @@ impl Observer for TensorBoard {
 
     fn on_step(&mut self, p: &Progress) -> Result<(), TrainError> {
         self.examples += p.rows as u64;
-        if p.step % self.every == 0 {
+        if p.step.is_multiple_of(self.every) {
             let dt = self.window.0.elapsed().as_secs_f64();
             let rate = (self.examples - self.window.1) as f64 / dt.max(1e-9);
             self.window = (Instant::now(), self.examples);
@@ -289,7 +289,10 @@ impl Observer for Checkpointer {
                 self.saved.push((trainer.global_step(), best));
             }
         }
-        if self.every.is_some_and(|n| trainer.epoch() % n == 0) {
+        if self
+            .every
+            .is_some_and(|n| trainer.epoch().is_multiple_of(n))
+        {
             trainer.save(&self.dir)?;
             self.saved.push((trainer.global_step(), self.dir.clone()));
         }

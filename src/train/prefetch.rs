@@ -240,11 +240,12 @@ impl DevicePrefetch {
                     Some(Ok(BatchEvent::Batch(batch))) => {
                         let position = positions.take(&stream, false);
                         convert(batch, &spec, &device, index).map(|(tensors, copy)| {
-                            let bottleneck = if (index - first_index) % BOTTLENECK_EVERY == 0 {
-                                stream.bottleneck_stage()
-                            } else {
-                                None
-                            };
+                            let bottleneck =
+                                if (index - first_index).is_multiple_of(BOTTLENECK_EVERY) {
+                                    stream.bottleneck_stage()
+                                } else {
+                                    None
+                                };
                             Fetched::Batch {
                                 tensors,
                                 copy,

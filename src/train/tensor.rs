@@ -185,12 +185,12 @@ impl InputSpec {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn from_schema(schema: &Schema, task: Task) -> Result<InputSelection, TrainError> {
-        if let Some(label) = &schema.label {
-            if schema.feature(label).is_none() {
-                return Err(TrainError::Config(format!(
-                    "label {label:?} is not one of the schema's features"
-                )));
-            }
+        if let Some(label) = &schema.label
+            && schema.feature(label).is_none()
+        {
+            return Err(TrainError::Config(format!(
+                "label {label:?} is not one of the schema's features"
+            )));
         }
         let mut features = Vec::new();
         let mut skipped = Vec::new();

@@ -6,6 +6,20 @@
 //! then `device.synchronize()` before the clock is read). The first batch's
 //! wait is start-up (it includes the pipeline's own start-up) and is reported
 //! in the start-up breakdown, not in the data wait or the stall fraction.
+//!
+//! # Resume
+//! A checkpoint holds the weights, the optimizer's state, the epoch, the
+//! global step, the seed and, when the training stream can report one
+//! ([`BatchStream::position`]; a pipeline's iterator state), the stream's
+//! position after the last batch trained on. The position is captured now
+//! and then (every 64 events and at each epoch marker, on the thread that
+//! reads the stream)
+//! and stored as that capture plus the number of events consumed since;
+//! [`resume_pipeline`] restarts the pipeline at the capture and drops those
+//! events, so the resumed run's first batch is the one the interrupted run
+//! would have trained on next. A stream that cannot report its position
+//! (or one read per epoch, which ends instead of marking epochs) resumes
+//! at the start of the checkpoint's epoch.
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -233,3 +233,26 @@ fn rank_flags_and_variables_are_checked() {
         "{stderr}"
     );
 }
+
+/// With two ranks, an output path without `{rank}` is refused before any
+/// work (the ranks would overwrite each other's files).
+#[test]
+fn ranks_need_their_own_output_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = tfpipe()
+        .args(["predict", "--checkpoint"])
+        .arg(dir.path().join("ck"))
+        .args(["--data", "x.tfrecord", "--rank", "1", "--world-size", "2"])
+        .arg("--output")
+        .arg(dir.path().join("pred.jsonl"))
+        .timeout(std::time::Duration::from_secs(30))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("with 2 ranks every rank needs its own"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("pred-{rank}.jsonl"), "{stderr}");
+}

@@ -11,6 +11,12 @@ use tfpipe::tfrecord::{Compression, FileRecordWriter};
 /// Runs `f` on a thread and fails the test if it takes longer than `secs`.
 pub fn watchdog<R: Send + 'static>(secs: u64, f: impl FnOnce() -> R + Send + 'static) -> R {
     let (tx, rx) = mpsc::channel();
+    // A raw thread, on purpose: the watchdog must be able to walk away from a
+    // deadlocked body, which a `tfpipe::spawn::Thread` (joined on drop) cannot.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the watchdog abandons a deadlocked body instead of joining it"
+    )]
     let handle = std::thread::spawn(move || {
         let _ = tx.send(f());
     });

@@ -101,7 +101,7 @@ proptest! {
                     MapOptions { parallelism: par, deterministic: true },
                     || (),
                     move |_, x: u64| {
-                        if jitter > 0 && x % 7 == 0 {
+                        if jitter > 0 && x.is_multiple_of(7) {
                             std::thread::sleep(std::time::Duration::from_micros(x % 50));
                         }
                         Ok::<_, std::convert::Infallible>(x * 3)
@@ -129,7 +129,7 @@ fn nondeterministic_map_keeps_every_element_and_epoch() {
             },
             || (),
             |_, x: u32| {
-                if x % 13 == 0 {
+                if x.is_multiple_of(13) {
                     std::thread::sleep(std::time::Duration::from_micros(200));
                 }
                 Ok::<_, std::convert::Infallible>(x)

@@ -109,3 +109,74 @@ fn uneven_files_warn_and_bad_ranks_fail() {
     );
     assert!(Rank::new(2, 2).is_err());
 }
+
+/// A run's pipeline per rank (share, interleave, shuffle, repeat, batch):
+/// in every epoch the ranks' records are disjoint, every rank runs the same
+/// number of steps, and together they cover the data but the documented
+/// drop, by file (4 files, 3 ranks: uneven) and by record (4 files, 6 ranks).
+#[test]
+fn every_epoch_the_ranks_split_the_data_and_step_together() {
+    use tfpipe::pipeline::Event;
+    let dir = tempfile::tempdir().unwrap();
+    // Files of 9, 10, 11 and 12 records.
+    for (s, n) in [9u64, 10, 11, 12].into_iter().enumerate() {
+        let path = dir.path().join(format!("part-{s}.tfrecord"));
+        let mut w = tfpipe::tfrecord::FileRecordWriter::create(&path, Compression::None).unwrap();
+        for k in 0..n {
+            w.write_record(&index_record(100 * s as u64 + k)).unwrap();
+        }
+        w.finish().unwrap();
+    }
+    let pattern = dir.path().join("part-*").display().to_string();
+    for world in [3usize, 6] {
+        // per_rank[r][epoch] = (records, batches)
+        let mut per_rank: Vec<Vec<(Vec<u64>, usize)>> = Vec::new();
+        let mut dropped = 0;
+        for rank in 0..world {
+            let files = Pipeline::tfrecord_files([&pattern])
+                .unwrap()
+                .rank(Rank::new(rank, world).unwrap(), Remainder::Drop)
+                .unwrap();
+            dropped = files.rank_share().unwrap().dropped_total;
+            let pipeline = files
+                .interleave(2, 3)
+                .shuffle(7, 11)
+                .repeat(Some(3))
+                .batch(4);
+            let epochs = watchdog(20, move || {
+                let mut it = pipeline.start().unwrap();
+                let mut epochs = vec![(Vec::new(), 0usize)];
+                while let Some(event) = it.next_event() {
+                    match event {
+                        Event::Item(batch) => {
+                            let current = epochs.last_mut().unwrap();
+                            current
+                                .0
+                                .extend(batch.unwrap().iter().map(|r| record_index(r)));
+                            current.1 += 1;
+                        }
+                        Event::EpochEnd(_) => epochs.push((Vec::new(), 0)),
+                    }
+                }
+                epochs.pop(); // after the last marker
+                epochs
+            });
+            assert_eq!(epochs.len(), 3);
+            per_rank.push(epochs);
+        }
+        for epoch in 0..3 {
+            let mut seen = BTreeSet::new();
+            for (rank, epochs) in per_rank.iter().enumerate() {
+                let (records, batches) = &epochs[epoch];
+                assert_eq!(*batches, per_rank[0][epoch].1, "world {world} rank {rank}");
+                assert_eq!(records.len(), per_rank[0][epoch].0.len());
+                for i in records {
+                    assert!(seen.insert(*i), "record {i} twice in epoch {epoch}");
+                }
+            }
+            assert_eq!(seen.len() as u64 + dropped, 42, "world {world}");
+        }
+        // The shuffle differs by epoch (the seed schedule carries on).
+        assert_ne!(per_rank[0][0].0, per_rank[0][1].0);
+    }
+}

@@ -344,3 +344,43 @@ fn the_trainers_pipeline_under_repeat_resumes_at_every_event() {
         }
     });
 }
+
+/// A state names its rank: restoring it on another rank (whose files
+/// differ) or into an unranked pipeline is refused, not resumed on the
+/// wrong records.
+#[test]
+fn a_state_is_refused_on_another_rank() {
+    let dir = tempfile::tempdir().unwrap();
+    write_shards(dir.path(), 4, 20, Compression::None, index_record);
+    let pattern = dir.path().join("part-*").display().to_string();
+    let ranked = |r: usize| {
+        Pipeline::tfrecord_files([&pattern])
+            .unwrap()
+            .rank(Rank::new(r, 2).unwrap(), Remainder::Drop)
+            .unwrap()
+            .interleave(2, 4)
+            .shuffle(8, 1)
+    };
+    let (zero, one) = (ranked(0), ranked(1));
+    let unranked = Pipeline::tfrecord_files([&pattern])
+        .unwrap()
+        .interleave(2, 4)
+        .shuffle(8, 1);
+    let (state, plain) = watchdog(30, move || {
+        let mut it = zero.start().unwrap();
+        it.by_ref().take(5).for_each(drop);
+        let state = it.state().unwrap();
+        // Its own rank takes it.
+        assert!(zero.start_from(&state).is_ok());
+        let mut it = unranked.start().unwrap();
+        it.by_ref().take(5).for_each(drop);
+        (state, it.state().unwrap())
+    });
+    match one.start_from(&state) {
+        Err(PipelineError::State(StateError::Mismatch(why))) => {
+            assert!(why.contains("rank 0 of 2"), "{why}")
+        }
+        other => panic!("{:?}", other.err()),
+    }
+    assert!(one.start_from(&plain).is_err());
+}
