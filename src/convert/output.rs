@@ -556,7 +556,8 @@ impl ShardWriter {
 
 #[cfg(feature = "object-store")]
 fn object_writer(url: &str, compression: Compression) -> Result<ShardWriter, ConvertError> {
-    let object = crate::storage::ObjectWriter::create(url, &crate::storage::ReadOptions::default())?;
+    let object =
+        crate::storage::ObjectWriter::create(url, &crate::storage::ReadOptions::default())?;
     Ok(ShardWriter::Object(crate::tfrecord::RecordWriter::new(
         object,
         compression,

@@ -53,7 +53,9 @@ use super::StorageError;
 use super::resolve::url_str;
 use crate::error::Location;
 use crate::pipeline::state::{StageState, StageStream, StateError};
-use crate::pipeline::{Env, Event, FileId, Pipeline, PipelineError, Record, RecordPosition, Stream};
+use crate::pipeline::{
+    Env, Event, FileId, Pipeline, PipelineError, Record, RecordPosition, Stream,
+};
 use crate::tfrecord::frame::{self, FOOTER_LEN, HEADER_LEN, Header};
 use crate::tfrecord::{Compression, FileRecordReader, ReaderOptions, RecordError};
 
@@ -568,16 +570,14 @@ impl IndexedFiles {
     pub fn read(&self, position: RecordId) -> Result<Vec<u8>, IndexError> {
         let (file, range) = self.locate(position)?;
         let framed = match &file.local {
-            Some(handle) => {
-                pread_file(handle, range.clone()).map_err(|error| RecordError::Io {
-                    location: Location {
-                        path: Some(file.path.clone()),
-                        record: position.record,
-                        offset: range.start,
-                    },
-                    error,
-                })?
-            }
+            Some(handle) => pread_file(handle, range.clone()).map_err(|error| RecordError::Io {
+                location: Location {
+                    path: Some(file.path.clone()),
+                    record: position.record,
+                    offset: range.start,
+                },
+                error,
+            })?,
             None => read_object_range(&file.path, range.clone())?,
         };
         let data = self.check(position, range.start, &framed)?;

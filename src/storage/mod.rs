@@ -207,12 +207,11 @@ pub fn open_records_with(
         Some(compression) => (compression, Box::new(object)),
         None => match Compression::from_path(path) {
             Compression::None => {
-                let head = crate::tfrecord::read_head(&mut object).map_err(|error| {
-                    RecordError::Open {
+                let head =
+                    crate::tfrecord::read_head(&mut object).map_err(|error| RecordError::Open {
                         path: path.to_path_buf(),
                         error,
-                    }
-                })?;
+                    })?;
                 let compression = crate::tfrecord::sniff_compression(&head);
                 (compression, Box::new(io::Cursor::new(head).chain(object)))
             }

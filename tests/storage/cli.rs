@@ -1,8 +1,8 @@
 //! The binary against the S3 server, configured only through the standard
 //! environment variables (`AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, keys, region).
 
-use assert_cmd::Command;
 use crate::server::{ACCESS_KEY, S3Server, SECRET_KEY};
+use assert_cmd::Command;
 
 fn tfpipe(server: &S3Server) -> Command {
     let mut cmd = Command::cargo_bin("tfpipe").unwrap();
@@ -43,7 +43,10 @@ fn convert_to_s3_then_cat_inspect_and_bench_the_url_glob() {
     let glob = format!("{bucket}/d/data-*.tfrecord");
     let out = tfpipe(&server).arg("cat").arg(&glob).assert().success();
     let stdout = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
-    assert!(stdout.contains("117"), "the last row's y is printed: {stdout}");
+    assert!(
+        stdout.contains("117"),
+        "the last row's y is printed: {stdout}"
+    );
     tfpipe(&server)
         .arg("inspect")
         .arg(format!("{bucket}/d/data-00000-of-00002.tfrecord"))

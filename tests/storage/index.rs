@@ -241,14 +241,13 @@ fn a_global_shuffle_resumes_from_its_state_at_the_next_record() {
     let whole = collect(pipeline.clone());
     for cut in [0, 1, 37, 89, 90] {
         let mut it = pipeline.start().unwrap();
-        let mut got: Vec<Vec<u8>> = it
-            .by_ref()
-            .take(cut)
-            .map(|r| r.unwrap().to_vec())
-            .collect();
+        let mut got: Vec<Vec<u8>> = it.by_ref().take(cut).map(|r| r.unwrap().to_vec()).collect();
         let state = it.state().unwrap();
         let json = state.to_json();
-        assert!(json.len() < 200, "the state is a count, not records: {json}");
+        assert!(
+            json.len() < 200,
+            "the state is a count, not records: {json}"
+        );
         drop(it);
         let state = tfpipe::pipeline::PipelineState::from_json(&json).unwrap();
         let rest = pipeline.start_from(&state).unwrap();

@@ -141,7 +141,10 @@ fn a_missing_object_is_named_and_not_found() {
         .err()
         .unwrap();
     match &err {
-        RecordError::Open { path, error: source } => {
+        RecordError::Open {
+            path,
+            error: source,
+        } => {
             assert_eq!(path.to_str(), Some(url.as_str()));
             assert_eq!(source.kind(), io::ErrorKind::NotFound, "{err}");
         }

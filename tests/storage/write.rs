@@ -78,7 +78,10 @@ fn convert_output_to_s3_appears_only_on_success() {
     options.sharding = Sharding::Shards(2);
     convert::convert(&format, &[bad], &options).unwrap_err();
     let err = tfpipe::storage::resolve([format!("{bucket}/failed/*")]).unwrap_err();
-    assert!(matches!(err, tfpipe::storage::StorageError::NoMatch { .. }), "{err}");
+    assert!(
+        matches!(err, tfpipe::storage::StorageError::NoMatch { .. }),
+        "{err}"
+    );
 }
 
 #[test]
@@ -107,8 +110,8 @@ fn an_interrupted_convert_to_s3_leaves_no_object() {
             flag.store(true, Ordering::SeqCst);
         }
     }));
-    let err = convert::convert(&Format::Csv(CsvOptions::default()), &[input], &options)
-        .unwrap_err();
+    let err =
+        convert::convert(&Format::Csv(CsvOptions::default()), &[input], &options).unwrap_err();
     assert!(matches!(err, convert::ConvertError::Interrupted), "{err}");
     assert!(cancel.load(Ordering::SeqCst));
     let err = tfpipe::storage::resolve([format!("{bucket}/out/*")]).unwrap_err();
