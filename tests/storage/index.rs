@@ -125,7 +125,7 @@ fn stale_and_truncated_indexes_are_reported_not_trusted() {
         .assert()
         .code(1);
     let stderr = String::from_utf8_lossy(&assert.get_output().stderr).into_owned();
-    assert!(stderr.contains("part-0.tfrecord: record 4"), "{stderr}");
+    assert!(stderr.contains("part-0.tfrecord: record 3"), "{stderr}");
 }
 
 #[test]
