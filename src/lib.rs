@@ -15,6 +15,7 @@
 //! | [`metrics`] | per-stage counters and timers, readable while the pipeline runs; the bottleneck stage |
 //! | [`train`] | the candle training loop, stall-versus-compute and start-up reports, checkpoints, prediction |
 //! | [`convert`] | CSV, JSON, MNIST IDX and image folders to sharded TFRecord with a schema file |
+//! | [`storage`] | local paths, `s3://` / `gs://` / `az://` / `http(s)://` URLs and globs; the record index and global shuffle |
 //!
 //! # An example
 //!
@@ -72,6 +73,8 @@
 //! - `cli` (default, implies `train`): the `tfpipe` command and what only it
 //!   needs (clap, indicatif, signal handling).
 //! - `cuda`: train and predict on NVIDIA GPUs through candle's CUDA backend.
+//! - `object-store` (default): reading and writing `s3://`, `gs://`, `az://`
+//!   and `http(s)://` URLs through the `object_store` crate.
 //! - `images`: decoding and resizing images in `tfpipe convert images --resize`.
 //!
 //! With `default-features = false` the crate is the engine alone (records,
@@ -91,6 +94,7 @@ pub mod fuzzing;
 pub mod metrics;
 pub mod pipeline;
 pub mod spawn;
+pub mod storage;
 pub mod tfrecord;
 #[cfg(feature = "train")]
 pub mod train;

@@ -114,7 +114,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     let file_bytes: u64 = files
         .paths()
         .iter()
-        .map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
+        .map(|p| tfpipe::storage::size_of(p).unwrap_or(0))
         .sum();
     let settings = if args.sweep {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());

@@ -19,6 +19,7 @@ mod bench_train;
 mod cat;
 mod convert;
 mod demo;
+mod index;
 mod inspect;
 pub mod interrupt;
 mod predict;
@@ -54,6 +55,8 @@ enum Command {
     Predict(predict::Args),
     /// The end-to-end demo on the bundled MNIST sample (the default).
     Demo(demo::Args),
+    /// Write a record index (FILE.idx, DALI's format) for each TFRecord file.
+    Index(index::Args),
 }
 
 /// `--compression`, shared by every subcommand that reads TFRecord files
@@ -211,6 +214,7 @@ pub fn main() -> ExitCode {
         Some(Command::Train(args)) => train::run(*args),
         Some(Command::Predict(args)) => predict::run(args),
         Some(Command::Demo(args)) => demo::run(args),
+        Some(Command::Index(args)) => index::run(args),
         None => demo::run(demo::Args::default()),
     };
     match result {

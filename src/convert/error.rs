@@ -191,6 +191,9 @@ pub enum ConvertError {
     /// The conversion was cancelled (Ctrl-C).
     #[error("interrupted; no output was written")]
     Interrupted,
+    /// Uploading to object storage failed (the URL and operation are in the error).
+    #[error(transparent)]
+    Storage(#[from] crate::storage::StorageError),
 }
 
 impl ConvertError {

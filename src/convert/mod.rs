@@ -612,6 +612,10 @@ fn check_prefix(prefix: &Path) -> Result<Vec<PathBuf>, ConvertError> {
             prefix.display().to_string()
         )));
     }
+    if crate::storage::is_url(prefix) {
+        // Object storage has no directories to create.
+        return Ok(Vec::new());
+    }
     let mut missing = Vec::new();
     let mut at = prefix.parent();
     while let Some(dir) = at {

@@ -10,9 +10,12 @@
 //! thread count or on scheduling.
 //!
 //! The output seam: a shard is written through a `ShardWriter` and sealed
-//! into a `ShardPending`, and [`commit`] makes the whole set visible. Another
-//! destination (object storage) is one variant in each and one arm in
-//! `commit`; nothing else in the converters knows where the bytes go.
+//! into a `ShardPending`, and [`commit`] makes the whole set visible. Object
+//! storage (an `s3://...` prefix, feature `object-store`) is one variant in
+//! each and one arm in `commit`: an uncompleted multipart upload per shard,
+//! completed at the commit in order (schema last), those completed deleted
+//! again if a later one fails, the others aborted on drop; nothing else in
+//! the converters knows where the bytes go.
 //!
 //! Safety: every shard is written through [`FileRecordWriter`] under a
 //! temporary name and sealed (synced to disk) with `finish_pending`; only when
@@ -492,16 +495,26 @@ impl WriterJob<'_> {
 enum ShardWriter {
     /// A local file under a temporary name beside its final one.
     File(FileRecordWriter),
+    /// An object (the prefix is an object-store URL) by multipart upload,
+    /// not completed (so invisible) until the commit.
+    #[cfg(feature = "object-store")]
+    Object(crate::tfrecord::RecordWriter<crate::storage::ObjectWriter>),
 }
 
 /// A shard written in full and not yet visible under its final name.
 pub(crate) enum ShardPending {
     /// Synced to disk under its temporary name.
     File(Pending),
+    /// Every part uploaded, the upload not completed; dropping it aborts it.
+    #[cfg(feature = "object-store")]
+    Object(crate::storage::PendingObject),
 }
 
 impl ShardWriter {
     fn create(path: &Path, compression: Compression) -> Result<ShardWriter, ConvertError> {
+        if let Some(url) = path.to_str().filter(|_| crate::storage::is_url(path)) {
+            return object_writer(url, compression);
+        }
         Ok(ShardWriter::File(FileRecordWriter::create(
             path,
             compression,
@@ -511,26 +524,52 @@ impl ShardWriter {
     fn write_record(&mut self, record: &[u8]) -> Result<(), ConvertError> {
         match self {
             ShardWriter::File(w) => Ok(w.write_record(record)?),
+            #[cfg(feature = "object-store")]
+            ShardWriter::Object(w) => Ok(w.write_record(record)?),
         }
     }
 
     fn records(&self) -> u64 {
         match self {
             ShardWriter::File(w) => w.records(),
+            #[cfg(feature = "object-store")]
+            ShardWriter::Object(w) => w.records(),
         }
     }
 
     fn bytes(&self) -> u64 {
         match self {
             ShardWriter::File(w) => w.bytes(),
+            #[cfg(feature = "object-store")]
+            ShardWriter::Object(w) => w.bytes(),
         }
     }
 
     fn finish_pending(self) -> Result<ShardPending, ConvertError> {
         match self {
             ShardWriter::File(w) => Ok(ShardPending::File(w.finish_pending()?.into_pending())),
+            #[cfg(feature = "object-store")]
+            ShardWriter::Object(w) => Ok(ShardPending::Object(w.finish()?.finish_pending()?)),
         }
     }
+}
+
+#[cfg(feature = "object-store")]
+fn object_writer(url: &str, compression: Compression) -> Result<ShardWriter, ConvertError> {
+    let object =
+        crate::storage::ObjectWriter::create(url, &crate::storage::ReadOptions::default())?;
+    Ok(ShardWriter::Object(crate::tfrecord::RecordWriter::new(
+        object,
+        compression,
+    )))
+}
+
+#[cfg(not(feature = "object-store"))]
+fn object_writer(url: &str, _compression: Compression) -> Result<ShardWriter, ConvertError> {
+    Err(crate::storage::StorageError::NotBuilt {
+        url: url.to_string(),
+    }
+    .into())
 }
 
 /// Encoded records of one task, in order: `data[ends[i-1]..ends[i]]` is record i.
@@ -851,6 +890,13 @@ impl ShardPending {
                     .map(|n| n.to_string_lossy().into_owned());
                 Ok((name, size))
             }
+            #[cfg(feature = "object-store")]
+            ShardPending::Object(object) => {
+                let name = Path::new(object.url())
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned());
+                Ok((name, object.bytes()))
+            }
         }
     }
 }
@@ -867,11 +913,29 @@ pub(crate) fn commit(
     before: &mut dyn FnMut(usize) -> std::io::Result<()>,
 ) -> Result<Vec<PathBuf>, ConvertError> {
     let mut set = FileSet::new();
+    #[cfg(feature = "object-store")]
+    let mut objects = Vec::new();
     let count = shards.len();
     for shard in shards {
         match shard {
             ShardPending::File(file) => set.push(file),
+            #[cfg(feature = "object-store")]
+            ShardPending::Object(object) => objects.push(object),
         }
+    }
+    // An object-store prefix: shards and schema are objects, completed in
+    // order (the schema last); a failure deletes those completed.
+    #[cfg(feature = "object-store")]
+    if !objects.is_empty() {
+        if let Some((path, text)) = schema {
+            let url = path.to_string_lossy();
+            objects.push(crate::storage::PendingObject::upload(&url, text)?);
+        }
+        let mut paths = crate::storage::commit_objects(objects, &mut |i| {
+            before(i).and_then(|()| injected_failure(i))
+        })?;
+        paths.truncate(count);
+        return Ok(paths);
     }
     if let Some((path, text)) = schema {
         let mut out = AtomicFile::create(path)?;

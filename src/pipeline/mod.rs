@@ -213,9 +213,31 @@ pub enum PipelineError {
     /// The pipeline was built with a setting that makes no sense.
     #[error("invalid pipeline: {0}")]
     Config(String),
+    /// Listing or opening object storage failed (not a missing file: that is
+    /// [`NoFiles`](Self::NoFiles)).
+    #[error(transparent)]
+    Storage(crate::storage::StorageError),
+    /// Reading a record through a record index failed, or the index is
+    /// stale (with the location).
+    #[error("stage {stage}: {error}")]
+    Index {
+        stage: String,
+        error: crate::storage::IndexError,
+    },
     /// The iterator state could not be captured, or a pipeline not restored from it.
     #[error(transparent)]
     State(#[from] StateError),
+}
+
+impl From<crate::storage::StorageError> for PipelineError {
+    fn from(error: crate::storage::StorageError) -> PipelineError {
+        use crate::storage::StorageError;
+        match error {
+            StorageError::NoMatch { pattern } => PipelineError::NoFiles { pattern },
+            StorageError::BadGlob { pattern, reason } => PipelineError::BadGlob { pattern, reason },
+            other => PipelineError::Storage(other),
+        }
+    }
 }
 
 impl PipelineError {
@@ -228,7 +250,8 @@ impl PipelineError {
             | PipelineError::Parse { stage, .. }
             | PipelineError::Element { stage, .. }
             | PipelineError::Cache { stage, .. }
-            | PipelineError::Spawn { stage, .. } => Some(stage),
+            | PipelineError::Spawn { stage, .. }
+            | PipelineError::Index { stage, .. } => Some(stage),
             _ => None,
         }
     }
@@ -240,6 +263,7 @@ impl PipelineError {
             PipelineError::Record { error, .. } | PipelineError::Cache { error, .. } => {
                 error.location()
             }
+            PipelineError::Index { error, .. } => error.location(),
             PipelineError::Parse { location, .. } => location.as_ref(),
             _ => None,
         }

@@ -37,38 +37,13 @@ pub struct TfRecordFiles {
 
 impl Pipeline<Record> {
     /// The files named by `paths`; an entry with `*`, `?` or `[` is a glob
-    /// (its matches sorted). Fails if an entry names no file.
+    /// (its matches sorted). Entries may be object-store URLs, globs included
+    /// (`s3://bucket/train-*.tfrecord`; see [`crate::storage`]). Fails if an
+    /// entry names no file.
     pub fn tfrecord_files<P: AsRef<str>>(
         paths: impl IntoIterator<Item = P>,
     ) -> Result<TfRecordFiles, PipelineError> {
-        let mut files = Vec::new();
-        for pattern in paths {
-            let pattern = pattern.as_ref();
-            if pattern.contains(['*', '?', '[']) {
-                let matches = glob::glob(pattern).map_err(|e| PipelineError::BadGlob {
-                    pattern: pattern.to_string(),
-                    reason: e.to_string(),
-                })?;
-                let mut found: Vec<PathBuf> = matches
-                    .filter_map(Result::ok)
-                    .filter(|p| p.is_file())
-                    .collect();
-                if found.is_empty() {
-                    return Err(PipelineError::NoFiles {
-                        pattern: pattern.to_string(),
-                    });
-                }
-                found.sort();
-                files.extend(found);
-            } else {
-                if !Path::new(pattern).is_file() {
-                    return Err(PipelineError::NoFiles {
-                        pattern: pattern.to_string(),
-                    });
-                }
-                files.push(PathBuf::from(pattern));
-            }
-        }
+        let files = crate::storage::resolve(paths)?;
         Ok(TfRecordFiles {
             paths: files,
             options: ReaderOptions::default(),

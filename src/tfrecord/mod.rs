@@ -33,6 +33,7 @@ pub use reader::{
     FileRecordReader, MAX_CORRUPTIONS_KEPT, OnCorruption, Position, ReaderOptions, RecordReader,
     Records,
 };
+pub(crate) use reader::{read_head, sniff_compression};
 pub use writer::{FileRecordWriter, PendingFile, RecordWriter};
 
 /// What is wrong with a corrupt record.

@@ -117,7 +117,15 @@ impl FileRecordReader {
     /// Opens `path`, with the compression from `options` or else from its
     /// name. A file whose name says uncompressed but whose content starts
     /// like GZIP or ZLIB (and not like a TFRecord header) is read as such.
+    /// `path` may also be an object-store URL (`s3://bucket/key`, see
+    /// [`crate::storage`]).
     pub fn open(path: impl AsRef<Path>, options: ReaderOptions) -> Result<Self, RecordError> {
+        crate::storage::open_records(path, options)
+    }
+
+    /// Opens the local file `path` (never a URL), with the compression from
+    /// `options` or else from its name.
+    pub fn open_local(path: impl AsRef<Path>, options: ReaderOptions) -> Result<Self, RecordError> {
         let path = path.as_ref();
         let open_error = |source| RecordError::Open {
             path: path.to_path_buf(),
@@ -161,6 +169,9 @@ impl FileRecordReader {
             let mut reader = FileRecordReader::open(path, options)?;
             while reader.position.offset < position.offset && reader.next_record()?.is_some() {}
             return Ok(reader);
+        }
+        if crate::storage::is_url(path) {
+            return crate::storage::open_records_at(path, options, position);
         }
         let open_error = |error| RecordError::Open {
             path: path.to_path_buf(),
@@ -481,7 +492,7 @@ impl<R: Read> RecordReader<R> {
 }
 
 /// The first [`HEADER_LEN`] bytes of `file` (fewer if it is shorter).
-fn read_head(file: &mut File) -> io::Result<Vec<u8>> {
+pub(crate) fn read_head<R: Read>(file: &mut R) -> io::Result<Vec<u8>> {
     let mut head = Vec::with_capacity(HEADER_LEN);
     file.by_ref()
         .take(HEADER_LEN as u64)
@@ -491,7 +502,7 @@ fn read_head(file: &mut File) -> io::Result<Vec<u8>> {
 
 /// The compression the first bytes of a stream show: GZIP or ZLIB if they
 /// start such a stream and are not a valid TFRecord header.
-fn sniff_compression(head: &[u8]) -> Compression {
+pub(crate) fn sniff_compression(head: &[u8]) -> Compression {
     if let Ok(header) = <&[u8; HEADER_LEN]>::try_from(head)
         && matches!(frame::decode_header(header), Header::Valid(_))
     {

@@ -1,0 +1,268 @@
+//! Reading from object storage, side by side in one run against one S3
+//! server (`s3s-fs` on 127.0.0.1, started here):
+//!
+//! - `download`: a plain parallel download of every shard (whole-object GETs,
+//!   all shards at once, bytes counted and dropped): what `aws s3 cp
+//!   --recursive` or parallel `curl` does, the ceiling for this server;
+//! - `pipeline`: tfpipe's whole pipeline from the store, read (ranged GETs
+//!   with read-ahead, 4 files interleaved) -> shuffle(10,000) -> batch(256)
+//!   -> parse -> prefetch(2);
+//! - `global_shuffle`: the same pipeline fed by the index-driven global
+//!   shuffle (one ranged GET per record, 64 in flight) instead of the
+//!   buffered shuffle; and both shuffles from local files.
+//!
+//! Rounds alternate the variants so a noisy machine slows them alike; the
+//! table reports the best round of each and the ratio to `download`.
+//!
+//! ```text
+//! cargo bench --bench storage
+//! TFPIPE_BENCH_RECORDS=200000 TFPIPE_BENCH_ROUNDS=3 cargo bench --bench storage
+//! ```
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto::Builder as ConnBuilder;
+use object_store::aws::AmazonS3Builder;
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt};
+use prost::Message;
+use s3s::auth::SimpleAuth;
+use s3s::service::S3ServiceBuilder;
+use tfpipe::Schema;
+use tfpipe::example::Example;
+use tfpipe::example::proto::{BytesList, Feature, Features, Int64List, feature};
+use tfpipe::pipeline::{Interleave, Parallelism, Pipeline};
+use tfpipe::storage::{IndexedFiles, RecordIndex, index_path};
+use tfpipe::tfrecord::{Compression, RecordWriter};
+
+const SHARDS: u64 = 8;
+const KEY: &str = "bench-access";
+const SECRET: &str = "bench-secret";
+
+fn example(i: u64) -> Vec<u8> {
+    let mut state = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let image: Vec<u8> = (0..784)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            if state % 100 < 19 {
+                (state >> 32) as u8 | 1
+            } else {
+                0
+            }
+        })
+        .collect();
+    let mut features = BTreeMap::new();
+    features.insert(
+        "image_raw".to_string(),
+        Feature {
+            kind: Some(feature::Kind::BytesList(BytesList { value: vec![image] })),
+        },
+    );
+    features.insert(
+        "label".to_string(),
+        Feature {
+            kind: Some(feature::Kind::Int64List(Int64List {
+                value: vec![(i % 10) as i64],
+            })),
+        },
+    );
+    Example {
+        features: Some(Features { feature: features }),
+    }
+    .encode_to_vec()
+}
+
+fn shard_bytes(s: u64, per_shard: u64, records: u64) -> Vec<u8> {
+    let mut w = RecordWriter::new(Vec::new(), Compression::None);
+    for k in s * per_shard..((s + 1) * per_shard).min(records) {
+        w.write_record(&example(k)).expect("write");
+    }
+    w.finish().expect("finish")
+}
+
+fn run_to_end<T: Send + 'static>(p: &Pipeline<T>) {
+    for item in p.start().expect("start") {
+        item.expect("no errors");
+    }
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; nothing else is parsed.
+    let records: u64 = std::env::var("TFPIPE_BENCH_RECORDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200_000);
+    let rounds: usize = std::env::var("TFPIPE_BENCH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
+    let root = tempfile::tempdir().expect("tempdir");
+    let local = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir(root.path().join("bench")).expect("bucket");
+
+    // The server: s3s-fs on its own 2-thread runtime.
+    let server = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let fs = s3s_fs::FileSystem::new(root.path()).expect("s3s-fs");
+    let mut builder = S3ServiceBuilder::new(fs);
+    builder.set_auth(SimpleAuth::from_single(KEY, SECRET));
+    let service = builder.build();
+    let listener = server
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .expect("bind");
+    let endpoint = format!("http://{}", listener.local_addr().expect("addr"));
+    server.spawn(async move {
+        let http = ConnBuilder::new(TokioExecutor::new());
+        loop {
+            let Ok((socket, _)) = listener.accept().await else {
+                continue;
+            };
+            let conn = http
+                .serve_connection(TokioIo::new(socket), service.clone())
+                .into_owned();
+            tokio::spawn(async move {
+                let _ = conn.await;
+            });
+        }
+    });
+    let store: Arc<dyn ObjectStore> = Arc::new(
+        AmazonS3Builder::new()
+            .with_bucket_name("bench")
+            .with_endpoint(&endpoint)
+            .with_allow_http(true)
+            .with_access_key_id(KEY)
+            .with_secret_access_key(SECRET)
+            .with_region("us-east-1")
+            .build()
+            .expect("store"),
+    );
+    tfpipe::storage::set_bucket_options(
+        "s3://bench",
+        [
+            ("aws_endpoint", endpoint.as_str()),
+            ("aws_allow_http", "true"),
+            ("aws_access_key_id", KEY),
+            ("aws_secret_access_key", SECRET),
+            ("aws_region", "us-east-1"),
+        ],
+    );
+
+    // Upload the shards (and their indexes) through the API; keep local copies.
+    let t = Instant::now();
+    let per_shard = records.div_ceil(SHARDS);
+    let mut total_bytes = 0u64;
+    let mut urls = Vec::new();
+    let mut locals = Vec::new();
+    for s in 0..SHARDS {
+        let bytes = shard_bytes(s, per_shard, records);
+        total_bytes += bytes.len() as u64;
+        let name = format!("mnist-{s:02}.tfrecord");
+        let path = local.path().join(&name);
+        std::fs::write(&path, &bytes).expect("local shard");
+        let index = RecordIndex::build(&path).expect("index");
+        index.write(&index_path(&path, None)).expect("local index");
+        server
+            .block_on(store.put(&ObjectPath::from(name.as_str()), bytes.into()))
+            .expect("put");
+        let url = format!("s3://bench/{name}");
+        index
+            .write(&index_path(std::path::Path::new(&url), None))
+            .expect("index upload");
+        urls.push(url);
+        locals.push(path);
+    }
+    let mb = total_bytes as f64 / 1e6;
+    eprintln!(
+        "{records} records, {SHARDS} shards, {mb:.0} MB, uploaded in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+
+    let schema =
+        Schema::from_feature_texts(&["image_raw:uint8:784", "label:int64"]).expect("schema");
+    let buffered = |files: Vec<String>| {
+        Pipeline::tfrecord_files(files)
+            .expect("files")
+            .interleave_with(Interleave::new(4, 16).parallel(Parallelism::Auto))
+            .shuffle(10_000, 42)
+            .batch(256)
+            .parse_batches(schema.clone(), Parallelism::Auto)
+            .prefetch(2)
+    };
+    let global = |files: &[String]| {
+        let indexed = IndexedFiles::open(files, None).expect("indexes");
+        indexed
+            .global_shuffle(42)
+            .read_ahead(64)
+            .pipeline()
+            .batch(256)
+            .parse_batches(schema.clone(), Parallelism::Auto)
+            .prefetch(2)
+    };
+    let local_names: Vec<String> = locals.iter().map(|p| p.display().to_string()).collect();
+    let variants: Vec<(&str, Box<dyn Fn()>)> = vec![
+        (
+            "download (parallel whole-object GETs)",
+            Box::new(|| {
+                let store = Arc::clone(&store);
+                server.block_on(async move {
+                    let mut tasks = Vec::new();
+                    for s in 0..SHARDS {
+                        let store = Arc::clone(&store);
+                        tasks.push(tokio::spawn(async move {
+                            let path = ObjectPath::from(format!("mnist-{s:02}.tfrecord"));
+                            let bytes = store.get(&path).await.expect("get").bytes().await;
+                            bytes.expect("body").len()
+                        }));
+                    }
+                    for t in tasks {
+                        t.await.expect("task");
+                    }
+                })
+            }),
+        ),
+        ("s3 pipeline, shuffle(10000)", {
+            let p = buffered(urls.clone());
+            Box::new(move || run_to_end(&p))
+        }),
+        ("s3 pipeline, global shuffle", {
+            let p = global(&urls);
+            Box::new(move || run_to_end(&p))
+        }),
+        ("local pipeline, shuffle(10000)", {
+            let p = buffered(local_names.clone());
+            Box::new(move || run_to_end(&p))
+        }),
+        ("local pipeline, global shuffle", {
+            let p = global(&local_names);
+            Box::new(move || run_to_end(&p))
+        }),
+    ];
+    let mut best = vec![f64::INFINITY; variants.len()];
+    for round in 0..rounds {
+        for (i, (name, run)) in variants.iter().enumerate() {
+            let t = Instant::now();
+            run();
+            let secs = t.elapsed().as_secs_f64();
+            eprintln!("round {round}: {name}: {:.0} MB/s", mb / secs);
+            best[i] = best[i].min(secs);
+        }
+    }
+    println!("| variant | MB/s | records/s | vs download |");
+    println!("|---|---:|---:|---:|");
+    for (i, (name, _)) in variants.iter().enumerate() {
+        println!(
+            "| {name} | {:.0} | {:.0} | {:.2}x |",
+            mb / best[i],
+            records as f64 / best[i],
+            best[0] / best[i]
+        );
+    }
+}

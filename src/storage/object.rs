@@ -1,0 +1,1037 @@
+//! Object storage through `object_store`: the runtime, store configuration,
+//! listing, the read-ahead reader and the multipart writer.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::io::{self, Read, Write};
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use object_store::path::Path as ObjectPath;
+use object_store::{
+    BackoffConfig, ClientOptions, MultipartUpload, ObjectMeta, ObjectStore, ObjectStoreExt,
+    PutPayload, RetryConfig,
+};
+use tokio::sync::oneshot;
+use url::Url;
+
+use super::resolve::{has_glob, list_prefix};
+use super::{ReadOptions, StorageError};
+use crate::spawn::Thread;
+
+// ---------------------------------------------------------------------------
+// The runtime
+
+/// The tokio runtime all object-store I/O runs on, with the stores built on
+/// it (their connection pools are tied to it). Shared through `Arc`; the last
+/// owner to drop it stops the runtime and joins its thread.
+pub(crate) struct Context {
+    handle: tokio::runtime::Handle,
+    stores: Mutex<HashMap<String, Arc<dyn ObjectStore>>>,
+    stop: Mutex<Option<oneshot::Sender<()>>>,
+    thread: Mutex<Option<Thread<()>>>,
+    /// Name resolution for the stores, on a thread of ours (instead of
+    /// tokio's blocking pool, whose threads tfpipe does not start).
+    resolver: Arc<Resolver>,
+    resolver_thread: Mutex<Option<Thread<()>>>,
+}
+
+type Lookup = (
+    String,
+    oneshot::Sender<Result<Vec<std::net::IpAddr>, object_store::client::DnsError>>,
+);
+
+/// Resolves host names on the context's resolver thread, one at a time
+/// (a lookup happens once per new connection, so one thread is plenty).
+#[derive(Debug)]
+struct Resolver {
+    lookups: Mutex<crossbeam_channel::Sender<Lookup>>,
+}
+
+impl object_store::client::DnsResolver for Resolver {
+    fn resolve(&self, host: &str) -> object_store::client::DnsFuture {
+        let (reply, answer) = oneshot::channel();
+        let sent = self
+            .lookups
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .send((host.to_string(), reply));
+        Box::pin(async move {
+            sent.map_err(|_| "the resolver thread has stopped")?;
+            answer
+                .await
+                .map_err(|_| "the resolver thread has stopped")?
+        })
+    }
+}
+
+fn resolve_host(host: &str) -> Result<Vec<std::net::IpAddr>, object_store::client::DnsError> {
+    use std::net::ToSocketAddrs;
+    let addrs = (host, 0u16).to_socket_addrs()?;
+    Ok(addrs.map(|a| a.ip()).collect())
+}
+
+/// The live context, if any: a new one starts when the last is gone.
+static CURRENT: Mutex<Weak<Context>> = Mutex::new(Weak::new());
+
+/// Per-bucket options set by the program: `(scheme://bucket, options)`.
+static BUCKET_OPTIONS: RwLock<Vec<(String, Vec<(String, String)>)>> = RwLock::new(Vec::new());
+
+/// Sets `object_store` configuration options for the bucket (or container,
+/// or HTTP origin) `base`, such as `s3://my-bucket` or `http://127.0.0.1:9000`.
+/// They are applied after the environment, so they win over it, for stores
+/// built from then on. Keys are `object_store`'s (`aws_endpoint`,
+/// `aws_access_key_id`, `aws_allow_http`, `google_service_account`,
+/// `azure_storage_account_key`, ...); an unknown key is reported when the
+/// bucket is first used.
+///
+/// ```
+/// tfpipe::storage::set_bucket_options(
+///     "s3://example-bucket",
+///     [("aws_endpoint", "http://127.0.0.1:9000"), ("aws_allow_http", "true")],
+/// );
+/// ```
+pub fn set_bucket_options<K: Into<String>, V: Into<String>>(
+    base: &str,
+    options: impl IntoIterator<Item = (K, V)>,
+) {
+    let base = base.trim_end_matches('/').to_string();
+    let options: Vec<(String, String)> = options
+        .into_iter()
+        .map(|(k, v)| (k.into(), v.into()))
+        .collect();
+    let mut all = BUCKET_OPTIONS
+        .write()
+        .unwrap_or_else(PoisonError::into_inner);
+    all.retain(|(b, _)| *b != base);
+    all.push((base, options));
+}
+
+fn bucket_options(base: &str) -> Vec<(String, String)> {
+    let all = BUCKET_OPTIONS
+        .read()
+        .unwrap_or_else(PoisonError::into_inner);
+    all.iter()
+        .find(|(b, _)| b == base)
+        .map(|(_, o)| o.clone())
+        .unwrap_or_default()
+}
+
+impl Context {
+    /// The live context, or a new one (starting its thread).
+    pub(crate) fn get() -> Result<Arc<Context>, StorageError> {
+        let mut current = CURRENT.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(context) = current.upgrade() {
+            return Ok(context);
+        }
+        let context = Arc::new(Context::start()?);
+        *current = Arc::downgrade(&context);
+        Ok(context)
+    }
+
+    fn start() -> Result<Context, StorageError> {
+        let (handle_tx, handle_rx) = crossbeam_channel::bounded(1);
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let thread = Thread::spawn("object-store", move |_cancel| {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime,
+                Err(e) => {
+                    let _ = handle_tx.send(Err(e));
+                    return;
+                }
+            };
+            let _ = handle_tx.send(Ok(runtime.handle().clone()));
+            // Drives every task spawned through the handle until told to stop.
+            runtime.block_on(async {
+                let _ = stop_rx.await;
+            });
+            // Dropping the runtime cancels what is left (its blocking pool
+            // stays empty: names are resolved on our resolver thread).
+            drop(runtime);
+        })
+        .map_err(StorageError::Runtime)?;
+        let handle = handle_rx
+            .recv()
+            .map_err(|_| StorageError::Runtime(io::Error::other("the runtime thread ended")))?
+            .map_err(StorageError::Runtime)?;
+        let (lookups, requests) = crossbeam_channel::unbounded::<Lookup>();
+        let resolver_thread = Thread::spawn("object-store-dns", move |cancel| {
+            while let Ok((host, reply)) = cancel.recv(&requests) {
+                let _ = reply.send(resolve_host(&host));
+            }
+        })
+        .map_err(StorageError::Runtime)?;
+        Ok(Context {
+            handle,
+            stores: Mutex::new(HashMap::new()),
+            stop: Mutex::new(Some(stop_tx)),
+            thread: Mutex::new(Some(thread)),
+            resolver: Arc::new(Resolver {
+                lookups: Mutex::new(lookups),
+            }),
+            resolver_thread: Mutex::new(Some(resolver_thread)),
+        })
+    }
+
+    /// Runs `future` on the runtime and waits for its output on this thread.
+    pub(crate) fn run<F, T>(&self, future: F) -> Result<T, StorageError>
+    where
+        F: Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.spawn(future).wait()
+    }
+
+    /// Starts `future` on the runtime; its output arrives through the
+    /// returned [`Pending`]. Dropping the `Pending` aborts the task.
+    pub(crate) fn spawn<F, T>(&self, future: F) -> Pending<T>
+    where
+        F: Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
+        // A crossbeam channel, not a tokio one: waiting on it works from
+        // any thread, even one inside the caller's own tokio runtime.
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let task = self.handle.spawn(async move {
+            let _ = tx.send(future.await);
+        });
+        Pending {
+            rx: Some(rx),
+            task: task.abort_handle(),
+        }
+    }
+
+    /// The store for `url`'s bucket (built once per context) and the key.
+    pub(crate) fn store(
+        &self,
+        url: &str,
+    ) -> Result<(Arc<dyn ObjectStore>, ObjectPath), StorageError> {
+        let parsed = parse(url)?;
+        let mut stores = self.stores.lock().unwrap_or_else(PoisonError::into_inner);
+        let store = match stores.get(&parsed.base) {
+            Some(store) => Arc::clone(store),
+            None => {
+                let store = build_store(url, &parsed, &self.resolver)?;
+                stores.insert(parsed.base.clone(), Arc::clone(&store));
+                store
+            }
+        };
+        Ok((store, parsed.key))
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        if let Some(stop) = self
+            .stop
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self
+            .thread
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            // A panic on the runtime thread has already been reported by the
+            // task that waited on it (its channel closed).
+            let _ = thread.join();
+        }
+        if let Some(thread) = self
+            .resolver_thread
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            thread.cancel();
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The output of a task on the runtime, not yet received.
+pub(crate) struct Pending<T> {
+    rx: Option<crossbeam_channel::Receiver<T>>,
+    task: tokio::task::AbortHandle,
+}
+
+impl<T> Pending<T> {
+    /// Blocks this thread until the task is done.
+    pub(crate) fn wait(mut self) -> Result<T, StorageError> {
+        let rx = self.rx.take().ok_or_else(stopped)?;
+        rx.recv().map_err(|_| stopped())
+    }
+}
+
+impl<T> Drop for Pending<T> {
+    fn drop(&mut self) {
+        if self.rx.is_some() {
+            self.task.abort();
+        }
+    }
+}
+
+fn stopped() -> StorageError {
+    StorageError::Runtime(io::Error::other(
+        "an object-store task ended without a result (the runtime stopped or the task panicked)",
+    ))
+}
+
+// ---------------------------------------------------------------------------
+// URLs and stores
+
+struct ParsedUrl {
+    /// `scheme://authority`, the key of the store cache and of the options.
+    base: String,
+    key: ObjectPath,
+    scheme: String,
+}
+
+fn parse(url: &str) -> Result<ParsedUrl, StorageError> {
+    let bad = |reason: String| StorageError::BadUrl {
+        url: url.to_string(),
+        reason,
+    };
+    let parsed = Url::parse(url).map_err(|e| bad(format!("not a valid URL: {e}")))?;
+    let scheme = parsed.scheme().to_ascii_lowercase();
+    let authority = match (parsed.host_str(), parsed.port()) {
+        (Some(host), Some(port)) => format!("{host}:{port}"),
+        (Some(host), None) => host.to_string(),
+        (None, _) => return Err(bad("the URL names no bucket or host".into())),
+    };
+    let key = ObjectPath::from_url_path(parsed.path())
+        .map_err(|e| bad(format!("not a valid object key: {e}")))?;
+    Ok(ParsedUrl {
+        base: format!("{scheme}://{authority}"),
+        key,
+        scheme,
+    })
+}
+
+fn retry_config() -> RetryConfig {
+    RetryConfig {
+        backoff: BackoffConfig {
+            init_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(5),
+            base: 2.0,
+        },
+        max_retries: 4,
+        retry_timeout: Duration::from_secs(120),
+    }
+}
+
+fn client_options(resolver: &Arc<Resolver>) -> ClientOptions {
+    let resolver: Arc<dyn object_store::client::DnsResolver> = Arc::clone(resolver) as _;
+    ClientOptions::new()
+        .with_connect_timeout(Duration::from_secs(10))
+        .with_timeout(Duration::from_secs(120))
+        .with_dns_resolver(resolver)
+}
+
+/// Installs rustls' ring provider once (reqwest is built without a default).
+fn install_crypto() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // Fails only if a provider is already installed, which is as good.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+fn build_store(
+    url: &str,
+    parsed: &ParsedUrl,
+    resolver: &Arc<Resolver>,
+) -> Result<Arc<dyn ObjectStore>, StorageError> {
+    install_crypto();
+    let client = || client_options(resolver);
+    let options = bucket_options(&parsed.base);
+    let config_error = |error: object_store::Error| StorageError::Store {
+        url: url.to_string(),
+        operation: "configuring the store".into(),
+        attempts: 1,
+        error,
+    };
+    let bad_key = |key: &str, source: object_store::Error| StorageError::BadUrl {
+        url: url.to_string(),
+        reason: format!("unknown store option {key:?}: {source}"),
+    };
+    let store: Arc<dyn ObjectStore> = match parsed.scheme.as_str() {
+        "s3" | "s3a" => {
+            use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+            let mut b = AmazonS3Builder::from_env()
+                .with_url(parsed.base.as_str())
+                .with_retry(retry_config())
+                .with_client_options(client());
+            for (k, v) in options {
+                let key: AmazonS3ConfigKey = k.parse().map_err(|e| bad_key(&k, e))?;
+                b = b.with_config(key, v);
+            }
+            Arc::new(b.build().map_err(config_error)?)
+        }
+        "gs" => {
+            use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
+            let mut b = GoogleCloudStorageBuilder::from_env()
+                .with_url(parsed.base.as_str())
+                .with_retry(retry_config())
+                .with_client_options(client());
+            for (k, v) in options {
+                let key: GoogleConfigKey = k.parse().map_err(|e| bad_key(&k, e))?;
+                b = b.with_config(key, v);
+            }
+            Arc::new(b.build().map_err(config_error)?)
+        }
+        "az" | "azure" | "abfs" | "abfss" => {
+            use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
+            let mut b = MicrosoftAzureBuilder::from_env()
+                .with_url(parsed.base.as_str())
+                .with_retry(retry_config())
+                .with_client_options(client());
+            for (k, v) in options {
+                let key: AzureConfigKey = k.parse().map_err(|e| bad_key(&k, e))?;
+                b = b.with_config(key, v);
+            }
+            Arc::new(b.build().map_err(config_error)?)
+        }
+        "http" | "https" => {
+            use object_store::ClientConfigKey;
+            use object_store::http::HttpBuilder;
+            let mut b = HttpBuilder::new()
+                .with_url(parsed.base.as_str())
+                .with_retry(retry_config())
+                .with_client_options(client().with_allow_http(parsed.scheme == "http"));
+            for (k, v) in options {
+                let key: ClientConfigKey = k.parse().map_err(|e| bad_key(&k, e))?;
+                b = b.with_config(key, v);
+            }
+            Arc::new(b.build().map_err(config_error)?)
+        }
+        other => {
+            return Err(StorageError::BadUrl {
+                url: url.to_string(),
+                reason: format!("unsupported scheme {other:?}"),
+            });
+        }
+    };
+    Ok(store)
+}
+
+/// Whether an error may go away if the request is repeated.
+fn transient(error: &object_store::Error) -> bool {
+    !matches!(
+        error,
+        object_store::Error::NotFound { .. }
+            | object_store::Error::InvalidPath { .. }
+            | object_store::Error::NotSupported { .. }
+            | object_store::Error::AlreadyExists { .. }
+            | object_store::Error::Precondition { .. }
+            | object_store::Error::NotModified { .. }
+            | object_store::Error::NotImplemented { .. }
+            | object_store::Error::PermissionDenied { .. }
+            | object_store::Error::Unauthenticated { .. }
+            | object_store::Error::UnknownConfigurationKey { .. }
+    )
+}
+
+fn store_error(
+    url: &str,
+    operation: String,
+    attempts: u32,
+    source: object_store::Error,
+) -> StorageError {
+    StorageError::Store {
+        url: url.to_string(),
+        operation,
+        attempts,
+        error: source,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Listing and metadata
+
+/// The object's metadata (one `HEAD`).
+pub(crate) fn head(url: &str) -> Result<ObjectMeta, StorageError> {
+    let context = Context::get()?;
+    let (store, key) = context.store(url)?;
+    context
+        .run(async move { store.head(&key).await })?
+        .map_err(|e| store_error(url, "HEAD".into(), 1, e))
+}
+
+/// Resolves one URL, a glob or not, to the objects it names.
+pub(crate) fn resolve(pattern: &str) -> Result<Vec<PathBuf>, StorageError> {
+    let parsed = parse_pattern(pattern)?;
+    if !has_glob(&parsed.key_pattern) {
+        head(pattern).map_err(|e| match e.io_kind() {
+            io::ErrorKind::NotFound => StorageError::NoMatch {
+                pattern: pattern.to_string(),
+            },
+            _ => e,
+        })?;
+        return Ok(vec![PathBuf::from(pattern)]);
+    }
+    let glob = glob::Pattern::new(&parsed.key_pattern).map_err(|e| StorageError::BadGlob {
+        pattern: pattern.to_string(),
+        reason: e.to_string(),
+    })?;
+    let prefix = list_prefix(&parsed.key_pattern).to_string();
+    let context = Context::get()?;
+    let (store, _) = context.store(&format!("{}/", parsed.base))?;
+    let listed = context.run(async move {
+        let prefix = (!prefix.is_empty()).then(|| ObjectPath::from(prefix.as_str()));
+        let mut stream = store.list(prefix.as_ref());
+        let mut keys = Vec::new();
+        while let Some(meta) = stream.next().await {
+            keys.push(meta?.location.to_string());
+        }
+        Ok::<_, object_store::Error>(keys)
+    })?;
+    let keys = listed.map_err(|e| store_error(pattern, "LIST".into(), 1, e))?;
+    let options = glob::MatchOptions {
+        case_sensitive: true,
+        require_literal_separator: true,
+        require_literal_leading_dot: false,
+    };
+    let mut found: Vec<String> = keys
+        .into_iter()
+        .filter(|key| glob.matches_with(key, options))
+        .collect();
+    if found.is_empty() {
+        return Err(StorageError::NoMatch {
+            pattern: pattern.to_string(),
+        });
+    }
+    found.sort();
+    Ok(found
+        .into_iter()
+        .map(|key| PathBuf::from(format!("{}/{key}", parsed.base)))
+        .collect())
+}
+
+struct ParsedPattern {
+    base: String,
+    /// The key with its wildcards, not percent-decoded (`[` survives).
+    key_pattern: String,
+}
+
+/// Splits `scheme://authority/key-pattern` without URL-parsing the pattern
+/// (which would percent-encode its wildcards).
+fn parse_pattern(pattern: &str) -> Result<ParsedPattern, StorageError> {
+    let bad = |reason: &str| StorageError::BadUrl {
+        url: pattern.to_string(),
+        reason: reason.to_string(),
+    };
+    let (scheme, rest) = pattern.split_once("://").ok_or_else(|| bad("not a URL"))?;
+    let (authority, key) = rest.split_once('/').unwrap_or((rest, ""));
+    if authority.is_empty() {
+        return Err(bad("the URL names no bucket or host"));
+    }
+    if has_glob(authority) {
+        return Err(bad(
+            "wildcards are allowed in the key, not in the bucket or host",
+        ));
+    }
+    Ok(ParsedPattern {
+        base: format!("{}://{authority}", scheme.to_ascii_lowercase()),
+        key_pattern: key.to_string(),
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Reading
+
+/// One ranged GET, retried with exponential backoff on transient errors.
+async fn get_range(
+    store: Arc<dyn ObjectStore>,
+    key: ObjectPath,
+    url: Arc<str>,
+    range: Range<u64>,
+    attempts: u32,
+    backoff: Duration,
+) -> Result<Bytes, StorageError> {
+    let want = range.end - range.start;
+    let mut delay = backoff;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let failure = match store.get_range(&key, range.clone()).await {
+            Ok(bytes) if bytes.len() as u64 == want => return Ok(bytes),
+            Ok(bytes) => StorageError::ShortRead {
+                url: url.to_string(),
+                range: range.clone(),
+                got: bytes.len() as u64,
+                attempts: attempt,
+            },
+            Err(e) => {
+                let give_up = !transient(&e) || attempt >= attempts.max(1);
+                let error = store_error(
+                    &url,
+                    format!("GET bytes {}..{}", range.start, range.end),
+                    attempt,
+                    e,
+                );
+                if give_up {
+                    return Err(error);
+                }
+                error
+            }
+        };
+        if attempt >= attempts.max(1) {
+            return Err(failure);
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// Reads `ranges` of one object, all at once, in order.
+pub(crate) fn read_ranges(
+    url: &str,
+    ranges: &[Range<u64>],
+    options: &ReadOptions,
+) -> Result<Vec<Bytes>, StorageError> {
+    let context = Context::get()?;
+    let (store, key) = context.store(url)?;
+    let url: Arc<str> = Arc::from(url);
+    let pending: Vec<_> = ranges
+        .iter()
+        .map(|range| {
+            context.spawn(get_range(
+                Arc::clone(&store),
+                key.clone(),
+                Arc::clone(&url),
+                range.clone(),
+                options.attempts,
+                options.backoff,
+            ))
+        })
+        .collect();
+    pending.into_iter().map(|p| p.wait()?).collect()
+}
+
+/// Random access to one object: ranged GETs started now, received later.
+pub(crate) struct RangeReader {
+    context: Arc<Context>,
+    store: Arc<dyn ObjectStore>,
+    key: ObjectPath,
+    url: Arc<str>,
+    options: ReadOptions,
+}
+
+impl RangeReader {
+    pub(crate) fn new(url: &str, options: ReadOptions) -> Result<RangeReader, StorageError> {
+        let context = Context::get()?;
+        let (store, key) = context.store(url)?;
+        Ok(RangeReader {
+            context,
+            store,
+            key,
+            url: Arc::from(url),
+            options,
+        })
+    }
+
+    /// Starts reading `range`; [`Pending::wait`] gives the bytes.
+    pub(crate) fn start(&self, range: Range<u64>) -> Pending<Result<Bytes, StorageError>> {
+        self.context.spawn(get_range(
+            Arc::clone(&self.store),
+            self.key.clone(),
+            Arc::clone(&self.url),
+            range,
+            self.options.attempts,
+            self.options.backoff,
+        ))
+    }
+}
+
+/// An object as a byte stream: ranged GETs of [`ReadOptions::range_size`],
+/// [`ReadOptions::ranges_in_flight`] of them ahead of the reader.
+///
+/// Dropping it aborts the GETs in flight.
+pub struct ObjectReader {
+    ranges: RangeReader,
+    size: u64,
+    /// The next byte not yet requested.
+    next: u64,
+    in_flight: VecDeque<(Range<u64>, Pending<Result<Bytes, StorageError>>)>,
+    current: Bytes,
+    failed: bool,
+}
+
+impl std::fmt::Debug for ObjectReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectReader")
+            .field("url", &self.ranges.url)
+            .field("size", &self.size)
+            .field("next", &self.next)
+            .finish()
+    }
+}
+
+impl ObjectReader {
+    /// Opens `url` (one `HEAD` for its size) and starts the first GETs.
+    pub fn open(url: &str, options: ReadOptions) -> Result<ObjectReader, StorageError> {
+        ObjectReader::open_from(url, 0, options)
+    }
+
+    /// [`open`](Self::open), reading from byte `start` on (the end, if the
+    /// object is shorter).
+    pub fn open_from(
+        url: &str,
+        start: u64,
+        options: ReadOptions,
+    ) -> Result<ObjectReader, StorageError> {
+        let size = head(url)?.size;
+        let mut reader = ObjectReader::new(url, size, start.min(size), options)?;
+        reader.top_up();
+        Ok(reader)
+    }
+
+    /// Reads an object of known `size` (no `HEAD`).
+    pub fn with_size(
+        url: &str,
+        size: u64,
+        options: ReadOptions,
+    ) -> Result<ObjectReader, StorageError> {
+        let mut reader = ObjectReader::new(url, size, 0, options)?;
+        reader.top_up();
+        Ok(reader)
+    }
+
+    fn new(
+        url: &str,
+        size: u64,
+        start: u64,
+        options: ReadOptions,
+    ) -> Result<ObjectReader, StorageError> {
+        Ok(ObjectReader {
+            ranges: RangeReader::new(url, options)?,
+            size,
+            next: start,
+            in_flight: VecDeque::new(),
+            current: Bytes::new(),
+            failed: false,
+        })
+    }
+
+    /// The object's size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn top_up(&mut self) {
+        let options = &self.ranges.options;
+        let depth = options.ranges_in_flight.max(1);
+        let step = options.range_size.max(1);
+        while self.in_flight.len() < depth && self.next < self.size {
+            let end = self.size.min(self.next.saturating_add(step));
+            let range = self.next..end;
+            self.in_flight
+                .push_back((range.clone(), self.ranges.start(range)));
+            self.next = end;
+        }
+    }
+}
+
+impl Read for ObjectReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.failed {
+            return Ok(0);
+        }
+        if self.current.is_empty() {
+            self.top_up();
+            let Some((_, pending)) = self.in_flight.pop_front() else {
+                return Ok(0);
+            };
+            match pending.wait().and_then(|r| r) {
+                Ok(bytes) => self.current = bytes,
+                Err(e) => {
+                    self.failed = true;
+                    self.in_flight.clear();
+                    return Err(e.into_io());
+                }
+            }
+            // Keep the read-ahead full while this range is consumed.
+            self.top_up();
+        }
+        let n = buf.len().min(self.current.len());
+        buf[..n].copy_from_slice(&self.current[..n]);
+        let _ = self.current.split_to(n);
+        Ok(n)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Writing
+
+/// Writes one object by multipart upload: it appears under its name only
+/// when [`finish`](Self::finish) completes the upload. Dropping an unfinished
+/// writer aborts the upload, so a failed or interrupted write leaves no
+/// object (and no partial one).
+///
+/// Parts are [`ReadOptions::range_size`] bytes (at least 5 MiB, S3's
+/// minimum), up to [`ReadOptions::ranges_in_flight`] uploading at once.
+pub struct ObjectWriter {
+    context: Arc<Context>,
+    url: Arc<str>,
+    upload: Option<Box<dyn MultipartUpload>>,
+    part: Vec<u8>,
+    part_size: usize,
+    max_in_flight: usize,
+    in_flight: VecDeque<Pending<object_store::Result<()>>>,
+    written: u64,
+}
+
+impl ObjectWriter {
+    /// Starts a multipart upload to `url`.
+    pub fn create(url: &str, options: &ReadOptions) -> Result<ObjectWriter, StorageError> {
+        let context = Context::get()?;
+        let (store, key) = context.store(url)?;
+        let upload = context
+            .run(async move { store.put_multipart(&key).await })?
+            .map_err(|e| store_error(url, "starting a multipart upload".into(), 1, e))?;
+        let part_size = usize::try_from(options.range_size)
+            .unwrap_or(usize::MAX)
+            .max(5 << 20);
+        Ok(ObjectWriter {
+            context,
+            url: Arc::from(url),
+            upload: Some(upload),
+            part: Vec::with_capacity(part_size),
+            part_size,
+            max_in_flight: options.ranges_in_flight.max(1),
+            in_flight: VecDeque::new(),
+            written: 0,
+        })
+    }
+
+    /// The object's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn send_part(&mut self) -> Result<(), StorageError> {
+        if self.upload.is_none() {
+            return Ok(());
+        }
+        while self.in_flight.len() >= self.max_in_flight {
+            self.wait_one()?;
+        }
+        let Some(upload) = self.upload.as_mut() else {
+            return Ok(());
+        };
+        let data = std::mem::replace(&mut self.part, Vec::with_capacity(self.part_size));
+        let part = upload.put_part(PutPayload::from(data));
+        self.in_flight.push_back(self.context.spawn(part));
+        Ok(())
+    }
+
+    fn wait_one(&mut self) -> Result<(), StorageError> {
+        if let Some(pending) = self.in_flight.pop_front() {
+            pending
+                .wait()?
+                .map_err(|e| store_error(&self.url, "uploading a part".into(), 1, e))?;
+        }
+        Ok(())
+    }
+
+    /// Uploads what is left and completes the upload: only now does the
+    /// object appear. Returns the bytes written.
+    pub fn finish(self) -> Result<u64, StorageError> {
+        let written = self.written;
+        self.finish_pending()?.complete()?;
+        Ok(written)
+    }
+
+    /// Uploads every part but does not complete the upload: the object is
+    /// not visible until [`PendingObject::complete`], and dropping the
+    /// `PendingObject` aborts it. For outputs that must appear together (the
+    /// shards of one conversion): upload all, then complete all.
+    pub fn finish_pending(mut self) -> Result<PendingObject, StorageError> {
+        if !self.part.is_empty() || self.written == 0 {
+            self.send_part()?;
+        }
+        while !self.in_flight.is_empty() {
+            self.wait_one()?;
+        }
+        Ok(PendingObject {
+            context: Arc::clone(&self.context),
+            url: Arc::clone(&self.url),
+            upload: self.upload.take(),
+            bytes: self.written,
+        })
+    }
+}
+
+/// An upload with every part sent, not yet completed: invisible until
+/// [`complete`](Self::complete); aborted if dropped.
+pub struct PendingObject {
+    context: Arc<Context>,
+    url: Arc<str>,
+    upload: Option<Box<dyn MultipartUpload>>,
+    bytes: u64,
+}
+
+impl std::fmt::Debug for PendingObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingObject")
+            .field("url", &self.url)
+            .field("bytes", &self.bytes)
+            .finish()
+    }
+}
+
+impl PendingObject {
+    /// The object's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Bytes uploaded.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Completes the upload: the object appears under its name, whole.
+    pub fn complete(mut self) -> Result<(), StorageError> {
+        let Some(mut upload) = self.upload.take() else {
+            return Ok(());
+        };
+        let done = self.context.run(async move { upload.complete().await });
+        done?
+            .map_err(|e| store_error(&self.url, "completing the multipart upload".into(), 1, e))?;
+        Ok(())
+    }
+}
+
+impl PendingObject {
+    /// Uploads `bytes` to `url` without completing the upload (a small
+    /// object that must appear together with others, such as a schema file).
+    pub fn upload(url: &str, bytes: &[u8]) -> Result<PendingObject, StorageError> {
+        let mut writer = ObjectWriter::create(url, &ReadOptions::default())?;
+        writer.part.extend_from_slice(bytes);
+        writer.written = bytes.len() as u64;
+        writer.finish_pending()
+    }
+}
+
+/// Completes `objects` in order, calling `before(i)` before completing the
+/// `i`-th (an error from it aborts the commit like a failed completion);
+/// returns their URLs. On a failure the objects completed so far are deleted
+/// again and the rest are aborted as they drop, so nothing of the set stays
+/// visible. (Stores have no multi-object transaction: a crash between two
+/// completions can leave the earlier ones; completing a schema file last
+/// makes its presence the sign that the set is whole.)
+pub fn commit_objects(
+    objects: Vec<PendingObject>,
+    before: &mut dyn FnMut(usize) -> io::Result<()>,
+) -> Result<Vec<PathBuf>, StorageError> {
+    let mut done: Vec<PathBuf> = Vec::with_capacity(objects.len());
+    for (i, object) in objects.into_iter().enumerate() {
+        let url = object.url().to_string();
+        let result = before(i)
+            .map_err(|error| StorageError::Io {
+                path: PathBuf::from(&url),
+                error,
+            })
+            .and_then(|()| object.complete());
+        if let Err(e) = result {
+            for url in &done {
+                // Best effort: the failure that made us roll back is the one to report.
+                let _ = delete_object(&url.to_string_lossy());
+            }
+            return Err(e);
+        }
+        done.push(PathBuf::from(url));
+    }
+    Ok(done)
+}
+
+impl Drop for PendingObject {
+    fn drop(&mut self) {
+        if let Some(mut upload) = self.upload.take() {
+            let _ = self.context.run(async move { upload.abort().await });
+        }
+    }
+}
+
+/// Deletes an object (to roll back outputs completed before a later failure).
+pub fn delete_object(url: &str) -> Result<(), StorageError> {
+    let context = Context::get()?;
+    let (store, key) = context.store(url)?;
+    context
+        .run(async move { store.delete(&key).await })?
+        .map_err(|e| store_error(url, "DELETE".into(), 1, e))
+}
+
+impl Write for ObjectWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let room = self.part_size - self.part.len();
+        let n = buf.len().min(room);
+        self.part.extend_from_slice(&buf[..n]);
+        self.written += n as u64;
+        if self.part.len() == self.part_size {
+            self.send_part().map_err(StorageError::into_io)?;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for ObjectWriter {
+    fn drop(&mut self) {
+        // Unfinished: abort, so the parts are discarded and nothing appears.
+        self.in_flight.clear();
+        if let Some(mut upload) = self.upload.take() {
+            let _ = self.context.run(async move { upload.abort().await });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_split_into_base_and_key() {
+        let p = parse_pattern("S3://bucket/train/part-[0-9]*.tfrecord").unwrap();
+        assert_eq!(p.base, "s3://bucket");
+        assert_eq!(p.key_pattern, "train/part-[0-9]*.tfrecord");
+        assert!(parse_pattern("s3://b*/x").is_err());
+        assert!(parse_pattern("s3:///x").is_err());
+    }
+
+    #[test]
+    fn urls_parse_to_store_base_and_key() {
+        let p = parse("s3://bucket/dir/file.tfrecord.gz").unwrap();
+        assert_eq!(p.base, "s3://bucket");
+        assert_eq!(p.key.as_ref(), "dir/file.tfrecord.gz");
+        let p = parse("http://127.0.0.1:9000/a/b").unwrap();
+        assert_eq!(p.base, "http://127.0.0.1:9000");
+        assert_eq!(p.key.as_ref(), "a/b");
+    }
+
+    #[test]
+    fn the_runtime_thread_is_joined_when_the_last_user_drops() {
+        let context = Context::get().unwrap();
+        let again = Context::get().unwrap();
+        assert!(Arc::ptr_eq(&context, &again));
+        assert_eq!(context.run(async { 6 * 7 }).unwrap(), 42);
+        drop(again);
+        drop(context);
+        assert!(CURRENT.lock().unwrap().upgrade().is_none());
+    }
+}

@@ -1,0 +1,161 @@
+//! The one resolver from user-given paths, URLs and globs to files.
+
+use std::path::{Path, PathBuf};
+
+use super::StorageError;
+
+/// Whether `path` is an object-store URL (`scheme://...` with a scheme tfpipe
+/// reads: `s3`, `s3a`, `gs`, `az`, `azure`, `abfs`, `abfss`, `http`, `https`).
+///
+/// ```
+/// use tfpipe::storage::is_url;
+/// assert!(is_url("s3://bucket/train-0.tfrecord"));
+/// assert!(!is_url("data/train-0.tfrecord"));
+/// ```
+pub fn is_url(path: impl AsRef<Path>) -> bool {
+    url_str(path.as_ref()).is_some()
+}
+
+/// The URL text of `path`, if it is an object-store URL.
+pub(crate) fn url_str(path: &Path) -> Option<&str> {
+    let text = path.to_str()?;
+    let (scheme, rest) = text.split_once("://")?;
+    let known = [
+        "s3", "s3a", "gs", "az", "azure", "abfs", "abfss", "http", "https",
+    ];
+    (known.contains(&scheme.to_ascii_lowercase().as_str()) && !rest.is_empty()).then_some(text)
+}
+
+/// Whether `text` has a glob wildcard (`*`, `?` or `[`).
+pub(crate) fn has_glob(text: &str) -> bool {
+    text.contains(['*', '?', '['])
+}
+
+/// Resolves paths, URLs and globs to the files they name, in order: each
+/// entry's glob matches sorted, entries in the order given. A local entry
+/// without wildcards must be a file; a URL without wildcards must name an
+/// existing object (one `HEAD`); a glob must match at least one.
+///
+/// ```
+/// let dir = tempfile::tempdir()?;
+/// for name in ["b.tfrecord", "a.tfrecord", "notes.txt"] {
+///     std::fs::write(dir.path().join(name), b"")?;
+/// }
+/// let pattern = dir.path().join("*.tfrecord");
+/// let files = tfpipe::storage::resolve([pattern.to_string_lossy()])?;
+/// assert_eq!(files, [dir.path().join("a.tfrecord"), dir.path().join("b.tfrecord")]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn resolve<P: AsRef<str>>(
+    patterns: impl IntoIterator<Item = P>,
+) -> Result<Vec<PathBuf>, StorageError> {
+    let mut files = Vec::new();
+    for pattern in patterns {
+        let pattern = pattern.as_ref();
+        if url_str(Path::new(pattern)).is_some() {
+            files.extend(resolve_url(pattern)?);
+        } else {
+            files.extend(resolve_local(pattern)?);
+        }
+    }
+    Ok(files)
+}
+
+fn resolve_local(pattern: &str) -> Result<Vec<PathBuf>, StorageError> {
+    if !has_glob(pattern) {
+        return if Path::new(pattern).is_file() {
+            Ok(vec![PathBuf::from(pattern)])
+        } else {
+            Err(StorageError::NoMatch {
+                pattern: pattern.to_string(),
+            })
+        };
+    }
+    let matches = glob::glob(pattern).map_err(|e| StorageError::BadGlob {
+        pattern: pattern.to_string(),
+        reason: e.to_string(),
+    })?;
+    let mut found: Vec<PathBuf> = matches
+        .filter_map(Result::ok)
+        .filter(|p| p.is_file())
+        .collect();
+    if found.is_empty() {
+        return Err(StorageError::NoMatch {
+            pattern: pattern.to_string(),
+        });
+    }
+    found.sort();
+    Ok(found)
+}
+
+#[cfg(feature = "object-store")]
+fn resolve_url(pattern: &str) -> Result<Vec<PathBuf>, StorageError> {
+    super::object::resolve(pattern)
+}
+
+#[cfg(not(feature = "object-store"))]
+fn resolve_url(pattern: &str) -> Result<Vec<PathBuf>, StorageError> {
+    Err(StorageError::NotBuilt {
+        url: pattern.to_string(),
+    })
+}
+
+/// Splits a key pattern at the last `/` before its first wildcard: the
+/// listing prefix (a whole number of path segments) and the rest.
+#[cfg_attr(
+    not(feature = "object-store"),
+    allow(
+        dead_code,
+        reason = "listing needs the object-store feature; tested without it"
+    )
+)]
+pub(crate) fn list_prefix(key_pattern: &str) -> &str {
+    let first = key_pattern
+        .find(['*', '?', '['])
+        .unwrap_or(key_pattern.len());
+    match key_pattern[..first].rfind('/') {
+        Some(slash) => &key_pattern[..slash],
+        None => "",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_recognised_by_scheme() {
+        assert!(is_url("s3://b/k"));
+        assert!(is_url("GS://b/k"));
+        assert!(is_url("https://host/x.tfrecord"));
+        assert!(!is_url("s3://"));
+        assert!(!is_url("file.tfrecord"));
+        assert!(!is_url("ftp://host/x"));
+        assert!(!is_url("/data/s3:/x"));
+    }
+
+    #[test]
+    fn list_prefix_stops_at_the_segment_before_the_wildcard() {
+        assert_eq!(list_prefix("train/part-*.tfrecord"), "train");
+        assert_eq!(list_prefix("a/b/c-?/d"), "a/b");
+        assert_eq!(list_prefix("*.tfrecord"), "");
+        assert_eq!(list_prefix("x/y/z"), "x/y");
+    }
+
+    #[test]
+    fn local_resolution_sorts_and_reports_misses() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["2.rec", "1.rec"] {
+            std::fs::write(dir.path().join(name), b"").unwrap();
+        }
+        let pattern = dir.path().join("*.rec").to_string_lossy().into_owned();
+        let files = resolve([&pattern]).unwrap();
+        assert_eq!(files, [dir.path().join("1.rec"), dir.path().join("2.rec")]);
+        let missing = dir.path().join("nope-*.rec").to_string_lossy().into_owned();
+        let err = resolve([&missing]).unwrap_err();
+        assert!(matches!(err, StorageError::NoMatch { .. }), "{err}");
+        assert!(err.to_string().contains("nope-*.rec"), "{err}");
+        let err = resolve([dir.path().join("x.rec").to_string_lossy()]).unwrap_err();
+        assert!(matches!(err, StorageError::NoMatch { .. }), "{err}");
+    }
+}

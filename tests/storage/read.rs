@@ -1,0 +1,203 @@
+//! Listing, reading plain and gzip objects, range boundaries, retries and
+//! the errors: missing objects, refused credentials, corrupt data.
+
+use std::io;
+use std::sync::atomic::Ordering;
+
+use tfpipe::Compression;
+use tfpipe::pipeline::{Pipeline, PipelineError};
+use tfpipe::storage::{self, ReadOptions, StorageError};
+use tfpipe::tfrecord::{ReaderOptions, RecordError};
+
+use crate::server::{S3Server, records, tfrecord};
+
+fn read_all(url: &str, read: &ReadOptions) -> Result<Vec<Vec<u8>>, RecordError> {
+    let reader = storage::open_records_with(url, ReaderOptions::default(), read)?;
+    reader.into_records().collect()
+}
+
+#[test]
+fn globs_list_by_prefix_then_match_keys() {
+    let server = S3Server::start();
+    let bucket = server.bucket("glob");
+    for key in [
+        "train/part-1.tfrecord",
+        "train/part-0.tfrecord",
+        "train/part-2.tfrecord.gz",
+        "train/notes.txt",
+        "train/sub/part-9.tfrecord",
+        "eval/part-0.tfrecord",
+    ] {
+        server.put(&format!("{bucket}/{key}"), b"x".to_vec());
+    }
+    let found = storage::resolve([format!("{bucket}/train/part-*")]).unwrap();
+    let names: Vec<String> = found.iter().map(|p| p.display().to_string()).collect();
+    assert_eq!(
+        names,
+        [
+            format!("{bucket}/train/part-0.tfrecord"),
+            format!("{bucket}/train/part-1.tfrecord"),
+            format!("{bucket}/train/part-2.tfrecord.gz"),
+        ],
+        "`*` does not cross `/`, matches are sorted"
+    );
+    let found = storage::resolve([format!("{bucket}/*/part-0.tfrecord")]).unwrap();
+    assert_eq!(found.len(), 2, "{found:?}");
+    let found = storage::resolve([format!("{bucket}/train/sub/part-?.tfrecord")]).unwrap();
+    assert_eq!(found.len(), 1);
+    // A plain URL must exist; a glob must match.
+    let err = storage::resolve([format!("{bucket}/train/part-7.tfrecord")]).unwrap_err();
+    assert!(matches!(err, StorageError::NoMatch { .. }), "{err}");
+    let err = Pipeline::tfrecord_files([format!("{bucket}/test-*.tfrecord")])
+        .err()
+        .unwrap();
+    assert!(matches!(err, PipelineError::NoFiles { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .contains(&format!("{bucket}/test-*.tfrecord")),
+        "{err}"
+    );
+}
+
+#[test]
+fn plain_and_gzip_shards_read_through_the_pipeline() {
+    let server = S3Server::start();
+    let bucket = server.bucket("read");
+    let mut expected = Vec::new();
+    for f in 0..4 {
+        let recs = records(f, 300, 200);
+        let compression = if f % 2 == 0 {
+            Compression::None
+        } else {
+            Compression::Gzip
+        };
+        let key = format!("{bucket}/data/part-{f}.tfrecord{}", compression.suffix());
+        server.put(&key, tfrecord(&recs, compression));
+        expected.extend(recs);
+    }
+    let got: Vec<Vec<u8>> = Pipeline::tfrecord_files([format!("{bucket}/data/part-*")])
+        .unwrap()
+        .interleave(3, 7)
+        .start()
+        .unwrap()
+        .map(|r| r.map(|r| r.to_vec()))
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(got.len(), expected.len());
+    let (mut got, mut expected) = (got, expected);
+    got.sort();
+    expected.sort();
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn records_split_across_range_boundaries_read_whole() {
+    let server = S3Server::start();
+    let bucket = server.bucket("ranges");
+    let recs = records(0, 400, 300);
+    for compression in [Compression::None, Compression::Gzip, Compression::Zlib] {
+        let url = format!("{bucket}/r.tfrecord{}", compression.suffix());
+        server.put(&url, tfrecord(&recs, compression));
+        // Ranges of 1000 bytes (an odd size, so records straddle them), 3 in
+        // flight; and ranges smaller than one record.
+        for range_size in [1000, 97] {
+            let read = ReadOptions {
+                range_size,
+                ranges_in_flight: 3,
+                ..ReadOptions::default()
+            };
+            assert_eq!(read_all(&url, &read).unwrap(), recs, "{url} {range_size}");
+        }
+    }
+}
+
+#[test]
+fn a_connection_dropped_mid_read_is_retried() {
+    let server = S3Server::start();
+    let (endpoint, cut) = server.cutting_proxy(3, 5000);
+    let bucket = server.bucket_at("cut", &endpoint, crate::server::SECRET_KEY);
+    let recs = records(0, 500, 400);
+    let url = format!("{bucket}/big.tfrecord");
+    server.put(&url, tfrecord(&recs, Compression::None));
+    let read = ReadOptions {
+        range_size: 64 << 10,
+        ranges_in_flight: 2,
+        backoff: std::time::Duration::from_millis(10),
+        ..ReadOptions::default()
+    };
+    assert_eq!(read_all(&url, &read).unwrap(), recs);
+    assert!(
+        cut.load(Ordering::SeqCst) >= 1,
+        "the proxy never cut a connection"
+    );
+}
+
+#[test]
+fn a_missing_object_is_named_and_not_found() {
+    let server = S3Server::start();
+    let bucket = server.bucket("missing");
+    let url = format!("{bucket}/nope.tfrecord");
+    let err = storage::open_records(&url, ReaderOptions::default())
+        .err()
+        .unwrap();
+    match &err {
+        RecordError::Open {
+            path,
+            error: source,
+        } => {
+            assert_eq!(path.to_str(), Some(url.as_str()));
+            assert_eq!(source.kind(), io::ErrorKind::NotFound, "{err}");
+        }
+        other => panic!("{other}"),
+    }
+    assert!(err.to_string().contains(&url), "{err}");
+}
+
+#[test]
+fn a_bad_credential_fails_at_once_naming_the_url() {
+    let server = S3Server::start();
+    let bucket = server.bucket_at("badcred", &server.endpoint(), "not-the-secret");
+    let url = format!("{bucket}/x.tfrecord");
+    server.put(&url, tfrecord(&records(0, 3, 10), Compression::None));
+    let err = storage::open_records(&url, ReaderOptions::default())
+        .err()
+        .unwrap();
+    let RecordError::Open { error: source, .. } = &err else {
+        panic!("{err}");
+    };
+    assert_eq!(source.kind(), io::ErrorKind::PermissionDenied, "{err}");
+    assert!(err.to_string().contains(&url), "{err}");
+    let err = storage::resolve([format!("{bucket}/*.tfrecord")]).unwrap_err();
+    assert_eq!(err.io_kind(), io::ErrorKind::PermissionDenied, "{err}");
+    assert!(err.to_string().contains(&bucket), "{err}");
+}
+
+#[test]
+fn corruption_in_an_object_is_located_by_url_record_and_offset() {
+    let server = S3Server::start();
+    let bucket = server.bucket("corrupt");
+    let recs = records(0, 50, 100);
+    let mut bytes = tfrecord(&recs, Compression::None);
+    // Flip a data byte of record 10.
+    let offset: usize = recs[..10].iter().map(|r| r.len() + 16).sum();
+    bytes[offset + 12] ^= 0xff;
+    let url = format!("{bucket}/c.tfrecord");
+    server.put(&url, bytes);
+    let read = ReadOptions {
+        range_size: 512,
+        ..ReadOptions::default()
+    };
+    let err = read_all(&url, &read).unwrap_err();
+    let location = err.location().expect("a location");
+    assert_eq!(
+        location.path.as_deref().and_then(|p| p.to_str()),
+        Some(url.as_str())
+    );
+    assert_eq!(location.record, 10);
+    assert_eq!(location.offset, offset as u64 + 12);
+    assert!(
+        err.to_string()
+            .starts_with(&format!("{url}: record 10 at byte")),
+        "{err}"
+    );
+}
