@@ -156,8 +156,8 @@ pub fn index_path(data: &Path, dir: Option<&Path>) -> PathBuf {
 }
 
 /// One `(offset, size)` pair per record: where each framed record starts in
-/// an uncompressed TFRecord file and how long it is. See the [module
-/// docs](self) for the format and the checks.
+/// an uncompressed TFRecord file and how long it is. See the [storage module
+/// docs](crate::storage) for the format and the checks.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RecordIndex {
     /// `(offset, framed size)` per record, in file order.
@@ -235,7 +235,7 @@ impl RecordIndex {
     }
 
     /// Loads the index file `index` describing `data`, and checks it against
-    /// `data`'s size (see the [module docs](self)). Either may be a URL.
+    /// `data`'s size (see the [storage module docs](crate::storage)). Either may be a URL.
     pub fn load(data: &Path, index: &Path) -> Result<RecordIndex, IndexError> {
         let bytes = read_whole(index)?;
         let text = String::from_utf8_lossy(&bytes);

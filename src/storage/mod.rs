@@ -27,7 +27,7 @@
 //! `AWS_ALLOW_HTTP=true`; `GOOGLE_SERVICE_ACCOUNT` (and friends) for GCS;
 //! `AZURE_STORAGE_ACCOUNT_NAME`, `AZURE_STORAGE_ACCOUNT_KEY` (and friends)
 //! for Azure. A program can also set options per bucket with
-//! [`set_bucket_options`] (they win over the environment).
+//! `set_bucket_options` (they win over the environment; `object-store` feature).
 //!
 //! # Reading for latency
 //!
