@@ -55,6 +55,36 @@ fn csv_to_jsonl(csv: &Path, path: &Path) {
     }
 }
 
+/// One group: `input` converted to 8 shards under `out`, on one thread and
+/// on every core, with the input's size as the throughput.
+fn bench_text_input(
+    c: &mut Criterion,
+    name: &str,
+    format: &Format,
+    input: &Path,
+    out: &Path,
+    cores: usize,
+) {
+    let bytes = std::fs::metadata(input).unwrap().len();
+    let mut group = c.benchmark_group(name);
+    group.sample_size(10);
+    group.throughput(Throughput::Bytes(bytes));
+    for threads in [1, cores] {
+        group.bench_function(format!("threads_{threads}"), |b| {
+            b.iter(|| {
+                let output = OutputOptions {
+                    sharding: Sharding::Shards(8),
+                    threads,
+                    ..OutputOptions::new(out)
+                };
+                convert::convert(format, std::slice::from_ref(&input.to_path_buf()), &output)
+                    .unwrap()
+            })
+        });
+    }
+    group.finish();
+}
+
 fn bench(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     let csv = dir.path().join("numbers.csv");
@@ -64,27 +94,16 @@ fn bench(c: &mut Criterion) {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/mnist/train-images-idx3-ubyte.gz");
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
 
-    let mut group = c.benchmark_group("convert_csv_100k_rows");
-    group.sample_size(10);
-    group.throughput(Throughput::Bytes(csv_bytes));
-    for threads in [1, cores] {
-        group.bench_function(format!("threads_{threads}"), |b| {
-            b.iter(|| {
-                let output = OutputOptions {
-                    sharding: Sharding::Shards(8),
-                    threads,
-                    ..OutputOptions::new(dir.path().join("csv"))
-                };
-                convert::convert(
-                    &Format::Csv(CsvOptions::default()),
-                    std::slice::from_ref(&csv),
-                    &output,
-                )
-                .unwrap()
-            })
-        });
-    }
-    group.finish();
+    let csv_format = Format::Csv(CsvOptions::default());
+    let csv_out = dir.path().join("csv");
+    bench_text_input(
+        c,
+        "convert_csv_100k_rows",
+        &csv_format,
+        &csv,
+        &csv_out,
+        cores,
+    );
 
     // Loading the input: read (what the converters do; safe if the file
     // changes) against a memory map with every byte touched (the old way,
@@ -112,28 +131,16 @@ fn bench(c: &mut Criterion) {
 
     let jsonl = dir.path().join("numbers.jsonl");
     csv_to_jsonl(&csv, &jsonl);
-    let json_bytes = std::fs::metadata(&jsonl).unwrap().len();
-    let mut group = c.benchmark_group("convert_jsonl_100k_records");
-    group.sample_size(10);
-    group.throughput(Throughput::Bytes(json_bytes));
-    for threads in [1, cores] {
-        group.bench_function(format!("threads_{threads}"), |b| {
-            b.iter(|| {
-                let output = OutputOptions {
-                    sharding: Sharding::Shards(8),
-                    threads,
-                    ..OutputOptions::new(dir.path().join("json"))
-                };
-                convert::convert(
-                    &Format::Json(JsonOptions::default()),
-                    std::slice::from_ref(&jsonl),
-                    &output,
-                )
-                .unwrap()
-            })
-        });
-    }
-    group.finish();
+    let json_format = Format::Json(JsonOptions::default());
+    let json_out = dir.path().join("json");
+    bench_text_input(
+        c,
+        "convert_jsonl_100k_records",
+        &json_format,
+        &jsonl,
+        &json_out,
+        cores,
+    );
 
     let mut group = c.benchmark_group("convert_mnist_8000");
     group.sample_size(10);
