@@ -12,5 +12,7 @@ mod cli;
 mod index;
 #[path = "storage/read.rs"]
 mod read;
+#[path = "storage/state.rs"]
+mod state;
 #[path = "storage/write.rs"]
 mod write;

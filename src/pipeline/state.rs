@@ -38,7 +38,12 @@
 //! # Re-reading buffered records
 //!
 //! An uncompressed file is read at each stored offset (one seek per
-//! record). A GZIP or ZLIB file cannot seek: its records are found by
+//! record). An uncompressed object (`s3://...`, any URL) is read by ranged
+//! GETs at the stored offsets, all in flight at once: records less than
+//! 256 KiB apart share one GET of up to 8 MiB, which a buffer filled by
+//! sequential reading makes the common case (a 10k buffer of MNIST-sized
+//! records is a few GETs per object), and one HEAD per object bounds the
+//! ranges. A GZIP or ZLIB file or object cannot seek: its records are found by
 //! decompressing it from the start up to the last offset needed (once per
 //! file, all of that file's buffered records in one pass). Either way the
 //! CRCs are checked, so a file changed since the checkpoint is an error, not
@@ -307,7 +312,11 @@ pub(crate) fn reread<T: 'static>(stage: &str, positions: &Positions) -> Result<V
             buffer_size: 4096,
             ..ReaderOptions::default()
         };
-        if compression == Compression::None {
+        if compression == Compression::None
+            && let Some(url) = crate::storage::url_str(&path)
+        {
+            reread_object(url, &wanted, positions, options, &mut slots)?;
+        } else if compression == Compression::None {
             let mut handle = File::open(&*path).map_err(|source| {
                 StateError::Reread(RecordError::Open {
                     path: path.to_path_buf(),
@@ -371,6 +380,112 @@ pub(crate) fn reread<T: 'static>(stage: &str, positions: &Positions) -> Result<V
                 })
         })
         .collect()
+}
+
+/// Ranges of an object closer together than this are read by one GET (the
+/// bytes between them are cheaper than another round trip).
+const SPAN_GAP: u64 = 256 << 10;
+/// The most bytes one GET of buffered records covers.
+const SPAN_MAX: u64 = 8 << 20;
+/// Bytes read past a span's last record start: the record itself, unless it
+/// is longer (then it is read again, whole, in a second round).
+const SPAN_TAIL: u64 = 64 << 10;
+
+/// Re-reads the records at `wanted` (indices into `positions`, sorted by
+/// offset) of the uncompressed object at `url` by ranged GETs, all in
+/// flight at once: nearby records share one GET ([`SPAN_GAP`]), and a
+/// record longer than the [`SPAN_TAIL`] read past its start is read again
+/// whole. Every record is CRC-checked as a local re-read is.
+fn reread_object(
+    url: &str,
+    wanted: &[usize],
+    positions: &Positions,
+    options: ReaderOptions,
+    slots: &mut [Option<Record>],
+) -> Result<(), StateError> {
+    let Some(first) = wanted.first().map(|&i| positions.0[i]) else {
+        return Ok(());
+    };
+    let open_error = |error: crate::storage::StorageError| {
+        StateError::Reread(RecordError::Open {
+            path: PathBuf::from(url),
+            error: error.into_io(),
+        })
+    };
+    // The size bounds every GET: a range past the end would be a short read.
+    let size = crate::storage::size_of(Path::new(url)).map_err(open_error)?;
+    let mut spans: Vec<(std::ops::Range<u64>, Vec<usize>)> = Vec::new();
+    let mut last = first.offset();
+    for &i in wanted {
+        let offset = positions.0[i].offset();
+        match spans.last_mut() {
+            Some((range, members))
+                if offset - last <= SPAN_GAP && offset - range.start <= SPAN_MAX =>
+            {
+                range.end = size.min(offset.saturating_add(SPAN_TAIL));
+                members.push(i);
+            }
+            _ => spans.push((offset..size.min(offset.saturating_add(SPAN_TAIL)), vec![i])),
+        }
+        last = offset;
+    }
+    let ranges: Vec<_> = spans.iter().map(|(r, _)| r.clone()).collect();
+    let bytes = crate::storage::read_object_ranges(url, &ranges).map_err(open_error)?;
+    let mut longer = Vec::new();
+    for ((range, members), bytes) in spans.iter().zip(&bytes) {
+        for &i in members {
+            let p = positions.0[i];
+            let from = usize::try_from(p.offset() - range.start).unwrap_or(usize::MAX);
+            let here = bytes.get(from..).unwrap_or_default();
+            match framed_end(here) {
+                Some(end) if end > here.len() as u64 && p.offset().saturating_add(end) <= size => {
+                    longer.push((i, p.offset()..p.offset() + end));
+                }
+                _ => slots[i] = Some(read_one(url, here, p, &options)?),
+            }
+        }
+    }
+    if longer.is_empty() {
+        return Ok(());
+    }
+    let ranges: Vec<_> = longer.iter().map(|(_, r)| r.clone()).collect();
+    let bytes = crate::storage::read_object_ranges(url, &ranges).map_err(open_error)?;
+    for ((i, _), bytes) in longer.iter().zip(&bytes) {
+        slots[*i] = Some(read_one(url, bytes, positions.0[*i], &options)?);
+    }
+    Ok(())
+}
+
+/// The framed length of the record whose header starts `bytes`, if the
+/// header is there and its length CRC holds.
+fn framed_end(bytes: &[u8]) -> Option<u64> {
+    use crate::tfrecord::frame::{FOOTER_LEN, HEADER_LEN, Header, decode_header};
+    let header: &[u8; HEADER_LEN] = bytes.get(..HEADER_LEN)?.try_into().ok()?;
+    match decode_header(header) {
+        Header::Valid(len) => len.checked_add((HEADER_LEN + FOOTER_LEN) as u64),
+        Header::BadCrc { .. } => None,
+    }
+}
+
+/// Reads (and checks) the record at the start of `bytes`, which were read
+/// from `url` at `p`'s offset.
+fn read_one(
+    url: &str,
+    bytes: &[u8],
+    p: RecordPosition,
+    options: &ReaderOptions,
+) -> Result<Record, StateError> {
+    let mut reader = RecordReader::new(bytes, options.clone())
+        .with_path(PathBuf::from(url))
+        .starting_at(p.record(), p.offset());
+    let mut record = Record::new();
+    if !reader
+        .read_record(record.buffer_mut())
+        .map_err(StateError::Reread)?
+    {
+        return Err(missing(&p));
+    }
+    Ok(record.with_position(p))
 }
 
 fn missing(p: &RecordPosition) -> StateError {

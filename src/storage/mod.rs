@@ -77,6 +77,7 @@ pub use index::{
 #[cfg(feature = "object-store")]
 pub use object::{ObjectWriter, PendingObject, commit_objects, delete_object, set_bucket_options};
 pub use resolve::{is_url, resolve};
+pub(crate) use resolve::url_str;
 
 use crate::tfrecord::{Compression, FileRecordReader, ReaderOptions, RecordError};
 
@@ -302,6 +303,27 @@ fn open_object_at(
 
 #[cfg(feature = "object-store")]
 pub use object::ObjectReader;
+
+/// Reads `ranges` of the object at `url` (parallel ranged GETs, all in
+/// flight at once, retried as [`ReadOptions::default`] says), in order.
+/// For re-reading records at stored positions (a restored shuffle buffer).
+#[cfg(feature = "object-store")]
+pub(crate) fn read_object_ranges(
+    url: &str,
+    ranges: &[Range<u64>],
+) -> Result<Vec<bytes::Bytes>, StorageError> {
+    object::read_ranges(url, ranges, &ReadOptions::default())
+}
+
+#[cfg(not(feature = "object-store"))]
+pub(crate) fn read_object_ranges(
+    url: &str,
+    _ranges: &[Range<u64>],
+) -> Result<Vec<Vec<u8>>, StorageError> {
+    Err(StorageError::NotBuilt {
+        url: url.to_string(),
+    })
+}
 
 /// The size in bytes of a file or object.
 pub fn size_of(path: &Path) -> Result<u64, StorageError> {
