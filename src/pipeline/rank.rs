@@ -11,6 +11,18 @@
 //!   deterministic order and keeps records `r, r + w, ...` of that stream.
 //!   Every rank then reads all the data to use `1/w` of it: a
 //!   [`RankShare::warning`] says so.
+//! - **By record through the index**, when every file is uncompressed and
+//!   has a record index beside it (`FILE.idx`, from `tfpipe index`; see
+//!   [`IndexedFiles`]): rank `r` keeps global records `r, r + w, ...` of the
+//!   files in order ([`IndexedFiles::shard_records`]) and reads only those,
+//!   by position, each checked against the index (a stale index fails at the
+//!   first record it misplaces, with its location). The counts come from the
+//!   indexes, so nothing is read to plan the share. The order within the
+//!   share is file order, not the interleave's (the interleave settings do
+//!   not apply), and a state taken this way restores only into a pipeline
+//!   that finds the same indexes. An index that exists but disagrees with
+//!   its file (wrong size, malformed) is not used: the warning says so and
+//!   the share is planned and read as without one.
 //!
 //! The counts per rank differ (files differ in size; `n` records do not
 //! split evenly), so with [`Remainder::Drop`] every rank stops after the
@@ -26,7 +38,11 @@
 //!
 //! Equal counts need the counts: `rank` reads the framing of every file once
 //! (all of them, on every rank: the counts of the other ranks' shares decide
-//! this one's). With a record index (`.idx` files) this would be a lookup.
+//! this one's), except for a by-record share through the index, where they
+//! are a lookup. A by-file share counts by reading even when indexes exist:
+//! its records are then read without the index, so a stale index of a
+//! same-size file would go unnoticed and miscount, and a miscounted share
+//! would leave the ranks uneven.
 //!
 //! # Launchers
 //!
@@ -92,7 +108,8 @@ use std::sync::Arc;
 
 use super::state::{Sequential, StateError};
 use super::{Env, Event, Pipeline, PipelineError, Record, Stream, TfRecordFiles};
-use crate::tfrecord::{FileRecordReader, ReaderOptions};
+use crate::storage::{IndexError, IndexedFiles, RecordIndex, index_path};
+use crate::tfrecord::{Compression, FileRecordReader, ReaderOptions};
 
 /// One process's place in a data-parallel job: `rank` of `world_size`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -275,7 +292,13 @@ pub(crate) struct RankPlan {
     pub(crate) share: RankShare,
     /// Every file, in order (for by-record shares).
     pub(crate) all_paths: Vec<PathBuf>,
+    /// For a by-record share of files that all have a record index: the
+    /// files with their indexes, read by position (this rank's records only).
+    pub(crate) indexed: Option<IndexedFiles>,
 }
+
+/// Reads in flight for a by-record share read through the index.
+const INDEXED_READ_AHEAD: usize = 64;
 
 impl TfRecordFiles {
     /// Reads only this rank's share of the records: by file when there are
@@ -329,14 +352,27 @@ impl TfRecordFiles {
         rank: Rank,
         remainder: Remainder,
     ) -> Result<TfRecordFiles, PipelineError> {
-        let counts = self
-            .paths
-            .iter()
-            .map(|path| count_records(path, &self.options))
-            .collect::<Result<Vec<u64>, PipelineError>>()?;
         let (r, w) = (rank.rank, rank.world_size);
-        let total: u64 = counts.iter().sum();
         let files = self.paths.len();
+        let mut warnings = Vec::new();
+        // By record, an index (beside every file) makes the share exact
+        // without reading the other ranks' records, and the counts a lookup.
+        let indexed = if files < w {
+            open_indexes(&self.paths, &self.options, &mut warnings)
+        } else {
+            None
+        };
+        let counts = match &indexed {
+            Some(indexed) => (0..files)
+                .map(|f| indexed.index(f).map_or(0, |i| i.len()))
+                .collect(),
+            None => self
+                .paths
+                .iter()
+                .map(|path| count_records(path, &self.options))
+                .collect::<Result<Vec<u64>, PipelineError>>()?,
+        };
+        let total: u64 = counts.iter().sum();
         let (by, shares): (ShareBy, Vec<u64>) = if files >= w {
             let shares = (0..w)
                 .map(|k| counts.iter().skip(k).step_by(w).sum())
@@ -358,8 +394,7 @@ impl TfRecordFiles {
             ),
             Remainder::Keep => (mine, 0, 0),
         };
-        let mut warnings = Vec::new();
-        if by == ShareBy::Record {
+        if by == ShareBy::Record && indexed.is_none() {
             warnings.push(format!(
                 "{files} file(s) for {w} ranks: sharding by record, so every rank reads all \
                  {total} records to keep 1/{w} of them; give at least {w} files to shard by file"
@@ -394,7 +429,11 @@ impl TfRecordFiles {
         if by == ShareBy::File {
             self.paths = self.paths.into_iter().skip(r).step_by(w).collect();
         }
-        self.rank = Some(RankPlan { share, all_paths });
+        self.rank = Some(RankPlan {
+            share,
+            all_paths,
+            indexed,
+        });
         Ok(self)
     }
 
@@ -402,6 +441,18 @@ impl TfRecordFiles {
     pub fn rank_share(&self) -> Option<&RankShare> {
         self.rank.as_ref().map(|plan| &plan.share)
     }
+}
+
+/// This rank's records of a by-record share read through the index:
+/// global records `rank`, `rank + world_size`, ... (files in order), each
+/// read by position and checked against the index.
+pub(crate) fn indexed_share(plan: &RankPlan, indexed: &IndexedFiles) -> Pipeline<Record> {
+    let rank = plan.share.rank;
+    let positions = indexed
+        .shard_records(rank.world_size as u64, rank.rank as u64)
+        .unwrap_or_default();
+    let records = indexed.records(positions, INDEXED_READ_AHEAD);
+    finish(plan, records)
 }
 
 /// Applies a rank plan to the records of the files (`records` reads the
@@ -413,6 +464,12 @@ pub(crate) fn apply(plan: &RankPlan, records: Pipeline<Record>) -> Pipeline<Reco
         ShareBy::File => records,
         ShareBy::Record => records.shard(share.rank.world_size, share.rank.rank),
     };
+    finish(plan, records)
+}
+
+/// The equalising `take` and the `rank` tag, after the share is selected.
+fn finish(plan: &RankPlan, records: Pipeline<Record>) -> Pipeline<Record> {
+    let share = &plan.share;
     let records = if share.dropped > 0 {
         records.take(share.records)
     } else {
@@ -466,6 +523,58 @@ fn tag(records: Pipeline<Record>, rank: Rank) -> Pipeline<Record> {
         }),
         depth: tagged.depth,
         error: tagged.error,
+    }
+}
+
+/// The files with their indexes (`FILE.idx` beside each), if every file is
+/// uncompressed and has one. A missing index means "not indexed" (`None`,
+/// quietly); an index that exists but disagrees with its file is not used,
+/// and `warnings` says which and why (the share is then counted by reading).
+fn open_indexes(
+    paths: &[PathBuf],
+    options: &ReaderOptions,
+    warnings: &mut Vec<String>,
+) -> Option<IndexedFiles> {
+    let compressed = |path: &PathBuf| {
+        options
+            .compression
+            .unwrap_or_else(|| Compression::from_path(path))
+            != Compression::None
+    };
+    if paths.is_empty() || paths.iter().any(compressed) {
+        return None;
+    }
+    let mut parts = Vec::with_capacity(paths.len());
+    for path in paths {
+        let index = index_path(path, None);
+        match RecordIndex::load(path, &index) {
+            Ok(loaded) => parts.push((path.clone(), loaded)),
+            Err(e) if index_missing(&e) => return None,
+            Err(e) => {
+                warnings.push(format!(
+                    "not using the record index: {e}; counting the records by reading them"
+                ));
+                return None;
+            }
+        }
+    }
+    match IndexedFiles::from_parts(parts) {
+        Ok(indexed) => Some(indexed),
+        Err(e) => {
+            warnings.push(format!(
+                "not using the record index: {e}; counting the records by reading them"
+            ));
+            None
+        }
+    }
+}
+
+/// Whether loading an index failed because there is no index file.
+fn index_missing(error: &IndexError) -> bool {
+    match error {
+        IndexError::Io { error, .. } => error.kind() == std::io::ErrorKind::NotFound,
+        IndexError::Storage(e) => e.io_kind() == std::io::ErrorKind::NotFound,
+        _ => false,
     }
 }
 

@@ -138,6 +138,12 @@ impl TfRecordFiles {
     pub fn interleave_with(self, mut options: Interleave) -> Pipeline<Record> {
         let reader = self.options;
         let error = self.error;
+        if let Some(plan) = &self.rank
+            && let Some(indexed) = &plan.indexed
+        {
+            return rank::indexed_share(plan, indexed)
+                .invalid_if(error.is_some(), || error.clone().unwrap_or_default());
+        }
         let paths = match &self.rank {
             Some(plan) if plan.share.by == ShareBy::Record => {
                 options.deterministic = true;

@@ -180,3 +180,77 @@ fn every_epoch_the_ranks_split_the_data_and_step_together() {
         assert_ne!(per_rank[0][0].0, per_rank[0][1].0);
     }
 }
+
+#[test]
+fn by_record_with_an_index_each_rank_reads_only_its_own_records() {
+    use tfpipe::storage::{RecordIndex, index_path};
+    let dir = tempfile::tempdir().unwrap();
+    // 2 files of 11 records for 4 ranks: by record.
+    let paths = write_shards(dir.path(), 2, 11, Compression::None, index_record);
+    for p in &paths {
+        RecordIndex::build(p)
+            .unwrap()
+            .write(&index_path(p, None))
+            .unwrap();
+    }
+    let pattern = dir.path().join("part-*.tfrecord").display().to_string();
+    let world = 4;
+    let mut seen = BTreeSet::new();
+    for rank in 0..world {
+        let files = Pipeline::tfrecord_files([&pattern])
+            .unwrap()
+            .rank(Rank::new(rank, world).unwrap(), Remainder::Drop)
+            .unwrap();
+        let s = files.rank_share().unwrap().clone();
+        assert_eq!(s.by, ShareBy::Record);
+        assert_eq!((s.records, s.total_records, s.dropped_total), (5, 22, 2));
+        // Through the index nobody reads everything, so no warning says so.
+        assert!(s.warning.is_none(), "{:?}", s.warning);
+        let got: Vec<u64> = files
+            .interleave(2, 3)
+            .start()
+            .unwrap()
+            .map(|r| record_index(&r.unwrap()))
+            .collect();
+        // Global records rank, rank + 4, ... (files in order), 5 of them.
+        let expected: Vec<u64> = (rank as u64..22).step_by(world).take(5).collect();
+        assert_eq!(got, expected, "rank {rank}");
+        for i in got {
+            assert!(seen.insert(i), "record {i} in two shares");
+        }
+    }
+    assert_eq!(seen.len(), 20);
+
+    // Corrupt record 13 (rank 1's, in file 1): rank 0 never reads it, so its
+    // share still reads cleanly; rank 1 fails at it, located.
+    let index = RecordIndex::build(&paths[1]).unwrap();
+    let (offset, _) = index.get(2).unwrap();
+    let original = std::fs::read(&paths[1]).unwrap();
+    let mut bytes = original.clone();
+    bytes[offset as usize + 12] ^= 0xff;
+    std::fs::write(&paths[1], &bytes).unwrap();
+    let read = |rank| {
+        Pipeline::tfrecord_files([&pattern])
+            .unwrap()
+            .rank(Rank::new(rank, world).unwrap(), Remainder::Drop)
+            .unwrap()
+            .records()
+            .start()
+            .unwrap()
+            .map(|r| r.map(|r| record_index(&r)))
+            .collect::<Result<Vec<u64>, _>>()
+    };
+    assert_eq!(read(0).unwrap(), [0, 4, 8, 12, 16]);
+    let error = read(1).unwrap_err().to_string();
+    assert!(error.contains("part-1.tfrecord") && error.contains("record 2"), "{error}");
+
+    // A stale index (wrong size) is not used, and the warning says why.
+    std::fs::write(&paths[1], &original).unwrap();
+    std::fs::write(index_path(&paths[0], None), "0 24\n").unwrap();
+    let files = Pipeline::tfrecord_files([&pattern])
+        .unwrap()
+        .rank(Rank::new(0, world).unwrap(), Remainder::Drop)
+        .unwrap();
+    let warning = files.rank_share().unwrap().warning.clone().unwrap();
+    assert!(warning.contains("not using the record index"), "{warning}");
+}
