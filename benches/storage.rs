@@ -101,6 +101,11 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(3);
+    // The bench's own S3 client (for the upload and the plain download) is
+    // built before tfpipe's first store: reqwest, built without a default
+    // provider, needs rustls' ring provider installed first (an error here
+    // only means one is installed already).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let root = tempfile::tempdir().expect("tempdir");
     let local = tempfile::tempdir().expect("tempdir");
     std::fs::create_dir(root.path().join("bench")).expect("bucket");

@@ -181,7 +181,7 @@ impl Context {
     }
 
     /// Runs `future` on the runtime and waits for its output on this thread.
-    pub(crate) fn run<F, T>(&self, future: F) -> Result<T, StorageError>
+    pub(crate) fn run<F, T>(self: &Arc<Self>, future: F) -> Result<T, StorageError>
     where
         F: Future<Output = T> + Send + 'static,
         T: Send + 'static,
@@ -190,8 +190,11 @@ impl Context {
     }
 
     /// Starts `future` on the runtime; its output arrives through the
-    /// returned [`Pending`]. Dropping the `Pending` aborts the task.
-    pub(crate) fn spawn<F, T>(&self, future: F) -> Pending<T>
+    /// returned [`Pending`]. Dropping the `Pending` aborts the task. The
+    /// `Pending` keeps the runtime alive: a caller that holds nothing else of
+    /// the context (the index's per-record reads) must not see its task
+    /// aborted because the context's last other owner went away.
+    pub(crate) fn spawn<F, T>(self: &Arc<Self>, future: F) -> Pending<T>
     where
         F: Future<Output = T> + Send + 'static,
         T: Send + 'static,
@@ -205,6 +208,7 @@ impl Context {
         Pending {
             rx: Some(rx),
             task: task.abort_handle(),
+            _context: Arc::clone(self),
         }
     }
 
@@ -263,6 +267,9 @@ impl Drop for Context {
 pub(crate) struct Pending<T> {
     rx: Option<crossbeam_channel::Receiver<T>>,
     task: tokio::task::AbortHandle,
+    /// The runtime the task runs on, alive until this is dropped (after
+    /// the abort in `drop`, fields drop after the body).
+    _context: Arc<Context>,
 }
 
 impl<T> Pending<T> {
