@@ -76,8 +76,8 @@ pub use index::{
 };
 #[cfg(feature = "object-store")]
 pub use object::{ObjectWriter, PendingObject, commit_objects, delete_object, set_bucket_options};
-pub use resolve::{is_url, resolve};
 pub(crate) use resolve::url_str;
+pub use resolve::{is_url, resolve};
 
 use crate::tfrecord::{Compression, FileRecordReader, ReaderOptions, RecordError};
 

@@ -242,7 +242,10 @@ fn by_record_with_an_index_each_rank_reads_only_its_own_records() {
     };
     assert_eq!(read(0).unwrap(), [0, 4, 8, 12, 16]);
     let error = read(1).unwrap_err().to_string();
-    assert!(error.contains("part-1.tfrecord") && error.contains("record 2"), "{error}");
+    assert!(
+        error.contains("part-1.tfrecord") && error.contains("record 2"),
+        "{error}"
+    );
 
     // A stale index (wrong size) is not used, and the warning says why.
     std::fs::write(&paths[1], &original).unwrap();

@@ -93,7 +93,10 @@ fn a_changed_object_fails_the_restore_with_its_location() {
     let bucket = server.bucket("state-changed");
     let url = format!("{bucket}/part-0.tfrecord");
     server.put(&url, tfrecord(&records(0, 40, 30), Compression::None));
-    let pipeline = Pipeline::tfrecord_files([&url]).unwrap().records().shuffle(20, 5);
+    let pipeline = Pipeline::tfrecord_files([&url])
+        .unwrap()
+        .records()
+        .shuffle(20, 5);
     let mut it = pipeline.start().unwrap();
     let _ = it.next().unwrap().unwrap();
     let state = it.state().unwrap();
