@@ -9,8 +9,8 @@ use tfpipe::example::proto::{Event, event, summary};
 use tfpipe::tfrecord::{FileRecordReader, ReaderOptions};
 use tfpipe::train::{
     BatchStream, BoxError, Checkpoint, InputSpec, IterStream, Labels, Model, ModelConfig,
-    OptimizerConfig, OptimizerKind, Outputs, PredictOptions, Predictor, Task, TrainConfig,
-    TrainError, Trainer, Verdict, WithBottleneck, batch_to_tensors,
+    OptimizerConfig, OptimizerKind, Outputs, Placement, PredictOptions, Predictor, Reproducibility,
+    RunLength, Task, TrainConfig, TrainError, Trainer, Verdict, WithBottleneck, batch_to_tensors,
 };
 
 const WIDTH: usize = 8;
@@ -77,19 +77,6 @@ struct Cfg {
     optimizer: OptimizerConfig,
 }
 
-impl std::ops::Deref for Cfg {
-    type Target = TrainConfig;
-    fn deref(&self) -> &TrainConfig {
-        &self.run
-    }
-}
-
-impl std::ops::DerefMut for Cfg {
-    fn deref_mut(&mut self) -> &mut TrainConfig {
-        &mut self.run
-    }
-}
-
 fn config(kind: OptimizerKind) -> Cfg {
     let model = ModelConfig::Mlp {
         inputs: WIDTH,
@@ -149,7 +136,7 @@ fn loss_falls_over_a_few_steps() {
 #[test]
 fn fit_evaluates_each_epoch_and_learns() {
     let mut cfg = config(OptimizerKind::Sgd);
-    cfg.epochs = Some(3);
+    cfg.run = cfg.run.length(RunLength::new().epochs(3));
     let mut trainer = new_trainer(cfg).unwrap();
     let test = dataset(4, 32, 99);
     let mut open_test = move || -> Result<Box<dyn BatchStream>, BoxError> {
@@ -203,7 +190,7 @@ fn fit_evaluates_each_epoch_and_learns() {
 #[test]
 fn checkpoint_round_trip_gives_identical_predictions() {
     let mut cfg = config(OptimizerKind::AdamW);
-    cfg.steps = Some(5);
+    cfg.run = cfg.run.length(RunLength::new().steps(5));
     let mut trainer = new_trainer(cfg).unwrap();
     trainer.fit(memory(dataset(5, 16, 3)), None).unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -217,7 +204,7 @@ fn checkpoint_round_trip_gives_identical_predictions() {
     assert_eq!(before, after);
     assert_eq!(loaded.meta.step, 5);
     // The input spec, with the standardisation `fit` computed from the first batch.
-    assert_eq!(loaded.meta.input, trainer.config().input);
+    assert_eq!(&loaded.meta.input, trainer.config().input());
     assert_eq!(loaded.meta.input.features, input().features);
     assert_eq!(loaded.meta.input.standardize.len(), 1);
 
@@ -283,25 +270,27 @@ fn a_corrupt_checkpoint_is_an_error_not_a_panic() {
 fn resume_continues_the_step_count() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(OptimizerKind::Sgd);
-    cfg.steps = Some(7);
+    cfg.run = cfg.run.length(RunLength::new().steps(7));
     let mut first = new_trainer(cfg).unwrap();
     first.fit(memory(dataset(10, 8, 6)), None).unwrap();
     first.save(dir.path()).unwrap();
 
     let mut cfg = config(OptimizerKind::Sgd);
-    cfg.steps = Some(4);
-    cfg.resume = Some(dir.path().to_path_buf());
+    cfg.run = cfg.run.length(RunLength::new().steps(4));
+    cfg.run = cfg
+        .run
+        .reproducibility(Reproducibility::new().resume(dir.path().to_path_buf()));
     let mut second = new_trainer(cfg).unwrap();
     // Inputs are scaled as the checkpoint's model was trained, not re-estimated.
-    assert_eq!(second.config().input.standardize.len(), 1);
+    assert_eq!(second.config().input().standardize.len(), 1);
     assert_eq!(
-        second.config().input.standardize,
-        first.config().input.standardize
+        second.config().input().standardize,
+        first.config().input().standardize
     );
     let report = second.fit(memory(dataset(10, 8, 7)), None).unwrap();
     assert_eq!(
-        second.config().input.standardize,
-        first.config().input.standardize
+        second.config().input().standardize,
+        first.config().input().standardize
     );
     assert_eq!(report.steps, 4);
     assert_eq!(report.global_step, 11);
@@ -319,7 +308,9 @@ fn resume_continues_the_step_count() {
         hidden: vec![4],
         classes: CLASSES,
     };
-    cfg.resume = Some(dir.path().to_path_buf());
+    cfg.run = cfg
+        .run
+        .reproducibility(Reproducibility::new().resume(dir.path().to_path_buf()));
     let err = new_trainer(cfg).err().unwrap();
     assert!(err.to_string().contains("holds mlp 8-16-3"), "{err}");
 }
@@ -345,8 +336,8 @@ fn slow(
 fn the_phases_add_up_to_the_wall_time() {
     for prefetch in [0, 2] {
         let mut cfg = config(OptimizerKind::Sgd);
-        cfg.epochs = Some(2);
-        cfg.prefetch = prefetch;
+        cfg.run = cfg.run.length(RunLength::new().epochs(2));
+        cfg.run = cfg.run.placement(Placement::new().prefetch(prefetch));
         let mut trainer = new_trainer(cfg).unwrap();
         let start = Instant::now();
         let report = trainer
@@ -379,7 +370,7 @@ fn the_phases_add_up_to_the_wall_time() {
 #[test]
 fn stall_is_high_when_the_pipeline_is_slow_and_low_when_not() {
     let mut cfg = config(OptimizerKind::Sgd);
-    cfg.epochs = Some(1);
+    cfg.run = cfg.run.length(RunLength::new().epochs(1));
     let mut trainer = new_trainer(cfg).unwrap();
     let report = trainer
         .fit(slow(dataset(12, 16, 9), Duration::from_millis(15)), None)
@@ -405,7 +396,7 @@ fn stall_is_high_when_the_pipeline_is_slow_and_low_when_not() {
         model,
         optimizer: OptimizerConfig::default_for(OptimizerKind::Sgd),
     };
-    cfg.epochs = Some(1);
+    cfg.run = cfg.run.length(RunLength::new().epochs(1));
     let mut trainer = new_trainer(cfg).unwrap();
     let report = trainer.fit(memory(dataset(30, 256, 10)), None).unwrap();
     assert!(report.stall_fraction < 0.2, "{report}");
@@ -454,7 +445,7 @@ fn read_events(dir: &std::path::Path) -> Vec<(i64, String, f32)> {
 fn tensorboard_writes_keras_train_and_validation_runs_by_epoch() {
     let logdir = tempfile::tempdir().unwrap();
     let mut cfg = config(OptimizerKind::Sgd);
-    cfg.epochs = Some(2);
+    cfg.run = cfg.run.length(RunLength::new().epochs(2));
     let mut trainer = new_trainer(cfg).unwrap();
     trainer.observe(tfpipe::train::TensorBoard::create(logdir.path(), 2).unwrap());
     let validation = dataset(2, 8, 12);
@@ -724,8 +715,10 @@ fn device_cuda_without_the_feature_is_a_clear_error() {
 #[ignore = "needs an NVIDIA GPU"]
 fn trains_on_cuda() {
     let mut cfg = config(OptimizerKind::AdamW);
-    cfg.device = tfpipe::train::parse_device("cuda:0").unwrap();
-    cfg.epochs = Some(2);
+    cfg.run = cfg
+        .run
+        .placement(Placement::new().device(tfpipe::train::parse_device("cuda:0").unwrap()));
+    cfg.run = cfg.run.length(RunLength::new().epochs(2));
     let mut trainer = new_trainer(cfg).unwrap();
     let report = trainer.fit(memory(dataset(10, 32, 12)), None).unwrap();
     assert_eq!(report.device, "cuda:0");
@@ -930,7 +923,7 @@ fn two_epochs_straight_equal_one_then_resume_one_bit_for_bit() {
         let data = dataset(6, 16, 21);
         let mut cfg = config(kind);
         cfg.optimizer.momentum = if kind == OptimizerKind::Sgd { 0.9 } else { 0.0 };
-        cfg.epochs = Some(2);
+        cfg.run = cfg.run.length(RunLength::new().epochs(2));
         let momentum = cfg.optimizer.momentum;
         let mut straight = new_trainer(cfg).unwrap();
         let full = straight.fit(rotating(data.clone()), None).unwrap();
@@ -938,15 +931,17 @@ fn two_epochs_straight_equal_one_then_resume_one_bit_for_bit() {
         let dir = tempfile::tempdir().unwrap();
         let mut cfg = config(kind);
         cfg.optimizer.momentum = momentum;
-        cfg.epochs = Some(1);
+        cfg.run = cfg.run.length(RunLength::new().epochs(1));
         let mut first = new_trainer(cfg).unwrap();
         first.fit(rotating(data.clone()), None).unwrap();
         first.save(dir.path()).unwrap();
 
         let mut cfg = config(kind);
         cfg.optimizer.momentum = momentum;
-        cfg.epochs = Some(1);
-        cfg.resume = Some(dir.path().to_path_buf());
+        cfg.run = cfg.run.length(RunLength::new().epochs(1));
+        cfg.run = cfg
+            .run
+            .reproducibility(Reproducibility::new().resume(dir.path().to_path_buf()));
         let mut resumed = new_trainer(cfg).unwrap();
         assert!(resumed.warnings().is_empty(), "{:?}", resumed.warnings());
         let rest = resumed.fit(rotating(data.clone()), None).unwrap();
@@ -968,8 +963,7 @@ fn a_foreign_optimizer_trains_and_resume_warns_its_state_is_not_saved() {
     let model = tfpipe::train::BuiltinModel::new(config(OptimizerKind::Sgd).model, vb).unwrap();
     tfpipe::train::seed_vars(&varmap, 1, &Device::Cpu).unwrap();
     let candle_sgd = candle_nn::SGD::new(varmap.all_vars(), 0.1).unwrap();
-    let mut cfg = TrainConfig::new(input());
-    cfg.epochs = Some(2);
+    let cfg = TrainConfig::new(input()).length(RunLength::new().epochs(2));
     let mut trainer = Trainer::new(
         cfg,
         model,
@@ -989,8 +983,8 @@ fn a_foreign_optimizer_trains_and_resume_warns_its_state_is_not_saved() {
     let vb = candle_nn::VarBuilder::from_varmap(&varmap, candle_core::DType::F32, &Device::Cpu);
     let model = tfpipe::train::BuiltinModel::new(config(OptimizerKind::Sgd).model, vb).unwrap();
     let candle_sgd = candle_nn::SGD::new(varmap.all_vars(), 0.1).unwrap();
-    let mut cfg = TrainConfig::new(input());
-    cfg.resume = Some(dir.path().to_path_buf());
+    let cfg = TrainConfig::new(input())
+        .reproducibility(Reproducibility::new().resume(dir.path().to_path_buf()));
     let resumed = Trainer::new(
         cfg,
         model,
@@ -1027,8 +1021,7 @@ fn regression_learns_a_linear_target_with_mse_mae_rmse() {
         standardize: vec![],
         tokens: None,
     };
-    let mut cfg = TrainConfig::new(input);
-    cfg.epochs = Some(8);
+    let cfg = TrainConfig::new(input).length(RunLength::new().epochs(8));
     let model = ModelConfig::mlp(WIDTH, vec![16], Task::Regression);
     let optimizer = OptimizerConfig {
         lr: 0.01,

@@ -20,7 +20,8 @@
 //! | `threads.rs` | [`ThreadTuner`]: compute threads chosen by timing the steps |
 //! | `timing.rs` | [`Phase`] histograms and their [`PhaseSummary`] |
 //! | `prefetch.rs` | [`BatchStream`], the device-prefetch thread |
-//! | `trainer.rs` | [`Trainer`], [`TrainConfig`], evaluation |
+//! | `config.rs` | [`TrainConfig`] and its parts: [`ModelInput`], [`RunLength`], [`Placement`], [`Reproducibility`], [`RunControl`] |
+//! | `trainer.rs` | [`Trainer`], evaluation |
 //! | `report.rs` | [`TrainReport`], [`Verdict`], tables |
 //! | `checkpoint.rs` | safetensors + JSON checkpoints, background loading |
 //! | `predict.rs` | [`Predictor`] and prediction latency |
@@ -32,6 +33,7 @@
 //! times, not launch times.
 
 mod checkpoint;
+mod config;
 mod model;
 mod observer;
 pub mod ops;
@@ -51,6 +53,7 @@ pub use checkpoint::{
     Checkpoint, CheckpointError, CheckpointLoad, CheckpointMeta, DefaultMeta, FORMAT, FeatureMeta,
     SchemaMeta, epoch_seed,
 };
+pub use config::{ModelInput, Placement, Reproducibility, RunControl, RunLength, TrainConfig};
 pub use model::{BuiltinModel, Model, ModelConfig, Task, seed_vars};
 pub use observer::{Checkpointer, Control, EarlyStopping, Monitor, Observer, RunInfo, TensorBoard};
 pub use optim::{
@@ -71,9 +74,7 @@ pub use tensorboard::{EventWriter, Scalar};
 pub use threads::ThreadTuner;
 pub use timing::{Phase, PhaseSummary};
 pub use tokens::{TokenFiles, TokenSet};
-pub use trainer::{
-    Evaluation, Progress, TestOpener, TrainConfig, Trainer, parse_device, resume_pipeline,
-};
+pub use trainer::{Evaluation, Progress, TestOpener, Trainer, parse_device, resume_pipeline};
 
 use crate::Location;
 use crate::pipeline::PipelineError;
