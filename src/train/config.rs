@@ -29,8 +29,17 @@ use super::checkpoint::SchemaMeta;
 use super::schedule::LrSchedule;
 use super::tensor::{InputSpec, SkippedFeature};
 
-/// What a training run does: one part per concern (see the
-/// [module doc](self)).
+/// What a training run does: one part per concern, each built with
+/// setters whose docs end with their default.
+///
+/// | part | the question | default |
+/// |---|---|---|
+/// | [`ModelInput`] | what the model sees: inputs, schema, class names | (required) |
+/// | [`RunLength`] | how long: epochs, steps | one epoch |
+/// | [`Placement`] | where: device, prefetch depth | CPU, 2 batches ahead |
+/// | [`Reproducibility`] | seed, the checkpoint to resume | seed 0, a fresh start |
+/// | [`LrSchedule`] | the learning rate over the run | constant |
+/// | [`RunControl`] | a stop flag, where start-up times count from | none, now |
 ///
 /// ```
 /// use tfpipe::train::*;
