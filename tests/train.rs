@@ -2,6 +2,8 @@
 
 use std::time::{Duration, Instant};
 
+mod common;
+
 use candle_core::Device;
 use prost::Message;
 use tfpipe::batch::{Batch, Column, Values};
@@ -58,6 +60,18 @@ fn dataset(batches: usize, rows: usize, seed: u64) -> Vec<Batch> {
             }
         })
         .collect()
+}
+
+/// An error and its causes, as the CLI prints them: `a: b: c`.
+fn chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut cause = err.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
 }
 
 fn input() -> InputSpec {
@@ -260,10 +274,10 @@ fn a_corrupt_checkpoint_is_an_error_not_a_panic() {
     trainer.save(dir.path()).unwrap();
     std::fs::write(dir.path().join("model.safetensors"), b"not safetensors").unwrap();
     let err = Checkpoint::load(dir.path(), &Device::Cpu).err().unwrap();
-    assert!(err.to_string().contains("model.safetensors"), "{err}");
+    assert!(chain(&err).contains("model.safetensors"), "{err}");
     std::fs::write(dir.path().join("checkpoint.json"), b"{\"format\": 3").unwrap();
     let err = Checkpoint::load(dir.path(), &Device::Cpu).err().unwrap();
-    assert!(err.to_string().contains("checkpoint.json line 1"), "{err}");
+    assert!(chain(&err).contains("checkpoint.json line 1"), "{err}");
 }
 
 #[test]
@@ -312,7 +326,7 @@ fn resume_continues_the_step_count() {
         .run
         .reproducibility(Reproducibility::new().resume(dir.path().to_path_buf()));
     let err = new_trainer(cfg).err().unwrap();
-    assert!(err.to_string().contains("holds mlp 8-16-3"), "{err}");
+    assert!(chain(&err).contains("holds mlp 8-16-3"), "{err}");
 }
 
 /// A source that sleeps `delay` before each batch, like a slow map stage.
@@ -503,7 +517,7 @@ fn data_errors_arrive_as_errors() {
             None,
         )
         .unwrap_err();
-    assert!(err.to_string().contains("record 7 at byte 99"), "{err}");
+    assert!(chain(&err).contains("record 7 at byte 99"), "{err}");
     let mut trainer = new_trainer(config(OptimizerKind::Sgd)).unwrap();
     let err = trainer
         .fit(
@@ -515,7 +529,7 @@ fn data_errors_arrive_as_errors() {
             None,
         )
         .unwrap_err();
-    assert!(err.to_string().contains("no batches"), "{err}");
+    assert!(chain(&err).contains("no batches"), "{err}");
 }
 
 /// Writes the dataset as TFRecord `Example`s (`x`: 8 floats, `label`: int64).
@@ -1074,7 +1088,6 @@ fn a_signal_during_train_saves_the_checkpoint_and_exits_128_plus_the_signal() {
             .spawn()
             .unwrap();
         // The event file grows past its header once steps or an epoch are logged.
-        let start = Instant::now();
         let logged = || {
             std::fs::read_dir(logs.join("train"))
                 .ok()
@@ -1082,17 +1095,7 @@ fn a_signal_during_train_saves_the_checkpoint_and_exits_128_plus_the_signal() {
                 .and_then(|e| e.ok()?.metadata().ok())
                 .is_some_and(|m| m.len() > 200)
         };
-        while !logged() {
-            assert!(start.elapsed() < Duration::from_secs(60), "no steps logged");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let killed = Command::new("kill")
-            .arg(format!("-{signal}"))
-            .arg(child.id().to_string())
-            .status()
-            .unwrap();
-        assert!(killed.success());
-        let out = child.wait_with_output().unwrap();
+        let out = common::signal_when_ready(child, signal, "no steps logged", logged);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(code), "SIG{signal}: {stderr}");
         assert!(

@@ -80,6 +80,20 @@ use crate::Location;
 use crate::pipeline::PipelineError;
 
 /// Errors of training, evaluation, checkpoints and prediction.
+///
+/// Each variant's message is its own; the cause (an I/O error, a
+/// [`PipelineError`] with its location, candle's error, a
+/// [`CheckpointError`]) is its [`source`](std::error::Error::source), never
+/// repeated in the message, so a printer that walks the chain (anyhow's
+/// `{:#}`, the CLI) shows each cause once:
+///
+/// ```
+/// let err = tfpipe::train::Checkpoint::read_meta("no/such/checkpoint").unwrap_err();
+/// assert_eq!(err.to_string(), "checkpoint no/such/checkpoint");
+/// let cause = std::error::Error::source(&err).unwrap();
+/// assert_eq!(cause.to_string(), "cannot read checkpoint.json");
+/// assert!(std::error::Error::source(cause).unwrap().downcast_ref::<std::io::Error>().is_some());
+/// ```
 #[derive(Debug, thiserror::Error)]
 pub enum TrainError {
     /// A bad device name, or `cuda` in a build without the `cuda` feature.
@@ -104,31 +118,31 @@ pub enum TrainError {
     Config(String),
     /// The data source failed (I/O, corruption, parse error), with the
     /// pipeline's error and its location.
-    #[error("data: {0}")]
+    #[error("data")]
     Data(#[source] Box<PipelineError>),
     /// A tensor operation failed inside candle.
-    #[error("{context}: {source}")]
+    #[error("{context}")]
     Candle {
         context: &'static str,
         #[source]
         source: candle_core::Error,
     },
     /// A checkpoint that cannot be written, read or used.
-    #[error("checkpoint {}: {source}", path.display())]
+    #[error("checkpoint {}", path.display())]
     Checkpoint {
         path: std::path::PathBuf,
         #[source]
         source: Box<CheckpointError>,
     },
     /// A TensorBoard event file that cannot be written.
-    #[error("event file {}: {source}", path.display())]
+    #[error("event file {}", path.display())]
     Events {
         path: std::path::PathBuf,
         #[source]
         source: std::io::Error,
     },
     /// An output (predictions) that cannot be written.
-    #[error("{}: cannot write: {source}", path.display())]
+    #[error("{}: cannot write", path.display())]
     Output {
         path: std::path::PathBuf,
         #[source]
@@ -138,7 +152,7 @@ pub enum TrainError {
     #[error(transparent)]
     Panic(#[from] crate::spawn::Panicked),
     /// A thread could not be started.
-    #[error("cannot start the {0} thread: {1}")]
+    #[error("cannot start the {0} thread")]
     Spawn(&'static str, #[source] std::io::Error),
 }
 
