@@ -65,6 +65,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     }
     let started = Instant::now();
     let device = parse_device(args.device.as_deref().unwrap_or("cpu"))?;
+    let device_init = started.elapsed();
     let mut stdout = std::io::stdout().lock();
     let source = args
         .testdata
@@ -144,6 +145,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         save: Some(checkpoint.clone()),
         logdir: Some(out.join("logs")),
         tuner: compute_threads.tuner(),
+        device_init,
         ..RunOptions::default()
     };
     let report = train(
@@ -261,6 +263,8 @@ fn out_dir(args: &Args) -> anyhow::Result<PathBuf> {
 /// the schema), save, and report.
 fn run_tokens(args: Args) -> anyhow::Result<Status> {
     let started = Instant::now();
+    let device = parse_device(args.device.as_deref().unwrap_or("cpu"))?;
+    let device_init = started.elapsed();
     let mut stdout = std::io::stdout().lock();
     let records = args.records.unwrap_or(3000);
     let epochs = args.epochs.unwrap_or(5);
@@ -302,8 +306,9 @@ fn run_tokens(args: Args) -> anyhow::Result<Status> {
     };
     writeln!(
         stdout,
-        "\n== train {} (adamw, batch {batch_size}, {epochs} epochs, {compute_threads} compute threads)",
-        model.describe()
+        "\n== train {} (adamw, batch {batch_size}, {epochs} epochs, {compute_threads} compute threads, {})",
+        model.describe(),
+        device_name(&device)
     )?;
     let config = TrainConfig::new(
         ModelInput::new(selection.spec)
@@ -311,6 +316,7 @@ fn run_tokens(args: Args) -> anyhow::Result<Status> {
             .label_vocabulary(set.class_names()),
     )
     .length(RunLength::new().epochs(epochs).examples_per_epoch(records))
+    .placement(Placement::new().device(device))
     .reproducibility(Reproducibility::new().seed(seed))
     .control(RunControl::new().origin(super::process_start()));
     let data = DataOptions {
@@ -333,6 +339,7 @@ fn run_tokens(args: Args) -> anyhow::Result<Status> {
     let run = RunOptions {
         save: Some(checkpoint.clone()),
         tuner: compute_threads.tuner(),
+        device_init,
         ..RunOptions::default()
     };
     let report = train(
