@@ -16,9 +16,10 @@ use tfpipe::pipeline::{Parallelism, Pipeline, Rank, Remainder, ShuffleOptions};
 use tfpipe::tfrecord::ReaderOptions;
 use tfpipe::train::{
     BatchStream, BoxError, Checkpoint, Checkpointer, Control, Decay, EarlyStopping, EpochReport,
-    InputSpec, LrSchedule, ModelConfig, Monitor, Observer, OptimizerConfig, OptimizerKind,
-    Progress, RunInfo, SchemaMeta, Task, TensorBoard, ThreadTuner, TrainConfig, TrainError,
-    TrainReport, Trainer, classes_from_metadata, epoch_seed, parse_device, resume_pipeline,
+    InputSpec, LrSchedule, ModelConfig, ModelInput, Monitor, Observer, OptimizerConfig,
+    OptimizerKind, Placement, Progress, Reproducibility, RunControl, RunInfo, RunLength,
+    SchemaMeta, Task, TensorBoard, ThreadTuner, TrainConfig, TrainError, TrainReport, Trainer,
+    classes_from_metadata, epoch_seed, parse_device, resume_pipeline,
 };
 
 use super::{CompressionFlag, Status, interrupt};
@@ -176,7 +177,10 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
     check_output_dir(args.save.as_deref(), "--save")?;
     check_output_dir(args.logdir.as_deref(), "--logdir")?;
     check_output_file(args.report_json.as_deref(), "--report-json")?;
+    // Device init (on CUDA: the context, cuBLAS and cuRAND handles).
+    let init = Instant::now();
     let device = parse_device(&super::rank::device(&args.device)?)?;
+    let device_init = init.elapsed();
     let resumed = match &args.resume {
         Some(dir) => Some(Checkpoint::read_meta(dir)?),
         None => None,
@@ -319,12 +323,6 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         "metric" => Monitor::Metric,
         other => bail!("--monitor {other:?}: expected loss or metric"),
     };
-    let mut config = TrainConfig::new(input);
-    config.schema = Some(SchemaMeta::from_schema(&schema));
-    config.label_vocabulary = recorded.vocabulary.clone();
-    config.skipped_features = selection.skipped;
-    config.epochs = args.epochs;
-    config.steps = args.steps;
     // One seed schedule per training: a resumed run keeps the checkpoint's.
     let seed = match &resumed {
         Some(meta) => {
@@ -338,14 +336,30 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         }
         None => args.seed,
     };
-    config.seed = seed;
-    config.device = device;
-    config.prefetch = args.prefetch;
-    config.resume = args.resume.clone();
-    config.schedule = schedule;
-    config.examples_per_epoch = recorded.records;
-    config.stop = Some(interrupt.flag());
-    config.origin = super::process_start();
+    let config = TrainConfig::new(
+        ModelInput::new(input)
+            .schema(SchemaMeta::from_schema(&schema))
+            .label_vocabulary(recorded.vocabulary.clone())
+            .skipped_features(selection.skipped),
+    )
+    .length(
+        RunLength::new()
+            .epochs(args.epochs)
+            .steps(args.steps)
+            .examples_per_epoch(recorded.records),
+    )
+    .placement(Placement::new().device(device).prefetch(args.prefetch))
+    .reproducibility(
+        Reproducibility::new()
+            .seed(seed)
+            .resume(args.resume.clone()),
+    )
+    .schedule(schedule)
+    .control(
+        RunControl::new()
+            .stop_flag(interrupt.flag())
+            .origin(super::process_start()),
+    );
     let data = DataOptions {
         files: args.data.clone(),
         reader: args.compression.reader_options(),
@@ -371,6 +385,7 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         early_stopping: args.early_stopping.map(|p| (monitor, p)),
         tuner: threads.tuner(),
         resume_position: resumed.as_ref().and_then(|m| m.pipeline_state.clone()),
+        device_init,
     };
     if let Some(meta) = &resumed
         && meta.pipeline_state.is_none()
@@ -486,6 +501,8 @@ pub(super) struct RunOptions {
     pub tuner: Option<ThreadTuner>,
     /// The resumed checkpoint's pipeline position (`pipeline_state`).
     pub resume_position: Option<serde_json::Value>,
+    /// How long creating the device took (the report's `device_init_ms`).
+    pub device_init: Duration,
 }
 
 /// Trains with a progress bar and per-epoch lines on stdout; checkpoints
@@ -499,6 +516,7 @@ pub(super) fn train(
     run: &RunOptions,
 ) -> anyhow::Result<TrainReport> {
     let mut trainer = Trainer::builtin(config, model, optimizer)?;
+    trainer.record_device_init(run.device_init);
     for warning in trainer.warnings() {
         eprintln!("tfpipe: warning: {warning}");
     }
