@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Source this (bash) to build tfpipe's `cuda` feature, also on a machine
 # without a CUDA install and without a GPU:
 #
@@ -49,11 +50,14 @@ _tfpipe_cuda_env() {
     else
         if ! ls "$venv"/lib/python3*/site-packages/nvidia/cu13/bin/nvcc >/dev/null 2>&1; then
             echo "cuda-env: installing the CUDA wheels into $venv" >&2
-            local wheels
-            wheels="$(_tfpipe_cuda_wheels)" || return 1
-            { [ -x "$venv/bin/pip" ] || python3 -m venv "$venv"; } &&
-                # shellcheck disable=SC2086
-                "$venv/bin/pip" install -q $wheels || return 1
+            local list
+            local -a wheels
+            list="$(_tfpipe_cuda_wheels)" || return 1
+            read -r -a wheels <<<"$list"
+            if [ ! -x "$venv/bin/pip" ]; then
+                python3 -m venv "$venv" || return 1
+            fi
+            "$venv/bin/pip" install -q "${wheels[@]}" || return 1
         fi
         for d in "$venv"/lib/python3*/site-packages/nvidia/cu13; do
             [ -x "$d/bin/nvcc" ] && root="$d"
@@ -95,8 +99,10 @@ _tfpipe_cuda_env() {
     if [ -n "$driver" ]; then
         ln -sf "$driver" "$links/libcuda.so"
     elif [ ! -e "$links/libcuda.so" ] || [ ! -e "$links/cuda-stub.c" ]; then
-        local sys
-        sys="$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/cudarc-0.19.*/src/driver/sys/mod.rs 2>/dev/null | tail -1)"
+        local sys=""
+        for f in "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/cudarc-0.19.*/src/driver/sys/mod.rs; do
+            [ -e "$f" ] && sys="$f"
+        done
         if [ -z "$sys" ]; then
             echo "cuda-env: no libcuda and no cudarc source to make a stub from (run cargo fetch first)" >&2
             return 1

@@ -198,6 +198,22 @@ fn fit_evaluates_each_epoch_and_learns() {
             && s.first_batch <= s.first_step
             && s.model_ready <= s.first_step
     );
+    // The model is ready when the trainer is made, before fit opens the data.
+    assert!(s.model_ready <= s.pipeline_built, "{s:?}");
+    // The device's start-up, on the CPU: the weights drawn, no warm-up kernel,
+    // and no device init reported by this caller.
+    let d = report.device_startup_ms;
+    assert!(d.weights_upload_ms.unwrap() > 0.0, "{d:?}");
+    assert_eq!(d.first_kernel_ms, None);
+    assert_eq!(d.device_init_ms, 0.0);
+    assert!(json["device_startup_ms"]["first_kernel_ms"].is_null());
+    assert!(json["device_startup_ms"]["weights_upload_ms"].is_number());
+    let table = report.to_string();
+    assert!(
+        table.contains("device     init 0.0 ms, weights drawn and uploaded ")
+            && table.contains("first kernel (warm-up) n/a"),
+        "{table}"
+    );
 }
 
 #[test]
@@ -619,8 +635,25 @@ fn cli_train_then_predict() {
         table.contains("start-up") && table.contains("stall"),
         "{table}"
     );
+    // The device's start-up rows, on the CPU: nothing to warm up.
+    assert!(
+        table.contains("device     init ")
+            && table.contains("weights drawn and uploaded ")
+            && table.contains("first kernel (warm-up) n/a"),
+        "{table}"
+    );
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(d.join("train.json")).unwrap()).unwrap();
+    let device = &report["device_startup_ms"];
+    assert!(
+        device["device_init_ms"].as_f64().unwrap() >= 0.0,
+        "{report}"
+    );
+    assert!(
+        device["weights_upload_ms"].as_f64().unwrap() > 0.0,
+        "{report}"
+    );
+    assert!(device["first_kernel_ms"].is_null(), "{report}");
     assert_eq!(report["steps"], 8);
     assert_eq!(report["examples"], 128);
     assert!(report["val_accuracy"].as_f64().unwrap() > 0.5, "{report}");
@@ -730,6 +763,15 @@ fn trains_on_cuda() {
     let report = trainer.fit(memory(dataset(10, 32, 12)), None).unwrap();
     assert_eq!(report.device, "cuda:0");
     assert!(report.epochs[1].loss < report.epochs[0].loss, "{report}");
+    // On a GPU the warm-up kernel runs and is timed.
+    assert!(
+        report.device_startup_ms.first_kernel_ms.unwrap() > 0.0,
+        "{report}"
+    );
+    assert!(
+        report.device_startup_ms.weights_upload_ms.unwrap() > 0.0,
+        "{report}"
+    );
 }
 
 /// Converts `testdata/tabular/penguins.csv` (label `species`, text columns

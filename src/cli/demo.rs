@@ -65,6 +65,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     }
     let started = Instant::now();
     let device = parse_device(args.device.as_deref().unwrap_or("cpu"))?;
+    let device_init = started.elapsed();
     let mut stdout = std::io::stdout().lock();
     let source = args
         .testdata
@@ -142,6 +143,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         save: Some(checkpoint.clone()),
         logdir: Some(out.join("logs")),
         tuner: compute_threads.tuner(),
+        device_init,
         ..RunOptions::default()
     };
     let report = train(
@@ -259,6 +261,8 @@ fn out_dir(args: &Args) -> anyhow::Result<PathBuf> {
 /// the schema), save, and report.
 fn run_tokens(args: Args) -> anyhow::Result<Status> {
     let started = Instant::now();
+    let device = parse_device(args.device.as_deref().unwrap_or("cpu"))?;
+    let device_init = started.elapsed();
     let mut stdout = std::io::stdout().lock();
     let records = args.records.unwrap_or(3000);
     let epochs = args.epochs.unwrap_or(5);
@@ -300,8 +304,9 @@ fn run_tokens(args: Args) -> anyhow::Result<Status> {
     };
     writeln!(
         stdout,
-        "\n== train {} (adamw, batch {batch_size}, {epochs} epochs, {compute_threads} compute threads)",
-        model.describe()
+        "\n== train {} (adamw, batch {batch_size}, {epochs} epochs, {compute_threads} compute threads, {})",
+        model.describe(),
+        device_name(&device)
     )?;
     let mut config = TrainConfig::new(selection.spec);
     config.schema = Some(SchemaMeta::from_schema(&selection.schema));
@@ -309,6 +314,7 @@ fn run_tokens(args: Args) -> anyhow::Result<Status> {
     config.epochs = Some(epochs);
     config.seed = seed;
     config.examples_per_epoch = Some(records);
+    config.device = device;
     config.origin = super::process_start();
     let data = DataOptions {
         files: vec![train_files.data.to_string_lossy().into_owned()],
@@ -330,6 +336,7 @@ fn run_tokens(args: Args) -> anyhow::Result<Status> {
     let run = RunOptions {
         save: Some(checkpoint.clone()),
         tuner: compute_threads.tuner(),
+        device_init,
         ..RunOptions::default()
     };
     let report = train(

@@ -176,7 +176,10 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
     check_output_dir(args.save.as_deref(), "--save")?;
     check_output_dir(args.logdir.as_deref(), "--logdir")?;
     check_output_file(args.report_json.as_deref(), "--report-json")?;
+    // Device init (on CUDA: the context, cuBLAS and cuRAND handles).
+    let init = Instant::now();
     let device = parse_device(&super::rank::device(&args.device)?)?;
+    let device_init = init.elapsed();
     let resumed = match &args.resume {
         Some(dir) => Some(Checkpoint::read_meta(dir)?),
         None => None,
@@ -371,6 +374,7 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         early_stopping: args.early_stopping.map(|p| (monitor, p)),
         tuner: threads.tuner(),
         resume_position: resumed.as_ref().and_then(|m| m.pipeline_state.clone()),
+        device_init,
     };
     if let Some(meta) = &resumed
         && meta.pipeline_state.is_none()
@@ -486,6 +490,8 @@ pub(super) struct RunOptions {
     pub tuner: Option<ThreadTuner>,
     /// The resumed checkpoint's pipeline position (`pipeline_state`).
     pub resume_position: Option<serde_json::Value>,
+    /// How long creating the device took (the report's `device_init_ms`).
+    pub device_init: Duration,
 }
 
 /// Trains with a progress bar and per-epoch lines on stdout; checkpoints
@@ -499,6 +505,7 @@ pub(super) fn train(
     run: &RunOptions,
 ) -> anyhow::Result<TrainReport> {
     let mut trainer = Trainer::builtin(config, model, optimizer)?;
+    trainer.record_device_init(run.device_init);
     for warning in trainer.warnings() {
         eprintln!("tfpipe: warning: {warning}");
     }

@@ -7,8 +7,9 @@
 //! phases (data wait, host-to-device copy, compute) into hdrhistograms and ends
 //! with a [`TrainReport`]: throughput, the stall fraction with a verdict in
 //! TensorFlow profiler's words, the pipeline's bottleneck stage, and the
-//! start-up breakdown (process start -> pipeline built -> first batch -> model
-//! ready -> first step).
+//! start-up breakdown (process start -> model ready -> pipeline built -> first
+//! batch -> first step; on a GPU also the device's init, weights upload and
+//! first kernel, [`DeviceStartup`]).
 //!
 //! | file | what lives there |
 //! |---|---|
@@ -61,7 +62,7 @@ pub use predict::{
     PredictionSink, Predictor,
 };
 pub use prefetch::{BatchEvent, BatchStream, BoxError, IterStream, WithBottleneck};
-pub use report::{EpochReport, Startup, TrainReport, Verdict};
+pub use report::{DeviceStartup, EpochReport, Startup, TrainReport, Verdict};
 pub use schedule::{Decay, LrSchedule};
 pub use tensor::{
     BatchTensors, InputSelection, InputSpec, SkippedFeature, Standardize, TokenSpec,

@@ -56,10 +56,60 @@ pub struct Startup {
     pub pipeline_built: f64,
     /// The first batch arrived as tensors on the device.
     pub first_batch: f64,
-    /// The model initialised or loaded from the checkpoint.
+    /// The model initialised (weights on the device) or loaded from the
+    /// checkpoint: when the trainer was made, before `fit` opened the data.
     pub model_ready: f64,
     /// The first training step finished.
     pub first_step: f64,
+}
+
+/// The device's share of start-up, in milliseconds (durations, not
+/// milestones). On CUDA: creating the context (with cuBLAS and cuRAND
+/// handles), drawing the weights on the host and uploading them, and the
+/// first kernel. On the CPU there is nothing to create, upload or warm up,
+/// so `device_init_ms` and `weights_upload_ms` are about 0 (the weights are
+/// drawn in place) and `first_kernel_ms` is `None` ("n/a" in the table).
+///
+/// The first kernel is a one-element kernel plus `synchronize`, run once
+/// per trainer while the pipeline starts (overlapped with its start-up):
+/// the driver loads (JIT-compiles) that kernel's module and launches it.
+/// The first training step, which loads the other modules it uses, is
+/// [`TrainReport::first_step_ms`], to compare with the steady step.
+///
+/// ```
+/// let d = tfpipe::train::DeviceStartup::default();
+/// assert_eq!(d.first_kernel_ms, None);
+/// assert!(serde_json::to_string(&d).unwrap().contains("\"weights_upload_ms\""));
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeviceStartup {
+    /// Creating the device ([`parse_device`](super::parse_device)), as the
+    /// caller reported it with
+    /// [`Trainer::record_device_init`](super::Trainer::record_device_init);
+    /// 0 when not reported.
+    #[serde(default)]
+    pub device_init_ms: f64,
+    /// Building the model: weights drawn on the host and uploaded, optimizer
+    /// state allocated on the device ([`Trainer::builtin`](super::Trainer::builtin)).
+    /// `None` for a model built outside the trainer ([`Trainer::new`](super::Trainer::new)).
+    #[serde(default)]
+    pub weights_upload_ms: Option<f64>,
+    /// The first kernel on the device, synchronized (warm-up). `None` on the CPU.
+    #[serde(default)]
+    pub first_kernel_ms: Option<f64>,
+}
+
+impl fmt::Display for DeviceStartup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.1} ms"));
+        write!(
+            f,
+            "init {:.1} ms, weights drawn and uploaded {}, first kernel (warm-up) {}",
+            self.device_init_ms,
+            ms(self.weights_upload_ms),
+            ms(self.first_kernel_ms)
+        )
+    }
 }
 
 /// One epoch's numbers, with Keras' names (`loss`, `accuracy`,
@@ -213,6 +263,9 @@ pub struct TrainReport {
     pub other_ms: f64,
     /// Start-up milestones from process start.
     pub startup_ms: Startup,
+    /// The device's start-up: context, weights upload, first kernel.
+    #[serde(default)]
+    pub device_startup_ms: DeviceStartup,
     /// The first (warm-up) step: copy + compute.
     pub first_step_ms: f64,
     /// The median of the later steps' copy + compute.
@@ -328,9 +381,10 @@ impl fmt::Display for TrainReport {
         let s = &self.startup_ms;
         writeln!(
             f,
-            "start-up   process start -> pipeline built {:.1} ms -> first batch {:.1} ms -> model ready {:.1} ms -> first step {:.1} ms",
-            s.pipeline_built, s.first_batch, s.model_ready, s.first_step
+            "start-up   process start -> model ready {:.1} ms -> pipeline built {:.1} ms -> first batch {:.1} ms -> first step {:.1} ms",
+            s.model_ready, s.pipeline_built, s.first_batch, s.first_step
         )?;
+        writeln!(f, "device     {}", self.device_startup_ms)?;
         writeln!(
             f,
             "steps      first (warm-up) {:.3} ms, steady median {:.3} ms",

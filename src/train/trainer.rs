@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use candle_core::{D, Device, Tensor};
+use candle_core::{D, DType, Device, Tensor};
 use candle_nn::VarMap;
 use serde::{Deserialize, Serialize};
 
@@ -38,7 +38,7 @@ use super::model::{BuiltinModel, Model, ModelConfig, Task};
 use super::observer::{Control, Observer, RunInfo};
 use super::optim::{OptimizerConfig, TrainOptimizer};
 use super::prefetch::{BatchEvent, BatchStream, BoxError, DevicePrefetch, Fetched, PositionTaker};
-use super::report::{EpochReport, Startup, TrainReport, Verdict};
+use super::report::{DeviceStartup, EpochReport, Startup, TrainReport, Verdict};
 use super::schedule::LrSchedule;
 use super::tensor::{BatchTensors, InputSpec, SkippedFeature, Standardize, batch_to_tensors};
 use super::timing::Phase;
@@ -76,9 +76,17 @@ pub fn parse_device(name: &str) -> Result<Device, TrainError> {
     cuda_device(ordinal)
 }
 
+/// The CUDA device `ordinal`. No driver or no GPU is an error, never a
+/// panic; candle's backtrace (captured under `RUST_BACKTRACE`) is dropped
+/// from the message.
 #[cfg(feature = "cuda")]
 fn cuda_device(ordinal: usize) -> Result<Device, TrainError> {
-    Device::new_cuda(ordinal).map_err(|e| TrainError::Device(format!("cuda:{ordinal}: {e}")))
+    Device::new_cuda(ordinal).map_err(|e| {
+        TrainError::Device(format!(
+            "cuda:{ordinal}: no usable CUDA device (an NVIDIA GPU and its driver are needed; `nvidia-smi` lists them): {}",
+            super::checkpoint::strip_backtrace(e)
+        ))
+    })
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -86,6 +94,24 @@ fn cuda_device(ordinal: usize) -> Result<Device, TrainError> {
     Err(TrainError::Device(format!(
         "--device cuda:{ordinal}: this tfpipe was built without the `cuda` feature; rebuild with `cargo build --release --features cuda` (needs a CUDA toolkit)"
     )))
+}
+
+/// Runs the first kernel on a GPU (a one-element affine, then
+/// `synchronize`) and returns how long it took, ms: the driver loads that
+/// kernel's module and launches it (see [`DeviceStartup`]). `None` on the
+/// CPU, which has nothing to warm up.
+fn first_kernel(device: &Device) -> Result<Option<f64>, TrainError> {
+    if device.is_cpu() {
+        return Ok(None);
+    }
+    let start = Instant::now();
+    Tensor::zeros(1, DType::F32, device)
+        .and_then(|t| t.affine(1.0, 1.0))
+        .and_then(|_| device.synchronize())
+        .map_err(TrainError::candle(
+            "the first kernel on the device (warm-up)",
+        ))?;
+    Ok(Some(start.elapsed().as_secs_f64() * 1e3))
 }
 
 /// A device's name as reports print it.
@@ -385,6 +411,10 @@ pub struct Trainer {
     checkpoint_load: Option<CheckpointLoad>,
     /// Things the user should know (e.g. a foreign optimizer's state not restored).
     warnings: Vec<String>,
+    /// Device init, weights upload and first kernel, for the report.
+    device_startup: DeviceStartup,
+    /// When the model was ready (the trainer made): start-up's `model_ready`.
+    ready_at: Instant,
 }
 
 /// The test-data opener `fit` takes.
@@ -469,9 +499,14 @@ impl Trainer {
                 ));
             }
         }
+        // Weights drawn on the host and uploaded, optimizer state allocated.
+        let upload = Instant::now();
         let (built, varmap) = BuiltinModel::init(model.clone(), config.seed, &config.device)?;
         let optim = optimizer.build(varmap.all_vars())?;
-        Trainer::from_parts(config, Box::new(built), varmap, optim, Some(model))
+        let weights_upload_ms = upload.elapsed().as_secs_f64() * 1e3;
+        let mut trainer = Trainer::from_parts(config, Box::new(built), varmap, optim, Some(model))?;
+        trainer.device_startup.weights_upload_ms = Some(weights_upload_ms);
+        Ok(trainer)
     }
 
     fn from_parts(
@@ -571,7 +606,32 @@ impl Trainer {
             stopped_early: false,
             checkpoint_load,
             warnings,
+            device_startup: DeviceStartup::default(),
+            ready_at: Instant::now(),
         })
+    }
+
+    /// Records how long creating `config.device` took (the caller made it:
+    /// on CUDA the context, cuBLAS and cuRAND handles), for the report's
+    /// [`DeviceStartup::device_init_ms`].
+    ///
+    /// ```
+    /// use std::time::Instant;
+    /// use tfpipe::train::*;
+    ///
+    /// let start = Instant::now();
+    /// let device = parse_device("cpu")?;
+    /// let took = start.elapsed();
+    /// let input = InputSpec { features: vec![("x".into(), 4)], label: Some("y".into()), task: Task::Classification { classes: 2 }, standardize: vec![], tokens: None };
+    /// let mut config = TrainConfig::new(input);
+    /// config.device = device;
+    /// let model = ModelConfig::Mlp { inputs: 4, hidden: vec![8], classes: 2 };
+    /// let mut trainer = Trainer::builtin(config, model, OptimizerConfig::default_for(OptimizerKind::Sgd))?;
+    /// trainer.record_device_init(took);
+    /// # Ok::<(), TrainError>(())
+    /// ```
+    pub fn record_device_init(&mut self, took: Duration) {
+        self.device_startup.device_init_ms = took.as_secs_f64() * 1e3;
     }
 
     /// The config.
@@ -714,6 +774,7 @@ impl Trainer {
         let device = self.config.device.clone();
         let inline = self.config.prefetch == 0;
         let mut clock = RunClock::new(self.config.origin, inline);
+        clock.startup.model_ready = clock.since_origin(self.ready_at);
         let mut eval_time = Duration::ZERO;
         let mut bottleneck: Option<String> = None;
         let mut epochs = Vec::new();
@@ -768,6 +829,10 @@ impl Trainer {
                     let stream = self.with_statistics(stream);
                     feeder = Some(Feeder::new(stream, &self.config, clock.steps, inline)?);
                     stream_steps = 0;
+                    // Once per trainer, while the pipeline makes its first batches.
+                    if clock.steps == 0 && self.device_startup.first_kernel_ms.is_none() {
+                        self.device_startup.first_kernel_ms = first_kernel(&device)?;
+                    }
                 }
                 let Some(feed) = feeder.as_mut() else { break };
                 let wait_start = Instant::now();
@@ -962,6 +1027,7 @@ impl Trainer {
             eval_ms: eval_time.as_secs_f64() * 1e3,
             other_ms: wall.saturating_sub(accounted).as_secs_f64() * 1e3,
             startup_ms: clock.startup,
+            device_startup_ms: self.device_startup,
             first_step_ms: clock.first_step_ms,
             steady_step_ms_p50: clock.steady.summary().p50,
             val_loss: last.and_then(|e| e.val_loss),
@@ -1073,7 +1139,6 @@ impl RunClock {
             // The first batch's wait is start-up, not data wait.
             let arrived = now - busy;
             self.startup.first_batch = self.since_origin(arrived);
-            self.startup.model_ready = self.startup.first_batch;
             self.startup.first_step = self.since_origin(now);
             self.first_step_ms = step_busy.as_secs_f64() * 1e3;
         } else {
