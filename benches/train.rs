@@ -27,7 +27,7 @@ use tfpipe::pipeline::{Parallelism, Pipeline};
 use tfpipe::tfrecord::{Compression, FileRecordWriter};
 use tfpipe::train::{
     BatchStream, BatchTensors, BoxError, BuiltinModel, Checkpoint, InputSpec, IterStream,
-    ModelConfig, OptimizerConfig, OptimizerKind, Predictor, Task, TrainConfig, Trainer,
+    ModelConfig, OptimizerConfig, OptimizerKind, Predictor, RunLength, Task, TrainConfig, Trainer,
     batch_to_tensors,
 };
 
@@ -154,8 +154,7 @@ where
     S: BatchStream + 'static,
     F: FnMut(u64) -> Result<S, BoxError>,
 {
-    let mut cfg = config();
-    cfg.steps = Some(iters + 1);
+    let cfg = config().length(RunLength::new().steps(iters + 1));
     let mut trainer = trainer(cfg, kind);
     let report = trainer.fit(open, None).expect("fit");
     let steady_ms = report.data_wait_ms.total + report.compute_ms.total - report.first_step_ms;
@@ -547,7 +546,7 @@ fn embedding_step(c: &mut Criterion) {
     )
     .expect("config");
     let mut spec = input;
-    spec.tokens = trainer.config().input.tokens.clone();
+    spec.tokens = trainer.config().input().tokens.clone();
     let tensors = batch_to_tensors(batch, &spec, 0, &Device::Cpu).expect("tensors");
     let mut group = c.benchmark_group("embedding_step_b256");
     group.throughput(Throughput::Elements(BATCH as u64));
