@@ -20,8 +20,8 @@ use candle_nn::{Linear, VarBuilder, VarMap};
 use tfpipe::batch::{Batch, Column, Values};
 use tfpipe::train::{
     BatchStream, BatchTensors, BoxError, Checkpointer, InputSpec, IterStream, Model,
-    OptimizerConfig, OptimizerKind, Task, TensorBoard, TrainConfig, TrainError, TrainReport,
-    Trainer, seed_vars,
+    OptimizerConfig, OptimizerKind, RunLength, Task, TensorBoard, TrainConfig, TrainError,
+    TrainReport, Trainer, seed_vars,
 };
 
 /// Input width and classes of the generated data.
@@ -150,8 +150,7 @@ pub fn train(epochs: u64, out: Option<&std::path::Path>) -> Result<TrainReport, 
         standardize: vec![],
         tokens: None,
     };
-    let mut config = TrainConfig::new(input);
-    config.epochs = Some(epochs);
+    let config = TrainConfig::new(input).length(RunLength::new().epochs(epochs));
     let mut trainer = Trainer::new(config, model, varmap, optimizer)?;
     if let Some(out) = out {
         trainer.observe(TensorBoard::create(out.join("logs"), 10)?);

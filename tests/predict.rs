@@ -4,12 +4,13 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use prost::Message;
 use tfpipe::example::Example;
 use tfpipe::example::proto::{Feature, Features, FloatList, feature};
 use tfpipe::tfrecord::{Compression, FileRecordWriter};
+
+mod common;
 
 fn tfpipe() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tfpipe"))
@@ -334,21 +335,8 @@ fn a_signal_while_predicting_into_a_file_leaves_nothing() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let start = Instant::now();
-        while std::fs::read_dir(&out_dir).unwrap().count() == 0 {
-            assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "no temporary file"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let killed = Command::new("kill")
-            .arg(format!("-{signal}"))
-            .arg(child.id().to_string())
-            .status()
-            .unwrap();
-        assert!(killed.success());
-        let out = child.wait_with_output().unwrap();
+        let started = || std::fs::read_dir(&out_dir).unwrap().count() > 0;
+        let out = common::signal_when_ready(child, signal, "no temporary file", started);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(code), "SIG{signal}: {stderr}");
         assert!(
@@ -358,4 +346,25 @@ fn a_signal_while_predicting_into_a_file_leaves_nothing() {
         let left: Vec<_> = std::fs::read_dir(&out_dir).unwrap().collect();
         assert!(left.is_empty(), "SIG{signal} left {left:?}");
     }
+}
+
+#[test]
+fn a_missing_checkpoint_prints_its_io_cause_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-checkpoint");
+    let out = tfpipe()
+        .arg("predict")
+        .arg("--checkpoint")
+        .arg(&missing)
+        .args(["--data", "testdata/tabular/none-*"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    // The io error is the cause of the checkpoint error, never also in its
+    // message: the chain names it once.
+    let io_text = std::fs::read(&missing).unwrap_err().to_string();
+    assert_eq!(stderr.matches(io_text.as_str()).count(), 1, "{stderr}");
+    assert!(stderr.contains("no-such-checkpoint"), "{stderr}");
+    assert!(stderr.contains("cannot read checkpoint.json"), "{stderr}");
 }

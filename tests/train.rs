@@ -2,6 +2,8 @@
 
 use std::time::{Duration, Instant};
 
+mod common;
+
 use candle_core::Device;
 use prost::Message;
 use tfpipe::batch::{Batch, Column, Values};
@@ -9,8 +11,8 @@ use tfpipe::example::proto::{Event, event, summary};
 use tfpipe::tfrecord::{FileRecordReader, ReaderOptions};
 use tfpipe::train::{
     BatchStream, BoxError, Checkpoint, InputSpec, IterStream, Labels, Model, ModelConfig,
-    OptimizerConfig, OptimizerKind, Outputs, PredictOptions, Predictor, Task, TrainConfig,
-    TrainError, Trainer, Verdict, WithBottleneck, batch_to_tensors,
+    OptimizerConfig, OptimizerKind, Outputs, Placement, PredictOptions, Predictor, Reproducibility,
+    RunLength, Task, TrainConfig, TrainError, Trainer, Verdict, WithBottleneck, batch_to_tensors,
 };
 
 const WIDTH: usize = 8;
@@ -60,6 +62,18 @@ fn dataset(batches: usize, rows: usize, seed: u64) -> Vec<Batch> {
         .collect()
 }
 
+/// An error and its causes, as the CLI prints them: `a: b: c`.
+fn chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut cause = err.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}
+
 fn input() -> InputSpec {
     InputSpec {
         features: vec![("x".into(), WIDTH)],
@@ -75,19 +89,6 @@ struct Cfg {
     run: TrainConfig,
     model: ModelConfig,
     optimizer: OptimizerConfig,
-}
-
-impl std::ops::Deref for Cfg {
-    type Target = TrainConfig;
-    fn deref(&self) -> &TrainConfig {
-        &self.run
-    }
-}
-
-impl std::ops::DerefMut for Cfg {
-    fn deref_mut(&mut self) -> &mut TrainConfig {
-        &mut self.run
-    }
 }
 
 fn config(kind: OptimizerKind) -> Cfg {
@@ -149,7 +150,7 @@ fn loss_falls_over_a_few_steps() {
 #[test]
 fn fit_evaluates_each_epoch_and_learns() {
     let mut cfg = config(OptimizerKind::Sgd);
-    cfg.epochs = Some(3);
+    cfg.run = cfg.run.length(RunLength::new().epochs(3));
     let mut trainer = new_trainer(cfg).unwrap();
     let test = dataset(4, 32, 99);
     let mut open_test = move || -> Result<Box<dyn BatchStream>, BoxError> {
@@ -219,7 +220,7 @@ fn fit_evaluates_each_epoch_and_learns() {
 #[test]
 fn checkpoint_round_trip_gives_identical_predictions() {
     let mut cfg = config(OptimizerKind::AdamW);
-    cfg.steps = Some(5);
+    cfg.run = cfg.run.length(RunLength::new().steps(5));
     let mut trainer = new_trainer(cfg).unwrap();
     trainer.fit(memory(dataset(5, 16, 3)), None).unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -233,7 +234,7 @@ fn checkpoint_round_trip_gives_identical_predictions() {
     assert_eq!(before, after);
     assert_eq!(loaded.meta.step, 5);
     // The input spec, with the standardisation `fit` computed from the first batch.
-    assert_eq!(loaded.meta.input, trainer.config().input);
+    assert_eq!(&loaded.meta.input, trainer.config().input());
     assert_eq!(loaded.meta.input.features, input().features);
     assert_eq!(loaded.meta.input.standardize.len(), 1);
 
@@ -289,35 +290,37 @@ fn a_corrupt_checkpoint_is_an_error_not_a_panic() {
     trainer.save(dir.path()).unwrap();
     std::fs::write(dir.path().join("model.safetensors"), b"not safetensors").unwrap();
     let err = Checkpoint::load(dir.path(), &Device::Cpu).err().unwrap();
-    assert!(err.to_string().contains("model.safetensors"), "{err}");
+    assert!(chain(&err).contains("model.safetensors"), "{err}");
     std::fs::write(dir.path().join("checkpoint.json"), b"{\"format\": 3").unwrap();
     let err = Checkpoint::load(dir.path(), &Device::Cpu).err().unwrap();
-    assert!(err.to_string().contains("checkpoint.json line 1"), "{err}");
+    assert!(chain(&err).contains("checkpoint.json line 1"), "{err}");
 }
 
 #[test]
 fn resume_continues_the_step_count() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(OptimizerKind::Sgd);
-    cfg.steps = Some(7);
+    cfg.run = cfg.run.length(RunLength::new().steps(7));
     let mut first = new_trainer(cfg).unwrap();
     first.fit(memory(dataset(10, 8, 6)), None).unwrap();
     first.save(dir.path()).unwrap();
 
     let mut cfg = config(OptimizerKind::Sgd);
-    cfg.steps = Some(4);
-    cfg.resume = Some(dir.path().to_path_buf());
+    cfg.run = cfg.run.length(RunLength::new().steps(4));
+    cfg.run = cfg
+        .run
+        .reproducibility(Reproducibility::new().resume(dir.path().to_path_buf()));
     let mut second = new_trainer(cfg).unwrap();
     // Inputs are scaled as the checkpoint's model was trained, not re-estimated.
-    assert_eq!(second.config().input.standardize.len(), 1);
+    assert_eq!(second.config().input().standardize.len(), 1);
     assert_eq!(
-        second.config().input.standardize,
-        first.config().input.standardize
+        second.config().input().standardize,
+        first.config().input().standardize
     );
     let report = second.fit(memory(dataset(10, 8, 7)), None).unwrap();
     assert_eq!(
-        second.config().input.standardize,
-        first.config().input.standardize
+        second.config().input().standardize,
+        first.config().input().standardize
     );
     assert_eq!(report.steps, 4);
     assert_eq!(report.global_step, 11);
@@ -335,9 +338,11 @@ fn resume_continues_the_step_count() {
         hidden: vec![4],
         classes: CLASSES,
     };
-    cfg.resume = Some(dir.path().to_path_buf());
+    cfg.run = cfg
+        .run
+        .reproducibility(Reproducibility::new().resume(dir.path().to_path_buf()));
     let err = new_trainer(cfg).err().unwrap();
-    assert!(err.to_string().contains("holds mlp 8-16-3"), "{err}");
+    assert!(chain(&err).contains("holds mlp 8-16-3"), "{err}");
 }
 
 /// A source that sleeps `delay` before each batch, like a slow map stage.
@@ -361,8 +366,8 @@ fn slow(
 fn the_phases_add_up_to_the_wall_time() {
     for prefetch in [0, 2] {
         let mut cfg = config(OptimizerKind::Sgd);
-        cfg.epochs = Some(2);
-        cfg.prefetch = prefetch;
+        cfg.run = cfg.run.length(RunLength::new().epochs(2));
+        cfg.run = cfg.run.placement(Placement::new().prefetch(prefetch));
         let mut trainer = new_trainer(cfg).unwrap();
         let start = Instant::now();
         let report = trainer
@@ -395,7 +400,7 @@ fn the_phases_add_up_to_the_wall_time() {
 #[test]
 fn stall_is_high_when_the_pipeline_is_slow_and_low_when_not() {
     let mut cfg = config(OptimizerKind::Sgd);
-    cfg.epochs = Some(1);
+    cfg.run = cfg.run.length(RunLength::new().epochs(1));
     let mut trainer = new_trainer(cfg).unwrap();
     let report = trainer
         .fit(slow(dataset(12, 16, 9), Duration::from_millis(15)), None)
@@ -421,7 +426,7 @@ fn stall_is_high_when_the_pipeline_is_slow_and_low_when_not() {
         model,
         optimizer: OptimizerConfig::default_for(OptimizerKind::Sgd),
     };
-    cfg.epochs = Some(1);
+    cfg.run = cfg.run.length(RunLength::new().epochs(1));
     let mut trainer = new_trainer(cfg).unwrap();
     let report = trainer.fit(memory(dataset(30, 256, 10)), None).unwrap();
     assert!(report.stall_fraction < 0.2, "{report}");
@@ -470,7 +475,7 @@ fn read_events(dir: &std::path::Path) -> Vec<(i64, String, f32)> {
 fn tensorboard_writes_keras_train_and_validation_runs_by_epoch() {
     let logdir = tempfile::tempdir().unwrap();
     let mut cfg = config(OptimizerKind::Sgd);
-    cfg.epochs = Some(2);
+    cfg.run = cfg.run.length(RunLength::new().epochs(2));
     let mut trainer = new_trainer(cfg).unwrap();
     trainer.observe(tfpipe::train::TensorBoard::create(logdir.path(), 2).unwrap());
     let validation = dataset(2, 8, 12);
@@ -528,7 +533,7 @@ fn data_errors_arrive_as_errors() {
             None,
         )
         .unwrap_err();
-    assert!(err.to_string().contains("record 7 at byte 99"), "{err}");
+    assert!(chain(&err).contains("record 7 at byte 99"), "{err}");
     let mut trainer = new_trainer(config(OptimizerKind::Sgd)).unwrap();
     let err = trainer
         .fit(
@@ -540,7 +545,7 @@ fn data_errors_arrive_as_errors() {
             None,
         )
         .unwrap_err();
-    assert!(err.to_string().contains("no batches"), "{err}");
+    assert!(chain(&err).contains("no batches"), "{err}");
 }
 
 /// Writes the dataset as TFRecord `Example`s (`x`: 8 floats, `label`: int64).
@@ -757,8 +762,10 @@ fn device_cuda_without_the_feature_is_a_clear_error() {
 #[ignore = "needs an NVIDIA GPU"]
 fn trains_on_cuda() {
     let mut cfg = config(OptimizerKind::AdamW);
-    cfg.device = tfpipe::train::parse_device("cuda:0").unwrap();
-    cfg.epochs = Some(2);
+    cfg.run = cfg
+        .run
+        .placement(Placement::new().device(tfpipe::train::parse_device("cuda:0").unwrap()));
+    cfg.run = cfg.run.length(RunLength::new().epochs(2));
     let mut trainer = new_trainer(cfg).unwrap();
     let report = trainer.fit(memory(dataset(10, 32, 12)), None).unwrap();
     assert_eq!(report.device, "cuda:0");
@@ -972,7 +979,7 @@ fn two_epochs_straight_equal_one_then_resume_one_bit_for_bit() {
         let data = dataset(6, 16, 21);
         let mut cfg = config(kind);
         cfg.optimizer.momentum = if kind == OptimizerKind::Sgd { 0.9 } else { 0.0 };
-        cfg.epochs = Some(2);
+        cfg.run = cfg.run.length(RunLength::new().epochs(2));
         let momentum = cfg.optimizer.momentum;
         let mut straight = new_trainer(cfg).unwrap();
         let full = straight.fit(rotating(data.clone()), None).unwrap();
@@ -980,15 +987,17 @@ fn two_epochs_straight_equal_one_then_resume_one_bit_for_bit() {
         let dir = tempfile::tempdir().unwrap();
         let mut cfg = config(kind);
         cfg.optimizer.momentum = momentum;
-        cfg.epochs = Some(1);
+        cfg.run = cfg.run.length(RunLength::new().epochs(1));
         let mut first = new_trainer(cfg).unwrap();
         first.fit(rotating(data.clone()), None).unwrap();
         first.save(dir.path()).unwrap();
 
         let mut cfg = config(kind);
         cfg.optimizer.momentum = momentum;
-        cfg.epochs = Some(1);
-        cfg.resume = Some(dir.path().to_path_buf());
+        cfg.run = cfg.run.length(RunLength::new().epochs(1));
+        cfg.run = cfg
+            .run
+            .reproducibility(Reproducibility::new().resume(dir.path().to_path_buf()));
         let mut resumed = new_trainer(cfg).unwrap();
         assert!(resumed.warnings().is_empty(), "{:?}", resumed.warnings());
         let rest = resumed.fit(rotating(data.clone()), None).unwrap();
@@ -1010,8 +1019,7 @@ fn a_foreign_optimizer_trains_and_resume_warns_its_state_is_not_saved() {
     let model = tfpipe::train::BuiltinModel::new(config(OptimizerKind::Sgd).model, vb).unwrap();
     tfpipe::train::seed_vars(&varmap, 1, &Device::Cpu).unwrap();
     let candle_sgd = candle_nn::SGD::new(varmap.all_vars(), 0.1).unwrap();
-    let mut cfg = TrainConfig::new(input());
-    cfg.epochs = Some(2);
+    let cfg = TrainConfig::new(input()).length(RunLength::new().epochs(2));
     let mut trainer = Trainer::new(
         cfg,
         model,
@@ -1031,8 +1039,8 @@ fn a_foreign_optimizer_trains_and_resume_warns_its_state_is_not_saved() {
     let vb = candle_nn::VarBuilder::from_varmap(&varmap, candle_core::DType::F32, &Device::Cpu);
     let model = tfpipe::train::BuiltinModel::new(config(OptimizerKind::Sgd).model, vb).unwrap();
     let candle_sgd = candle_nn::SGD::new(varmap.all_vars(), 0.1).unwrap();
-    let mut cfg = TrainConfig::new(input());
-    cfg.resume = Some(dir.path().to_path_buf());
+    let cfg = TrainConfig::new(input())
+        .reproducibility(Reproducibility::new().resume(dir.path().to_path_buf()));
     let resumed = Trainer::new(
         cfg,
         model,
@@ -1069,8 +1077,7 @@ fn regression_learns_a_linear_target_with_mse_mae_rmse() {
         standardize: vec![],
         tokens: None,
     };
-    let mut cfg = TrainConfig::new(input);
-    cfg.epochs = Some(8);
+    let cfg = TrainConfig::new(input).length(RunLength::new().epochs(8));
     let model = ModelConfig::mlp(WIDTH, vec![16], Task::Regression);
     let optimizer = OptimizerConfig {
         lr: 0.01,
@@ -1123,7 +1130,6 @@ fn a_signal_during_train_saves_the_checkpoint_and_exits_128_plus_the_signal() {
             .spawn()
             .unwrap();
         // The event file grows past its header once steps or an epoch are logged.
-        let start = Instant::now();
         let logged = || {
             std::fs::read_dir(logs.join("train"))
                 .ok()
@@ -1131,17 +1137,7 @@ fn a_signal_during_train_saves_the_checkpoint_and_exits_128_plus_the_signal() {
                 .and_then(|e| e.ok()?.metadata().ok())
                 .is_some_and(|m| m.len() > 200)
         };
-        while !logged() {
-            assert!(start.elapsed() < Duration::from_secs(60), "no steps logged");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let killed = Command::new("kill")
-            .arg(format!("-{signal}"))
-            .arg(child.id().to_string())
-            .status()
-            .unwrap();
-        assert!(killed.success());
-        let out = child.wait_with_output().unwrap();
+        let out = common::signal_when_ready(child, signal, "no steps logged", logged);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(code), "SIG{signal}: {stderr}");
         assert!(

@@ -26,8 +26,8 @@ use anyhow::bail;
 use tfpipe::Schema;
 use tfpipe::pipeline::Parallelism;
 use tfpipe::train::{
-    InputSpec, ModelConfig, OptimizerConfig, OptimizerKind, Task, TrainConfig, Trainer,
-    parse_device,
+    InputSpec, ModelConfig, OptimizerConfig, OptimizerKind, Placement, RunControl, RunLength, Task,
+    TrainConfig, Trainer, parse_device,
 };
 
 use super::Status;
@@ -89,11 +89,10 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         weight_decay: 0.0,
         ..OptimizerConfig::default_for(kind)
     };
-    let mut config = TrainConfig::new(selection.spec);
-    config.epochs = Some(args.epochs);
-    config.steps = args.steps;
-    config.device = device;
-    config.origin = super::process_start();
+    let config = TrainConfig::new(selection.spec)
+        .length(RunLength::new().epochs(args.epochs).steps(args.steps))
+        .placement(Placement::new().device(device))
+        .control(RunControl::new().origin(super::process_start()));
     let data = DataOptions {
         files: args.files.clone(),
         schema: selection.schema,

@@ -12,8 +12,8 @@ use tfpipe::convert::{self, Format, IdxOptions, OutputOptions, Sharding, Summary
 use tfpipe::pipeline::Parallelism;
 use tfpipe::tfrecord::ReaderOptions;
 use tfpipe::train::{
-    InputSpec, ModelConfig, OptimizerConfig, OptimizerKind, Predictor, SchemaMeta, Task, TokenSet,
-    TrainConfig, parse_device,
+    InputSpec, ModelConfig, ModelInput, OptimizerConfig, OptimizerKind, Placement, Predictor,
+    Reproducibility, RunControl, RunLength, SchemaMeta, Task, TokenSet, TrainConfig, parse_device,
 };
 
 use super::Status;
@@ -115,13 +115,15 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         hidden: vec![256],
         classes: 10,
     };
-    let mut config = TrainConfig::new(input);
-    config.schema = Some(SchemaMeta::from_schema(&schema));
-    config.skipped_features = selection.skipped;
-    config.epochs = Some(epochs);
-    config.seed = seed;
-    config.device = device.clone();
-    config.origin = super::process_start();
+    let config = TrainConfig::new(
+        ModelInput::new(input)
+            .schema(SchemaMeta::from_schema(&schema))
+            .skipped_features(selection.skipped),
+    )
+    .length(RunLength::new().epochs(epochs))
+    .placement(Placement::new().device(device.clone()))
+    .reproducibility(Reproducibility::new().seed(seed))
+    .control(RunControl::new().origin(super::process_start()));
     let data = DataOptions {
         files: globs(&train_files),
         reader: ReaderOptions::default(),
@@ -308,14 +310,15 @@ fn run_tokens(args: Args) -> anyhow::Result<Status> {
         model.describe(),
         device_name(&device)
     )?;
-    let mut config = TrainConfig::new(selection.spec);
-    config.schema = Some(SchemaMeta::from_schema(&selection.schema));
-    config.label_vocabulary = Some(set.class_names());
-    config.epochs = Some(epochs);
-    config.seed = seed;
-    config.examples_per_epoch = Some(records);
-    config.device = device;
-    config.origin = super::process_start();
+    let config = TrainConfig::new(
+        ModelInput::new(selection.spec)
+            .schema(SchemaMeta::from_schema(&selection.schema))
+            .label_vocabulary(set.class_names()),
+    )
+    .length(RunLength::new().epochs(epochs).examples_per_epoch(records))
+    .placement(Placement::new().device(device))
+    .reproducibility(Reproducibility::new().seed(seed))
+    .control(RunControl::new().origin(super::process_start()));
     let data = DataOptions {
         files: vec![train_files.data.to_string_lossy().into_owned()],
         reader: ReaderOptions::default(),

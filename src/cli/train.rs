@@ -16,9 +16,10 @@ use tfpipe::pipeline::{Parallelism, Pipeline, Rank, Remainder, ShuffleOptions};
 use tfpipe::tfrecord::ReaderOptions;
 use tfpipe::train::{
     BatchStream, BoxError, Checkpoint, Checkpointer, Control, Decay, EarlyStopping, EpochReport,
-    InputSpec, LrSchedule, ModelConfig, Monitor, Observer, OptimizerConfig, OptimizerKind,
-    Progress, RunInfo, SchemaMeta, Task, TensorBoard, ThreadTuner, TrainConfig, TrainError,
-    TrainReport, Trainer, classes_from_metadata, epoch_seed, parse_device, resume_pipeline,
+    InputSpec, LrSchedule, ModelConfig, ModelInput, Monitor, Observer, OptimizerConfig,
+    OptimizerKind, Placement, Progress, Reproducibility, RunControl, RunInfo, RunLength,
+    SchemaMeta, Task, TensorBoard, ThreadTuner, TrainConfig, TrainError, TrainReport, Trainer,
+    classes_from_metadata, epoch_seed, parse_device, resume_pipeline,
 };
 
 use super::{CompressionFlag, Status, interrupt};
@@ -322,12 +323,6 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         "metric" => Monitor::Metric,
         other => bail!("--monitor {other:?}: expected loss or metric"),
     };
-    let mut config = TrainConfig::new(input);
-    config.schema = Some(SchemaMeta::from_schema(&schema));
-    config.label_vocabulary = recorded.vocabulary.clone();
-    config.skipped_features = selection.skipped;
-    config.epochs = args.epochs;
-    config.steps = args.steps;
     // One seed schedule per training: a resumed run keeps the checkpoint's.
     let seed = match &resumed {
         Some(meta) => {
@@ -341,14 +336,30 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         }
         None => args.seed,
     };
-    config.seed = seed;
-    config.device = device;
-    config.prefetch = args.prefetch;
-    config.resume = args.resume.clone();
-    config.schedule = schedule;
-    config.examples_per_epoch = recorded.records;
-    config.stop = Some(interrupt.flag());
-    config.origin = super::process_start();
+    let config = TrainConfig::new(
+        ModelInput::new(input)
+            .schema(SchemaMeta::from_schema(&schema))
+            .label_vocabulary(recorded.vocabulary.clone())
+            .skipped_features(selection.skipped),
+    )
+    .length(
+        RunLength::new()
+            .epochs(args.epochs)
+            .steps(args.steps)
+            .examples_per_epoch(recorded.records),
+    )
+    .placement(Placement::new().device(device).prefetch(args.prefetch))
+    .reproducibility(
+        Reproducibility::new()
+            .seed(seed)
+            .resume(args.resume.clone()),
+    )
+    .schedule(schedule)
+    .control(
+        RunControl::new()
+            .stop_flag(interrupt.flag())
+            .origin(super::process_start()),
+    );
     let data = DataOptions {
         files: args.data.clone(),
         reader: args.compression.reader_options(),

@@ -47,7 +47,7 @@ pub const FORMAT: &str = "tfpipe-checkpoint-2";
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
     /// Reading or writing failed.
-    #[error("cannot {action}: {source}")]
+    #[error("cannot {action}")]
     Io {
         /// What was being done, e.g. `read checkpoint.json`.
         action: String,
@@ -56,7 +56,7 @@ pub enum CheckpointError {
         source: std::io::Error,
     },
     /// `checkpoint.json` is not valid.
-    #[error("{META_FILE} line {line} column {column}: {0}", line = .0.line(), column = .0.column())]
+    #[error("{META_FILE} line {line} column {column}", line = .0.line(), column = .0.column())]
     Json(#[source] serde_json::Error),
     /// Written by another version.
     #[error("format {found:?}, expected {FORMAT:?}")]
@@ -81,7 +81,7 @@ pub enum CheckpointError {
         file: String,
     },
     /// A tensor file could not be read or written.
-    #[error("{file}: {source}")]
+    #[error("{file}")]
     Tensors {
         /// The file.
         file: &'static str,

@@ -21,7 +21,8 @@
 //! | `threads.rs` | [`ThreadTuner`]: compute threads chosen by timing the steps |
 //! | `timing.rs` | [`Phase`] histograms and their [`PhaseSummary`] |
 //! | `prefetch.rs` | [`BatchStream`], the device-prefetch thread |
-//! | `trainer.rs` | [`Trainer`], [`TrainConfig`], evaluation |
+//! | `config.rs` | [`TrainConfig`] and its parts: [`ModelInput`], [`RunLength`], [`Placement`], [`Reproducibility`], [`RunControl`] |
+//! | `trainer.rs` | [`Trainer`], evaluation |
 //! | `report.rs` | [`TrainReport`], [`Verdict`], tables |
 //! | `checkpoint.rs` | safetensors + JSON checkpoints, background loading |
 //! | `predict.rs` | [`Predictor`] and prediction latency |
@@ -33,6 +34,7 @@
 //! times, not launch times.
 
 mod checkpoint;
+mod config;
 mod model;
 mod observer;
 pub mod ops;
@@ -52,6 +54,7 @@ pub use checkpoint::{
     Checkpoint, CheckpointError, CheckpointLoad, CheckpointMeta, DefaultMeta, FORMAT, FeatureMeta,
     SchemaMeta, epoch_seed,
 };
+pub use config::{ModelInput, Placement, Reproducibility, RunControl, RunLength, TrainConfig};
 pub use model::{BuiltinModel, Model, ModelConfig, Task, seed_vars};
 pub use observer::{Checkpointer, Control, EarlyStopping, Monitor, Observer, RunInfo, TensorBoard};
 pub use optim::{
@@ -72,14 +75,26 @@ pub use tensorboard::{EventWriter, Scalar};
 pub use threads::ThreadTuner;
 pub use timing::{Phase, PhaseSummary};
 pub use tokens::{TokenFiles, TokenSet};
-pub use trainer::{
-    Evaluation, Progress, TestOpener, TrainConfig, Trainer, parse_device, resume_pipeline,
-};
+pub use trainer::{Evaluation, Progress, TestOpener, Trainer, parse_device, resume_pipeline};
 
 use crate::Location;
 use crate::pipeline::PipelineError;
 
 /// Errors of training, evaluation, checkpoints and prediction.
+///
+/// Each variant's message is its own; the cause (an I/O error, a
+/// [`PipelineError`] with its location, candle's error, a
+/// [`CheckpointError`]) is its [`source`](std::error::Error::source), never
+/// repeated in the message, so a printer that walks the chain (anyhow's
+/// `{:#}`, the CLI) shows each cause once:
+///
+/// ```
+/// let err = tfpipe::train::Checkpoint::read_meta("no/such/checkpoint").unwrap_err();
+/// assert_eq!(err.to_string(), "checkpoint no/such/checkpoint");
+/// let cause = std::error::Error::source(&err).unwrap();
+/// assert_eq!(cause.to_string(), "cannot read checkpoint.json");
+/// assert!(std::error::Error::source(cause).unwrap().downcast_ref::<std::io::Error>().is_some());
+/// ```
 #[derive(Debug, thiserror::Error)]
 pub enum TrainError {
     /// A bad device name, or `cuda` in a build without the `cuda` feature.
@@ -104,31 +119,31 @@ pub enum TrainError {
     Config(String),
     /// The data source failed (I/O, corruption, parse error), with the
     /// pipeline's error and its location.
-    #[error("data: {0}")]
+    #[error("data")]
     Data(#[source] Box<PipelineError>),
     /// A tensor operation failed inside candle.
-    #[error("{context}: {source}")]
+    #[error("{context}")]
     Candle {
         context: &'static str,
         #[source]
         source: candle_core::Error,
     },
     /// A checkpoint that cannot be written, read or used.
-    #[error("checkpoint {}: {source}", path.display())]
+    #[error("checkpoint {}", path.display())]
     Checkpoint {
         path: std::path::PathBuf,
         #[source]
         source: Box<CheckpointError>,
     },
     /// A TensorBoard event file that cannot be written.
-    #[error("event file {}: {source}", path.display())]
+    #[error("event file {}", path.display())]
     Events {
         path: std::path::PathBuf,
         #[source]
         source: std::io::Error,
     },
     /// An output (predictions) that cannot be written.
-    #[error("{}: cannot write: {source}", path.display())]
+    #[error("{}: cannot write", path.display())]
     Output {
         path: std::path::PathBuf,
         #[source]
@@ -138,7 +153,7 @@ pub enum TrainError {
     #[error(transparent)]
     Panic(#[from] crate::spawn::Panicked),
     /// A thread could not be started.
-    #[error("cannot start the {0} thread: {1}")]
+    #[error("cannot start the {0} thread")]
     Spawn(&'static str, #[source] std::io::Error),
 }
 

@@ -349,7 +349,10 @@ mod tests {
         let items = vec![Err(std::io::Error::other("disk on fire"))];
         let mut p = DevicePrefetch::spawn(IterStream(items.into_iter()), spec(), Device::Cpu, 1, 0)
             .unwrap();
-        assert!(p.recv().unwrap_err().to_string().contains("disk on fire"));
+        // The data error is the cause, not part of the trainer's message.
+        let err = p.recv().unwrap_err();
+        let cause = std::error::Error::source(&err).map(|c| c.to_string());
+        assert!(cause.unwrap_or_default().contains("disk on fire"), "{err}");
 
         let panicking = (0..1).map(|_| -> Result<Batch, std::io::Error> { panic!("boom") });
         let mut p =

@@ -21,9 +21,7 @@
 //! (or one read per epoch, which ends instead of marking epochs) resumes
 //! at the start of the checkpoint's epoch.
 
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use candle_core::{D, DType, Device, Tensor};
@@ -31,16 +29,14 @@ use candle_nn::VarMap;
 use serde::{Deserialize, Serialize};
 
 use super::TrainError;
-use super::checkpoint::{
-    Checkpoint, CheckpointError, CheckpointLoad, CheckpointMeta, FORMAT, SchemaMeta,
-};
+use super::checkpoint::{Checkpoint, CheckpointError, CheckpointLoad, CheckpointMeta, FORMAT};
+use super::config::{Placement, RunLength, TrainConfig};
 use super::model::{BuiltinModel, Model, ModelConfig, Task};
 use super::observer::{Control, Observer, RunInfo};
 use super::optim::{OptimizerConfig, TrainOptimizer};
 use super::prefetch::{BatchEvent, BatchStream, BoxError, DevicePrefetch, Fetched, PositionTaker};
 use super::report::{DeviceStartup, EpochReport, Startup, TrainReport, Verdict};
-use super::schedule::LrSchedule;
-use super::tensor::{BatchTensors, InputSpec, SkippedFeature, Standardize, batch_to_tensors};
+use super::tensor::{BatchTensors, InputSpec, Standardize, batch_to_tensors};
 use super::timing::Phase;
 
 /// Parses `cpu`, `cuda` or `cuda:N` into a candle device.
@@ -120,71 +116,6 @@ pub(crate) fn device_name(device: &Device) -> String {
         candle_core::DeviceLocation::Cpu => "cpu".into(),
         candle_core::DeviceLocation::Cuda { gpu_id } => format!("cuda:{gpu_id}"),
         candle_core::DeviceLocation::Metal { gpu_id } => format!("metal:{gpu_id}"),
-    }
-}
-
-/// What a training run does (the model and the optimizer are given to
-/// [`Trainer::new`] or [`Trainer::builtin`]).
-#[derive(Debug, Clone)]
-pub struct TrainConfig {
-    /// Which columns feed the model. When its `standardize` is empty, `fit`
-    /// fills it from the first training batch (or, resuming, from the
-    /// checkpoint).
-    pub input: InputSpec,
-    /// Schema features the model does not take (from
-    /// [`InputSpec::from_schema`]), listed in the report.
-    pub skipped_features: Vec<SkippedFeature>,
-    /// The training data's schema, stored in checkpoints for `predict`.
-    pub schema: Option<SchemaMeta>,
-    /// The class names in class-id order (the schema file's label
-    /// vocabulary), stored in checkpoints for `predict`.
-    pub label_vocabulary: Option<Vec<String>>,
-    /// Epochs in this run. With neither `epochs` nor `steps`: one epoch.
-    pub epochs: Option<u64>,
-    /// Steps in this run (across epochs; the last epoch may end early).
-    pub steps: Option<u64>,
-    /// Seeds the built-in models' weight initialisation (and is stored in checkpoints).
-    pub seed: u64,
-    /// The device to train on.
-    pub device: Device,
-    /// Device-prefetch depth: batches converted ahead on the prefetch
-    /// thread. 0 converts on the training thread (no overlap). By default 2.
-    pub prefetch: usize,
-    /// Continue from this checkpoint directory: its weights, optimizer
-    /// state, epoch and global step.
-    pub resume: Option<PathBuf>,
-    /// The learning-rate schedule over the optimizer's base rate. By
-    /// default constant.
-    pub schedule: LrSchedule,
-    /// Examples in one epoch, when known (for progress bars' totals).
-    pub examples_per_epoch: Option<u64>,
-    /// Raised (e.g. by a Ctrl-C handler), training stops after the current
-    /// step. By default none.
-    pub stop: Option<Arc<AtomicBool>>,
-    /// Where start-up times count from: process start for the CLI. By
-    /// default the moment the config was made.
-    pub origin: Instant,
-}
-
-impl TrainConfig {
-    /// A config with the defaults: one epoch, seed 0, CPU, prefetch 2.
-    pub fn new(input: InputSpec) -> TrainConfig {
-        TrainConfig {
-            input,
-            skipped_features: Vec::new(),
-            schema: None,
-            label_vocabulary: None,
-            epochs: None,
-            steps: None,
-            seed: 0,
-            device: Device::Cpu,
-            prefetch: 2,
-            resume: None,
-            schedule: LrSchedule::default(),
-            examples_per_epoch: None,
-            stop: None,
-            origin: Instant::now(),
-        }
     }
 }
 
@@ -393,8 +324,7 @@ impl Totals {
 /// let task = Task::Classification { classes: 10 };
 /// let input = InputSpec { features: vec![("image".into(), 784)], label: Some("label".into()), task, standardize: vec![], tokens: None };
 /// let model = ModelConfig::Mlp { inputs: 784, hidden: vec![256], classes: 10 };
-/// let mut config = TrainConfig::new(input);
-/// config.epochs = Some(3);
+/// let config = TrainConfig::new(input).length(RunLength::new().epochs(3));
 /// let mut trainer = Trainer::builtin(config, model, OptimizerConfig::default_for(OptimizerKind::AdamW))?;
 /// let report = trainer.fit(open_pipeline, None)?;
 /// println!("{report}");
@@ -422,7 +352,7 @@ pub type TestOpener<'a> = &'a mut dyn FnMut() -> Result<Box<dyn BatchStream>, Bo
 
 impl Trainer {
     /// A trainer for `model` (whose variables are in `varmap`) with
-    /// `optimizer` over them. With `config.resume`, the checkpoint's weights
+    /// `optimizer` over them. With [`Reproducibility::resume`](super::Reproducibility::resume), the checkpoint's weights
     /// load into `varmap` (every variable by name and shape) and, when both
     /// the checkpoint and `optimizer` carry optimizer state, that too; a
     /// foreign optimizer restarts its moments (see [`warnings`](Self::warnings)).
@@ -436,8 +366,8 @@ impl Trainer {
     }
 
     /// A trainer for a built-in model with one of our optimizers: weights
-    /// drawn from `config.seed`, or loaded from `config.resume` (which must
-    /// hold the same model).
+    /// drawn from the config's seed, or loaded from the checkpoint it
+    /// resumes (which must hold the same model).
     pub fn builtin(
         mut config: TrainConfig,
         model: ModelConfig,
@@ -445,7 +375,7 @@ impl Trainer {
     ) -> Result<Trainer, TrainError> {
         model.validate()?;
         optimizer.validate()?;
-        match (&model, config.input.tokens.as_mut()) {
+        match (&model, config.input.spec.tokens.as_mut()) {
             (ModelConfig::Embedding { vocab, .. }, Some(tokens)) => match tokens.vocab {
                 Some(v) if v != *vocab => {
                     return Err(TrainError::Config(format!(
@@ -470,7 +400,7 @@ impl Trainer {
             }
             (_, None) => {}
         }
-        let input = &config.input;
+        let input = &config.input.spec;
         if model.inputs() != input.inputs() {
             return Err(TrainError::Config(format!(
                 "{} takes {} inputs but the features give {}",
@@ -487,7 +417,7 @@ impl Trainer {
                 input.task
             )));
         }
-        if let Some(dir) = &config.resume {
+        if let Some(dir) = &config.reproducibility.resume {
             let meta = Checkpoint::read_meta(dir)?;
             if meta.model.as_ref() != Some(&model) {
                 return Err(TrainError::checkpoint(
@@ -501,7 +431,11 @@ impl Trainer {
         }
         // Weights drawn on the host and uploaded, optimizer state allocated.
         let upload = Instant::now();
-        let (built, varmap) = BuiltinModel::init(model.clone(), config.seed, &config.device)?;
+        let (built, varmap) = BuiltinModel::init(
+            model.clone(),
+            config.reproducibility.seed,
+            &config.placement.device,
+        )?;
         let optim = optimizer.build(varmap.all_vars())?;
         let weights_upload_ms = upload.elapsed().as_secs_f64() * 1e3;
         let mut trainer = Trainer::from_parts(config, Box::new(built), varmap, optim, Some(model))?;
@@ -516,16 +450,16 @@ impl Trainer {
         optim: Box<dyn TrainOptimizer + Send>,
         builtin: Option<ModelConfig>,
     ) -> Result<Trainer, TrainError> {
-        if config.epochs == Some(0) || config.steps == Some(0) {
+        if config.length.epochs == Some(0) || config.length.steps == Some(0) {
             return Err(TrainError::Config(
                 "nothing to do: 0 epochs or 0 steps".into(),
             ));
         }
-        if model.task() != config.input.task {
+        if model.task() != config.input.spec.task {
             return Err(TrainError::Config(format!(
                 "the model learns {:?} but the input spec says {:?}",
                 model.task(),
-                config.input.task
+                config.input.spec.task
             )));
         }
         let mut state = State {
@@ -539,22 +473,23 @@ impl Trainer {
         };
         let mut warnings = Vec::new();
         let mut checkpoint_load = None;
-        if let Some(dir) = config.resume.clone() {
+        if let Some(dir) = config.reproducibility.resume.clone() {
             let start = Instant::now();
             let meta = Checkpoint::read_meta(&dir)?;
             let mismatch = |trained: String, found: String| {
                 TrainError::checkpoint(dir.clone(), CheckpointError::Inputs { trained, found })
             };
-            if meta.input.features != config.input.features {
+            let input = &mut config.input.spec;
+            if meta.input.features != input.features {
                 return Err(mismatch(
                     describe_inputs(&meta.input),
-                    describe_inputs(&config.input),
+                    describe_inputs(input),
                 ));
             }
-            if meta.input.task != config.input.task {
+            if meta.input.task != input.task {
                 return Err(mismatch(
                     format!("{:?}", meta.input.task),
-                    format!("{:?}", config.input.task),
+                    format!("{:?}", input.task),
                 ));
             }
             Checkpoint::load_weights(&dir, &state.varmap)?;
@@ -584,14 +519,12 @@ impl Trainer {
                 .as_ref()
                 .and_then(|v| serde_json::from_value(v.clone()).ok());
             // Scale inputs as the checkpoint's model was trained.
-            if config.input.standardize.is_empty() {
-                config.input.standardize = meta.input.standardize.clone();
+            if input.standardize.is_empty() {
+                input.standardize = meta.input.standardize.clone();
             }
-            if config.seed != meta.seed {
-                // One seed schedule per training: the resumed run's epochs
-                // shuffle as the uninterrupted run's would have.
-                config.seed = meta.seed;
-            }
+            // One seed schedule per training: the resumed run's epochs
+            // shuffle as the uninterrupted run's would have.
+            config.reproducibility.seed = meta.seed;
             let load_ms = start.elapsed().as_secs_f64() * 1e3;
             checkpoint_load = Some(CheckpointLoad {
                 load_ms,
@@ -611,7 +544,7 @@ impl Trainer {
         })
     }
 
-    /// Records how long creating `config.device` took (the caller made it:
+    /// Records how long creating the config's device took (the caller made it:
     /// on CUDA the context, cuBLAS and cuRAND handles), for the report's
     /// [`DeviceStartup::device_init_ms`].
     ///
@@ -623,8 +556,7 @@ impl Trainer {
     /// let device = parse_device("cpu")?;
     /// let took = start.elapsed();
     /// let input = InputSpec { features: vec![("x".into(), 4)], label: Some("y".into()), task: Task::Classification { classes: 2 }, standardize: vec![], tokens: None };
-    /// let mut config = TrainConfig::new(input);
-    /// config.device = device;
+    /// let config = TrainConfig::new(input).placement(Placement::new().device(device));
     /// let model = ModelConfig::Mlp { inputs: 4, hidden: vec![8], classes: 2 };
     /// let mut trainer = Trainer::builtin(config, model, OptimizerConfig::default_for(OptimizerKind::Sgd))?;
     /// trainer.record_device_init(took);
@@ -679,10 +611,10 @@ impl Trainer {
             model_description: self.state.model.describe(),
             optimizer: self.state.optim.config(),
             optimizer_state: false,
-            input: self.config.input.clone(),
-            schema: self.config.schema.clone(),
-            seed: self.config.seed,
-            label_vocabulary: self.config.label_vocabulary.clone(),
+            input: self.config.input.spec.clone(),
+            schema: self.config.input.schema.clone(),
+            seed: self.config.reproducibility.seed,
+            label_vocabulary: self.config.input.label_vocabulary.clone(),
             pipeline_state: self
                 .state
                 .position
@@ -706,7 +638,7 @@ impl Trainer {
     /// One training step on tensors already on the device: returns the loss.
     /// (For feeding from memory, as the benchmarks do; `fit` uses the same code.)
     pub fn step(&mut self, batch: &BatchTensors) -> Result<f32, TrainError> {
-        let device = self.config.device.clone();
+        let device = self.config.placement.device.clone();
         let (loss, _) = train_step(&mut self.state, batch, &device)?;
         loss.to_scalar::<f32>()
             .map_err(TrainError::candle("reading the loss"))
@@ -717,8 +649,8 @@ impl Trainer {
         evaluate(
             self.state.model.as_ref(),
             stream,
-            &self.config.input,
-            &self.config.device,
+            &self.config.input.spec,
+            &self.config.placement.device,
         )
     }
 
@@ -741,7 +673,7 @@ impl Trainer {
     /// too, and `train` is called again for the next one. `validation`, if
     /// given, opens the validation data, evaluated after every epoch.
     ///
-    /// With [`TrainConfig::stop`] raised (Ctrl-C), training stops after the
+    /// With the [stop flag](super::RunControl::stop_flag) raised (Ctrl-C), training stops after the
     /// current step; the report says `interrupted`, and the observers'
     /// [`on_train_end`](Observer::on_train_end) still runs (so a
     /// [`Checkpointer`](super::Checkpointer) saves).
@@ -770,158 +702,22 @@ impl Trainer {
         S: BatchStream + 'static,
         F: FnMut(u64) -> Result<S, BoxError>,
     {
-        let fit_start = Instant::now();
-        let device = self.config.device.clone();
-        let inline = self.config.prefetch == 0;
-        let mut clock = RunClock::new(self.config.origin, inline);
-        clock.startup.model_ready = clock.since_origin(self.ready_at);
-        let mut eval_time = Duration::ZERO;
-        let mut bottleneck: Option<String> = None;
-        let mut epochs = Vec::new();
-        let plan = Plan::new(self.config.epochs, self.config.steps);
-        let task = self.config.input.task;
-        let base_lr = self.state.optim.learning_rate();
+        let mut fit = self.begin_fit();
         let info = RunInfo {
-            epochs: plan.epochs,
-            steps: plan.steps,
-            examples_per_epoch: self.config.examples_per_epoch,
+            epochs: fit.plan.epochs,
+            steps: fit.plan.steps,
+            examples_per_epoch: self.config.length.examples_per_epoch,
             first_epoch: self.state.epoch,
             first_step: self.state.step,
-            task,
+            task: fit.task,
         };
         for o in observers.iter_mut() {
             o.on_train_begin(&info)?;
         }
-        let mut interrupted = false;
-        let mut feeder: Option<Feeder> = None;
-        // Steps taken from the current stream.
-        let mut stream_steps = 0u64;
-        while !plan.done(epochs.len() as u64, clock.steps) && !interrupted {
-            let epoch_start = Instant::now();
-            let epoch = self.state.epoch;
-            let mut totals = Totals::new(task);
-            let mut ep = EpochClock::default();
-            // How the epoch ended: a marker, the stream's end, or the plan's step limit.
-            let mut ended = EpochEnd::StepLimit;
-            // Until the epoch's first batch: opening the data (a stream per
-            // epoch) or the wait across an epoch marker (one stream).
-            let mut first_wait = Duration::ZERO;
-            loop {
-                if plan.steps.is_some_and(|m| clock.steps >= m) {
-                    break;
-                }
-                if self
-                    .config
-                    .stop
-                    .as_ref()
-                    .is_some_and(|s| s.load(Ordering::SeqCst))
-                {
-                    interrupted = true;
-                    break;
-                }
-                if feeder.is_none() {
-                    let stream = train(epoch).map_err(TrainError::data)?;
-                    if clock.steps == 0 {
-                        clock.startup.pipeline_built = clock.since_origin(Instant::now());
-                    }
-                    // The first batch's wait is start-up either way (see the
-                    // module doc), so taking it here costs the steps nothing.
-                    let stream = self.with_statistics(stream);
-                    feeder = Some(Feeder::new(stream, &self.config, clock.steps, inline)?);
-                    stream_steps = 0;
-                    // Once per trainer, while the pipeline makes its first batches.
-                    if clock.steps == 0 && self.device_startup.first_kernel_ms.is_none() {
-                        self.device_startup.first_kernel_ms = first_kernel(&device)?;
-                    }
-                }
-                let Some(feed) = feeder.as_mut() else { break };
-                let wait_start = Instant::now();
-                let fetched = feed.next(clock.steps)?;
-                let wait = wait_start.elapsed();
-                let (tensors, batch_copy) = match fetched {
-                    Fetched::End { bottleneck: stage } => {
-                        bottleneck = stage.or(bottleneck);
-                        feeder = None;
-                        // The next epoch reads a new stream: no position in this one.
-                        self.state.position = None;
-                        ended = EpochEnd::Exhausted;
-                        break;
-                    }
-                    Fetched::EpochEnd { position } => {
-                        StreamPosition::advance(
-                            &mut self.state.position,
-                            position,
-                            &mut self.warnings,
-                        );
-                        ended = EpochEnd::Marker;
-                        break;
-                    }
-                    Fetched::Batch {
-                        tensors,
-                        copy,
-                        bottleneck: stage,
-                        position,
-                    } => {
-                        bottleneck = stage.or(bottleneck);
-                        // Trained on below, before anything can save.
-                        StreamPosition::advance(
-                            &mut self.state.position,
-                            position,
-                            &mut self.warnings,
-                        );
-                        if ep.steps == 0 {
-                            first_wait = epoch_start.elapsed();
-                        }
-                        (tensors, copy)
-                    }
-                };
-                // Inline, the conversion ran inside `next`: it is copy, not wait.
-                let wait = if inline {
-                    wait.saturating_sub(batch_copy)
-                } else {
-                    wait
-                };
-                let lr = if self.config.schedule.is_constant() {
-                    base_lr
-                } else {
-                    let lr = self.config.schedule.rate(base_lr, self.state.step, epoch);
-                    self.state.optim.set_learning_rate(lr);
-                    lr
-                };
-                let compute_start = Instant::now();
-                let (loss, outputs) = train_step(&mut self.state, &tensors, &device)?;
-                let busy = compute_start.elapsed();
-                clock.record_step(wait, batch_copy, busy, &mut ep);
-                // Outside the timed phases: reading the loss and the metrics.
-                let loss = loss
-                    .to_scalar::<f32>()
-                    .map_err(TrainError::candle("reading the loss"))?;
-                if let Some(labels) = &tensors.labels {
-                    totals.add(loss, &outputs, labels, tensors.rows)?;
-                }
-                ep.steps += 1;
-                stream_steps += 1;
-                ep.examples += tensors.rows as u64;
-                clock.examples += tensors.rows as u64;
-                let progress = Progress {
-                    step: self.state.step,
-                    run_steps: clock.steps,
-                    epoch,
-                    epoch_steps: ep.steps,
-                    epoch_examples: ep.examples,
-                    loss,
-                    learning_rate: lr,
-                    rows: tensors.rows,
-                    examples_per_sec: clock.examples as f64
-                        / fit_start.elapsed().as_secs_f64().max(1e-9),
-                    stall_fraction: clock.stall_fraction(),
-                };
-                for o in observers.iter_mut() {
-                    o.on_step(&progress)?;
-                }
-            }
-            if ep.steps == 0 {
-                if clock.steps == 0 && !interrupted {
+        while !fit.plan.done(fit.epochs.len() as u64, fit.clock.steps) && !fit.interrupted {
+            let run = self.train_epoch(&mut fit, train, observers)?;
+            if run.clock.steps == 0 {
+                if fit.clock.steps == 0 && !fit.interrupted {
                     return Err(TrainError::data(
                         "the training data produced no batches".into(),
                     ));
@@ -929,58 +725,270 @@ impl Trainer {
                 // A stream that ended right after its last epoch marker (a
                 // finite `repeat`) is opened afresh for the next epoch; one
                 // that gave nothing at all has run dry.
-                if ended == EpochEnd::Exhausted && stream_steps > 0 {
-                    stream_steps = 0;
+                if run.ended == EpochEnd::Exhausted && fit.stream_steps > 0 {
+                    fit.stream_steps = 0;
                     continue;
                 }
                 break;
             }
-            let eval_start = Instant::now();
-            let val = match validation.as_mut() {
-                Some(open) if !interrupted => {
-                    let mut stream = open().map_err(TrainError::data)?;
-                    Some(evaluate(
-                        self.state.model.as_ref(),
-                        stream.as_mut(),
-                        &self.config.input,
-                        &device,
-                    )?)
-                }
-                _ => None,
-            };
-            eval_time += eval_start.elapsed();
-            if ended != EpochEnd::StepLimit && !interrupted {
-                self.state.epoch += 1;
-            }
-            let mut report = EpochReport::new(
-                epoch,
-                ep.steps,
-                ep.examples,
-                &totals.evaluation(),
-                val.as_ref(),
-                self.state.optim.learning_rate(),
-                ratio(ep.wait, ep.wait + ep.busy),
-                epoch_start.elapsed().as_secs_f64() * 1e3,
-            );
-            report.first_wait_ms = first_wait.as_secs_f64() * 1e3;
-            let mut stop = false;
-            for o in observers.iter_mut() {
-                stop |= o.on_epoch_end(&report, self)? == Control::Stop;
-            }
-            epochs.push(report);
-            if stop {
+            if self.finish_epoch(&mut fit, run, validation, observers)? == Control::Stop {
                 self.stopped_early = true;
                 break;
             }
         }
-        drop(feeder);
+        // The pipeline's threads stop before the observers' last word (a
+        // checkpoint written at the end sees no reader still running).
+        drop(fit.feeder.take());
         for o in observers.iter_mut() {
-            o.on_train_end(self, interrupted)?;
+            o.on_train_end(self, fit.interrupted)?;
         }
-        let mut report = self.report(fit_start, &clock, eval_time, bottleneck, epochs);
-        report.interrupted = interrupted;
+        let mut report = self.report(
+            fit.start,
+            &fit.clock,
+            fit.eval_time,
+            fit.bottleneck,
+            fit.epochs,
+        );
+        report.interrupted = fit.interrupted;
         report.stopped_early = std::mem::take(&mut self.stopped_early);
         Ok(report)
+    }
+
+    /// The state a `fit` call starts from.
+    fn begin_fit(&self) -> Fit {
+        let inline = self.config.placement.prefetch == 0;
+        let mut clock = RunClock::new(self.config.control.origin, inline);
+        clock.startup.model_ready = clock.since_origin(self.ready_at);
+        Fit {
+            start: Instant::now(),
+            device: self.config.placement.device.clone(),
+            inline,
+            plan: Plan::new(&self.config.length),
+            task: self.config.input.spec.task,
+            base_lr: self.state.optim.learning_rate(),
+            clock,
+            eval_time: Duration::ZERO,
+            bottleneck: None,
+            epochs: Vec::new(),
+            feeder: None,
+            stream_steps: 0,
+            interrupted: false,
+        }
+    }
+
+    /// Trains until an epoch marker, the stream's end, the plan's step
+    /// limit or the stop flag; opens the data first when no stream is open.
+    fn train_epoch<S, F>(
+        &mut self,
+        fit: &mut Fit,
+        train: &mut F,
+        observers: &mut [Box<dyn Observer>],
+    ) -> Result<EpochRun, TrainError>
+    where
+        S: BatchStream + 'static,
+        F: FnMut(u64) -> Result<S, BoxError>,
+    {
+        let mut run = EpochRun::new(self.state.epoch, fit.task);
+        loop {
+            if fit.plan.steps.is_some_and(|m| fit.clock.steps >= m) {
+                break;
+            }
+            if self.stop_requested() {
+                fit.interrupted = true;
+                break;
+            }
+            if fit.feeder.is_none() {
+                self.open_feeder(fit, train, run.epoch)?;
+            }
+            let Some(feed) = fit.feeder.as_mut() else {
+                break;
+            };
+            let wait_start = Instant::now();
+            let fetched = feed.next(fit.clock.steps)?;
+            let wait = wait_start.elapsed();
+            match fetched {
+                Fetched::End { bottleneck } => {
+                    fit.bottleneck = bottleneck.or(fit.bottleneck.take());
+                    fit.feeder = None;
+                    // The next epoch reads a new stream: no position in this one.
+                    self.state.position = None;
+                    run.ended = EpochEnd::Exhausted;
+                    break;
+                }
+                Fetched::EpochEnd { position } => {
+                    StreamPosition::advance(&mut self.state.position, position, &mut self.warnings);
+                    run.ended = EpochEnd::Marker;
+                    break;
+                }
+                Fetched::Batch {
+                    tensors,
+                    copy,
+                    bottleneck,
+                    position,
+                } => {
+                    fit.bottleneck = bottleneck.or(fit.bottleneck.take());
+                    // Trained on below, before anything can save.
+                    StreamPosition::advance(&mut self.state.position, position, &mut self.warnings);
+                    if run.clock.steps == 0 {
+                        run.first_wait = run.start.elapsed();
+                    }
+                    // Inline, the conversion ran inside `next`: it is copy, not wait.
+                    let wait = if fit.inline {
+                        wait.saturating_sub(copy)
+                    } else {
+                        wait
+                    };
+                    self.fit_step(fit, &mut run, &tensors, wait, copy, observers)?;
+                }
+            }
+        }
+        Ok(run)
+    }
+
+    /// Whether the stop flag (Ctrl-C) is raised.
+    fn stop_requested(&self) -> bool {
+        self.config
+            .control
+            .stop
+            .as_ref()
+            .is_some_and(|s| s.load(Ordering::SeqCst))
+    }
+
+    /// Opens the training data for `epoch` and starts converting it.
+    fn open_feeder<S, F>(
+        &mut self,
+        fit: &mut Fit,
+        train: &mut F,
+        epoch: u64,
+    ) -> Result<(), TrainError>
+    where
+        S: BatchStream + 'static,
+        F: FnMut(u64) -> Result<S, BoxError>,
+    {
+        let stream = train(epoch).map_err(TrainError::data)?;
+        if fit.clock.steps == 0 {
+            fit.clock.startup.pipeline_built = fit.clock.since_origin(Instant::now());
+        }
+        // The first batch's wait is start-up either way (see the module
+        // doc), so taking it here costs the steps nothing.
+        let stream = self.with_statistics(stream);
+        fit.feeder = Some(Feeder::new(
+            stream,
+            &self.config.input.spec,
+            &self.config.placement,
+            fit.clock.steps,
+        )?);
+        fit.stream_steps = 0;
+        // Once per trainer, while the pipeline makes its first batches.
+        if fit.clock.steps == 0 && self.device_startup.first_kernel_ms.is_none() {
+            self.device_startup.first_kernel_ms = first_kernel(&fit.device)?;
+        }
+        Ok(())
+    }
+
+    /// One optimizer step on `tensors`, its accounting, and the observers'
+    /// `on_step`.
+    fn fit_step(
+        &mut self,
+        fit: &mut Fit,
+        run: &mut EpochRun,
+        tensors: &BatchTensors,
+        wait: Duration,
+        copy: Duration,
+        observers: &mut [Box<dyn Observer>],
+    ) -> Result<(), TrainError> {
+        let learning_rate = self.scheduled_rate(fit.base_lr, run.epoch);
+        let compute_start = Instant::now();
+        let (loss, outputs) = train_step(&mut self.state, tensors, &fit.device)?;
+        let busy = compute_start.elapsed();
+        fit.clock.record_step(wait, copy, busy, &mut run.clock);
+        // Outside the timed phases: reading the loss and the metrics.
+        let loss = loss
+            .to_scalar::<f32>()
+            .map_err(TrainError::candle("reading the loss"))?;
+        if let Some(labels) = &tensors.labels {
+            run.totals.add(loss, &outputs, labels, tensors.rows)?;
+        }
+        run.clock.steps += 1;
+        run.clock.examples += tensors.rows as u64;
+        fit.stream_steps += 1;
+        fit.clock.examples += tensors.rows as u64;
+        let progress = Progress {
+            step: self.state.step,
+            run_steps: fit.clock.steps,
+            epoch: run.epoch,
+            epoch_steps: run.clock.steps,
+            epoch_examples: run.clock.examples,
+            loss,
+            learning_rate,
+            rows: tensors.rows,
+            examples_per_sec: fit.clock.examples as f64
+                / fit.start.elapsed().as_secs_f64().max(1e-9),
+            stall_fraction: fit.clock.stall_fraction(),
+        };
+        for o in observers.iter_mut() {
+            o.on_step(&progress)?;
+        }
+        Ok(())
+    }
+
+    /// The learning rate for the next step, set on the optimizer when the
+    /// schedule is not constant.
+    fn scheduled_rate(&mut self, base_lr: f64, epoch: u64) -> f64 {
+        if self.config.schedule.is_constant() {
+            return base_lr;
+        }
+        let lr = self.config.schedule.rate(base_lr, self.state.step, epoch);
+        self.state.optim.set_learning_rate(lr);
+        lr
+    }
+
+    /// Validates (unless interrupted), counts the epoch when it completed,
+    /// reports it to the observers and keeps its report. Stop when any
+    /// observer says so (each one is still told).
+    fn finish_epoch(
+        &mut self,
+        fit: &mut Fit,
+        run: EpochRun,
+        validation: &mut Option<TestOpener<'_>>,
+        observers: &mut [Box<dyn Observer>],
+    ) -> Result<Control, TrainError> {
+        let eval_start = Instant::now();
+        let val = match validation.as_mut() {
+            Some(open) if !fit.interrupted => {
+                let mut stream = open().map_err(TrainError::data)?;
+                Some(evaluate(
+                    self.state.model.as_ref(),
+                    stream.as_mut(),
+                    &self.config.input.spec,
+                    &fit.device,
+                )?)
+            }
+            _ => None,
+        };
+        fit.eval_time += eval_start.elapsed();
+        if run.ended != EpochEnd::StepLimit && !fit.interrupted {
+            self.state.epoch += 1;
+        }
+        let mut report = EpochReport::new(
+            run.epoch,
+            run.clock.steps,
+            run.clock.examples,
+            &run.totals.evaluation(),
+            val.as_ref(),
+            self.state.optim.learning_rate(),
+            ratio(run.clock.wait, run.clock.wait + run.clock.busy),
+            run.start.elapsed().as_secs_f64() * 1e3,
+        );
+        report.first_wait_ms = run.first_wait.as_secs_f64() * 1e3;
+        let mut control = Control::Continue;
+        for o in observers.iter_mut() {
+            if o.on_epoch_end(&report, self)? == Control::Stop {
+                control = Control::Stop;
+            }
+        }
+        fit.epochs.push(report);
+        Ok(control)
     }
 
     fn report(
@@ -1010,8 +1018,8 @@ impl Trainer {
         TrainReport {
             model: self.state.model.describe(),
             optimizer: self.state.optim.describe(),
-            device: device_name(&self.config.device),
-            task: self.config.input.task,
+            device: device_name(&self.config.placement.device),
+            task: self.config.input.spec.task,
             examples: clock.examples,
             steps: clock.steps,
             global_step: self.state.step,
@@ -1035,10 +1043,11 @@ impl Trainer {
             val_mae: last.and_then(|e| e.val_mae),
             val_rmse: last.and_then(|e| e.val_rmse),
             checkpoint_load,
-            skipped_features: self.config.skipped_features.clone(),
+            skipped_features: self.config.input.skipped_features.clone(),
             standardized: self
                 .config
                 .input
+                .spec
                 .standardize
                 .iter()
                 .any(|s| !s.is_identity()),
@@ -1057,8 +1066,8 @@ struct Plan {
 }
 
 impl Plan {
-    fn new(epochs: Option<u64>, steps: Option<u64>) -> Plan {
-        match (epochs, steps) {
+    fn new(length: &RunLength) -> Plan {
+        match (length.epochs, length.steps) {
             (None, None) => Plan {
                 epochs: Some(1),
                 steps: None,
@@ -1070,6 +1079,52 @@ impl Plan {
     /// Whether a run that did `epochs` epochs and `steps` steps is done.
     fn done(&self, epochs: u64, steps: u64) -> bool {
         self.epochs.is_some_and(|m| epochs >= m) || self.steps.is_some_and(|m| steps >= m)
+    }
+}
+
+/// The state of one `fit` call, shared by its parts.
+struct Fit {
+    start: Instant,
+    device: Device,
+    /// Batches are converted on the training thread (no device prefetch).
+    inline: bool,
+    plan: Plan,
+    task: Task,
+    base_lr: f64,
+    clock: RunClock,
+    eval_time: Duration,
+    bottleneck: Option<String>,
+    epochs: Vec<EpochReport>,
+    feeder: Option<Feeder>,
+    /// Steps taken from the current stream.
+    stream_steps: u64,
+    interrupted: bool,
+}
+
+/// One epoch in progress.
+struct EpochRun {
+    epoch: u64,
+    start: Instant,
+    totals: Totals,
+    clock: EpochClock,
+    /// How the epoch ended: a marker, the stream's end, or the plan's step
+    /// limit (the default, also for an interrupt).
+    ended: EpochEnd,
+    /// Until the epoch's first batch: opening the data (a stream per
+    /// epoch) or the wait across an epoch marker (one stream).
+    first_wait: Duration,
+}
+
+impl EpochRun {
+    fn new(epoch: u64, task: Task) -> EpochRun {
+        EpochRun {
+            epoch,
+            start: Instant::now(),
+            totals: Totals::new(task),
+            clock: EpochClock::default(),
+            ended: EpochEnd::StepLimit,
+            first_wait: Duration::ZERO,
+        }
     }
 }
 
@@ -1166,7 +1221,8 @@ impl Trainer {
     /// Fills `input.standardize` from `stream`'s first batch when it is
     /// still empty, and returns the stream with that batch put back.
     fn with_statistics<S: BatchStream>(&mut self, mut stream: S) -> Peeked<S> {
-        if !self.config.input.standardize.is_empty() {
+        let input = &mut self.config.input.spec;
+        if !input.standardize.is_empty() {
             return Peeked {
                 first: None,
                 rest: stream,
@@ -1174,7 +1230,7 @@ impl Trainer {
         }
         let first = stream.next_batch();
         if let Some(Ok(batch)) = &first {
-            self.config.input.standardize = Standardize::from_batch(batch, &self.config.input);
+            input.standardize = Standardize::from_batch(batch, input);
         }
         Peeked {
             first: Some(first),
@@ -1381,24 +1437,24 @@ enum Feeder {
 impl Feeder {
     fn new<S: BatchStream + 'static>(
         stream: S,
-        config: &TrainConfig,
+        input: &InputSpec,
+        placement: &Placement,
         first_index: u64,
-        inline: bool,
     ) -> Result<Feeder, TrainError> {
-        if inline {
+        if placement.prefetch == 0 {
             Ok(Feeder::Inline {
                 stream: Box::new(stream),
-                input: config.input.clone(),
-                device: config.device.clone(),
+                input: input.clone(),
+                device: placement.device.clone(),
                 ended: false,
                 positions: PositionTaker::default(),
             })
         } else {
             Ok(Feeder::Thread(DevicePrefetch::spawn(
                 stream,
-                config.input.clone(),
-                config.device.clone(),
-                config.prefetch,
+                input.clone(),
+                placement.device.clone(),
+                placement.prefetch,
                 first_index,
             )?))
         }
