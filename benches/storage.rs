@@ -91,6 +91,9 @@ fn run_to_end<T: Send + 'static>(p: &Pipeline<T>) {
     }
 }
 
+/// A named run of the benchmark.
+type Variant<'a> = (&'static str, Box<dyn Fn() + 'a>);
+
 fn main() {
     // `cargo bench` passes `--bench`; nothing else is parsed.
     let records: u64 = std::env::var("TFPIPE_BENCH_RECORDS")
@@ -207,7 +210,7 @@ fn main() {
             .prefetch(2)
     };
     let local_names: Vec<String> = locals.iter().map(|p| p.display().to_string()).collect();
-    let variants: Vec<(&str, Box<dyn Fn()>)> = vec![
+    let variants: Vec<Variant<'_>> = vec![
         (
             "download (parallel whole-object GETs)",
             Box::new(|| {

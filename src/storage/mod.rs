@@ -109,8 +109,10 @@ pub enum StorageError {
         url: String,
         operation: String,
         attempts: u32,
+        // Boxed: the store's error is large, and every error enum that
+        // wraps this one would grow with it (clippy's result_large_err).
         #[source]
-        error: object_store::Error,
+        error: Box<object_store::Error>,
     },
     /// A ranged read returned fewer bytes than asked for, every attempt.
     #[error("{url}: bytes {}..{}: the server returned {got} bytes (after {attempts} attempts)", range.start, range.end)]
@@ -180,7 +182,7 @@ impl StorageError {
             StorageError::NoMatch { .. } => io::ErrorKind::NotFound,
             StorageError::Io { error, .. } => error.kind(),
             #[cfg(feature = "object-store")]
-            StorageError::Store { error, .. } => match error {
+            StorageError::Store { error, .. } => match error.as_ref() {
                 object_store::Error::NotFound { .. } => io::ErrorKind::NotFound,
                 object_store::Error::PermissionDenied { .. }
                 | object_store::Error::Unauthenticated { .. } => io::ErrorKind::PermissionDenied,

@@ -78,8 +78,11 @@ fn resolve_host(host: &str) -> Result<Vec<std::net::IpAddr>, object_store::clien
 /// The live context, if any: a new one starts when the last is gone.
 static CURRENT: Mutex<Weak<Context>> = Mutex::new(Weak::new());
 
+/// `object_store` configuration options as `(key, value)` pairs.
+type StoreOptions = Vec<(String, String)>;
+
 /// Per-bucket options set by the program: `(scheme://bucket, options)`.
-static BUCKET_OPTIONS: RwLock<Vec<(String, Vec<(String, String)>)>> = RwLock::new(Vec::new());
+static BUCKET_OPTIONS: RwLock<Vec<(String, StoreOptions)>> = RwLock::new(Vec::new());
 
 /// Sets `object_store` configuration options for the bucket (or container,
 /// or HTTP origin) `base`, such as `s3://my-bucket` or `http://127.0.0.1:9000`.
@@ -409,7 +412,7 @@ fn build_store(
         url: url.to_string(),
         operation: "configuring the store".into(),
         attempts: 1,
-        error,
+        error: Box::new(error),
     };
     let bad_key = |key: &str, source: object_store::Error| StorageError::BadUrl {
         url: url.to_string(),
@@ -514,7 +517,7 @@ fn store_error(
         url: url.to_string(),
         operation,
         attempts,
-        error: source,
+        error: Box::new(source),
     }
 }
 
@@ -716,6 +719,9 @@ impl RangeReader {
     }
 }
 
+/// One ranged GET in flight.
+type PendingRange = Pending<Result<Bytes, StorageError>>;
+
 /// An object as a byte stream: ranged GETs of [`ReadOptions::range_size`],
 /// [`ReadOptions::ranges_in_flight`] of them ahead of the reader.
 ///
@@ -725,7 +731,7 @@ pub struct ObjectReader {
     size: u64,
     /// The next byte not yet requested.
     next: u64,
-    in_flight: VecDeque<(Range<u64>, Pending<Result<Bytes, StorageError>>)>,
+    in_flight: VecDeque<(Range<u64>, PendingRange)>,
     current: Bytes,
     failed: bool,
 }
