@@ -91,6 +91,9 @@ fn run_to_end<T: Send + 'static>(p: &Pipeline<T>) {
     }
 }
 
+/// A named run of the benchmark.
+type Variant<'a> = (&'static str, Box<dyn Fn() + 'a>);
+
 fn main() {
     // `cargo bench` passes `--bench`; nothing else is parsed.
     let records: u64 = std::env::var("TFPIPE_BENCH_RECORDS")
@@ -103,9 +106,8 @@ fn main() {
         .unwrap_or(3);
     // The bench's own S3 client (for the upload and the plain download) is
     // built before tfpipe's first store: reqwest, built without a default
-    // provider, needs rustls' ring provider installed first (an error here
-    // only means one is installed already).
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    // provider, needs rustls' provider installed first.
+    tfpipe::storage::install_crypto_provider();
     let root = tempfile::tempdir().expect("tempdir");
     let local = tempfile::tempdir().expect("tempdir");
     std::fs::create_dir(root.path().join("bench")).expect("bucket");
@@ -212,7 +214,7 @@ fn main() {
             .prefetch(2)
     };
     let local_names: Vec<String> = locals.iter().map(|p| p.display().to_string()).collect();
-    let variants: Vec<(&str, Box<dyn Fn()>)> = vec![
+    let variants: Vec<Variant<'_>> = vec![
         (
             "download (parallel whole-object GETs)",
             Box::new(|| {

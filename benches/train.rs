@@ -7,7 +7,8 @@
 //! `Linear`, `relu`, `loss::cross_entropy`, `Conv2d`, `max_pool2d`) and after
 //! (`tfpipe::train::ops`, what the built-in models run), on the same
 //! weights: the forward pass, and forward + loss + backward, for the MLP at
-//! batch 256 and the LeNet-like CNN at batch 64.
+//! batch 256 and the LeNet-like CNN at batch 64. `cnn_lenet_step_b64` is a
+//! whole CNN training step at batch 64 (Adam and SGD), tensors in memory.
 //!
 //! `cargo bench --bench train -- --warm-up-time 1 --measurement-time 3`
 //! (one group: `cargo bench --bench train -- step_parts`)
@@ -212,6 +213,38 @@ fn step(c: &mut Criterion) {
                     Ok(it)
                 })
             })
+        });
+    }
+    group.finish();
+}
+
+/// A whole training step of the LeNet-like CNN at batch 64 (forward, loss,
+/// backward, Adam), tensors in memory: what `tfpipe bench-train --model
+/// cnn` times per step, without the input pipeline. Compare with
+/// `scripts/keras_cnn.py`'s median step.
+fn cnn_step(c: &mut Criterion) {
+    const ROWS: usize = 64;
+    let mut group = c.benchmark_group("cnn_lenet_step_b64");
+    group.throughput(Throughput::Elements(ROWS as u64));
+    let all = batch_to_tensors(mnist_like_batch(9), &input(), 0, &Device::Cpu).expect("tensors");
+    let tensors = BatchTensors {
+        features: all.features.narrow(0, 0, ROWS).expect("rows"),
+        labels: all
+            .labels
+            .as_ref()
+            .map(|l| l.narrow(0, 0, ROWS).expect("rows")),
+        rows: ROWS,
+        ..all
+    };
+    for kind in [OptimizerKind::Adam, OptimizerKind::Sgd] {
+        let optimizer = OptimizerConfig {
+            weight_decay: 0.0,
+            ..OptimizerConfig::default_for(kind)
+        };
+        let mut trainer =
+            Trainer::builtin(config(), ModelConfig::Cnn { classes: 10 }, optimizer).expect("cnn");
+        group.bench_function(format!("{kind}/memory_tensors"), |b| {
+            b.iter(|| trainer.step(&tensors).expect("step"))
         });
     }
     group.finish();
@@ -526,6 +559,7 @@ fn embedding_step(c: &mut Criterion) {
 criterion_group!(
     benches,
     step_parts,
+    cnn_step,
     step,
     optimizer_update,
     checkpoint_and_predict

@@ -8,6 +8,8 @@ mod server;
 
 #[path = "storage/cli.rs"]
 mod cli;
+#[path = "storage/http.rs"]
+mod http;
 #[path = "storage/index.rs"]
 mod index;
 #[path = "storage/read.rs"]

@@ -186,9 +186,13 @@ fn inspect_file(
     let file_bytes = if path.as_os_str() == "-" {
         None
     } else {
-        let metadata =
-            std::fs::metadata(path).with_context(|| format!("{}: cannot open", path.display()))?;
-        Some(metadata.len())
+        if tfpipe::storage::is_url(path) {
+            Some(tfpipe::storage::size_of(path)?)
+        } else {
+            let metadata = std::fs::metadata(path)
+                .with_context(|| format!("{}: cannot open", path.display()))?;
+            Some(metadata.len())
+        }
     };
     let mut reader = open(path, options)?;
     let mut schema = SchemaStats::default();

@@ -8,7 +8,7 @@
 //! `inspect`, `bench`, `train`, `predict`) it takes, through [`resolve`]:
 //!
 //! - a local path, or a local glob (`data/train-*.tfrecord`, matches sorted);
-//! - with the `object-store` feature (on by default), a URL: `s3://bucket/key`,
+//! - with the `object-store` feature (off by default for now), a URL: `s3://bucket/key`,
 //!   `gs://bucket/key`, `az://container/key`, `http(s)://host/path`, also with
 //!   a glob in the key (`s3://bucket/train/part-*.tfrecord.gz`). A glob URL is
 //!   listed by the prefix before its first wildcard, then matched key by key
@@ -75,7 +75,10 @@ pub use index::{
     GlobalShuffle, IndexError, IndexProblem, IndexedFiles, RecordId, RecordIndex, index_path,
 };
 #[cfg(feature = "object-store")]
-pub use object::{ObjectWriter, PendingObject, commit_objects, delete_object, set_bucket_options};
+pub use object::{
+    ObjectWriter, PendingObject, commit_objects, delete_object, install_crypto_provider,
+    set_bucket_options,
+};
 pub(crate) use resolve::url_str;
 pub use resolve::{is_url, resolve};
 
@@ -95,13 +98,22 @@ pub enum StorageError {
     #[error("{url}: {reason}")]
     BadUrl { url: String, reason: String },
     /// An object-store operation failed (after retries where it is transient).
+    ///
+    /// The message holds the store's error and each of its causes once
+    /// (`object_store`'s errors embed their first cause in their own text,
+    /// the deeper ones, such as why a request could not be built, only in
+    /// their source chain), so it is complete wherever it is wrapped; the
+    /// store's error is also the [`source`](std::error::Error::source).
     #[cfg(feature = "object-store")]
-    #[error("{url}: {operation} failed{}: {error}", attempts_note(*.attempts))]
+    #[error("{url}: {operation} failed{}: {}", attempts_note(*.attempts), cause_chain(.error))]
     Store {
         url: String,
         operation: String,
         attempts: u32,
-        error: object_store::Error,
+        // Boxed: the store's error is large, and every error enum that
+        // wraps this one would grow with it (clippy's result_large_err).
+        #[source]
+        error: Box<object_store::Error>,
     },
     /// A ranged read returned fewer bytes than asked for, every attempt.
     #[error("{url}: bytes {}..{}: the server returned {got} bytes (after {attempts} attempts)", range.start, range.end)]
@@ -122,6 +134,37 @@ pub enum StorageError {
     Runtime(io::Error),
 }
 
+/// `error`'s text followed by each cause in its source chain whose text is
+/// not already there (many errors repeat their source in their own text).
+#[cfg(feature = "object-store")]
+fn cause_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(next) = cause {
+        let next_text = next.to_string();
+        if !text.contains(&next_text) {
+            text.push_str(": ");
+            text.push_str(&next_text);
+        }
+        cause = next.source();
+    }
+    text
+}
+
+/// The HTTP status a store's `Generic` error carries, if any.
+///
+/// `object_store` maps 401/403/404 to typed errors for GET and HEAD but
+/// not for LIST, whose error is `Generic` around its private `RetryError`;
+/// the status is only in that error's text ("Server returned non-2xx
+/// status code: 403 Forbidden").
+#[cfg(feature = "object-store")]
+fn http_status(error: &object_store::Error) -> Option<u16> {
+    const MARK: &str = "status code: ";
+    let text = cause_chain(error);
+    let at = text.find(MARK)? + MARK.len();
+    text.get(at..at + 3)?.parse().ok()
+}
+
 #[cfg(feature = "object-store")]
 fn attempts_note(attempts: u32) -> String {
     if attempts > 1 {
@@ -140,11 +183,15 @@ impl StorageError {
             StorageError::NoMatch { .. } => io::ErrorKind::NotFound,
             StorageError::Io { error, .. } => error.kind(),
             #[cfg(feature = "object-store")]
-            StorageError::Store { error, .. } => match error {
+            StorageError::Store { error, .. } => match error.as_ref() {
                 object_store::Error::NotFound { .. } => io::ErrorKind::NotFound,
                 object_store::Error::PermissionDenied { .. }
                 | object_store::Error::Unauthenticated { .. } => io::ErrorKind::PermissionDenied,
-                _ => io::ErrorKind::Other,
+                _ => match http_status(error) {
+                    Some(401 | 403) => io::ErrorKind::PermissionDenied,
+                    Some(404) => io::ErrorKind::NotFound,
+                    _ => io::ErrorKind::Other,
+                },
             },
             _ => io::ErrorKind::Other,
         }

@@ -78,8 +78,11 @@ fn resolve_host(host: &str) -> Result<Vec<std::net::IpAddr>, object_store::clien
 /// The live context, if any: a new one starts when the last is gone.
 static CURRENT: Mutex<Weak<Context>> = Mutex::new(Weak::new());
 
+/// `object_store` configuration options as `(key, value)` pairs.
+type StoreOptions = Vec<(String, String)>;
+
 /// Per-bucket options set by the program: `(scheme://bucket, options)`.
-static BUCKET_OPTIONS: RwLock<Vec<(String, Vec<(String, String)>)>> = RwLock::new(Vec::new());
+static BUCKET_OPTIONS: RwLock<Vec<(String, StoreOptions)>> = RwLock::new(Vec::new());
 
 /// Sets `object_store` configuration options for the bucket (or container,
 /// or HTTP origin) `base`, such as `s3://my-bucket` or `http://127.0.0.1:9000`.
@@ -191,9 +194,9 @@ impl Context {
 
     /// Starts `future` on the runtime; its output arrives through the
     /// returned [`Pending`]. Dropping the `Pending` aborts the task. The
-    /// `Pending` keeps the runtime alive: a caller that holds nothing else of
-    /// the context (the index's per-record reads) must not see its task
-    /// aborted because the context's last other owner went away.
+    /// `Pending` keeps the runtime alive: a read started through a handle
+    /// that is dropped at once (a `RangeReader` made for one GET) still
+    /// completes.
     pub(crate) fn spawn<F, T>(self: &Arc<Self>, future: F) -> Pending<T>
     where
         F: Future<Output = T> + Send + 'static,
@@ -267,8 +270,8 @@ impl Drop for Context {
 pub(crate) struct Pending<T> {
     rx: Option<crossbeam_channel::Receiver<T>>,
     task: tokio::task::AbortHandle,
-    /// The runtime the task runs on, alive until this is dropped (after
-    /// the abort in `drop`, fields drop after the body).
+    /// The runtime the task runs on, kept until the task is received or
+    /// aborted (dropped after `drop` has aborted it).
     _context: Arc<Context>,
 }
 
@@ -345,12 +348,55 @@ fn client_options(resolver: &Arc<Resolver>) -> ClientOptions {
         .with_dns_resolver(resolver)
 }
 
-/// Installs rustls' ring provider once (reqwest is built without a default).
-fn install_crypto() {
+/// `options` with the HTTP-client settings of the environment variables
+/// starting with `prefix` (`AWS_ALLOW_HTTP`, `GOOGLE_PROXY_URL`, ...) applied
+/// on top, read as the store's `from_env` reads them.
+///
+/// Needed because a builder's `with_client_options` replaces every client
+/// setting `from_env` had read: without this, `AWS_ALLOW_HTTP=true` was
+/// dropped and a request to an `http://` endpoint failed to build
+/// ("builder error": reqwest refuses plain HTTP when HTTPS is required).
+fn with_env_client_options<K: std::str::FromStr>(
+    mut options: ClientOptions,
+    prefix: &str,
+    client_key: impl Fn(K) -> Option<object_store::ClientConfigKey>,
+) -> ClientOptions {
+    for (key, value) in std::env::vars_os() {
+        let (Some(key), Some(value)) = (key.to_str(), value.to_str()) else {
+            continue;
+        };
+        if !key.starts_with(prefix) {
+            continue;
+        }
+        if let Some(key) = key.to_ascii_lowercase().parse().ok().and_then(&client_key) {
+            options = options.with_config(key, value);
+        }
+    }
+    options
+}
+
+/// Makes sure the process has a rustls crypto provider, installing ring's
+/// if none is (idempotent, cheap after the first call).
+///
+/// tfpipe builds `reqwest` without a built-in provider (its default,
+/// aws-lc-rs, needs cmake and a C toolchain to build), and `reqwest` panics
+/// when it builds a client with no provider installed. tfpipe calls this
+/// itself before building any store; a program that builds its own
+/// `object_store` or `reqwest` clients in the same process, before its first
+/// use of a tfpipe URL, calls it first. If the program installed another
+/// provider already, that one stays.
+///
+/// ```
+/// tfpipe::storage::install_crypto_provider();
+/// assert!(rustls::crypto::CryptoProvider::get_default().is_some());
+/// ```
+pub fn install_crypto_provider() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        // Fails only if a provider is already installed, which is as good.
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        if rustls::crypto::CryptoProvider::get_default().is_none() {
+            // Fails only if another thread installed one meanwhile: as good.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
     });
 }
 
@@ -359,14 +405,14 @@ fn build_store(
     parsed: &ParsedUrl,
     resolver: &Arc<Resolver>,
 ) -> Result<Arc<dyn ObjectStore>, StorageError> {
-    install_crypto();
+    install_crypto_provider();
     let client = || client_options(resolver);
     let options = bucket_options(&parsed.base);
     let config_error = |error: object_store::Error| StorageError::Store {
         url: url.to_string(),
         operation: "configuring the store".into(),
         attempts: 1,
-        error,
+        error: Box::new(error),
     };
     let bad_key = |key: &str, source: object_store::Error| StorageError::BadUrl {
         url: url.to_string(),
@@ -375,10 +421,14 @@ fn build_store(
     let store: Arc<dyn ObjectStore> = match parsed.scheme.as_str() {
         "s3" | "s3a" => {
             use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+            let client = with_env_client_options(client(), "AWS_", |k| match k {
+                AmazonS3ConfigKey::Client(k) => Some(k),
+                _ => None,
+            });
             let mut b = AmazonS3Builder::from_env()
                 .with_url(parsed.base.as_str())
                 .with_retry(retry_config())
-                .with_client_options(client());
+                .with_client_options(client);
             for (k, v) in options {
                 let key: AmazonS3ConfigKey = k.parse().map_err(|e| bad_key(&k, e))?;
                 b = b.with_config(key, v);
@@ -387,10 +437,14 @@ fn build_store(
         }
         "gs" => {
             use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
+            let client = with_env_client_options(client(), "GOOGLE_", |k| match k {
+                GoogleConfigKey::Client(k) => Some(k),
+                _ => None,
+            });
             let mut b = GoogleCloudStorageBuilder::from_env()
                 .with_url(parsed.base.as_str())
                 .with_retry(retry_config())
-                .with_client_options(client());
+                .with_client_options(client);
             for (k, v) in options {
                 let key: GoogleConfigKey = k.parse().map_err(|e| bad_key(&k, e))?;
                 b = b.with_config(key, v);
@@ -399,10 +453,14 @@ fn build_store(
         }
         "az" | "azure" | "abfs" | "abfss" => {
             use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
+            let client = with_env_client_options(client(), "AZURE_", |k| match k {
+                AzureConfigKey::Client(k) => Some(k),
+                _ => None,
+            });
             let mut b = MicrosoftAzureBuilder::from_env()
                 .with_url(parsed.base.as_str())
                 .with_retry(retry_config())
-                .with_client_options(client());
+                .with_client_options(client);
             for (k, v) in options {
                 let key: AzureConfigKey = k.parse().map_err(|e| bad_key(&k, e))?;
                 b = b.with_config(key, v);
@@ -459,7 +517,7 @@ fn store_error(
         url: url.to_string(),
         operation,
         attempts,
-        error: source,
+        error: Box::new(source),
     }
 }
 
@@ -661,6 +719,9 @@ impl RangeReader {
     }
 }
 
+/// One ranged GET in flight.
+type PendingRange = Pending<Result<Bytes, StorageError>>;
+
 /// An object as a byte stream: ranged GETs of [`ReadOptions::range_size`],
 /// [`ReadOptions::ranges_in_flight`] of them ahead of the reader.
 ///
@@ -670,7 +731,7 @@ pub struct ObjectReader {
     size: u64,
     /// The next byte not yet requested.
     next: u64,
-    in_flight: VecDeque<(Range<u64>, Pending<Result<Bytes, StorageError>>)>,
+    in_flight: VecDeque<(Range<u64>, PendingRange)>,
     current: Bytes,
     failed: bool,
 }

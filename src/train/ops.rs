@@ -12,8 +12,11 @@
 //!   for the data batch).
 //! - [`softmax_cross_entropy`]: the mean cross-entropy of logits against
 //!   class ids in one pass; backward `(softmax - onehot) / batch`.
-//! - [`conv2d`]: a convolution as im2col + [`linear`]'s GEMM (candle's CPU
-//!   conv backward goes through a slow transposed convolution).
+//! - [`conv2d`]: a convolution as im2col + GEMM + bias + ReLU, block by
+//!   block over the batch (L2-sized im2col blocks, the GEMM's long side on
+//!   the pixels, the batch split over the compute threads); backward the
+//!   same walk (candle's CPU conv backward goes through a slow transposed
+//!   convolution). Details in `ops/conv.rs`.
 //! - [`update_in_place`]: an optimizer's update on the variable's own
 //!   storage (no copy out of candle, no `Var::set`, no intermediate
 //!   tensors); the arithmetic lives in `optim.rs`.
@@ -30,6 +33,8 @@ use candle_core::{
     CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Device, InplaceOp2, Layout, Result, Shape,
     Tensor, bail,
 };
+
+mod conv;
 
 /// The fused kernels' thread count; 0: candle's own (see [`compute_threads`]).
 static THREADS: AtomicUsize = AtomicUsize::new(0);
@@ -110,44 +115,80 @@ impl View {
     }
 }
 
-/// `dst (m x n, row-major, contiguous) = (accumulate ? dst : 0) + lhs @ rhs`.
+/// `dst (m x n, row-major, contiguous) = (accumulate ? dst : 0) + lhs @ rhs`,
+/// on [`compute_threads`] threads.
 fn gemm_into(
     dst: &mut [f32],
     accumulate: bool,
     lhs: (&[f32], View),
     rhs: (&[f32], View),
 ) -> Result<()> {
-    let ((a, la), (b, lb)) = (lhs, rhs);
+    let (m, n) = (lhs.1.rows, rhs.1.cols);
+    if dst.len() != m * n {
+        bail!("gemm: a {m}x{n} product into {} values", dst.len());
+    }
+    let view = View {
+        rows: m,
+        cols: n,
+        rs: n as isize,
+        cs: 1,
+        offset: 0,
+    };
+    gemm_strided((dst, view), accumulate, lhs, rhs, parallelism())
+}
+
+/// `dst = (accumulate ? dst : 0) + lhs @ rhs` for any non-negative strides
+/// (a destination whose views overlap itself gives unspecified values).
+///
+/// gemm computes a row-major destination as the transposed problem, so
+/// the destination's layout decides which side is its microkernel's long
+/// (64-row) dimension: callers with few output columns write them
+/// column-major (see `conv.rs`).
+fn gemm_strided(
+    dst: (&mut [f32], View),
+    accumulate: bool,
+    lhs: (&[f32], View),
+    rhs: (&[f32], View),
+    parallelism: gemm::Parallelism,
+) -> Result<()> {
+    let ((d, ld), (a, la), (b, lb)) = (dst, lhs, rhs);
     let (m, k, n) = (la.rows, la.cols, lb.cols);
-    if lb.rows != k || dst.len() != m * n {
+    if lb.rows != k || ld.rows != m || ld.cols != n {
         bail!(
-            "gemm: shapes {m}x{k} @ {}x{n} into {} values",
+            "gemm: shapes {m}x{k} @ {}x{n} into {}x{}",
             lb.rows,
-            dst.len()
+            ld.rows,
+            ld.cols
         );
     }
     la.check(a, "gemm lhs")?;
     lb.check(b, "gemm rhs")?;
+    ld.check(d, "gemm destination")?;
     if m == 0 || n == 0 {
         return Ok(());
     }
     if k == 0 {
         if !accumulate {
-            dst.fill(0.0);
+            for i in 0..m {
+                for j in 0..n {
+                    d[ld.offset + i * ld.rs as usize + j * ld.cs as usize] = 0.0;
+                }
+            }
         }
         return Ok(());
     }
-    // SAFETY: `dst` holds m*n values written at row stride n; the checks
-    // above keep every read of `a` and `b` inside their slices (strides are
-    // non-negative and the last element is in bounds).
+    // SAFETY: the checks above keep every access to `d`, `a` and `b`
+    // inside their slices (strides are non-negative and the last element
+    // of each view is in bounds); `d` is borrowed mutably, so it aliases
+    // neither input.
     unsafe {
         gemm::gemm(
             m,
             n,
             k,
-            dst.as_mut_ptr(),
-            1,
-            n as isize,
+            d.as_mut_ptr().add(ld.offset),
+            ld.cs,
+            ld.rs,
             accumulate,
             a.as_ptr().add(la.offset),
             la.cs,
@@ -160,7 +201,7 @@ fn gemm_into(
             false,
             false,
             false,
-            parallelism(),
+            parallelism,
         );
     }
     Ok(())
@@ -455,9 +496,23 @@ impl CustomOp2 for SoftmaxCrossEntropy {
 /// `x` `[batch, height, width, channels]`, `kernel` candle's
 /// `[out, channels, k, k]`; the result is NHWC `[batch, oh, ow, out]`.
 ///
-/// On the CPU in f32: im2col into `[batch*oh*ow, channels*k*k]` (column
-/// order `(channel, ky, kx)`, the kernel's own), then [`linear`]'s fused
-/// GEMM + bias + ReLU. Elsewhere: candle's `conv2d` between permutes.
+/// On the CPU in f32: one fused op, im2col + GEMM + bias + ReLU block by
+/// block over the batch, on [`compute_threads`] threads (see `conv.rs`);
+/// its backward is the same walk (ReLU mask, `db`, `dW`, and `dx` by
+/// col2im only when `x` needs a gradient). Elsewhere: candle's `conv2d`
+/// between permutes.
+///
+/// ```
+/// use candle_core::{Device, Tensor};
+///
+/// // One 3x3 image of ones, one 2x2 kernel of ones: each output sums 4.
+/// let x = Tensor::ones((1, 3, 3, 1), candle_core::DType::F32, &Device::Cpu)?;
+/// let k = Tensor::ones((1, 1, 2, 2), candle_core::DType::F32, &Device::Cpu)?;
+/// let y = tfpipe::train::ops::conv2d(&x, &k, None, 0, false)?;
+/// assert_eq!(y.dims(), &[1, 2, 2, 1]);
+/// assert_eq!(y.flatten_all()?.to_vec1::<f32>()?, vec![4.0; 4]);
+/// # Ok::<(), candle_core::Error>(())
+/// ```
 pub fn conv2d(
     x: &Tensor,
     kernel: &Tensor,
@@ -465,20 +520,45 @@ pub fn conv2d(
     padding: usize,
     relu: bool,
 ) -> Result<Tensor> {
+    conv2d_with(x, kernel, bias, padding, relu, compute_threads(), None)
+}
+
+/// [`conv2d`] with the fused op's task count and block size chosen (tests
+/// exercise every split with them).
+fn conv2d_with(
+    x: &Tensor,
+    kernel: &Tensor,
+    bias: Option<&Tensor>,
+    padding: usize,
+    relu: bool,
+    tasks: usize,
+    block_images: Option<usize>,
+) -> Result<Tensor> {
     let (b, h, w, c) = x.dims4()?;
     let (out, kc, kh, kw) = kernel.dims4()?;
     if kc != c || kh != kw {
         bail!("conv2d: input has {c} channels, kernel is [{out}, {kc}, {kh}, {kw}]");
     }
     let k = kh;
-    if k == 0 || h + 2 * padding < k || w + 2 * padding < k {
-        bail!("conv2d: a {k}x{k} kernel does not fit a {h}x{w} input padded by {padding}");
-    }
-    let (oh, ow) = (h + 2 * padding - k + 1, w + 2 * padding - k + 1);
+    conv::Geometry::new((b, h, w, c), k, padding, out)?;
     if fused_ok(&[x, kernel]) {
-        let cols = x.contiguous()?.apply_op1(Im2Col { k, padding })?;
-        let y = linear(&cols, &kernel.reshape((out, c * k * k))?, bias, relu)?;
-        y.reshape((b, oh, ow, out))
+        let zeros;
+        let bias = match bias {
+            Some(bias) => bias,
+            None => {
+                zeros = Tensor::zeros(out, DType::F32, &Device::Cpu)?;
+                &zeros
+            }
+        };
+        let op = conv::Conv2dOp {
+            k,
+            pad: padding,
+            relu,
+            tasks: tasks.clamp(1, b.max(1)),
+            block_images,
+        };
+        x.contiguous()?
+            .apply_op3(&kernel.contiguous()?, &bias.contiguous()?, op)
     } else {
         let y = x
             .permute((0, 3, 1, 2))?
@@ -490,89 +570,6 @@ pub fn conv2d(
         };
         let y = if relu { y.relu()? } else { y };
         y.permute((0, 2, 3, 1))?.contiguous()
-    }
-}
-
-/// im2col for NHWC input (see [`conv2d`]); backward is col2im.
-struct Im2Col {
-    k: usize,
-    padding: usize,
-}
-
-impl Im2Col {
-    /// Calls `f(col_index, input_index)` for every in-bounds pair of
-    /// (row of the column matrix, column) and input element, in order.
-    fn walk(&self, (b, h, w, c): (usize, usize, usize, usize), mut f: impl FnMut(usize, usize)) {
-        let (k, p) = (self.k, self.padding);
-        let (oh, ow) = (h + 2 * p - k + 1, w + 2 * p - k + 1);
-        let width = c * k * k;
-        for n in 0..b {
-            for oy in 0..oh {
-                for ox in 0..ow {
-                    let row = ((n * oh + oy) * ow + ox) * width;
-                    for ky in 0..k {
-                        let Some(iy) = (oy + ky).checked_sub(p).filter(|&y| y < h) else {
-                            continue;
-                        };
-                        for kx in 0..k {
-                            let Some(ix) = (ox + kx).checked_sub(p).filter(|&x| x < w) else {
-                                continue;
-                            };
-                            let src = ((n * h + iy) * w + ix) * c;
-                            for ch in 0..c {
-                                f(row + (ch * k + ky) * k + kx, src + ch);
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    fn dims(&self, d: (usize, usize, usize, usize)) -> (usize, usize) {
-        let (b, h, w, c) = d;
-        let (k, p) = (self.k, self.padding);
-        (b * (h + 2 * p - k + 1) * (w + 2 * p - k + 1), c * k * k)
-    }
-}
-
-impl CustomOp1 for Im2Col {
-    fn name(&self) -> &'static str {
-        "tfpipe-im2col"
-    }
-
-    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
-        let d = l.shape().dims4()?;
-        let x = match l.contiguous_offsets() {
-            Some((start, end)) => &f32s(s, "im2col input")?[start..end],
-            None => bail!("im2col: input is not contiguous"),
-        };
-        let (rows, cols) = self.dims(d);
-        let mut out = vec![0f32; rows * cols];
-        self.walk(d, |dst, src| out[dst] = x[src]);
-        Ok((CpuStorage::F32(out), Shape::from((rows, cols))))
-    }
-
-    fn bwd(&self, arg: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
-        if !arg.track_op() {
-            return Ok(None);
-        }
-        let d = arg.dims4()?;
-        let grad = grad.contiguous()?;
-        let mut dx = vec![0f32; arg.elem_count()];
-        with_cpu_f32(&grad, "im2col gradient", |g, gl| {
-            let (start, end) = gl
-                .contiguous_offsets()
-                .ok_or_else(|| candle_core::Error::Msg("im2col gradient: not contiguous".into()))?;
-            let g = &g[start..end];
-            let (rows, cols) = self.dims(d);
-            if g.len() != rows * cols {
-                bail!("im2col gradient: {} values for [{rows}, {cols}]", g.len());
-            }
-            self.walk(d, |col, src| dx[src] += g[col]);
-            Ok(())
-        })?;
-        Ok(Some(Tensor::from_vec(dx, arg.shape(), &Device::Cpu)?))
     }
 }
 
@@ -617,31 +614,30 @@ struct MaxPool2x2 {
 }
 
 impl MaxPool2x2 {
-    /// Calls `f(out_index, [input indices of the window])` per output value.
+    /// Calls `f(window, out, stride)` per window position: `window` holds
+    /// the input indices of its 4 pixels' channel 0 (each pixel's `c`
+    /// channels follow contiguously, NHWC), `out` the output index of
+    /// channel 0 and `stride` the step between channels in the output.
     fn walk(
         &self,
         (b, h, w, c): (usize, usize, usize, usize),
-        mut f: impl FnMut(usize, [usize; 4]),
+        mut f: impl FnMut([usize; 4], usize, usize),
     ) {
         let (oh, ow) = (h / 2, w / 2);
+        let stride = if self.to_nchw { oh * ow } else { 1 };
         for n in 0..b {
             for oy in 0..oh {
+                let top = (n * h + 2 * oy) * w * c;
+                let bottom = top + w * c;
                 for ox in 0..ow {
-                    let at = |y: usize, x: usize| ((n * h + y) * w + x) * c;
-                    let (a, bb, cc, dd) = (
-                        at(2 * oy, 2 * ox),
-                        at(2 * oy, 2 * ox + 1),
-                        at(2 * oy + 1, 2 * ox),
-                        at(2 * oy + 1, 2 * ox + 1),
-                    );
-                    for ch in 0..c {
-                        let out = if self.to_nchw {
-                            ((n * c + ch) * oh + oy) * ow + ox
-                        } else {
-                            ((n * oh + oy) * ow + ox) * c + ch
-                        };
-                        f(out, [a + ch, bb + ch, cc + ch, dd + ch]);
-                    }
+                    let x0 = 2 * ox * c;
+                    let window = [top + x0, top + x0 + c, bottom + x0, bottom + x0 + c];
+                    let out = if self.to_nchw {
+                        (n * c * oh + oy) * ow + ox
+                    } else {
+                        ((n * oh + oy) * ow + ox) * c
+                    };
+                    f(window, out, stride);
                 }
             }
         }
@@ -656,15 +652,26 @@ impl MaxPool2x2 {
     }
 }
 
-/// The index of the window's maximum (the first one on ties).
-fn argmax4(x: &[f32], window: [usize; 4]) -> usize {
-    let mut best = window[0];
-    for &i in &window[1..] {
-        if x[i] > x[best] {
+/// Which of the 4 values is the maximum (the first one on ties).
+fn argmax4(v: [f32; 4]) -> usize {
+    let mut best = 0;
+    for i in 1..4 {
+        if v[i] > v[best] {
             best = i;
         }
     }
     best
+}
+
+/// The 4 pixels' `c` channels of one pooling window.
+fn window_of(x: &[f32], window: [usize; 4], c: usize) -> Result<[&[f32]; 4]> {
+    let mut out: [&[f32]; 4] = [&[]; 4];
+    for (o, &at) in out.iter_mut().zip(&window) {
+        *o = x
+            .get(at..at + c)
+            .ok_or_else(|| candle_core::Error::Msg("max-pool: window outside its input".into()))?;
+    }
+    Ok(out)
 }
 
 impl CustomOp1 for MaxPool2x2 {
@@ -680,7 +687,22 @@ impl CustomOp1 for MaxPool2x2 {
         };
         let shape = self.out_shape(d);
         let mut out = vec![0f32; shape.elem_count()];
-        self.walk(d, |o, window| out[o] = x[argmax4(x, window)]);
+        let c = d.3;
+        let mut failed = Ok(());
+        self.walk(d, |window, o, stride| {
+            let [a, b, cc, dd] = match window_of(x, window, c) {
+                Ok(w) => w,
+                Err(e) => {
+                    failed = Err(e);
+                    return;
+                }
+            };
+            for ch in 0..c {
+                let v = [a[ch], b[ch], cc[ch], dd[ch]];
+                out[o + ch * stride] = v[argmax4(v)];
+            }
+        });
+        failed?;
         Ok((CpuStorage::F32(out), shape))
     }
 
@@ -696,8 +718,23 @@ impl CustomOp1 for MaxPool2x2 {
                 if g.len() < self.out_shape(d).elem_count() {
                     bail!("max-pool gradient: too few values");
                 }
-                self.walk(d, |o, window| dx[argmax4(x, window)] += g[o]);
-                Ok(())
+                let c = d.3;
+                let mut failed = Ok(());
+                self.walk(d, |window, o, stride| {
+                    let [a, b, cc, dd] = match window_of(x, window, c) {
+                        Ok(w) => w,
+                        Err(e) => {
+                            failed = Err(e);
+                            return;
+                        }
+                    };
+                    for ch in 0..c {
+                        let best = argmax4([a[ch], b[ch], cc[ch], dd[ch]]);
+                        // Windows do not overlap: each input gets at most one value.
+                        dx[window[best] + ch] = g[o + ch * stride];
+                    }
+                });
+                failed
             })
         })?;
         Ok(Some(Tensor::from_vec(dx, arg.shape(), &Device::Cpu)?))
@@ -959,6 +996,66 @@ mod tests {
             .permute((0, 2, 3, 1))
             .unwrap();
         close(&y, &r, 0.0);
+    }
+
+    /// The fused convolution, split into every number of tasks and block
+    /// sizes, computes candle's convolution and its three gradients: with
+    /// and without padding, one and several input channels, and a kernel
+    /// wider than the padding (edge windows reading only part of a row).
+    #[test]
+    fn conv2d_matches_candle_for_every_split() {
+        for (c, k, padding) in [(1, 5, 2), (3, 3, 0), (2, 3, 1), (4, 2, 3)] {
+            let x = var(&[5, 7, 6, c], 30 + c as u64);
+            let kernel = var(&[3, c, k, k], 40 + k as u64);
+            let b = var(&[3], 50);
+            let (oh, ow) = (7 + 2 * padding + 1 - k, 6 + 2 * padding + 1 - k);
+            for (tasks, block) in [
+                (1, None),
+                (2, Some(1)),
+                (3, Some(2)),
+                (5, Some(4)),
+                (8, None),
+            ] {
+                same_function(
+                    &[&x, &kernel, &b],
+                    &[5, oh, ow, 3],
+                    || conv2d_with(&x, &kernel, Some(&b), padding, true, tasks, block).unwrap(),
+                    || {
+                        x.permute((0, 3, 1, 2))
+                            .unwrap()
+                            .conv2d(&kernel, padding, 1, 1, 1)
+                            .unwrap()
+                            .broadcast_add(&b.reshape((1, 3, 1, 1)).unwrap())
+                            .unwrap()
+                            .relu()
+                            .unwrap()
+                            .permute((0, 2, 3, 1))
+                            .unwrap()
+                    },
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn conv2d_without_bias_or_relu_and_with_a_bad_kernel() {
+        let x = var(&[2, 4, 4, 2], 60);
+        let kernel = var(&[3, 2, 3, 3], 61);
+        let y = conv2d(&x, &kernel, None, 1, false).unwrap();
+        let r = x
+            .permute((0, 3, 1, 2))
+            .unwrap()
+            .conv2d(&kernel, 1, 1, 1, 1)
+            .unwrap()
+            .permute((0, 2, 3, 1))
+            .unwrap();
+        close(&y, &r, 1e-5);
+        let wrong_channels = var(&[3, 1, 3, 3], 62);
+        let err = conv2d(&x, &wrong_channels, None, 1, false).unwrap_err();
+        assert!(err.to_string().contains("2 channels"), "{err}");
+        let too_big = var(&[3, 2, 7, 7], 63);
+        let err = conv2d(&x, &too_big, None, 1, false).unwrap_err();
+        assert!(err.to_string().contains("does not fit"), "{err}");
     }
 
     /// candle 0.11's `max_pool2d` backward gives a unique maximum a quarter

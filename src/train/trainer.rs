@@ -702,164 +702,22 @@ impl Trainer {
         S: BatchStream + 'static,
         F: FnMut(u64) -> Result<S, BoxError>,
     {
-        let fit_start = Instant::now();
-        let device = self.config.placement.device.clone();
-        let inline = self.config.placement.prefetch == 0;
-        let mut clock = RunClock::new(self.config.control.origin, inline);
-        clock.startup.model_ready = clock.since_origin(self.ready_at);
-        let mut eval_time = Duration::ZERO;
-        let mut bottleneck: Option<String> = None;
-        let mut epochs = Vec::new();
-        let plan = Plan::new(&self.config.length);
-        let task = self.config.input.spec.task;
-        let base_lr = self.state.optim.learning_rate();
+        let mut fit = self.begin_fit();
         let info = RunInfo {
-            epochs: plan.epochs,
-            steps: plan.steps,
+            epochs: fit.plan.epochs,
+            steps: fit.plan.steps,
             examples_per_epoch: self.config.length.examples_per_epoch,
             first_epoch: self.state.epoch,
             first_step: self.state.step,
-            task,
+            task: fit.task,
         };
         for o in observers.iter_mut() {
             o.on_train_begin(&info)?;
         }
-        let mut interrupted = false;
-        let mut feeder: Option<Feeder> = None;
-        // Steps taken from the current stream.
-        let mut stream_steps = 0u64;
-        while !plan.done(epochs.len() as u64, clock.steps) && !interrupted {
-            let epoch_start = Instant::now();
-            let epoch = self.state.epoch;
-            let mut totals = Totals::new(task);
-            let mut ep = EpochClock::default();
-            // How the epoch ended: a marker, the stream's end, or the plan's step limit.
-            let mut ended = EpochEnd::StepLimit;
-            // Until the epoch's first batch: opening the data (a stream per
-            // epoch) or the wait across an epoch marker (one stream).
-            let mut first_wait = Duration::ZERO;
-            loop {
-                if plan.steps.is_some_and(|m| clock.steps >= m) {
-                    break;
-                }
-                if self
-                    .config
-                    .control
-                    .stop
-                    .as_ref()
-                    .is_some_and(|s| s.load(Ordering::SeqCst))
-                {
-                    interrupted = true;
-                    break;
-                }
-                if feeder.is_none() {
-                    let stream = train(epoch).map_err(TrainError::data)?;
-                    if clock.steps == 0 {
-                        clock.startup.pipeline_built = clock.since_origin(Instant::now());
-                    }
-                    // The first batch's wait is start-up either way (see the
-                    // module doc), so taking it here costs the steps nothing.
-                    let stream = self.with_statistics(stream);
-                    feeder = Some(Feeder::new(
-                        stream,
-                        &self.config.input.spec,
-                        &self.config.placement,
-                        clock.steps,
-                    )?);
-                    stream_steps = 0;
-                    // Once per trainer, while the pipeline makes its first batches.
-                    if clock.steps == 0 && self.device_startup.first_kernel_ms.is_none() {
-                        self.device_startup.first_kernel_ms = first_kernel(&device)?;
-                    }
-                }
-                let Some(feed) = feeder.as_mut() else { break };
-                let wait_start = Instant::now();
-                let fetched = feed.next(clock.steps)?;
-                let wait = wait_start.elapsed();
-                let (tensors, batch_copy) = match fetched {
-                    Fetched::End { bottleneck: stage } => {
-                        bottleneck = stage.or(bottleneck);
-                        feeder = None;
-                        // The next epoch reads a new stream: no position in this one.
-                        self.state.position = None;
-                        ended = EpochEnd::Exhausted;
-                        break;
-                    }
-                    Fetched::EpochEnd { position } => {
-                        StreamPosition::advance(
-                            &mut self.state.position,
-                            position,
-                            &mut self.warnings,
-                        );
-                        ended = EpochEnd::Marker;
-                        break;
-                    }
-                    Fetched::Batch {
-                        tensors,
-                        copy,
-                        bottleneck: stage,
-                        position,
-                    } => {
-                        bottleneck = stage.or(bottleneck);
-                        // Trained on below, before anything can save.
-                        StreamPosition::advance(
-                            &mut self.state.position,
-                            position,
-                            &mut self.warnings,
-                        );
-                        if ep.steps == 0 {
-                            first_wait = epoch_start.elapsed();
-                        }
-                        (tensors, copy)
-                    }
-                };
-                // Inline, the conversion ran inside `next`: it is copy, not wait.
-                let wait = if inline {
-                    wait.saturating_sub(batch_copy)
-                } else {
-                    wait
-                };
-                let lr = if self.config.schedule.is_constant() {
-                    base_lr
-                } else {
-                    let lr = self.config.schedule.rate(base_lr, self.state.step, epoch);
-                    self.state.optim.set_learning_rate(lr);
-                    lr
-                };
-                let compute_start = Instant::now();
-                let (loss, outputs) = train_step(&mut self.state, &tensors, &device)?;
-                let busy = compute_start.elapsed();
-                clock.record_step(wait, batch_copy, busy, &mut ep);
-                // Outside the timed phases: reading the loss and the metrics.
-                let loss = loss
-                    .to_scalar::<f32>()
-                    .map_err(TrainError::candle("reading the loss"))?;
-                if let Some(labels) = &tensors.labels {
-                    totals.add(loss, &outputs, labels, tensors.rows)?;
-                }
-                ep.steps += 1;
-                stream_steps += 1;
-                ep.examples += tensors.rows as u64;
-                clock.examples += tensors.rows as u64;
-                let progress = Progress {
-                    step: self.state.step,
-                    run_steps: clock.steps,
-                    epoch,
-                    epoch_steps: ep.steps,
-                    epoch_examples: ep.examples,
-                    loss,
-                    learning_rate: lr,
-                    rows: tensors.rows,
-                    examples_per_sec: clock.examples as f64
-                        / fit_start.elapsed().as_secs_f64().max(1e-9),
-                    stall_fraction: clock.stall_fraction(),
-                };
-                for o in observers.iter_mut() {
-                    o.on_step(&progress)?;
-                }
-            }
-            if ep.steps == 0 {
-                if clock.steps == 0 && !interrupted {
+        while !fit.plan.done(fit.epochs.len() as u64, fit.clock.steps) && !fit.interrupted {
+            let run = self.train_epoch(&mut fit, train, observers)?;
+            if run.clock.steps == 0 {
+                if fit.clock.steps == 0 && !fit.interrupted {
                     return Err(TrainError::data(
                         "the training data produced no batches".into(),
                     ));
@@ -867,58 +725,270 @@ impl Trainer {
                 // A stream that ended right after its last epoch marker (a
                 // finite `repeat`) is opened afresh for the next epoch; one
                 // that gave nothing at all has run dry.
-                if ended == EpochEnd::Exhausted && stream_steps > 0 {
-                    stream_steps = 0;
+                if run.ended == EpochEnd::Exhausted && fit.stream_steps > 0 {
+                    fit.stream_steps = 0;
                     continue;
                 }
                 break;
             }
-            let eval_start = Instant::now();
-            let val = match validation.as_mut() {
-                Some(open) if !interrupted => {
-                    let mut stream = open().map_err(TrainError::data)?;
-                    Some(evaluate(
-                        self.state.model.as_ref(),
-                        stream.as_mut(),
-                        &self.config.input.spec,
-                        &device,
-                    )?)
-                }
-                _ => None,
-            };
-            eval_time += eval_start.elapsed();
-            if ended != EpochEnd::StepLimit && !interrupted {
-                self.state.epoch += 1;
-            }
-            let mut report = EpochReport::new(
-                epoch,
-                ep.steps,
-                ep.examples,
-                &totals.evaluation(),
-                val.as_ref(),
-                self.state.optim.learning_rate(),
-                ratio(ep.wait, ep.wait + ep.busy),
-                epoch_start.elapsed().as_secs_f64() * 1e3,
-            );
-            report.first_wait_ms = first_wait.as_secs_f64() * 1e3;
-            let mut stop = false;
-            for o in observers.iter_mut() {
-                stop |= o.on_epoch_end(&report, self)? == Control::Stop;
-            }
-            epochs.push(report);
-            if stop {
+            if self.finish_epoch(&mut fit, run, validation, observers)? == Control::Stop {
                 self.stopped_early = true;
                 break;
             }
         }
-        drop(feeder);
+        // The pipeline's threads stop before the observers' last word (a
+        // checkpoint written at the end sees no reader still running).
+        drop(fit.feeder.take());
         for o in observers.iter_mut() {
-            o.on_train_end(self, interrupted)?;
+            o.on_train_end(self, fit.interrupted)?;
         }
-        let mut report = self.report(fit_start, &clock, eval_time, bottleneck, epochs);
-        report.interrupted = interrupted;
+        let mut report = self.report(
+            fit.start,
+            &fit.clock,
+            fit.eval_time,
+            fit.bottleneck,
+            fit.epochs,
+        );
+        report.interrupted = fit.interrupted;
         report.stopped_early = std::mem::take(&mut self.stopped_early);
         Ok(report)
+    }
+
+    /// The state a `fit` call starts from.
+    fn begin_fit(&self) -> Fit {
+        let inline = self.config.placement.prefetch == 0;
+        let mut clock = RunClock::new(self.config.control.origin, inline);
+        clock.startup.model_ready = clock.since_origin(self.ready_at);
+        Fit {
+            start: Instant::now(),
+            device: self.config.placement.device.clone(),
+            inline,
+            plan: Plan::new(&self.config.length),
+            task: self.config.input.spec.task,
+            base_lr: self.state.optim.learning_rate(),
+            clock,
+            eval_time: Duration::ZERO,
+            bottleneck: None,
+            epochs: Vec::new(),
+            feeder: None,
+            stream_steps: 0,
+            interrupted: false,
+        }
+    }
+
+    /// Trains until an epoch marker, the stream's end, the plan's step
+    /// limit or the stop flag; opens the data first when no stream is open.
+    fn train_epoch<S, F>(
+        &mut self,
+        fit: &mut Fit,
+        train: &mut F,
+        observers: &mut [Box<dyn Observer>],
+    ) -> Result<EpochRun, TrainError>
+    where
+        S: BatchStream + 'static,
+        F: FnMut(u64) -> Result<S, BoxError>,
+    {
+        let mut run = EpochRun::new(self.state.epoch, fit.task);
+        loop {
+            if fit.plan.steps.is_some_and(|m| fit.clock.steps >= m) {
+                break;
+            }
+            if self.stop_requested() {
+                fit.interrupted = true;
+                break;
+            }
+            if fit.feeder.is_none() {
+                self.open_feeder(fit, train, run.epoch)?;
+            }
+            let Some(feed) = fit.feeder.as_mut() else {
+                break;
+            };
+            let wait_start = Instant::now();
+            let fetched = feed.next(fit.clock.steps)?;
+            let wait = wait_start.elapsed();
+            match fetched {
+                Fetched::End { bottleneck } => {
+                    fit.bottleneck = bottleneck.or(fit.bottleneck.take());
+                    fit.feeder = None;
+                    // The next epoch reads a new stream: no position in this one.
+                    self.state.position = None;
+                    run.ended = EpochEnd::Exhausted;
+                    break;
+                }
+                Fetched::EpochEnd { position } => {
+                    StreamPosition::advance(&mut self.state.position, position, &mut self.warnings);
+                    run.ended = EpochEnd::Marker;
+                    break;
+                }
+                Fetched::Batch {
+                    tensors,
+                    copy,
+                    bottleneck,
+                    position,
+                } => {
+                    fit.bottleneck = bottleneck.or(fit.bottleneck.take());
+                    // Trained on below, before anything can save.
+                    StreamPosition::advance(&mut self.state.position, position, &mut self.warnings);
+                    if run.clock.steps == 0 {
+                        run.first_wait = run.start.elapsed();
+                    }
+                    // Inline, the conversion ran inside `next`: it is copy, not wait.
+                    let wait = if fit.inline {
+                        wait.saturating_sub(copy)
+                    } else {
+                        wait
+                    };
+                    self.fit_step(fit, &mut run, &tensors, wait, copy, observers)?;
+                }
+            }
+        }
+        Ok(run)
+    }
+
+    /// Whether the stop flag (Ctrl-C) is raised.
+    fn stop_requested(&self) -> bool {
+        self.config
+            .control
+            .stop
+            .as_ref()
+            .is_some_and(|s| s.load(Ordering::SeqCst))
+    }
+
+    /// Opens the training data for `epoch` and starts converting it.
+    fn open_feeder<S, F>(
+        &mut self,
+        fit: &mut Fit,
+        train: &mut F,
+        epoch: u64,
+    ) -> Result<(), TrainError>
+    where
+        S: BatchStream + 'static,
+        F: FnMut(u64) -> Result<S, BoxError>,
+    {
+        let stream = train(epoch).map_err(TrainError::data)?;
+        if fit.clock.steps == 0 {
+            fit.clock.startup.pipeline_built = fit.clock.since_origin(Instant::now());
+        }
+        // The first batch's wait is start-up either way (see the module
+        // doc), so taking it here costs the steps nothing.
+        let stream = self.with_statistics(stream);
+        fit.feeder = Some(Feeder::new(
+            stream,
+            &self.config.input.spec,
+            &self.config.placement,
+            fit.clock.steps,
+        )?);
+        fit.stream_steps = 0;
+        // Once per trainer, while the pipeline makes its first batches.
+        if fit.clock.steps == 0 && self.device_startup.first_kernel_ms.is_none() {
+            self.device_startup.first_kernel_ms = first_kernel(&fit.device)?;
+        }
+        Ok(())
+    }
+
+    /// One optimizer step on `tensors`, its accounting, and the observers'
+    /// `on_step`.
+    fn fit_step(
+        &mut self,
+        fit: &mut Fit,
+        run: &mut EpochRun,
+        tensors: &BatchTensors,
+        wait: Duration,
+        copy: Duration,
+        observers: &mut [Box<dyn Observer>],
+    ) -> Result<(), TrainError> {
+        let learning_rate = self.scheduled_rate(fit.base_lr, run.epoch);
+        let compute_start = Instant::now();
+        let (loss, outputs) = train_step(&mut self.state, tensors, &fit.device)?;
+        let busy = compute_start.elapsed();
+        fit.clock.record_step(wait, copy, busy, &mut run.clock);
+        // Outside the timed phases: reading the loss and the metrics.
+        let loss = loss
+            .to_scalar::<f32>()
+            .map_err(TrainError::candle("reading the loss"))?;
+        if let Some(labels) = &tensors.labels {
+            run.totals.add(loss, &outputs, labels, tensors.rows)?;
+        }
+        run.clock.steps += 1;
+        run.clock.examples += tensors.rows as u64;
+        fit.stream_steps += 1;
+        fit.clock.examples += tensors.rows as u64;
+        let progress = Progress {
+            step: self.state.step,
+            run_steps: fit.clock.steps,
+            epoch: run.epoch,
+            epoch_steps: run.clock.steps,
+            epoch_examples: run.clock.examples,
+            loss,
+            learning_rate,
+            rows: tensors.rows,
+            examples_per_sec: fit.clock.examples as f64
+                / fit.start.elapsed().as_secs_f64().max(1e-9),
+            stall_fraction: fit.clock.stall_fraction(),
+        };
+        for o in observers.iter_mut() {
+            o.on_step(&progress)?;
+        }
+        Ok(())
+    }
+
+    /// The learning rate for the next step, set on the optimizer when the
+    /// schedule is not constant.
+    fn scheduled_rate(&mut self, base_lr: f64, epoch: u64) -> f64 {
+        if self.config.schedule.is_constant() {
+            return base_lr;
+        }
+        let lr = self.config.schedule.rate(base_lr, self.state.step, epoch);
+        self.state.optim.set_learning_rate(lr);
+        lr
+    }
+
+    /// Validates (unless interrupted), counts the epoch when it completed,
+    /// reports it to the observers and keeps its report. Stop when any
+    /// observer says so (each one is still told).
+    fn finish_epoch(
+        &mut self,
+        fit: &mut Fit,
+        run: EpochRun,
+        validation: &mut Option<TestOpener<'_>>,
+        observers: &mut [Box<dyn Observer>],
+    ) -> Result<Control, TrainError> {
+        let eval_start = Instant::now();
+        let val = match validation.as_mut() {
+            Some(open) if !fit.interrupted => {
+                let mut stream = open().map_err(TrainError::data)?;
+                Some(evaluate(
+                    self.state.model.as_ref(),
+                    stream.as_mut(),
+                    &self.config.input.spec,
+                    &fit.device,
+                )?)
+            }
+            _ => None,
+        };
+        fit.eval_time += eval_start.elapsed();
+        if run.ended != EpochEnd::StepLimit && !fit.interrupted {
+            self.state.epoch += 1;
+        }
+        let mut report = EpochReport::new(
+            run.epoch,
+            run.clock.steps,
+            run.clock.examples,
+            &run.totals.evaluation(),
+            val.as_ref(),
+            self.state.optim.learning_rate(),
+            ratio(run.clock.wait, run.clock.wait + run.clock.busy),
+            run.start.elapsed().as_secs_f64() * 1e3,
+        );
+        report.first_wait_ms = run.first_wait.as_secs_f64() * 1e3;
+        let mut control = Control::Continue;
+        for o in observers.iter_mut() {
+            if o.on_epoch_end(&report, self)? == Control::Stop {
+                control = Control::Stop;
+            }
+        }
+        fit.epochs.push(report);
+        Ok(control)
     }
 
     fn report(
@@ -1009,6 +1079,52 @@ impl Plan {
     /// Whether a run that did `epochs` epochs and `steps` steps is done.
     fn done(&self, epochs: u64, steps: u64) -> bool {
         self.epochs.is_some_and(|m| epochs >= m) || self.steps.is_some_and(|m| steps >= m)
+    }
+}
+
+/// The state of one `fit` call, shared by its parts.
+struct Fit {
+    start: Instant,
+    device: Device,
+    /// Batches are converted on the training thread (no device prefetch).
+    inline: bool,
+    plan: Plan,
+    task: Task,
+    base_lr: f64,
+    clock: RunClock,
+    eval_time: Duration,
+    bottleneck: Option<String>,
+    epochs: Vec<EpochReport>,
+    feeder: Option<Feeder>,
+    /// Steps taken from the current stream.
+    stream_steps: u64,
+    interrupted: bool,
+}
+
+/// One epoch in progress.
+struct EpochRun {
+    epoch: u64,
+    start: Instant,
+    totals: Totals,
+    clock: EpochClock,
+    /// How the epoch ended: a marker, the stream's end, or the plan's step
+    /// limit (the default, also for an interrupt).
+    ended: EpochEnd,
+    /// Until the epoch's first batch: opening the data (a stream per
+    /// epoch) or the wait across an epoch marker (one stream).
+    first_wait: Duration,
+}
+
+impl EpochRun {
+    fn new(epoch: u64, task: Task) -> EpochRun {
+        EpochRun {
+            epoch,
+            start: Instant::now(),
+            totals: Totals::new(task),
+            clock: EpochClock::default(),
+            ended: EpochEnd::StepLimit,
+            first_wait: Duration::ZERO,
+        }
     }
 }
 

@@ -64,3 +64,32 @@ fn convert_to_s3_then_cat_inspect_and_bench_the_url_glob() {
     let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
     assert!(stderr.contains(&missing), "{stderr}");
 }
+
+#[test]
+fn a_refused_request_prints_its_cause_once() {
+    // Without AWS_ALLOW_HTTP the client refuses the plain-HTTP endpoint
+    // before any request is sent; the reason sits deep in the source chain
+    // (under object_store's and reqwest's "builder error") and must be
+    // printed, exactly once.
+    let server = S3Server::start();
+    let bucket = server.bucket("nohttp");
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("in.csv");
+    std::fs::write(&csv, "x\n1\n").unwrap();
+    let out = tfpipe(&server)
+        .env_remove("AWS_ALLOW_HTTP")
+        .args(["convert", "csv"])
+        .arg(&csv)
+        .arg("--output")
+        .arg(format!("{bucket}/d/data"))
+        .assert()
+        .code(2);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains(&format!("{bucket}/d/data")), "{stderr}");
+    assert_eq!(
+        stderr.matches("URL scheme is not allowed").count(),
+        1,
+        "{stderr}"
+    );
+    assert_eq!(stderr.matches("builder error").count(), 1, "{stderr}");
+}

@@ -94,14 +94,11 @@ impl S3Server {
         base
     }
 
-    /// Uploads `bytes` to `url` (`s3://bucket/key`) through the S3 API,
-    /// independently of tfpipe's writer.
-    pub fn put(&self, url: &str, bytes: Vec<u8>) {
-        let (bucket, key) = url
-            .strip_prefix("s3://")
-            .and_then(|r| r.split_once('/'))
-            .expect("s3 url");
-        let store = AmazonS3Builder::new()
+    /// A client of this server's `bucket` built here, not by tfpipe (it still
+    /// needs a rustls crypto provider: tfpipe installs the one it uses).
+    fn direct_store(&self, bucket: &str) -> object_store::aws::AmazonS3 {
+        tfpipe::storage::install_crypto_provider();
+        AmazonS3Builder::new()
             .with_bucket_name(bucket)
             .with_endpoint(self.endpoint())
             .with_allow_http(true)
@@ -109,7 +106,17 @@ impl S3Server {
             .with_secret_access_key(SECRET_KEY)
             .with_region("us-east-1")
             .build()
-            .expect("store");
+            .expect("store")
+    }
+
+    /// Uploads `bytes` to `url` (`s3://bucket/key`) through the S3 API,
+    /// independently of tfpipe's writer.
+    pub fn put(&self, url: &str, bytes: Vec<u8>) {
+        let (bucket, key) = url
+            .strip_prefix("s3://")
+            .and_then(|r| r.split_once('/'))
+            .expect("s3 url");
+        let store = self.direct_store(bucket);
         self.runtime
             .block_on(store.put(&ObjectPath::from(key), bytes.into()))
             .expect("put");
@@ -121,15 +128,7 @@ impl S3Server {
             .strip_prefix("s3://")
             .and_then(|r| r.split_once('/'))
             .expect("s3 url");
-        let store = AmazonS3Builder::new()
-            .with_bucket_name(bucket)
-            .with_endpoint(self.endpoint())
-            .with_allow_http(true)
-            .with_access_key_id(ACCESS_KEY)
-            .with_secret_access_key(SECRET_KEY)
-            .with_region("us-east-1")
-            .build()
-            .expect("store");
+        let store = self.direct_store(bucket);
         match self.runtime.block_on(store.head(&ObjectPath::from(key))) {
             Ok(_) => true,
             Err(object_store::Error::NotFound { .. }) => false,

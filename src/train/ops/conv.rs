@@ -1,0 +1,590 @@
+//! The convolution kernel behind [`super::conv2d`]: NHWC, f32, on the CPU.
+//!
+//! Why not one im2col matrix and one GEMM: for the LeNet-like CNN at batch
+//! 64 that matrix is 50,176 x 25 (5 MB, out of cache), and the GEMM's
+//! output has 6 columns, which `gemm` turns into a 6-row problem (it
+//! transposes a row-major destination) that fills 6 of its 64-row
+//! microkernels' rows. Here, instead:
+//!
+//! - the batch is cut into blocks of a few images whose im2col rows fit in
+//!   the L2 cache ([`Geometry::block_images`]);
+//! - each block's GEMM writes a channel-major `[out][rows]` block, so the
+//!   GEMM's long dimension is the rows (gemm's 64 x 6 microkernel then fits
+//!   the 6 output channels exactly);
+//! - one pass transposes that block into the NHWC output, adding the bias
+//!   and applying ReLU;
+//! - backward walks the same blocks: the ReLU mask, `db`, `dW += g^T cols`
+//!   (the block's im2col recomputed rather than a batch-sized matrix kept),
+//!   and, when the input needs it, `dx` by col2im of `g W`.
+//!
+//! im2col's column order is (ky, kx, channel): in NHWC each kernel row of a
+//! window is one contiguous copy of `k * c` values. The kernel (candle's
+//! `[out, c, k, k]`) is repacked into that order per call, and its gradient
+//! back (a few thousand values).
+//!
+//! Parallelism: the batch is split into `tasks` runs of consecutive images,
+//! all but the first on scoped [`crate::spawn`] threads for the call (about
+//! 50 us each to start, which the thread tuner weighs like any other cost;
+//! rayon's pool is candle's, and clippy.toml keeps our work off it). Each task writes only its own images' output (and `dx`) rows; the
+//! tasks' partial `dW` and `db` are summed in task order, so a result
+//! depends on the task count alone, never on scheduling. Scratch buffers
+//! are per thread and reused across steps (no per-block allocation).
+
+use std::cell::RefCell;
+
+use crate::spawn::Cancel;
+use candle_core::{CpuStorage, CustomOp3, Device, Layout, Result, Shape, Tensor, bail};
+
+use super::{View, f32s, gemm_strided};
+
+/// L2-sized im2col blocks: at most this many f32 values (256 KiB).
+const BLOCK_VALUES: usize = 64 * 1024;
+
+/// The shapes of one convolution: NHWC input `[b, h, w, c]`, a `k x k`
+/// kernel with `out` outputs, stride 1, zero padding `pad` on each side.
+///
+/// Invariant (checked by [`Geometry::new`]): the padded input is at least
+/// `k` on each side and `k >= 1`, so the output is at least 1 x 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Geometry {
+    pub b: usize,
+    pub h: usize,
+    pub w: usize,
+    pub c: usize,
+    pub k: usize,
+    pub pad: usize,
+    pub out: usize,
+}
+
+impl Geometry {
+    pub fn new(
+        (b, h, w, c): (usize, usize, usize, usize),
+        k: usize,
+        pad: usize,
+        out: usize,
+    ) -> Result<Geometry> {
+        if k == 0 || h + 2 * pad < k || w + 2 * pad < k {
+            bail!("conv2d: a {k}x{k} kernel does not fit a {h}x{w} input padded by {pad}");
+        }
+        Ok(Geometry {
+            b,
+            h,
+            w,
+            c,
+            k,
+            pad,
+            out,
+        })
+    }
+
+    pub fn oh(&self) -> usize {
+        self.h + 2 * self.pad + 1 - self.k
+    }
+
+    pub fn ow(&self) -> usize {
+        self.w + 2 * self.pad + 1 - self.k
+    }
+
+    /// im2col's row width: `k * k * c`.
+    fn width(&self) -> usize {
+        self.k * self.k * self.c
+    }
+
+    /// Output rows (pixels) per image.
+    fn pixels(&self) -> usize {
+        self.oh() * self.ow()
+    }
+
+    fn image_in(&self) -> usize {
+        self.h * self.w * self.c
+    }
+
+    fn image_out(&self) -> usize {
+        self.pixels() * self.out
+    }
+
+    /// Images per im2col block: as many as fit [`BLOCK_VALUES`], at least 1.
+    pub fn block_images(&self) -> usize {
+        (BLOCK_VALUES / (self.pixels() * self.width()).max(1)).max(1)
+    }
+
+    /// The kernel columns `[lo, hi)` whose input column is inside the image
+    /// for output column `ox` (the rest read padding).
+    fn kx_range(&self, ox: usize) -> (usize, usize) {
+        let lo = self.pad.saturating_sub(ox).min(self.k);
+        let hi = self.k.min((self.w + self.pad).saturating_sub(ox)).max(lo);
+        (lo, hi)
+    }
+
+    /// The input row read by kernel row `ky` at output row `oy`, if inside.
+    fn input_row(&self, oy: usize, ky: usize) -> Option<usize> {
+        (oy + ky).checked_sub(self.pad).filter(|&y| y < self.h)
+    }
+
+    /// im2col of whole images `x` (NHWC, `images * image_in` values) into
+    /// `cols` (`images * pixels` rows of [`width`](Self::width)).
+    fn im2col(&self, x: &[f32], cols: &mut [f32]) {
+        let (k, c) = (self.k, self.c);
+        let kc = k * c;
+        let mut rows = cols.chunks_exact_mut(self.width());
+        for img in x.chunks_exact(self.image_in()) {
+            for oy in 0..self.oh() {
+                for ox in 0..self.ow() {
+                    let Some(row) = rows.next() else { return };
+                    let (lo, hi) = self.kx_range(ox);
+                    for (ky, dst) in row.chunks_exact_mut(kc).enumerate() {
+                        let Some(iy) = self.input_row(oy, ky).filter(|_| hi > lo) else {
+                            dst.fill(0.0);
+                            continue;
+                        };
+                        let src = (iy * self.w + ox + lo - self.pad) * c;
+                        dst[..lo * c].fill(0.0);
+                        dst[lo * c..hi * c].copy_from_slice(&img[src..src + (hi - lo) * c]);
+                        dst[hi * c..].fill(0.0);
+                    }
+                }
+            }
+        }
+    }
+
+    /// col2im: adds each im2col row of `dcols` back onto the input
+    /// positions it was read from, in `dx` (whole images, NHWC).
+    fn col2im(&self, dcols: &[f32], dx: &mut [f32]) {
+        let (k, c) = (self.k, self.c);
+        let kc = k * c;
+        let mut rows = dcols.chunks_exact(self.width());
+        for img in dx.chunks_exact_mut(self.image_in()) {
+            for oy in 0..self.oh() {
+                for ox in 0..self.ow() {
+                    let Some(row) = rows.next() else { return };
+                    let (lo, hi) = self.kx_range(ox);
+                    for (ky, src) in row.chunks_exact(kc).enumerate() {
+                        let Some(iy) = self.input_row(oy, ky).filter(|_| hi > lo) else {
+                            continue;
+                        };
+                        let at = (iy * self.w + ox + lo - self.pad) * c;
+                        let dst = &mut img[at..at + (hi - lo) * c];
+                        for (d, s) in dst.iter_mut().zip(&src[lo * c..hi * c]) {
+                            *d += s;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// candle's kernel `[out, c, k, k]` in im2col's order `[out, k, k, c]`.
+    fn repack(&self, kernel: &[f32]) -> Vec<f32> {
+        let (k, c) = (self.k, self.c);
+        let mut wk = vec![0f32; kernel.len()];
+        for (o, src) in kernel.chunks_exact(self.width()).enumerate() {
+            let dst = &mut wk[o * self.width()..(o + 1) * self.width()];
+            for ch in 0..c {
+                for kk in 0..k * k {
+                    dst[kk * c + ch] = src[ch * k * k + kk];
+                }
+            }
+        }
+        wk
+    }
+
+    /// The inverse of [`repack`](Self::repack), for the kernel's gradient.
+    fn unpack(&self, wk: &[f32]) -> Vec<f32> {
+        let (k, c) = (self.k, self.c);
+        let mut kernel = vec![0f32; wk.len()];
+        for (o, src) in wk.chunks_exact(self.width()).enumerate() {
+            let dst = &mut kernel[o * self.width()..(o + 1) * self.width()];
+            for ch in 0..c {
+                for kk in 0..k * k {
+                    dst[ch * k * k + kk] = src[kk * c + ch];
+                }
+            }
+        }
+        kernel
+    }
+}
+
+/// Per-thread buffers, kept between calls (rayon's workers live as long as
+/// the process).
+#[derive(Default)]
+struct Scratch {
+    cols: Vec<f32>,
+    block: Vec<f32>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// Runs `f` with this thread's scratch buffers (fresh ones if they are
+/// somehow in use already, rather than a panic).
+fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut scratch) => f(&mut scratch),
+        Err(_) => f(&mut Scratch::default()),
+    })
+}
+
+/// `buf[..n]`, grown (zeroed) when shorter; the contents are stale.
+fn sized(buf: &mut Vec<f32>, n: usize) -> &mut [f32] {
+    if buf.len() < n {
+        buf.resize(n, 0.0);
+    }
+    &mut buf[..n]
+}
+
+/// Runs `f` on each job and returns the results in job order (or the
+/// first error): the first job on the calling thread, each other one on a
+/// scoped [`crate::spawn`] thread (the project's one way to start threads;
+/// candle's rayon pool is left to candle).
+fn run<J: Send, R: Send>(jobs: Vec<J>, f: impl Fn(J) -> Result<R> + Sync) -> Result<Vec<R>> {
+    let mut jobs = jobs.into_iter();
+    let Some(first) = jobs.next() else {
+        return Ok(Vec::new());
+    };
+    if jobs.len() == 0 {
+        return Ok(vec![f(first)?]);
+    }
+    let f = &f;
+    std::thread::scope(|s| {
+        let mut threads = Vec::with_capacity(jobs.len());
+        for (i, job) in jobs.enumerate() {
+            let t =
+                crate::spawn::scoped(s, format!("conv-{}", i + 1), Cancel::new(), move |_| f(job))
+                    .map_err(|e| {
+                        candle_core::Error::Msg(format!("conv2d: starting a thread: {e}"))
+                    })?;
+            threads.push(t);
+        }
+        let mut results = Vec::with_capacity(threads.len() + 1);
+        results.push(f(first));
+        for t in threads {
+            results.push(
+                t.join()
+                    .map_err(|e| candle_core::Error::Msg(e.to_string()))?,
+            );
+        }
+        results.into_iter().collect()
+    })
+}
+
+/// A contiguous f32 slice of a CPU tensor's storage.
+fn contiguous<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> Result<&'a [f32]> {
+    match l.contiguous_offsets() {
+        Some((start, end)) => Ok(&f32s(s, what)?[start..end]),
+        None => bail!("{what}: not contiguous"),
+    }
+}
+
+/// The fused convolution (see the module doc): inputs `x` NHWC, `kernel`
+/// `[out, c, k, k]`, `bias` `[out]`; output NHWC `[b, oh, ow, out]`.
+pub(super) struct Conv2dOp {
+    pub k: usize,
+    pub pad: usize,
+    pub relu: bool,
+    /// Runs of images computed in parallel (at least 1).
+    pub tasks: usize,
+    /// Images per im2col block; `None`: [`Geometry::block_images`].
+    pub block_images: Option<usize>,
+}
+
+impl Conv2dOp {
+    fn geometry(&self, x: &Layout, kernel: &Layout) -> Result<Geometry> {
+        let d = x.shape().dims4()?;
+        let (out, kc, kh, kw) = kernel.shape().dims4()?;
+        if kc != d.3 || kh != self.k || kw != self.k {
+            bail!(
+                "conv2d: input has {} channels, kernel is [{out}, {kc}, {kh}, {kw}]",
+                d.3
+            );
+        }
+        Geometry::new(d, self.k, self.pad, out)
+    }
+
+    /// Images per task and per block.
+    fn split(&self, g: &Geometry) -> (usize, usize) {
+        let per_task = g.b.div_ceil(self.tasks.max(1)).max(1);
+        let block = self.block_images.unwrap_or_else(|| g.block_images()).max(1);
+        (per_task, block)
+    }
+
+    /// The forward pass of one run of images: `x` and `y` are its input
+    /// and output.
+    fn forward_run(
+        &self,
+        g: &Geometry,
+        x: &[f32],
+        wk: &[f32],
+        bias: &[f32],
+        y: &mut [f32],
+    ) -> Result<()> {
+        let (_, block) = self.split(g);
+        let (width, out) = (g.width(), g.out);
+        with_scratch(|s| {
+            let blocks = x
+                .chunks(block * g.image_in())
+                .zip(y.chunks_mut(block * g.image_out()));
+            for (xb, yb) in blocks {
+                let rows = yb.len() / out.max(1);
+                let cols = sized(&mut s.cols, rows * width);
+                g.im2col(xb, cols);
+                // Channel-major: element (r, o) at o * rows + r.
+                let acc = sized(&mut s.block, rows * out);
+                let dst = View {
+                    rows,
+                    cols: out,
+                    rs: 1,
+                    cs: rows as isize,
+                    offset: 0,
+                };
+                let lhs = View {
+                    rows,
+                    cols: width,
+                    rs: width as isize,
+                    cs: 1,
+                    offset: 0,
+                };
+                // wk^T: element (j, o) at o * width + j.
+                let rhs = View {
+                    rows: width,
+                    cols: out,
+                    rs: 1,
+                    cs: width as isize,
+                    offset: 0,
+                };
+                gemm_strided(
+                    (acc, dst),
+                    false,
+                    (cols, lhs),
+                    (wk, rhs),
+                    gemm::Parallelism::None,
+                )?;
+                transpose_bias_relu(acc, rows, bias, self.relu, yb);
+            }
+            Ok(())
+        })
+    }
+
+    /// The backward pass of one run of images: returns its partial `dW`
+    /// (repacked order) and `db`; writes its images' `dx` when given.
+    fn backward_run(
+        &self,
+        g: &Geometry,
+        x: &[f32],
+        wk: &[f32],
+        res: &[f32],
+        grad: &[f32],
+        mut dx: Option<&mut [f32]>,
+    ) -> Result<(Vec<f32>, Vec<f32>)> {
+        let (_, block) = self.split(g);
+        let (width, out) = (g.width(), g.out);
+        let mut dw = vec![0f32; out * width];
+        let mut db = vec![0f32; out];
+        with_scratch(|s| -> Result<()> {
+            let (bin, bout) = (block * g.image_in(), block * g.image_out());
+            for (i, xb) in x.chunks(bin).enumerate() {
+                let span = i * bout..(i * bout + bout).min(grad.len());
+                let rows = span.len() / out.max(1);
+                // The gradient before the ReLU, row-major [rows, out].
+                let gm = sized(&mut s.block, rows * out);
+                for ((m, &gv), &r) in gm.iter_mut().zip(&grad[span.clone()]).zip(&res[span]) {
+                    *m = if !self.relu || r > 0.0 { gv } else { 0.0 };
+                }
+                for row in gm.chunks_exact(out) {
+                    for (d, v) in db.iter_mut().zip(row) {
+                        *d += v;
+                    }
+                }
+                let cols = sized(&mut s.cols, rows * width);
+                g.im2col(xb, cols);
+                let gv = View {
+                    rows,
+                    cols: out,
+                    rs: out as isize,
+                    cs: 1,
+                    offset: 0,
+                };
+                let cv = View {
+                    rows,
+                    cols: width,
+                    rs: width as isize,
+                    cs: 1,
+                    offset: 0,
+                };
+                let dwv = View {
+                    rows: out,
+                    cols: width,
+                    rs: width as isize,
+                    cs: 1,
+                    offset: 0,
+                };
+                let none = gemm::Parallelism::None;
+                gemm_strided(
+                    (&mut dw, dwv),
+                    true,
+                    (gm, gv.transposed()),
+                    (cols, cv),
+                    none,
+                )?;
+                if let Some(dx) = dx.as_deref_mut() {
+                    // dcols = g @ wk, into the (now free) im2col buffer.
+                    gemm_strided((cols, cv), false, (gm, gv), (wk, dwv), none)?;
+                    let at = i * bin;
+                    g.col2im(cols, &mut dx[at..at + xb.len()]);
+                }
+            }
+            Ok(())
+        })?;
+        Ok((dw, db))
+    }
+}
+
+/// `y[r * out + o] = act(acc[o * rows + r] + bias[o])`: the channel-major
+/// GEMM block into NHWC rows.
+fn transpose_bias_relu(acc: &[f32], rows: usize, bias: &[f32], relu: bool, y: &mut [f32]) {
+    let out = bias.len();
+    for (r, row) in y.chunks_exact_mut(out).enumerate().take(rows) {
+        for (o, (v, b)) in row.iter_mut().zip(bias).enumerate() {
+            let s = acc[o * rows + r] + b;
+            *v = if relu { s.max(0.0) } else { s };
+        }
+    }
+}
+
+impl CustomOp3 for Conv2dOp {
+    fn name(&self) -> &'static str {
+        "tfpipe-conv2d"
+    }
+
+    fn cpu_fwd(
+        &self,
+        xs: &CpuStorage,
+        xl: &Layout,
+        ks: &CpuStorage,
+        kl: &Layout,
+        bs: &CpuStorage,
+        bl: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let g = self.geometry(xl, kl)?;
+        let x = contiguous(xs, xl, "conv2d input")?;
+        let kernel = contiguous(ks, kl, "conv2d kernel")?;
+        let bias = contiguous(bs, bl, "conv2d bias")?;
+        if bias.len() != g.out {
+            bail!("conv2d: {} bias values for {} outputs", bias.len(), g.out);
+        }
+        let wk = g.repack(kernel);
+        let mut y = vec![0f32; g.b * g.image_out()];
+        let (per_task, _) = self.split(&g);
+        let jobs: Vec<(&[f32], &mut [f32])> = x
+            .chunks(per_task * g.image_in())
+            .zip(y.chunks_mut(per_task * g.image_out()))
+            .collect();
+        run(jobs, |(xr, yr)| self.forward_run(&g, xr, &wk, bias, yr))?;
+        Ok((
+            CpuStorage::F32(y),
+            Shape::from((g.b, g.oh(), g.ow(), g.out)),
+        ))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        kernel: &Tensor,
+        _bias: &Tensor,
+        res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let (x, kernel, grad) = (x.contiguous()?, kernel.contiguous()?, grad.contiguous()?);
+        let g = self.geometry(x.layout(), kernel.layout())?;
+        let guards = [&x, &kernel, res, &grad].map(|t| t.storage_and_layout());
+        let mut data: Vec<&[f32]> = Vec::with_capacity(4);
+        for ((storage, layout), what) in guards.iter().zip(["input", "kernel", "output", "grad"]) {
+            match &**storage {
+                candle_core::Storage::Cpu(s) => data.push(contiguous(s, layout, what)?),
+                _ => bail!("conv2d {what}: expected a CPU tensor"),
+            }
+        }
+        let [xd, kd, rd, gd] = data[..] else {
+            bail!("conv2d: backward inputs missing");
+        };
+        if rd.len() != g.b * g.image_out() || gd.len() != rd.len() {
+            bail!(
+                "conv2d gradient: {} values for {} outputs",
+                gd.len(),
+                rd.len()
+            );
+        }
+        let wk = g.repack(kd);
+        let (per_task, _) = self.split(&g);
+        let mut dx = x.track_op().then(|| vec![0f32; xd.len()]);
+        let (tin, tout) = (per_task * g.image_in(), per_task * g.image_out());
+        let dx_runs: Vec<Option<&mut [f32]>> = match dx.as_mut() {
+            Some(dx) => dx.chunks_mut(tin).map(Some).collect(),
+            None => xd.chunks(tin).map(|_| None).collect(),
+        };
+        let jobs: Vec<_> = xd
+            .chunks(tin)
+            .zip(rd.chunks(tout).zip(gd.chunks(tout)))
+            .zip(dx_runs)
+            .collect();
+        let parts = run(jobs, |((xr, (rr, gr)), dxr)| {
+            self.backward_run(&g, xr, &wk, rr, gr, dxr)
+        })?;
+        let (mut dw, mut db) = (vec![0f32; wk.len()], vec![0f32; g.out]);
+        for (pw, pb) in parts {
+            dw.iter_mut().zip(&pw).for_each(|(d, v)| *d += v);
+            db.iter_mut().zip(&pb).for_each(|(d, v)| *d += v);
+        }
+        let dk = Tensor::from_vec(g.unpack(&dw), kernel.shape(), &Device::Cpu)?;
+        let db = Tensor::from_vec(db, g.out, &Device::Cpu)?;
+        let dx = match dx {
+            Some(dx) => Some(Tensor::from_vec(dx, x.shape(), &Device::Cpu)?),
+            None => None,
+        };
+        Ok((dx, Some(dk), Some(db)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// im2col then col2im of all ones counts how many windows read each
+    /// input position, which for a 3x3 kernel, padding 1, on 3x3 is known.
+    #[test]
+    fn col2im_counts_the_windows_reading_each_pixel() {
+        let g = Geometry::new((1, 3, 3, 2), 3, 1, 1).unwrap();
+        let x: Vec<f32> = (0..18).map(|v| v as f32 + 1.0).collect();
+        let mut cols = vec![f32::NAN; g.pixels() * g.width()];
+        g.im2col(&x, &mut cols);
+        // The centre window reads the whole image, in (ky, kx, ch) order.
+        assert_eq!(&cols[4 * 18..5 * 18], &x[..]);
+        // The corner window (0, 0) reads padding in its first row and column.
+        assert_eq!(&cols[..6], &[0.0; 6]);
+        assert_eq!(&cols[6..8], &[0.0, 0.0]);
+        assert_eq!(&cols[8..12], &x[..4]);
+        let mut dx = vec![0f32; 18];
+        g.col2im(&vec![1.0; cols.len()], &mut dx);
+        let per_pixel = [4.0, 6.0, 4.0, 6.0, 9.0, 6.0, 4.0, 6.0, 4.0];
+        let expected: Vec<f32> = per_pixel.iter().flat_map(|&v| [v, v]).collect();
+        assert_eq!(dx, expected);
+    }
+
+    #[test]
+    fn repack_and_unpack_are_inverse() {
+        let g = Geometry::new((1, 5, 5, 3), 2, 0, 4).unwrap();
+        let kernel: Vec<f32> = (0..4 * 3 * 2 * 2).map(|v| v as f32).collect();
+        let wk = g.repack(&kernel);
+        // Output 0, (ky, kx) = (0, 1), channel 2 is kernel[0, 2, 0, 1].
+        assert_eq!(wk[3 + 2], kernel[2 * 4 + 1]);
+        assert_eq!(g.unpack(&wk), kernel);
+    }
+
+    #[test]
+    fn a_kernel_larger_than_the_padded_input_is_refused() {
+        assert!(Geometry::new((1, 2, 2, 1), 5, 1, 1).is_err());
+        assert!(Geometry::new((1, 2, 2, 1), 0, 1, 1).is_err());
+        let g = Geometry::new((1, 2, 2, 1), 5, 2, 1).unwrap();
+        assert_eq!((g.oh(), g.ow()), (2, 2));
+    }
+}
