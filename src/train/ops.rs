@@ -663,15 +663,14 @@ fn argmax4(v: [f32; 4]) -> usize {
     best
 }
 
-/// The 4 pixels' `c` channels of one pooling window.
-fn window_of(x: &[f32], window: [usize; 4], c: usize) -> Result<[&[f32]; 4]> {
-    let mut out: [&[f32]; 4] = [&[]; 4];
-    for (o, &at) in out.iter_mut().zip(&window) {
-        *o = x
-            .get(at..at + c)
-            .ok_or_else(|| candle_core::Error::Msg("max-pool: window outside its input".into()))?;
+/// Checks that `x` holds the whole `b x h x w x c` input: every window
+/// [`MaxPool2x2::walk`] yields then lies inside it, so one check per call
+/// stands for one per window.
+fn check_pool_input(x: &[f32], (b, h, w, c): (usize, usize, usize, usize)) -> Result<()> {
+    if x.len() < b * h * w * c {
+        bail!("max-pool: window outside its input");
     }
-    Ok(out)
+    Ok(())
 }
 
 impl CustomOp1 for MaxPool2x2 {
@@ -688,21 +687,13 @@ impl CustomOp1 for MaxPool2x2 {
         let shape = self.out_shape(d);
         let mut out = vec![0f32; shape.elem_count()];
         let c = d.3;
-        let mut failed = Ok(());
+        check_pool_input(x, d)?;
         self.walk(d, |window, o, stride| {
-            let [a, b, cc, dd] = match window_of(x, window, c) {
-                Ok(w) => w,
-                Err(e) => {
-                    failed = Err(e);
-                    return;
-                }
-            };
             for ch in 0..c {
-                let v = [a[ch], b[ch], cc[ch], dd[ch]];
+                let v = window.map(|at| x[at + ch]);
                 out[o + ch * stride] = v[argmax4(v)];
             }
         });
-        failed?;
         Ok((CpuStorage::F32(out), shape))
     }
 
@@ -719,22 +710,15 @@ impl CustomOp1 for MaxPool2x2 {
                     bail!("max-pool gradient: too few values");
                 }
                 let c = d.3;
-                let mut failed = Ok(());
+                check_pool_input(x, d)?;
                 self.walk(d, |window, o, stride| {
-                    let [a, b, cc, dd] = match window_of(x, window, c) {
-                        Ok(w) => w,
-                        Err(e) => {
-                            failed = Err(e);
-                            return;
-                        }
-                    };
                     for ch in 0..c {
-                        let best = argmax4([a[ch], b[ch], cc[ch], dd[ch]]);
+                        let best = argmax4(window.map(|at| x[at + ch]));
                         // Windows do not overlap: each input gets at most one value.
                         dx[window[best] + ch] = g[o + ch * stride];
                     }
                 });
-                failed
+                Ok(())
             })
         })?;
         Ok(Some(Tensor::from_vec(dx, arg.shape(), &Device::Cpu)?))
