@@ -33,11 +33,14 @@
 //!
 //! An object is read by parallel ranged GETs with read-ahead: by default
 //! 8 MiB ranges, 4 in flight per object ([`ReadOptions`]), so a reader never
-//! waits on one round trip once it is going. GZIP/ZLIB objects are
-//! decompressed as that stream arrives. Several objects are read at once by
+//! waits on one round trip once it is going. Each range reaches the reader as
+//! its body arrives, chunk by chunk: records are parsed from the first bytes
+//! of a range, not after its last. GZIP/ZLIB objects are decompressed as that
+//! stream arrives. Several objects are read at once by
 //! [`TfRecordFiles::interleave`](crate::pipeline::TfRecordFiles::interleave).
 //! A failed range is retried with exponential backoff (a dropped connection, a
-//! 5xx); a missing object or a refused credential is not. Every error names the
+//! 5xx), from its first byte not yet delivered; a missing object or a refused
+//! credential is not. Every error names the
 //! URL and the byte range, and the record reader adds the record and offset.
 //!
 //! # Threads
@@ -206,7 +209,10 @@ impl StorageError {
 /// How objects are read: range size, read-ahead depth and retries.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReadOptions {
-    /// Bytes per ranged GET. By default 8 MiB.
+    /// Bytes per ranged GET, at most. By default 8 MiB. An object smaller
+    /// than `range_size * ranges_in_flight` is split into
+    /// `ranges_in_flight` ranges of at least 1 MiB (or `range_size`, if
+    /// smaller), so that a small object is fetched in parallel too.
     pub range_size: u64,
     /// Ranged GETs in flight per object (the read-ahead). By default 4.
     pub ranges_in_flight: usize,

@@ -13,8 +13,8 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use object_store::path::Path as ObjectPath;
 use object_store::{
-    BackoffConfig, ClientOptions, MultipartUpload, ObjectMeta, ObjectStore, ObjectStoreExt,
-    PutPayload, RetryConfig,
+    BackoffConfig, ClientOptions, GetOptions, MultipartUpload, ObjectMeta, ObjectStore,
+    ObjectStoreExt, PutPayload, RetryConfig,
 };
 use tokio::sync::oneshot;
 use url::Url;
@@ -719,19 +719,189 @@ impl RangeReader {
     }
 }
 
-/// One ranged GET in flight.
-type PendingRange = Pending<Result<Bytes, StorageError>>;
+/// One ranged GET streamed to the reader as its body arrives, resumed from
+/// the first byte not yet delivered when a transient error cuts it short.
+///
+/// `chunks` closes when the task ends: after the range's last byte, after an
+/// error (sent first), or when the task was aborted or panicked, which the
+/// reader tells apart by counting what it received.
+async fn stream_range(
+    ranges: RangeTask,
+    range: Range<u64>,
+    chunks: crossbeam_channel::Sender<Result<Bytes, StorageError>>,
+) {
+    let mut next = range.start;
+    let mut attempt = 0;
+    let mut delay = ranges.backoff;
+    while next < range.end {
+        attempt += 1;
+        let before = next;
+        let failure = match ranges
+            .stream_once(next..range.end, &mut next, &chunks)
+            .await
+        {
+            Ok(()) if next >= range.end => return,
+            Ok(()) => None,
+            Err(Delivery::ReaderGone) => return,
+            Err(Delivery::Failed(e)) => Some(e),
+        };
+        if next > before {
+            // Progress: the budget of attempts is for one stuck position.
+            attempt = 1;
+            delay = ranges.backoff;
+        }
+        let give_up =
+            attempt >= ranges.attempts.max(1) || failure.as_ref().is_some_and(|e| !transient(e));
+        if give_up {
+            let error = match failure {
+                Some(e) => store_error(
+                    &ranges.url,
+                    format!("GET bytes {}..{}", next, range.end),
+                    attempt,
+                    e,
+                ),
+                None => StorageError::ShortRead {
+                    url: ranges.url.to_string(),
+                    range: range.clone(),
+                    got: next - range.start,
+                    attempts: attempt,
+                },
+            };
+            let _ = chunks.send(Err(error));
+            return;
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// Why a streamed GET stopped before its range's end.
+enum Delivery {
+    /// The reader dropped its end: nothing more is wanted.
+    ReaderGone,
+    Failed(object_store::Error),
+}
+
+/// What a streaming range task needs of its [`RangeReader`].
+struct RangeTask {
+    store: Arc<dyn ObjectStore>,
+    key: ObjectPath,
+    url: Arc<str>,
+    attempts: u32,
+    backoff: Duration,
+}
+
+impl RangeTask {
+    /// One GET of `range`, each body chunk sent on as it arrives; `next`
+    /// follows the first byte not yet sent. `Ok` when the body ended (at
+    /// `range.end`, or short of it if the object shrank).
+    async fn stream_once(
+        &self,
+        range: Range<u64>,
+        next: &mut u64,
+        chunks: &crossbeam_channel::Sender<Result<Bytes, StorageError>>,
+    ) -> Result<(), Delivery> {
+        let options = GetOptions::default().with_range(Some(range.clone()));
+        let result = self
+            .store
+            .get_opts(&self.key, options)
+            .await
+            .map_err(Delivery::Failed)?;
+        let mut body = result.into_stream();
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(Delivery::Failed)?;
+            // Never more than was asked for, whatever the server sends.
+            let wanted = (range.end - *next).min(chunk.len() as u64) as usize;
+            *next += wanted as u64;
+            chunks
+                .send(Ok(chunk.slice(..wanted)))
+                .map_err(|_| Delivery::ReaderGone)?;
+            if *next >= range.end {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl RangeReader {
+    /// Starts streaming `range` into a channel the reader drains.
+    fn stream(&self, range: Range<u64>) -> StreamedRange {
+        let (tx, chunks) = crossbeam_channel::unbounded();
+        let task = RangeTask {
+            store: Arc::clone(&self.store),
+            key: self.key.clone(),
+            url: Arc::clone(&self.url),
+            attempts: self.options.attempts,
+            backoff: self.options.backoff,
+        };
+        StreamedRange {
+            _task: self.context.spawn(stream_range(task, range.clone(), tx)),
+            range,
+            received: 0,
+            chunks,
+        }
+    }
+}
+
+/// A ranged GET in flight, as the reader sees it. At most the range's
+/// length is ever buffered in `chunks`.
+struct StreamedRange {
+    range: Range<u64>,
+    received: u64,
+    chunks: crossbeam_channel::Receiver<Result<Bytes, StorageError>>,
+    /// Held only so that dropping the range unread aborts its GET.
+    _task: Pending<()>,
+}
+
+impl StreamedRange {
+    /// The next chunk, `None` once the whole range has arrived.
+    fn next_chunk(&mut self) -> Result<Option<Bytes>, StorageError> {
+        let length = self.range.end - self.range.start;
+        if self.received >= length {
+            return Ok(None);
+        }
+        match self.chunks.recv() {
+            Ok(Ok(bytes)) => {
+                self.received += bytes.len() as u64;
+                Ok(Some(bytes))
+            }
+            Ok(Err(e)) => Err(e),
+            // The task ended without the range or an error: it was aborted
+            // (the runtime stopped) or it panicked.
+            Err(_) => Err(stopped()),
+        }
+    }
+}
+
+/// The smallest range a small object is split into: below it, a GET's fixed
+/// cost (a round trip, a signature) outweighs what parallelism gains.
+const MIN_SPLIT_RANGE: u64 = 1 << 20;
+
+/// Bytes per GET for reading `length` bytes: [`ReadOptions::range_size`], or
+/// less for an object too small to fill the read-ahead with full ranges, so
+/// that it still has `ranges_in_flight` GETs in flight.
+fn range_step(options: &ReadOptions, length: u64) -> u64 {
+    let size = options.range_size.max(1);
+    let depth = options.ranges_in_flight.max(1) as u64;
+    let split = length.div_ceil(depth);
+    size.min(split).max(size.min(MIN_SPLIT_RANGE))
+}
 
 /// An object as a byte stream: ranged GETs of [`ReadOptions::range_size`],
-/// [`ReadOptions::ranges_in_flight`] of them ahead of the reader.
+/// [`ReadOptions::ranges_in_flight`] of them ahead of the reader, each
+/// delivered as its body arrives (the reader starts on the first bytes of
+/// a range, not after its last).
 ///
 /// Dropping it aborts the GETs in flight.
 pub struct ObjectReader {
     ranges: RangeReader,
     size: u64,
+    /// Bytes per ranged GET ([`range_step`]).
+    step: u64,
     /// The next byte not yet requested.
     next: u64,
-    in_flight: VecDeque<(Range<u64>, PendingRange)>,
+    in_flight: VecDeque<StreamedRange>,
     current: Bytes,
     failed: bool,
 }
@@ -783,6 +953,7 @@ impl ObjectReader {
         options: ReadOptions,
     ) -> Result<ObjectReader, StorageError> {
         Ok(ObjectReader {
+            step: range_step(&options, size - start),
             ranges: RangeReader::new(url, options)?,
             size,
             next: start,
@@ -798,15 +969,27 @@ impl ObjectReader {
     }
 
     fn top_up(&mut self) {
-        let options = &self.ranges.options;
-        let depth = options.ranges_in_flight.max(1);
-        let step = options.range_size.max(1);
+        let depth = self.ranges.options.ranges_in_flight.max(1);
+        let step = self.step;
         while self.in_flight.len() < depth && self.next < self.size {
             let end = self.size.min(self.next.saturating_add(step));
-            let range = self.next..end;
-            self.in_flight
-                .push_back((range.clone(), self.ranges.start(range)));
+            self.in_flight.push_back(self.ranges.stream(self.next..end));
             self.next = end;
+        }
+    }
+
+    /// The next chunk of the object in order, `None` at its end.
+    fn next_chunk(&mut self) -> Result<Option<Bytes>, StorageError> {
+        loop {
+            let Some(front) = self.in_flight.front_mut() else {
+                return Ok(None);
+            };
+            if let Some(bytes) = front.next_chunk()? {
+                return Ok(Some(bytes));
+            }
+            // That range is done: start the next one behind the others.
+            self.in_flight.pop_front();
+            self.top_up();
         }
     }
 }
@@ -816,21 +999,16 @@ impl Read for ObjectReader {
         if self.failed {
             return Ok(0);
         }
-        if self.current.is_empty() {
-            self.top_up();
-            let Some((_, pending)) = self.in_flight.pop_front() else {
-                return Ok(0);
-            };
-            match pending.wait().and_then(|r| r) {
-                Ok(bytes) => self.current = bytes,
+        while self.current.is_empty() {
+            match self.next_chunk() {
+                Ok(Some(bytes)) => self.current = bytes,
+                Ok(None) => return Ok(0),
                 Err(e) => {
                     self.failed = true;
                     self.in_flight.clear();
                     return Err(e.into_io());
                 }
             }
-            // Keep the read-ahead full while this range is consumed.
-            self.top_up();
         }
         let n = buf.len().min(self.current.len());
         buf[..n].copy_from_slice(&self.current[..n]);
@@ -1090,6 +1268,24 @@ mod tests {
         let p = parse("http://127.0.0.1:9000/a/b").unwrap();
         assert_eq!(p.base, "http://127.0.0.1:9000");
         assert_eq!(p.key.as_ref(), "a/b");
+    }
+
+    #[test]
+    fn small_objects_are_split_to_fill_the_read_ahead() {
+        let options = ReadOptions::default(); // 8 MiB, 4 in flight
+        let mib = 1 << 20;
+        // Large: full ranges. Small: four ranges, never under 1 MiB.
+        assert_eq!(range_step(&options, 100 * mib), 8 * mib);
+        assert_eq!(range_step(&options, 20 * mib), 5 * mib);
+        assert_eq!(range_step(&options, 2 * mib), mib);
+        assert_eq!(range_step(&options, 0), mib);
+        // A range size below the floor is the caller's choice, kept.
+        let tiny = ReadOptions {
+            range_size: 1000,
+            ..ReadOptions::default()
+        };
+        assert_eq!(range_step(&tiny, 100 * mib), 1000);
+        assert_eq!(range_step(&tiny, 10), 1000);
     }
 
     #[test]
