@@ -97,9 +97,9 @@ use crate::pipeline::PipelineError;
 /// ```
 #[derive(Debug, thiserror::Error)]
 pub enum TrainError {
-    /// A bad device name, or `cuda` in a build without the `cuda` feature.
-    #[error("{0}")]
-    Device(String),
+    /// A bad device name, a build without the `cuda` feature, or no GPU.
+    #[error(transparent)]
+    Device(#[from] DeviceError),
     /// The batch does not fit the model's input (missing column, ragged, wrong size, bad label).
     #[error("batch {batch}: {reason}")]
     Input { batch: u64, reason: String },
@@ -155,6 +155,29 @@ pub enum TrainError {
     /// A thread could not be started.
     #[error("cannot start the {0} thread")]
     Spawn(&'static str, #[source] std::io::Error),
+}
+
+/// Why [`parse_device`] gave no device.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    /// Not `cpu`, `cuda` or `cuda:N`.
+    #[error("unknown device {name:?} (expected cpu, cuda or cuda:N)")]
+    Unknown { name: String },
+    /// `cuda` in a build without the `cuda` feature.
+    #[error(
+        "cuda:{ordinal}: this tfpipe was built without the `cuda` feature; rebuild with `cargo build --release --features cuda` (needs a CUDA toolkit)"
+    )]
+    NotBuilt { ordinal: usize },
+    /// The driver, or the GPU, is missing or refused to start (candle's
+    /// error, without its backtrace, is the source).
+    #[error(
+        "cuda:{ordinal}: no usable CUDA device (an NVIDIA GPU and its driver are needed; `nvidia-smi` lists them)"
+    )]
+    Unavailable {
+        ordinal: usize,
+        #[source]
+        error: candle_core::Error,
+    },
 }
 
 impl TrainError {

@@ -28,7 +28,6 @@ use candle_core::{D, DType, Device, Tensor};
 use candle_nn::VarMap;
 use serde::{Deserialize, Serialize};
 
-use super::TrainError;
 use super::checkpoint::{Checkpoint, CheckpointError, CheckpointLoad, CheckpointMeta, FORMAT};
 use super::config::{Placement, RunLength, TrainConfig};
 use super::model::{BuiltinModel, Model, ModelConfig, Task};
@@ -38,6 +37,7 @@ use super::prefetch::{BatchEvent, BatchStream, BoxError, DevicePrefetch, Fetched
 use super::report::{DeviceStartup, EpochReport, Startup, TrainReport, Verdict};
 use super::tensor::{BatchTensors, InputSpec, Standardize, batch_to_tensors};
 use super::timing::Phase;
+use super::{DeviceError, TrainError};
 
 /// Parses `cpu`, `cuda` or `cuda:N` into a candle device.
 ///
@@ -58,16 +58,8 @@ pub fn parse_device(name: &str) -> Result<Device, TrainError> {
         Some(rest) => rest
             .strip_prefix(':')
             .and_then(|n| n.parse::<usize>().ok())
-            .ok_or_else(|| {
-                TrainError::Device(format!(
-                    "unknown device {name:?} (expected cpu, cuda or cuda:N)"
-                ))
-            })?,
-        None => {
-            return Err(TrainError::Device(format!(
-                "unknown device {name:?} (expected cpu, cuda or cuda:N)"
-            )));
-        }
+            .ok_or_else(|| DeviceError::Unknown { name: name.clone() })?,
+        None => return Err(DeviceError::Unknown { name }.into()),
     };
     cuda_device(ordinal)
 }
@@ -78,18 +70,16 @@ pub fn parse_device(name: &str) -> Result<Device, TrainError> {
 #[cfg(feature = "cuda")]
 fn cuda_device(ordinal: usize) -> Result<Device, TrainError> {
     Device::new_cuda(ordinal).map_err(|e| {
-        TrainError::Device(format!(
-            "cuda:{ordinal}: no usable CUDA device (an NVIDIA GPU and its driver are needed; `nvidia-smi` lists them): {}",
-            super::checkpoint::strip_backtrace(e)
-        ))
+        TrainError::Device(DeviceError::Unavailable {
+            ordinal,
+            error: super::checkpoint::strip_backtrace(e),
+        })
     })
 }
 
 #[cfg(not(feature = "cuda"))]
 fn cuda_device(ordinal: usize) -> Result<Device, TrainError> {
-    Err(TrainError::Device(format!(
-        "--device cuda:{ordinal}: this tfpipe was built without the `cuda` feature; rebuild with `cargo build --release --features cuda` (needs a CUDA toolkit)"
-    )))
+    Err(DeviceError::NotBuilt { ordinal }.into())
 }
 
 /// Runs the first kernel on a GPU (a one-element affine, then
