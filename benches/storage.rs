@@ -26,14 +26,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto::Builder as ConnBuilder;
-use object_store::aws::AmazonS3Builder;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 use prost::Message;
-use s3s::auth::SimpleAuth;
-use s3s::service::S3ServiceBuilder;
 use tfpipe::Schema;
 use tfpipe::example::Example;
 use tfpipe::example::proto::{BytesList, Feature, Features, Int64List, feature};
@@ -41,9 +36,13 @@ use tfpipe::pipeline::{Interleave, Parallelism, Pipeline};
 use tfpipe::storage::{IndexedFiles, RecordIndex, index_path};
 use tfpipe::tfrecord::{Compression, RecordWriter};
 
+// The tests' S3 server, shared rather than copied (the bench uses part of it).
+#[allow(dead_code)]
+#[path = "../tests/storage/server.rs"]
+mod server;
+use server::S3Server;
+
 const SHARDS: u64 = 8;
-const KEY: &str = "bench-access";
-const SECRET: &str = "bench-secret";
 
 fn example(i: u64) -> Vec<u8> {
     let mut state = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -129,63 +128,12 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(3);
-    // The bench's own S3 client (for the upload and the plain download) is
-    // built before tfpipe's first store: reqwest, built without a default
-    // provider, needs rustls' provider installed first.
-    tfpipe::storage::install_crypto_provider();
-    let root = tempfile::tempdir().expect("tempdir");
     let local = tempfile::tempdir().expect("tempdir");
-    std::fs::create_dir(root.path().join("bench")).expect("bucket");
-
-    // The server: s3s-fs on its own 2-thread runtime.
-    let server = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let fs = s3s_fs::FileSystem::new(root.path()).expect("s3s-fs");
-    let mut builder = S3ServiceBuilder::new(fs);
-    builder.set_auth(SimpleAuth::from_single(KEY, SECRET));
-    let service = builder.build();
-    let listener = server
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .expect("bind");
-    let endpoint = format!("http://{}", listener.local_addr().expect("addr"));
-    server.spawn(async move {
-        let http = ConnBuilder::new(TokioExecutor::new());
-        loop {
-            let Ok((socket, _)) = listener.accept().await else {
-                continue;
-            };
-            let conn = http
-                .serve_connection(TokioIo::new(socket), service.clone())
-                .into_owned();
-            tokio::spawn(async move {
-                let _ = conn.await;
-            });
-        }
-    });
-    let store: Arc<dyn ObjectStore> = Arc::new(
-        AmazonS3Builder::new()
-            .with_bucket_name("bench")
-            .with_endpoint(&endpoint)
-            .with_allow_http(true)
-            .with_access_key_id(KEY)
-            .with_secret_access_key(SECRET)
-            .with_region("us-east-1")
-            .build()
-            .expect("store"),
-    );
-    tfpipe::storage::set_bucket_options(
-        "s3://bench",
-        [
-            ("aws_endpoint", endpoint.as_str()),
-            ("aws_allow_http", "true"),
-            ("aws_access_key_id", KEY),
-            ("aws_secret_access_key", SECRET),
-            ("aws_region", "us-east-1"),
-        ],
-    );
+    // The tests' server: s3s-fs on its own 2-thread runtime.
+    let server = S3Server::start();
+    let bucket = server.bucket("bench");
+    let bucket_name = bucket.trim_start_matches("s3://").to_string();
+    let store: Arc<dyn ObjectStore> = Arc::new(server.direct_store(&bucket_name));
 
     // Upload the shards (and their indexes) through the API; keep local copies.
     let t = Instant::now();
@@ -201,10 +149,8 @@ fn main() {
         std::fs::write(&path, &bytes).expect("local shard");
         let index = RecordIndex::build(&path).expect("index");
         index.write(&index_path(&path, None)).expect("local index");
-        server
-            .block_on(store.put(&ObjectPath::from(name.as_str()), bytes.into()))
-            .expect("put");
-        let url = format!("s3://bench/{name}");
+        let url = format!("{bucket}/{name}");
+        server.put(&url, bytes);
         index
             .write(&index_path(std::path::Path::new(&url), None))
             .expect("index upload");
@@ -246,7 +192,7 @@ fn main() {
             records,
             Box::new(|| {
                 let store = Arc::clone(&store);
-                server.block_on(async move {
+                server.runtime.block_on(async move {
                     let mut tasks = Vec::new();
                     for s in 0..SHARDS {
                         let store = Arc::clone(&store);

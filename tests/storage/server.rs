@@ -96,7 +96,7 @@ impl S3Server {
 
     /// A client of this server's `bucket` built here, not by tfpipe (it still
     /// needs a rustls crypto provider: tfpipe installs the one it uses).
-    fn direct_store(&self, bucket: &str) -> object_store::aws::AmazonS3 {
+    pub fn direct_store(&self, bucket: &str) -> object_store::aws::AmazonS3 {
         tfpipe::storage::install_crypto_provider();
         AmazonS3Builder::new()
             .with_bucket_name(bucket)
