@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
+use crossbeam_channel::Sender;
 use futures_util::StreamExt;
 use object_store::path::Path as ObjectPath;
 use object_store::{
@@ -615,174 +616,9 @@ fn parse_pattern(pattern: &str) -> Result<ParsedPattern, StorageError> {
 // ---------------------------------------------------------------------------
 // Reading
 
-/// One ranged GET, retried with exponential backoff on transient errors.
-async fn get_range(
-    store: Arc<dyn ObjectStore>,
-    key: ObjectPath,
-    url: Arc<str>,
-    range: Range<u64>,
-    attempts: u32,
-    backoff: Duration,
-) -> Result<Bytes, StorageError> {
-    let want = range.end - range.start;
-    let mut delay = backoff;
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        let failure = match store.get_range(&key, range.clone()).await {
-            Ok(bytes) if bytes.len() as u64 == want => return Ok(bytes),
-            Ok(bytes) => StorageError::ShortRead {
-                url: url.to_string(),
-                range: range.clone(),
-                got: bytes.len() as u64,
-                attempts: attempt,
-            },
-            Err(e) => {
-                let give_up = !transient(&e) || attempt >= attempts.max(1);
-                let error = store_error(
-                    &url,
-                    format!("GET bytes {}..{}", range.start, range.end),
-                    attempt,
-                    e,
-                );
-                if give_up {
-                    return Err(error);
-                }
-                error
-            }
-        };
-        if attempt >= attempts.max(1) {
-            return Err(failure);
-        }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_secs(5));
-    }
-}
-
-/// Reads `ranges` of one object, all at once, in order.
-pub(crate) fn read_ranges(
-    url: &str,
-    ranges: &[Range<u64>],
-    options: &ReadOptions,
-) -> Result<Vec<Bytes>, StorageError> {
-    let context = Context::get()?;
-    let (store, key) = context.store(url)?;
-    let url: Arc<str> = Arc::from(url);
-    let pending: Vec<_> = ranges
-        .iter()
-        .map(|range| {
-            context.spawn(get_range(
-                Arc::clone(&store),
-                key.clone(),
-                Arc::clone(&url),
-                range.clone(),
-                options.attempts,
-                options.backoff,
-            ))
-        })
-        .collect();
-    pending.into_iter().map(|p| p.wait()?).collect()
-}
-
-/// Random access to one object: ranged GETs started now, received later.
-pub(crate) struct RangeReader {
-    context: Arc<Context>,
-    store: Arc<dyn ObjectStore>,
-    key: ObjectPath,
-    url: Arc<str>,
-    options: ReadOptions,
-}
-
-impl RangeReader {
-    pub(crate) fn new(url: &str, options: ReadOptions) -> Result<RangeReader, StorageError> {
-        let context = Context::get()?;
-        let (store, key) = context.store(url)?;
-        Ok(RangeReader {
-            context,
-            store,
-            key,
-            url: Arc::from(url),
-            options,
-        })
-    }
-
-    /// Starts reading `range`; [`Pending::wait`] gives the bytes.
-    pub(crate) fn start(&self, range: Range<u64>) -> Pending<Result<Bytes, StorageError>> {
-        self.context.spawn(get_range(
-            Arc::clone(&self.store),
-            self.key.clone(),
-            Arc::clone(&self.url),
-            range,
-            self.options.attempts,
-            self.options.backoff,
-        ))
-    }
-}
-
-/// One ranged GET streamed to the reader as its body arrives, resumed from
-/// the first byte not yet delivered when a transient error cuts it short.
-///
-/// `chunks` closes when the task ends: after the range's last byte, after an
-/// error (sent first), or when the task was aborted or panicked, which the
-/// reader tells apart by counting what it received.
-async fn stream_range(
-    ranges: RangeTask,
-    range: Range<u64>,
-    chunks: crossbeam_channel::Sender<Result<Bytes, StorageError>>,
-) {
-    let mut next = range.start;
-    let mut attempt = 0;
-    let mut delay = ranges.backoff;
-    while next < range.end {
-        attempt += 1;
-        let before = next;
-        let failure = match ranges
-            .stream_once(next..range.end, &mut next, &chunks)
-            .await
-        {
-            Ok(()) if next >= range.end => return,
-            Ok(()) => None,
-            Err(Delivery::ReaderGone) => return,
-            Err(Delivery::Failed(e)) => Some(e),
-        };
-        if next > before {
-            // Progress: the budget of attempts is for one stuck position.
-            attempt = 1;
-            delay = ranges.backoff;
-        }
-        let give_up =
-            attempt >= ranges.attempts.max(1) || failure.as_ref().is_some_and(|e| !transient(e));
-        if give_up {
-            let error = match failure {
-                Some(e) => store_error(
-                    &ranges.url,
-                    format!("GET bytes {}..{}", next, range.end),
-                    attempt,
-                    e,
-                ),
-                None => StorageError::ShortRead {
-                    url: ranges.url.to_string(),
-                    range: range.clone(),
-                    got: next - range.start,
-                    attempts: attempt,
-                },
-            };
-            let _ = chunks.send(Err(error));
-            return;
-        }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_secs(5));
-    }
-}
-
-/// Why a streamed GET stopped before its range's end.
-enum Delivery {
-    /// The reader dropped its end: nothing more is wanted.
-    ReaderGone,
-    Failed(object_store::Error),
-}
-
-/// What a streaming range task needs of its [`RangeReader`].
+/// What a ranged GET needs: the store, the key, the URL (for errors) and
+/// the retry budget. Cheap to clone (shared handles).
+#[derive(Clone)]
 struct RangeTask {
     store: Arc<dyn ObjectStore>,
     key: ObjectPath,
@@ -791,15 +627,75 @@ struct RangeTask {
     backoff: Duration,
 }
 
+/// Why one GET stopped before its range's end.
+enum Delivery {
+    /// The receiver declined more: nothing more is wanted.
+    Declined,
+    Failed(object_store::Error),
+}
+
 impl RangeTask {
-    /// One GET of `range`, each body chunk sent on as it arrives; `next`
-    /// follows the first byte not yet sent. `Ok` when the body ended (at
-    /// `range.end`, or short of it if the object shrank).
-    async fn stream_once(
+    /// Reads `range`, handing each body chunk to `deliver` in order as it
+    /// arrives; a transient error (or a body that ends short) is retried
+    /// with exponential backoff from the first byte not yet delivered, the
+    /// budget of attempts counting from the last progress. `Ok` once the
+    /// range is delivered or `deliver` returned `false`.
+    async fn fetch(
+        &self,
+        range: Range<u64>,
+        mut deliver: impl FnMut(Bytes) -> bool,
+    ) -> Result<(), StorageError> {
+        let mut next = range.start;
+        let mut attempt = 0;
+        let mut delay = self.backoff;
+        while next < range.end {
+            attempt += 1;
+            let before = next;
+            let failure = match self
+                .get_once(next..range.end, &mut next, &mut deliver)
+                .await
+            {
+                Ok(()) if next >= range.end => return Ok(()),
+                Ok(()) => None,
+                Err(Delivery::Declined) => return Ok(()),
+                Err(Delivery::Failed(e)) => Some(e),
+            };
+            if next > before {
+                attempt = 1;
+                delay = self.backoff;
+            }
+            let give_up =
+                attempt >= self.attempts.max(1) || failure.as_ref().is_some_and(|e| !transient(e));
+            if give_up {
+                return Err(match failure {
+                    Some(e) => store_error(
+                        &self.url,
+                        format!("GET bytes {}..{}", next, range.end),
+                        attempt,
+                        e,
+                    ),
+                    None => StorageError::ShortRead {
+                        url: self.url.to_string(),
+                        range: range.clone(),
+                        got: next - range.start,
+                        attempts: attempt,
+                    },
+                });
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(5));
+        }
+        Ok(())
+    }
+
+    /// One GET of `range`, each body chunk delivered as it arrives; `next`
+    /// follows the first byte not yet delivered. `Ok` when the body ended
+    /// (at `range.end`, or short of it if the object shrank).
+    async fn get_once(
         &self,
         range: Range<u64>,
         next: &mut u64,
-        chunks: &crossbeam_channel::Sender<Result<Bytes, StorageError>>,
+        deliver: &mut impl FnMut(Bytes) -> bool,
     ) -> Result<(), Delivery> {
         let options = GetOptions::default().with_range(Some(range.clone()));
         let result = self
@@ -813,30 +709,90 @@ impl RangeTask {
             // Never more than was asked for, whatever the server sends.
             let wanted = (range.end - *next).min(chunk.len() as u64) as usize;
             *next += wanted as u64;
-            chunks
-                .send(Ok(chunk.slice(..wanted)))
-                .map_err(|_| Delivery::ReaderGone)?;
+            if !deliver(chunk.slice(..wanted)) {
+                return Err(Delivery::Declined);
+            }
             if *next >= range.end {
                 break;
             }
         }
         Ok(())
     }
+
+    /// `range` whole, in one `Bytes`.
+    async fn collect(self, range: Range<u64>) -> Result<Bytes, StorageError> {
+        let mut parts = Vec::new();
+        self.fetch(range, |chunk| {
+            parts.push(chunk);
+            true
+        })
+        .await?;
+        Ok(match parts.len() {
+            1 => parts.swap_remove(0),
+            _ => parts.concat().into(),
+        })
+    }
+
+    /// `range` streamed into `chunks`; an error is sent last. The channel
+    /// closes when the task ends, so a receiver that counts its bytes tells
+    /// an aborted or panicked task from a finished one.
+    async fn stream(self, range: Range<u64>, chunks: Sender<Result<Bytes, StorageError>>) {
+        let sent = self
+            .fetch(range, |chunk| chunks.send(Ok(chunk)).is_ok())
+            .await;
+        if let Err(error) = sent {
+            let _ = chunks.send(Err(error));
+        }
+    }
+}
+
+/// Reads `ranges` of one object, all at once, in order.
+pub(crate) fn read_ranges(
+    url: &str,
+    ranges: &[Range<u64>],
+    options: &ReadOptions,
+) -> Result<Vec<Bytes>, StorageError> {
+    let reader = RangeReader::new(url, options.clone())?;
+    let pending: Vec<_> = ranges.iter().map(|r| reader.start(r.clone())).collect();
+    pending.into_iter().map(|p| p.wait()?).collect()
+}
+
+/// Random access to one object: ranged GETs started now, received later.
+pub(crate) struct RangeReader {
+    context: Arc<Context>,
+    task: RangeTask,
+    options: ReadOptions,
 }
 
 impl RangeReader {
+    pub(crate) fn new(url: &str, options: ReadOptions) -> Result<RangeReader, StorageError> {
+        let context = Context::get()?;
+        let (store, key) = context.store(url)?;
+        Ok(RangeReader {
+            context,
+            task: RangeTask {
+                store,
+                key,
+                url: Arc::from(url),
+                attempts: options.attempts,
+                backoff: options.backoff,
+            },
+            options,
+        })
+    }
+
+    /// Starts reading `range`; [`Pending::wait`] gives the bytes.
+    pub(crate) fn start(&self, range: Range<u64>) -> Pending<Result<Bytes, StorageError>> {
+        self.context.spawn(self.task.clone().collect(range))
+    }
+
     /// Starts streaming `range` into a channel the reader drains.
     fn stream(&self, range: Range<u64>) -> StreamedRange {
         let (tx, chunks) = crossbeam_channel::unbounded();
-        let task = RangeTask {
-            store: Arc::clone(&self.store),
-            key: self.key.clone(),
-            url: Arc::clone(&self.url),
-            attempts: self.options.attempts,
-            backoff: self.options.backoff,
-        };
         StreamedRange {
-            _task: self.context.spawn(stream_range(task, range.clone(), tx)),
+            _task: self
+                .context
+                .spawn(self.task.clone().stream(range.clone(), tx)),
             range,
             received: 0,
             chunks,
@@ -909,7 +865,7 @@ pub struct ObjectReader {
 impl std::fmt::Debug for ObjectReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ObjectReader")
-            .field("url", &self.ranges.url)
+            .field("url", &self.ranges.task.url)
             .field("size", &self.size)
             .field("next", &self.next)
             .finish()
