@@ -332,17 +332,7 @@ pub(crate) fn reread<T: 'static>(stage: &str, positions: &Positions) -> Result<V
                     })
                 };
                 handle.seek(SeekFrom::Start(p.offset())).map_err(io)?;
-                let mut reader = RecordReader::new(&mut handle, options.clone())
-                    .with_path(path.to_path_buf())
-                    .starting_at(p.record(), p.offset());
-                let mut record = Record::new();
-                if !reader
-                    .read_record(record.buffer_mut())
-                    .map_err(StateError::Reread)?
-                {
-                    return Err(missing(&p));
-                }
-                slots[i] = Some(record.with_position(p));
+                slots[i] = Some(read_one(&mut handle, &path, p, &options)?);
             }
         } else {
             let mut reader = FileRecordReader::open(&*path, options).map_err(StateError::Reread)?;
@@ -441,7 +431,7 @@ fn reread_object(
                 Some(end) if end > here.len() as u64 && p.offset().saturating_add(end) <= size => {
                     longer.push((i, p.offset()..p.offset() + end));
                 }
-                _ => slots[i] = Some(read_one(url, here, p, &options)?),
+                _ => slots[i] = Some(read_one(here, Path::new(url), p, &options)?),
             }
         }
     }
@@ -451,7 +441,12 @@ fn reread_object(
     let ranges: Vec<_> = longer.iter().map(|(_, r)| r.clone()).collect();
     let bytes = crate::storage::read_object_ranges(url, &ranges).map_err(open_error)?;
     for ((i, _), bytes) in longer.iter().zip(&bytes) {
-        slots[*i] = Some(read_one(url, bytes, positions.0[*i], &options)?);
+        slots[*i] = Some(read_one(
+            &bytes[..],
+            Path::new(url),
+            positions.0[*i],
+            &options,
+        )?);
     }
     Ok(())
 }
@@ -467,16 +462,16 @@ fn framed_end(bytes: &[u8]) -> Option<u64> {
     }
 }
 
-/// Reads (and checks) the record at the start of `bytes`, which were read
-/// from `url` at `p`'s offset.
+/// Reads (and checks) the record at the start of `source`, which is
+/// `path` from `p`'s offset on (a seeked file, or bytes read from there).
 fn read_one(
-    url: &str,
-    bytes: &[u8],
+    source: impl std::io::Read,
+    path: &Path,
     p: RecordPosition,
     options: &ReaderOptions,
 ) -> Result<Record, StateError> {
-    let mut reader = RecordReader::new(bytes, options.clone())
-        .with_path(PathBuf::from(url))
+    let mut reader = RecordReader::new(source, options.clone())
+        .with_path(path.to_path_buf())
         .starting_at(p.record(), p.offset());
     let mut record = Record::new();
     if !reader
