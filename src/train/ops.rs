@@ -76,6 +76,22 @@ struct View {
 }
 
 impl View {
+    /// A dense `rows x cols` matrix stored row by row.
+    fn row_major(rows: usize, cols: usize) -> View {
+        View {
+            rows,
+            cols,
+            rs: cols as isize,
+            cs: 1,
+            offset: 0,
+        }
+    }
+
+    /// A dense `rows x cols` matrix stored column by column.
+    fn col_major(rows: usize, cols: usize) -> View {
+        View::row_major(cols, rows).transposed()
+    }
+
     fn of(layout: &Layout, what: &str) -> Result<View> {
         match (layout.dims(), layout.stride()) {
             ([rows, cols], [rs, cs]) => Ok(View {
@@ -127,13 +143,7 @@ fn gemm_into(
     if dst.len() != m * n {
         bail!("gemm: a {m}x{n} product into {} values", dst.len());
     }
-    let view = View {
-        rows: m,
-        cols: n,
-        rs: n as isize,
-        cs: 1,
-        offset: 0,
-    };
+    let view = View::row_major(m, n);
     gemm_strided((dst, view), accumulate, lhs, rhs, parallelism())
 }
 
@@ -346,13 +356,7 @@ impl CustomOp3 for LinearOp {
         if g.len() != rows * out {
             bail!("linear gradient: {} values for [{rows}, {out}]", g.len());
         }
-        let gv = View {
-            rows,
-            cols: out,
-            rs: out as isize,
-            cs: 1,
-            offset: 0,
-        };
+        let gv = View::row_major(rows, out);
         let mut db = vec![0f32; out];
         for row in g.chunks_exact(out.max(1)) {
             for (d, v) in db.iter_mut().zip(row) {

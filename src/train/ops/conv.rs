@@ -330,28 +330,10 @@ impl Conv2dOp {
                 g.im2col(xb, cols);
                 // Channel-major: element (r, o) at o * rows + r.
                 let acc = sized(&mut s.block, rows * out);
-                let dst = View {
-                    rows,
-                    cols: out,
-                    rs: 1,
-                    cs: rows as isize,
-                    offset: 0,
-                };
-                let lhs = View {
-                    rows,
-                    cols: width,
-                    rs: width as isize,
-                    cs: 1,
-                    offset: 0,
-                };
+                let dst = View::col_major(rows, out);
+                let lhs = View::row_major(rows, width);
                 // wk^T: element (j, o) at o * width + j.
-                let rhs = View {
-                    rows: width,
-                    cols: out,
-                    rs: 1,
-                    cs: width as isize,
-                    offset: 0,
-                };
+                let rhs = View::col_major(width, out);
                 gemm_strided(
                     (acc, dst),
                     false,
@@ -397,27 +379,9 @@ impl Conv2dOp {
                 }
                 let cols = sized(&mut s.cols, rows * width);
                 g.im2col(xb, cols);
-                let gv = View {
-                    rows,
-                    cols: out,
-                    rs: out as isize,
-                    cs: 1,
-                    offset: 0,
-                };
-                let cv = View {
-                    rows,
-                    cols: width,
-                    rs: width as isize,
-                    cs: 1,
-                    offset: 0,
-                };
-                let dwv = View {
-                    rows: out,
-                    cols: width,
-                    rs: width as isize,
-                    cs: 1,
-                    offset: 0,
-                };
+                let gv = View::row_major(rows, out);
+                let cv = View::row_major(rows, width);
+                let dwv = View::row_major(out, width);
                 let none = gemm::Parallelism::None;
                 gemm_strided(
                     (&mut dw, dwv),
