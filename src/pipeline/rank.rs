@@ -108,7 +108,7 @@ use std::sync::Arc;
 
 use super::state::{Sequential, StateError};
 use super::{Env, Event, Pipeline, PipelineError, Record, Stream, TfRecordFiles};
-use crate::storage::{IndexError, IndexedFiles, RecordIndex, index_path};
+use crate::storage::{IndexError, IndexedFiles};
 use crate::tfrecord::{Compression, FileRecordReader, ReaderOptions};
 
 /// One process's place in a data-parallel job: `rank` of `world_size`.
@@ -544,22 +544,9 @@ fn open_indexes(
     if paths.is_empty() || paths.iter().any(compressed) {
         return None;
     }
-    let mut parts = Vec::with_capacity(paths.len());
-    for path in paths {
-        let index = index_path(path, None);
-        match RecordIndex::load(path, &index) {
-            Ok(loaded) => parts.push((path.clone(), loaded)),
-            Err(e) if index_missing(&e) => return None,
-            Err(e) => {
-                warnings.push(format!(
-                    "not using the record index: {e}; counting the records by reading them"
-                ));
-                return None;
-            }
-        }
-    }
-    match IndexedFiles::from_parts(parts) {
+    match IndexedFiles::open(paths, None) {
         Ok(indexed) => Some(indexed),
+        Err(e) if index_missing(&e) => None,
         Err(e) => {
             warnings.push(format!(
                 "not using the record index: {e}; counting the records by reading them"
