@@ -8,7 +8,7 @@
 //! `inspect`, `bench`, `train`, `predict`) it takes, through [`resolve`]:
 //!
 //! - a local path, or a local glob (`data/train-*.tfrecord`, matches sorted);
-//! - with the `object-store` feature (off by default for now), a URL: `s3://bucket/key`,
+//! - with the `object-store` feature (on by default), a URL: `s3://bucket/key`,
 //!   `gs://bucket/key`, `az://container/key`, `http(s)://host/path`, also with
 //!   a glob in the key (`s3://bucket/train/part-*.tfrecord.gz`). A glob URL is
 //!   listed by the prefix before its first wildcard, then matched key by key
