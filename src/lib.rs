@@ -105,3 +105,8 @@ pub use example::{BatchParser, DType, FeatureSpec, Layout, Schema};
 pub use metrics::{PipelineMetrics, StageMetrics};
 pub use pipeline::{Parallelism, Pipeline, PipelineError, PipelineIter};
 pub use tfrecord::{Compression, RecordError, RecordReader, RecordWriter};
+// The record index and the global shuffle by the names users import, wherever
+// the modules that hold them live.
+pub use storage::{
+    GlobalShuffle, IndexError, IndexProblem, IndexedFiles, RecordId, RecordIndex, index_path,
+};
