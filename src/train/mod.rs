@@ -50,9 +50,10 @@ mod timing;
 mod tokens;
 mod trainer;
 
+pub use crate::rng::epoch_seed;
 pub use checkpoint::{
     Checkpoint, CheckpointError, CheckpointLoad, CheckpointMeta, DefaultMeta, FORMAT, FeatureMeta,
-    SchemaMeta, epoch_seed,
+    SchemaMeta,
 };
 pub use config::{ModelInput, Placement, Reproducibility, RunControl, RunLength, TrainConfig};
 pub use model::{BuiltinModel, Model, ModelConfig, Task, seed_vars};
