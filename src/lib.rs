@@ -115,3 +115,16 @@ pub use pipeline::{Parallelism, Pipeline, PipelineError, PipelineIter};
 pub use tfrecord::{Compression, RecordError, RecordReader, RecordWriter};
 pub use tfrecord::{IndexError, IndexProblem, IndexedFiles, RecordId, RecordIndex, index_path};
 
+/// The Rust snippets of the README and of `docs/` compile as doctests, so
+/// that they cannot go stale.
+#[cfg(doctest)]
+mod doc_snippets {
+    #[doc = include_str!("../README.md")]
+    struct Readme;
+    #[doc = include_str!("../docs/pipeline.md")]
+    struct Pipeline;
+    #[doc = include_str!("../docs/storage.md")]
+    struct Storage;
+    #[doc = include_str!("../docs/train.md")]
+    struct Train;
+}
