@@ -393,7 +393,8 @@ struct IndexedFile {
 }
 
 /// TFRecord files with their indexes: random access by record, exact
-/// sharding by record, and (in [`crate::pipeline`]) the global shuffle.
+/// sharding by record, and (in the pipeline layer) the global shuffle,
+/// [`IndexedFiles::global_shuffle`].
 /// Cheap to clone.
 #[derive(Clone)]
 pub struct IndexedFiles {
@@ -617,8 +618,8 @@ impl IndexedFiles {
 
 #[cfg(test)]
 mod tests {
+    use super::super::RecordWriter;
     use super::*;
-    use crate::tfrecord::RecordWriter;
 
     fn framed(records: &[&[u8]]) -> Vec<u8> {
         let mut writer = RecordWriter::new(Vec::new(), Compression::None);
