@@ -446,6 +446,10 @@ fn absurd_sizes_say_how_much_memory_they_need() {
                 "1e15",
             ]),
         ),
+        (
+            "bench-train --batch-size",
+            run(&["bench-train", &data, "--batch-size", "1000000000000"]),
+        ),
     ] {
         assert_eq!(out.code, 2, "{what}: {}", out.stderr);
         assert!(out.stderr.contains("memory"), "{what}: {}", out.stderr);
@@ -460,6 +464,25 @@ fn absurd_sizes_say_how_much_memory_they_need() {
             out.stderr
         );
     }
+}
+
+/// Counts that only make a command run forever are bounded too.
+#[test]
+fn absurd_counts_are_refused_before_any_loop() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, data, ck) = checkpoint(dir.path());
+    let out = run(&[
+        "predict",
+        "--checkpoint",
+        &ck,
+        "--data",
+        &data,
+        "--warmup",
+        "1000000000000",
+    ]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("--warmup"), "{}", out.stderr);
+    assert!(out.stderr.contains("at most 1000000"), "{}", out.stderr);
 }
 
 /// Negative numbers reach the flag's own check, which says what is wrong

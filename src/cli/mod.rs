@@ -311,6 +311,21 @@ where
     }
 }
 
+/// The most warm-up passes `predict --warmup` runs: a few reach the steady
+/// state; more only keep the command busy (a million passes of a small model
+/// take a minute or two), and far more would never end.
+pub(crate) const MAX_WARMUP: usize = 1_000_000;
+
+/// `--warmup`: a whole number from 0 to [`MAX_WARMUP`].
+pub(crate) fn warmup_passes(text: &str) -> Result<usize, String> {
+    match count::<usize>(text)? {
+        n if n <= MAX_WARMUP => Ok(n),
+        _ => Err(format!(
+            "must be at most {MAX_WARMUP} (a few passes reach the steady state)"
+        )),
+    }
+}
+
 /// A whole number, 0 or more (`--prefetch`, `--shuffle-buffer`):
 /// `value_parser = cli::count::<usize>`. Takes `1e6` as well as `1000000`,
 /// so that a size written that way reaches the memory check.

@@ -64,8 +64,8 @@ pub struct Args {
     /// `PREFIX-NNNNN-of-NNNNN.tfrecord` shards, when there is one.
     #[arg(long)]
     pub schema: Option<PathBuf>,
-    /// Untimed predictions on the first batch before timing.
-    #[arg(long, default_value_t = 0)]
+    /// Untimed predictions on the first batch before timing (at most 1,000,000).
+    #[arg(long, default_value_t = 0, value_parser = super::warmup_passes)]
     pub warmup: usize,
     /// Examples per prediction call.
     #[arg(long, default_value_t = 32, value_parser = super::positive::<usize>)]

@@ -736,7 +736,7 @@ pub(super) fn human_bytes(bytes: u128) -> String {
 /// Checks the model's weights (with gradients and two optimizer moments)
 /// and a step's batches and activations against the memory there is,
 /// before anything is allocated.
-fn check_model_size(
+pub(super) fn check_model_size(
     model: &ModelConfig,
     input: &InputSpec,
     batch_size: usize,
