@@ -110,6 +110,27 @@ impl CompressionArg {
     }
 }
 
+/// Says once per process that `--data` globs left out record index files
+/// (`tfpipe index` writes `NAME.idx` beside `NAME`, so `'out/train-*'` matches
+/// both; the library reads only the data).
+pub(crate) fn note_skipped_indexes<P: AsRef<str>>(
+    patterns: impl IntoIterator<Item = P>,
+) -> anyhow::Result<()> {
+    static NOTED: std::sync::Once = std::sync::Once::new();
+    let skipped = tfpipe::storage::resolve_listing(patterns)?.skipped_indexes;
+    if let Some(first) = skipped.first() {
+        NOTED.call_once(|| {
+            eprintln!(
+                "tfpipe: note: skipping {} record index file(s) that the pattern also matched ({}{})",
+                skipped.len(),
+                first.display(),
+                if skipped.len() > 1 { ", ..." } else { "" }
+            );
+        });
+    }
+    Ok(())
+}
+
 /// The files named by `paths` for `cat` and `inspect`: globs expanded by
 /// the same resolver as `--data` ([`Pipeline::tfrecord_files`]); plain
 /// names and `-` (standard input) kept as they are, so that a file that
@@ -121,6 +142,7 @@ pub(crate) fn resolve_files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
         if path.as_os_str() == "-" || !text.contains(['*', '?', '[']) {
             files.push(path.clone());
         } else {
+            note_skipped_indexes([path.to_string_lossy()])?;
             let found = Pipeline::tfrecord_files([path.to_string_lossy()])?;
             files.extend_from_slice(found.paths());
         }
@@ -401,6 +423,9 @@ fn is_bad_data(cause: &(dyn std::error::Error + 'static)) -> bool {
         return e.is_corruption();
     }
     if let Some(e) = cause.downcast_ref::<tfpipe::PipelineError>() {
+        return e.is_data_error();
+    }
+    if let Some(e) = cause.downcast_ref::<tfpipe::IndexError>() {
         return e.is_data_error();
     }
     // `TrainError::Data` holds its pipeline error boxed.

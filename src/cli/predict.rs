@@ -160,6 +160,7 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
     }
     let interrupt = interrupt::install().context("installing the signal handlers")?;
     let predictor = Predictor::load(&args.checkpoint, &device)?;
+    super::note_skipped_indexes(&args.data)?;
     let schema_file = match &args.schema {
         Some(path) => Some(path.clone()),
         None => Pipeline::tfrecord_files(&args.data)?

@@ -195,6 +195,7 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         }
         _ => SchemaFacts::default(),
     };
+    super::note_skipped_indexes(&args.data)?;
     if rank.is_some() {
         // Steps per epoch (the schedule, the progress bar) come from this rank's share.
         let files = super::rank::share(

@@ -301,6 +301,7 @@ impl PipelineError {
         match self {
             PipelineError::Record { error, .. } => error.is_corruption(),
             PipelineError::Parse { .. } => true,
+            PipelineError::Index { error, .. } => error.is_data_error(),
             _ => false,
         }
     }
