@@ -384,6 +384,24 @@ fn destinations_are_checked_before_any_work() {
             out.stdout
         );
     }
+    // A directory where convert's schema file must go is refused before any
+    // work, not moved aside under a hidden name.
+    let taken = dir.path().join("taken");
+    std::fs::create_dir_all(taken.join("q.features.json")).unwrap();
+    let out = run(&[
+        "convert",
+        "csv",
+        &repo("testdata/tabular/penguins.csv"),
+        "-o",
+        &s(&taken.join("q")),
+    ]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("is a directory"), "{}", out.stderr);
+    let left: Vec<_> = std::fs::read_dir(&taken)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["q.features.json"], "work was done");
 }
 
 /// Sizes that cannot fit in memory are an error that says how much memory
