@@ -1261,6 +1261,53 @@ fn cli_two_epochs_straight_equal_one_then_resume_one_bit_for_bit() {
     );
 }
 
+/// A checkpoint saved at the exact end of an epoch (a step limit on its
+/// last batch) resumes into the next epoch, bit for bit; it used to fail with
+/// "the training data produced no batches".
+#[test]
+fn cli_resume_at_an_epochs_end_goes_on_with_the_next_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write_records(&d.join("train.tfrecord"), &dataset(6, 16, 42));
+    let train = |extra: &[&str], save: &str| {
+        let out = assert_cmd::Command::cargo_bin("tfpipe")
+            .unwrap()
+            .arg("train")
+            .arg("--data")
+            .arg(d.join("train.tfrecord"))
+            .args(["--feature", "x:float32:8", "--feature", "label:int64"])
+            .args(["--label", "label", "--classes", "3", "--batch-size", "16"])
+            .args(["--hidden", "8", "--shuffle-buffer", "32", "--seed", "5"])
+            .args(["--compute-threads", "1", "--report-json"])
+            .arg(d.join(format!("{save}.json")))
+            .args(extra)
+            .arg("--save")
+            .arg(d.join(save))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{save}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(
+            &std::fs::read(d.join(format!("{save}.json"))).unwrap(),
+        )
+        .unwrap()
+    };
+    let straight = train(&["--epochs", "2"], "straight");
+    // 96 records at batch 16: 6 steps are exactly one epoch.
+    train(&["--steps", "6"], "end");
+    let resume = d.join("end").to_string_lossy().into_owned();
+    let resumed = train(&["--epochs", "1", "--resume", &resume], "resumed");
+    assert_eq!(resumed["epochs"][0]["epoch"], 1, "{resumed}");
+    assert_eq!(resumed["global_step"], straight["global_step"]);
+    assert_eq!(
+        tensors_of(&d.join("resumed/model.safetensors")),
+        tensors_of(&d.join("straight/model.safetensors"))
+    );
+}
+
 /// Mid-epoch exact resume through the CLI: 8 steps (into the second epoch
 /// of 6 steps), then `--resume` for 4 more, ends with the weights of 12
 /// steps straight, bit for bit: the checkpoint's pipeline position makes

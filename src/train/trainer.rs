@@ -707,6 +707,21 @@ impl Trainer {
         while !fit.plan.done(fit.epochs.len() as u64, fit.clock.steps) && !fit.interrupted {
             let run = self.train_epoch(&mut fit, train, observers)?;
             if run.clock.steps == 0 {
+                // Resumed at the exact end of an epoch (a step limit or a
+                // signal that landed on its last batch): the restored stream
+                // starts with that epoch's marker. The epoch was trained in
+                // full before the checkpoint, so go on with the next one,
+                // once (a stream of nothing but markers has run dry).
+                if run.ended == EpochEnd::Marker
+                    && fit.clock.steps == 0
+                    && self.state.step > 0
+                    && !fit.skipped_finished_epoch
+                    && !fit.interrupted
+                {
+                    fit.skipped_finished_epoch = true;
+                    self.state.epoch += 1;
+                    continue;
+                }
                 if fit.clock.steps == 0 && !fit.interrupted {
                     return Err(TrainError::data(
                         "the training data produced no batches".into(),
@@ -762,6 +777,7 @@ impl Trainer {
             epochs: Vec::new(),
             feeder: None,
             stream_steps: 0,
+            skipped_finished_epoch: false,
             interrupted: false,
         }
     }
@@ -1089,6 +1105,8 @@ struct Fit {
     /// Steps taken from the current stream.
     stream_steps: u64,
     interrupted: bool,
+    /// A resumed stream's first, already finished epoch was passed over.
+    skipped_finished_epoch: bool,
 }
 
 /// One epoch in progress.
