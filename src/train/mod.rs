@@ -53,6 +53,11 @@ mod tokens;
 mod trainer;
 
 pub use crate::rng::epoch_seed;
+/// candle, re-exported so that a custom [`Model`] is written against the
+/// versions tfpipe trains with (`tfpipe::train::candle_core::Tensor`).
+pub use candle_core;
+/// candle's layers and variable maps, re-exported like [`candle_core`].
+pub use candle_nn;
 pub use checkpoint::{
     Checkpoint, CheckpointError, CheckpointLoad, CheckpointMeta, DefaultMeta, FORMAT, FeatureMeta,
     SchemaMeta,
