@@ -1308,6 +1308,94 @@ fn cli_resume_at_an_epochs_end_goes_on_with_the_next_epoch() {
     );
 }
 
+/// A resume with other data options would train a truncated or repeated
+/// epoch: it is refused with a message naming each difference, and only a
+/// different batch size may be forced (inexactly).
+#[test]
+fn cli_resume_with_other_data_options_is_refused_naming_each_difference() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let data = d.join("train.tfrecord");
+    write_records(&data, &dataset(6, 16, 43));
+    let train = |extra: &[&str], files: &[&std::path::Path], save: &str| {
+        let mut cmd = assert_cmd::Command::cargo_bin("tfpipe").unwrap();
+        cmd.arg("train");
+        for f in files {
+            cmd.arg("--data").arg(f);
+        }
+        let out = cmd
+            .args(["--feature", "x:float32:8", "--feature", "label:int64"])
+            .args(["--label", "label", "--classes", "3", "--hidden", "8"])
+            .args(["--seed", "5", "--compute-threads", "1"])
+            .args(extra)
+            .arg("--save")
+            .arg(d.join(save))
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let base = ["--batch-size", "16", "--shuffle-buffer", "32"];
+    let (code, stderr) = train(&[&base[..], &["--steps", "3"]].concat(), &[&data], "ck");
+    assert_eq!(code, Some(0), "{stderr}");
+    let ck = d.join("ck").to_string_lossy().into_owned();
+    let resume = ["--resume", ck.as_str(), "--steps", "2"];
+    let other = d.join("other.tfrecord");
+    write_records(&other, &dataset(2, 16, 44));
+    for (extra, files, expected) in [
+        (
+            vec!["--batch-size", "8", "--shuffle-buffer", "32"],
+            vec![data.as_path()],
+            "batch size 16, now 8",
+        ),
+        (
+            vec!["--batch-size", "16", "--shuffle-buffer", "64"],
+            vec![data.as_path()],
+            "shuffle buffer 32, now 64",
+        ),
+        (
+            base.to_vec(),
+            vec![data.as_path(), other.as_path()],
+            "files: 1 then, 2 now",
+        ),
+    ] {
+        let (code, stderr) = train(&[&extra[..], &resume[..]].concat(), &files, "again");
+        assert_eq!(code, Some(2), "{expected}: {stderr}");
+        assert!(stderr.contains(expected), "{expected}: {stderr}");
+    }
+    // The same file name and size with other records in it.
+    let original = std::fs::read(&data).unwrap();
+    write_records(&data, &dataset(6, 16, 45));
+    assert_eq!(
+        std::fs::metadata(&data).unwrap().len(),
+        original.len() as u64
+    );
+    let (code, stderr) = train(&[&base[..], &resume[..]].concat(), &[&data], "again");
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("content changed"), "{stderr}");
+    std::fs::write(&data, &original).unwrap();
+    // Another batch size may be forced: the epoch restarts, with a warning.
+    let forced = [
+        &[
+            "--batch-size",
+            "8",
+            "--shuffle-buffer",
+            "32",
+            "--force-resume",
+        ][..],
+        &resume[..],
+    ]
+    .concat();
+    let (code, stderr) = train(&forced, &[&data], "forced");
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("no longer exact"), "{stderr}");
+    // The same options resume as before.
+    let (code, stderr) = train(&[&base[..], &resume[..]].concat(), &[&data], "same");
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
 /// Mid-epoch exact resume through the CLI: 8 steps (into the second epoch
 /// of 6 steps), then `--resume` for 4 more, ends with the weights of 12
 /// steps straight, bit for bit: the checkpoint's pipeline position makes

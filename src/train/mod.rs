@@ -63,7 +63,7 @@ pub use checkpoint::{
     SchemaMeta,
 };
 pub use config::{ModelInput, Placement, Reproducibility, RunControl, RunLength, TrainConfig};
-pub use data::TrainData;
+pub use data::{DataFingerprint, FileFingerprint, TrainData};
 pub use model::{BuiltinModel, Model, ModelConfig, Task, seed_vars};
 pub use observer::{Checkpointer, Control, EarlyStopping, Monitor, Observer, RunInfo, TensorBoard};
 pub use optim::{

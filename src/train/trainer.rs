@@ -556,6 +556,14 @@ impl Trainer {
         self.device_startup.device_init_ms = took.as_secs_f64() * 1e3;
     }
 
+    /// Forgets the pipeline position a resumed checkpoint recorded: for a
+    /// run whose data will be opened at the start of the checkpoint's epoch
+    /// instead (its data options changed), so that the next checkpoint does
+    /// not record a position in a stream this run never read.
+    pub fn restart_epoch(&mut self) {
+        self.state.position = None;
+    }
+
     /// The config.
     pub fn config(&self) -> &TrainConfig {
         &self.config
@@ -611,6 +619,7 @@ impl Trainer {
                 .as_ref()
                 .and_then(|p| serde_json::to_value(p).ok()),
             files: Default::default(),
+            data: self.config.reproducibility.data.clone(),
         }
     }
 

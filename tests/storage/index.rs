@@ -314,6 +314,25 @@ fn a_global_shuffle_resumes_from_its_state_at_the_next_record() {
         got.extend(rest.map(|r| r.unwrap().to_vec()));
         assert_eq!(got, whole, "cut at {cut}");
     }
+    // A state restored into another file set would re-deliver or skip
+    // records (its count is a place in the old set's order): refused.
+    let mut it = pipeline.start().unwrap();
+    it.by_ref().take(10).for_each(drop);
+    let state = it.state().unwrap();
+    drop(it);
+    let fewer = paths[..2]
+        .iter()
+        .map(|p| (p.clone(), RecordIndex::build(p).unwrap()))
+        .collect();
+    let fewer = IndexedFiles::from_parts(fewer).unwrap();
+    let err = fewer
+        .global_shuffle(3)
+        .read_ahead(8)
+        .pipeline()
+        .start_from(&state)
+        .err()
+        .expect("restoring into other files must fail");
+    assert!(err.to_string().contains("other files"), "{err}");
 }
 
 #[test]
