@@ -799,7 +799,9 @@ pub(super) fn check_model_size(
 /// (library messages name no flags).
 pub(super) fn with_hint(e: TrainError) -> anyhow::Error {
     let hint = match &e {
-        TrainError::Label { .. } => Some("set the number of classes with --classes"),
+        TrainError::Label { .. } => Some(
+            "set the number of classes with --classes, or, if the label is a quantity rather than a class, train a regression with --task regression",
+        ),
         _ => None,
     };
     match hint {

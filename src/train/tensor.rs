@@ -22,7 +22,7 @@ use serde_json::{Map, Value as Json};
 use super::TrainError;
 use super::model::Task;
 use crate::batch::{Batch, Column, Values};
-use crate::example::{DType, Layout, Schema};
+use crate::example::{DType, FeatureSpec, Layout, Schema};
 
 /// Which columns feed the model, how wide each is, and the label.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -215,7 +215,14 @@ impl InputSpec {
                         describe_feature(f)
                     )));
                 }
-                used.push(f.clone());
+                // A label is never filled in: a record without one is an
+                // error naming its file and record, not a silent 0 (a
+                // converter gives a column with missing values a default,
+                // and a column chosen as the label later keeps it).
+                used.push(FeatureSpec {
+                    default: None,
+                    ..f.clone()
+                });
                 continue;
             }
             if f.layout == Layout::Var && f.dtype == DType::Int64 && tokens.is_none() {
@@ -277,7 +284,7 @@ impl InputSpec {
 }
 
 /// `int64 [3]`, `float32 var`, ... for messages.
-fn describe_feature(f: &crate::example::FeatureSpec) -> String {
+fn describe_feature(f: &FeatureSpec) -> String {
     let dtype = f.dtype.name();
     match &f.layout {
         Layout::Fixed(shape) if shape.is_empty() => format!("{dtype}, scalar"),
