@@ -276,7 +276,24 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
     let resumed_model = resumed.as_ref().and_then(|m| m.model.clone());
     let model = match (&args.model, &args.hidden, resumed_model) {
         (None, None, Some(model)) => model,
-        _ => model_config(&args, &input, recorded.vocab_size)?,
+        (chosen, _, _) => {
+            let model = model_config(&args, &input, recorded.vocab_size)?;
+            if chosen.is_none() {
+                // Never a silent switch: say which model the data chose, and why.
+                let why = match &input.tokens {
+                    Some(tokens) => format!(
+                        "{:?} is a variable-length int64 feature, taken as token ids",
+                        tokens.name
+                    ),
+                    None => "the inputs are fixed-shape numbers".to_string(),
+                };
+                eprintln!(
+                    "tfpipe: model {} because {why} (choose with --model)",
+                    model.describe()
+                );
+            }
+            model
+        }
     };
     check_model_size(&model, &input, args.batch_size, args.prefetch)?;
     let resumed_optimizer = resumed.as_ref().and_then(|m| m.optimizer);
