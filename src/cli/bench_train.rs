@@ -27,11 +27,11 @@ use tfpipe::Schema;
 use tfpipe::pipeline::Parallelism;
 use tfpipe::train::{
     InputSpec, ModelConfig, OptimizerConfig, OptimizerKind, Placement, RunControl, RunLength, Task,
-    TrainConfig, Trainer, parse_device,
+    TrainConfig, TrainData, Trainer, parse_device,
 };
 
 use super::Status;
-use super::train::{DataOptions, set_compute_threads};
+use super::train::set_compute_threads;
 
 /// Arguments of `tfpipe bench-train`.
 #[derive(Debug, clap::Args)]
@@ -93,7 +93,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         .length(RunLength::new().epochs(args.epochs).steps(args.steps))
         .placement(Placement::new().device(device))
         .control(RunControl::new().origin(super::process_start()));
-    let data = DataOptions {
+    let data = TrainData {
         files: args.files.clone(),
         schema: selection.schema,
         batch_size: args.batch_size,

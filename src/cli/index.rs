@@ -5,7 +5,8 @@
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use tfpipe::storage::{self, IndexError, IndexedFiles, RecordIndex, index_path};
+use tfpipe::storage;
+use tfpipe::{IndexError, IndexedFiles, RecordIndex, index_path};
 
 use super::Status;
 

@@ -126,6 +126,7 @@ mod autotune;
 mod batch;
 mod cache;
 mod filter;
+mod global_shuffle;
 mod ignore_errors;
 mod interleave;
 mod map;
@@ -145,6 +146,7 @@ mod take;
 mod tfrecord;
 mod worker;
 
+pub use global_shuffle::GlobalShuffle;
 pub use interleave::Interleave;
 pub use padded_batch::{PaddedBatch, PaddedShape};
 pub use parallel_map::MapOptions;
@@ -222,7 +224,7 @@ pub enum PipelineError {
     #[error("stage {stage}: {error}")]
     Index {
         stage: String,
-        error: crate::storage::IndexError,
+        error: crate::tfrecord::IndexError,
     },
     /// The iterator state could not be captured, or a pipeline not restored from it.
     #[error(transparent)]

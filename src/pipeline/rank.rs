@@ -108,8 +108,8 @@ use std::sync::Arc;
 
 use super::state::{Sequential, StateError};
 use super::{Env, Event, Pipeline, PipelineError, Record, Stream, TfRecordFiles};
-use crate::storage::{IndexError, IndexedFiles};
 use crate::tfrecord::{Compression, FileRecordReader, ReaderOptions};
+use crate::tfrecord::{IndexError, IndexedFiles};
 
 /// One process's place in a data-parallel job: `rank` of `world_size`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

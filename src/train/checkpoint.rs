@@ -264,7 +264,7 @@ pub struct CheckpointMeta {
     /// The schema of the training data, when known.
     pub schema: Option<SchemaMeta>,
     /// The run's seed: weight initialisation and the pipeline's shuffle
-    /// (see [`epoch_seed`]), so a resumed run continues the same schedule.
+    /// (see [`epoch_seed`](super::epoch_seed)), so a resumed run continues the same schedule.
     pub seed: u64,
     /// The class names (label vocabulary) the model was trained with, in
     /// class-id order, when the schema file recorded them.
@@ -277,26 +277,6 @@ pub struct CheckpointMeta {
     /// SHA-256 (hex) of every other file in the checkpoint, by file name.
     #[serde(default)]
     pub files: BTreeMap<String, String>,
-}
-
-/// The seed scheme of training is the pipeline's: a run seeded `seed`
-/// shuffles with `shuffle(buffer, seed)` inside one `repeat`, and the
-/// shuffle reseeds itself for each epoch from `seed` and the epoch number.
-/// This is the seed that gives epoch `epoch`'s order to a *single pass*
-/// shuffled with `reshuffle_each_epoch: false` (how a run resumed without a
-/// pipeline state reads its first epoch, exactly as the uninterrupted run
-/// would have): `shuffle_with(ShuffleOptions { seed: epoch_seed(seed, e),
-/// reshuffle_each_epoch: false, .. })` yields epoch `e` of `shuffle(buffer,
-/// seed).repeat(None)` (`tests/train.rs` checks that they agree).
-///
-/// ```
-/// use tfpipe::train::epoch_seed;
-/// assert_eq!(epoch_seed(7, 0), 7);
-/// assert_ne!(epoch_seed(7, 1), epoch_seed(7, 2));
-/// ```
-pub fn epoch_seed(seed: u64, epoch: u64) -> u64 {
-    // The mix of `pipeline/shuffle.rs`'s `reseed`.
-    seed ^ epoch.wrapping_mul(0xA076_1D64_78BD_642F)
 }
 
 /// A loaded checkpoint of a built-in model: the model, its variables and its metadata.

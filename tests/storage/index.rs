@@ -6,7 +6,7 @@ use std::path::Path;
 
 use assert_cmd::Command;
 use tfpipe::Compression;
-use tfpipe::storage::{IndexError, IndexProblem, IndexedFiles, RecordIndex, index_path};
+use tfpipe::{IndexError, IndexProblem, IndexedFiles, RecordIndex, index_path};
 
 use crate::server::{S3Server, records, tfrecord};
 
