@@ -55,7 +55,7 @@ mod trainer;
 pub use crate::rng::epoch_seed;
 pub use checkpoint::{
     Checkpoint, CheckpointError, CheckpointLoad, CheckpointMeta, DefaultMeta, FORMAT, FeatureMeta,
-    SchemaMeta,
+    META_FILE, SchemaMeta,
 };
 pub use config::{ModelInput, Placement, Reproducibility, RunControl, RunLength, TrainConfig};
 pub use data::TrainData;
