@@ -1261,6 +1261,141 @@ fn cli_two_epochs_straight_equal_one_then_resume_one_bit_for_bit() {
     );
 }
 
+/// A checkpoint saved at the exact end of an epoch (a step limit on its
+/// last batch) resumes into the next epoch, bit for bit; it used to fail with
+/// "the training data produced no batches".
+#[test]
+fn cli_resume_at_an_epochs_end_goes_on_with_the_next_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write_records(&d.join("train.tfrecord"), &dataset(6, 16, 42));
+    let train = |extra: &[&str], save: &str| {
+        let out = assert_cmd::Command::cargo_bin("tfpipe")
+            .unwrap()
+            .arg("train")
+            .arg("--data")
+            .arg(d.join("train.tfrecord"))
+            .args(["--feature", "x:float32:8", "--feature", "label:int64"])
+            .args(["--label", "label", "--classes", "3", "--batch-size", "16"])
+            .args(["--hidden", "8", "--shuffle-buffer", "32", "--seed", "5"])
+            .args(["--compute-threads", "1", "--report-json"])
+            .arg(d.join(format!("{save}.json")))
+            .args(extra)
+            .arg("--save")
+            .arg(d.join(save))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{save}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(
+            &std::fs::read(d.join(format!("{save}.json"))).unwrap(),
+        )
+        .unwrap()
+    };
+    let straight = train(&["--epochs", "2"], "straight");
+    // 96 records at batch 16: 6 steps are exactly one epoch.
+    train(&["--steps", "6"], "end");
+    let resume = d.join("end").to_string_lossy().into_owned();
+    let resumed = train(&["--epochs", "1", "--resume", &resume], "resumed");
+    assert_eq!(resumed["epochs"][0]["epoch"], 1, "{resumed}");
+    assert_eq!(resumed["global_step"], straight["global_step"]);
+    assert_eq!(
+        tensors_of(&d.join("resumed/model.safetensors")),
+        tensors_of(&d.join("straight/model.safetensors"))
+    );
+}
+
+/// A resume with other data options would train a truncated or repeated
+/// epoch: it is refused with a message naming each difference, and only a
+/// different batch size may be forced (inexactly).
+#[test]
+fn cli_resume_with_other_data_options_is_refused_naming_each_difference() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let data = d.join("train.tfrecord");
+    write_records(&data, &dataset(6, 16, 43));
+    let train = |extra: &[&str], files: &[&std::path::Path], save: &str| {
+        let mut cmd = assert_cmd::Command::cargo_bin("tfpipe").unwrap();
+        cmd.arg("train");
+        for f in files {
+            cmd.arg("--data").arg(f);
+        }
+        let out = cmd
+            .args(["--feature", "x:float32:8", "--feature", "label:int64"])
+            .args(["--label", "label", "--classes", "3", "--hidden", "8"])
+            .args(["--seed", "5", "--compute-threads", "1"])
+            .args(extra)
+            .arg("--save")
+            .arg(d.join(save))
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let base = ["--batch-size", "16", "--shuffle-buffer", "32"];
+    let (code, stderr) = train(&[&base[..], &["--steps", "3"]].concat(), &[&data], "ck");
+    assert_eq!(code, Some(0), "{stderr}");
+    let ck = d.join("ck").to_string_lossy().into_owned();
+    let resume = ["--resume", ck.as_str(), "--steps", "2"];
+    let other = d.join("other.tfrecord");
+    write_records(&other, &dataset(2, 16, 44));
+    for (extra, files, expected) in [
+        (
+            vec!["--batch-size", "8", "--shuffle-buffer", "32"],
+            vec![data.as_path()],
+            "batch size 16, now 8",
+        ),
+        (
+            vec!["--batch-size", "16", "--shuffle-buffer", "64"],
+            vec![data.as_path()],
+            "shuffle buffer 32, now 64",
+        ),
+        (
+            base.to_vec(),
+            vec![data.as_path(), other.as_path()],
+            "files: 1 then, 2 now",
+        ),
+    ] {
+        let (code, stderr) = train(&[&extra[..], &resume[..]].concat(), &files, "again");
+        assert_eq!(code, Some(2), "{expected}: {stderr}");
+        assert!(stderr.contains(expected), "{expected}: {stderr}");
+    }
+    // The same file name and size with other records in it.
+    let original = std::fs::read(&data).unwrap();
+    write_records(&data, &dataset(6, 16, 45));
+    assert_eq!(
+        std::fs::metadata(&data).unwrap().len(),
+        original.len() as u64
+    );
+    let (code, stderr) = train(&[&base[..], &resume[..]].concat(), &[&data], "again");
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("content changed"), "{stderr}");
+    std::fs::write(&data, &original).unwrap();
+    // Another batch size may be forced: the epoch restarts, with a warning.
+    let forced = [
+        &[
+            "--batch-size",
+            "8",
+            "--shuffle-buffer",
+            "32",
+            "--force-resume",
+        ][..],
+        &resume[..],
+    ]
+    .concat();
+    let (code, stderr) = train(&forced, &[&data], "forced");
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("no longer exact"), "{stderr}");
+    // The same options resume as before.
+    let (code, stderr) = train(&[&base[..], &resume[..]].concat(), &[&data], "same");
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
 /// Mid-epoch exact resume through the CLI: 8 steps (into the second epoch
 /// of 6 steps), then `--resume` for 4 more, ends with the weights of 12
 /// steps straight, bit for bit: the checkpoint's pipeline position makes

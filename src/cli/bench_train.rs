@@ -31,7 +31,7 @@ use tfpipe::train::{
 };
 
 use super::Status;
-use super::train::set_compute_threads;
+use super::train::{check_model_size, set_compute_threads};
 
 /// Arguments of `tfpipe bench-train`.
 #[derive(Debug, clap::Args)]
@@ -84,6 +84,8 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         "cnn" => ModelConfig::Cnn { classes: 10 },
         other => bail!("unknown model {other:?} (expected mlp or cnn)"),
     };
+    // Refused before any allocation: `--batch-size 1e12` used to abort.
+    check_model_size(&model, &selection.spec, args.batch_size, 2)?;
     let kind: OptimizerKind = args.optimizer.parse().map_err(anyhow::Error::msg)?;
     let optimizer = OptimizerConfig {
         weight_decay: 0.0,

@@ -88,9 +88,5 @@ fn check(file: &std::path::Path, index_file: &std::path::Path) -> Result<u64, In
 
 /// Problems with the data or the index (exit 1), as opposed to I/O errors (exit 2).
 fn is_data_problem(error: &IndexError) -> bool {
-    match error {
-        IndexError::Invalid { .. } | IndexError::Record { .. } => true,
-        IndexError::Read(e) => e.is_corruption(),
-        _ => false,
-    }
+    error.is_data_error()
 }

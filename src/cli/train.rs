@@ -141,8 +141,14 @@ pub struct Args {
     #[arg(long, default_value = "loss")]
     pub monitor: String,
     /// Continue from the checkpoint here (its weights, optimizer state, epoch and step).
+    /// The data and its options (files, batch size, shuffle buffer, ranks) must be the
+    /// checkpoint's, or the resume is refused.
     #[arg(long)]
     pub resume: Option<PathBuf>,
+    /// Resume even though the batch size differs from the checkpoint's: the run then
+    /// restarts the checkpoint's epoch from its beginning and is no longer exact.
+    #[arg(long, requires = "resume")]
+    pub force_resume: bool,
     /// Write TensorBoard event files here (`train/` and `validation/` runs, as Keras).
     #[arg(long)]
     pub logdir: Option<PathBuf>,
@@ -205,6 +211,7 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         }
         _ => SchemaFacts::default(),
     };
+    super::note_skipped_indexes(&args.data)?;
     if rank.is_some() {
         // Steps per epoch (the schedule, the progress bar) come from this rank's share.
         let files = super::rank::share(
@@ -345,6 +352,41 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         }
         None => args.seed,
     };
+    let data = TrainData {
+        files: args.data.clone(),
+        reader: args.compression.reader_options(),
+        schema: schema.clone(),
+        batch_size: args.batch_size,
+        shuffle_buffer: args.shuffle_buffer,
+        seed,
+        parallelism,
+        rank,
+    };
+    // What the pipeline's order depends on: checkpoints record it, and a
+    // resume must read the same data the same way.
+    let fingerprint = data.fingerprint().map_err(anyhow::Error::from_boxed)?;
+    let mut resume_position = resumed.as_ref().and_then(|m| m.pipeline_state.clone());
+    if let Some(then) = resumed.as_ref().and_then(|m| m.data.as_ref()) {
+        let differences = then.differences(&fingerprint);
+        if args.force_resume && then.only_batch_size_differs(&fingerprint) {
+            eprintln!(
+                "tfpipe: warning: --force-resume: {}: restarting the checkpoint's epoch from its beginning (no longer exact)",
+                differences.join("; ")
+            );
+            resume_position = None;
+        } else if !differences.is_empty() {
+            let hint = if then.only_batch_size_differs(&fingerprint) {
+                " (--force-resume accepts another batch size, inexactly)"
+            } else {
+                ""
+            };
+            bail!(
+                "--resume {}: the checkpoint was trained on other data or data options, so resuming would not continue its run: {}{hint}",
+                args.resume.as_deref().unwrap_or(Path::new("")).display(),
+                differences.join("; ")
+            );
+        }
+    }
     let config = TrainConfig::new(
         ModelInput::new(input)
             .schema(SchemaMeta::from_schema(&schema))
@@ -361,7 +403,8 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
     .reproducibility(
         Reproducibility::new()
             .seed(seed)
-            .resume(args.resume.clone()),
+            .resume(args.resume.clone())
+            .data(fingerprint),
     )
     .schedule(schedule)
     .control(
@@ -369,16 +412,6 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
             .stop_flag(interrupt.flag())
             .origin(super::process_start()),
     );
-    let data = TrainData {
-        files: args.data.clone(),
-        reader: args.compression.reader_options(),
-        schema: schema.clone(),
-        batch_size: args.batch_size,
-        shuffle_buffer: args.shuffle_buffer,
-        seed,
-        parallelism,
-        rank,
-    };
     let validation = (!args.validation_data.is_empty()).then(|| TrainData {
         files: args.validation_data.clone(),
         shuffle_buffer: 0,
@@ -393,7 +426,7 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         keep_best: args.keep_best.then_some(monitor),
         early_stopping: args.early_stopping.map(|p| (monitor, p)),
         tuner: threads.tuner(),
-        resume_position: resumed.as_ref().and_then(|m| m.pipeline_state.clone()),
+        resume_position,
         device_init,
     };
     if let Some(meta) = &resumed
@@ -526,6 +559,9 @@ pub(super) fn train(
 ) -> anyhow::Result<TrainReport> {
     let mut trainer = Trainer::builtin(config, model, optimizer)?;
     trainer.record_device_init(run.device_init);
+    if run.resume_position.is_none() {
+        trainer.restart_epoch();
+    }
     for warning in trainer.warnings() {
         eprintln!("tfpipe: warning: {warning}");
     }
@@ -746,7 +782,7 @@ pub(super) fn human_bytes(bytes: u128) -> String {
 /// Checks the model's weights (with gradients and two optimizer moments)
 /// and a step's batches and activations against the memory there is,
 /// before anything is allocated.
-fn check_model_size(
+pub(super) fn check_model_size(
     model: &ModelConfig,
     input: &InputSpec,
     batch_size: usize,

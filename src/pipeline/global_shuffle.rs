@@ -255,6 +255,8 @@ enum Order {
 /// that place in the order (no record is read twice or skipped).
 pub(crate) struct PositionStream {
     files: IndexedFiles,
+    /// What the files are, saved with the state and checked on restore.
+    files_now: FileSet,
     /// Each file's path interned, for the records' source positions.
     ids: Arc<[FileId]>,
     order: Order,
@@ -279,8 +281,20 @@ impl PositionStream {
         env: &Env,
         stage: &'static str,
     ) -> PositionStream {
+        let files_now = FileSet::of(&files);
         let emitted = match env.resume_state().map(|s| s.data::<Emitted>(stage)) {
-            Some(Ok(e)) => e.emitted,
+            Some(Ok(e)) => match &e.files {
+                // A state taken over other files: its count of records read
+                // means nothing in this file set's order.
+                Some(then) if *then != files_now => {
+                    env.restore_failed(StateError::Mismatch(format!(
+                        "stage {stage}: the state was taken over {} file(s) of {} records, this pipeline reads {} file(s) of {} records, or other files",
+                        then.files, then.records, files_now.files, files_now.records
+                    )));
+                    0
+                }
+                _ => e.emitted,
+            },
             Some(Err(error)) => {
                 env.restore_failed(error);
                 0
@@ -290,6 +304,7 @@ impl PositionStream {
         let ids = files.paths().map(FileId::intern).collect();
         PositionStream {
             files,
+            files_now,
             ids,
             order,
             next: usize::try_from(emitted).unwrap_or(usize::MAX),
@@ -370,6 +385,37 @@ impl Iterator for PositionStream {
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Emitted {
     emitted: u64,
+    /// The file set the count is a place in (absent in older states).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    files: Option<FileSet>,
+}
+
+/// A file set as a state records it: counts to report, and a digest of
+/// every file's path and record count.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct FileSet {
+    files: usize,
+    records: u64,
+    digest: String,
+}
+
+impl FileSet {
+    fn of(files: &IndexedFiles) -> FileSet {
+        use sha2::{Digest, Sha256};
+        let mut hash = Sha256::new();
+        for (f, path) in files.paths().enumerate() {
+            hash.update(path.to_string_lossy().as_bytes());
+            hash.update([0]);
+            let records = files.index(f).map_or(0, |i| i.len());
+            hash.update(records.to_le_bytes());
+        }
+        let digest = hash.finalize();
+        FileSet {
+            files: files.paths().count(),
+            records: files.len(),
+            digest: digest[..16].iter().map(|b| format!("{b:02x}")).collect(),
+        }
+    }
 }
 
 impl StageStream<Record> for PositionStream {
@@ -377,7 +423,8 @@ impl StageStream<Record> for PositionStream {
         Ok(StageState::new(
             self.stage,
             serde_json::json!(Emitted {
-                emitted: self.emitted
+                emitted: self.emitted,
+                files: Some(self.files_now.clone()),
             }),
         ))
     }

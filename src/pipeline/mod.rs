@@ -150,7 +150,7 @@ pub use global_shuffle::GlobalShuffle;
 pub use interleave::Interleave;
 pub use padded_batch::{PaddedBatch, PaddedShape};
 pub use parallel_map::MapOptions;
-pub use rank::{Rank, RankError, RankShare, Remainder, ShareBy};
+pub use rank::{MAX_WORLD_SIZE, Rank, RankError, RankShare, Remainder, ShareBy};
 pub use record::{FileId, POOL_BUFFERS, POOL_MAX_CAPACITY, Record, RecordPosition};
 pub use shuffle::ShuffleOptions;
 use state::StageStream;
@@ -301,6 +301,7 @@ impl PipelineError {
         match self {
             PipelineError::Record { error, .. } => error.is_corruption(),
             PipelineError::Parse { .. } => true,
+            PipelineError::Index { error, .. } => error.is_data_error(),
             _ => false,
         }
     }

@@ -1,7 +1,8 @@
 //! Where data lives, as bytes: local paths, object-store URLs and globs, one
 //! resolver for all of them; opening, opening at an offset, sizes and ranged
-//! reads. Nothing here knows what a record is: [`crate::tfrecord`] frames
-//! the bytes (and keeps the record index), [`crate::pipeline`] streams them.
+//! reads. Nothing here knows what a record is: the layers above frame the
+//! bytes into records (`tfrecord`, which also keeps the record index) and
+//! stream them (`pipeline`).
 //!
 //! # Paths and URLs
 //!
@@ -38,7 +39,7 @@
 //! its body arrives, chunk by chunk: records are parsed from the first bytes
 //! of a range, not after its last. GZIP/ZLIB objects are decompressed as that
 //! stream arrives. Several objects are read at once by
-//! [`TfRecordFiles::interleave`](crate::pipeline::TfRecordFiles::interleave).
+//! `TfRecordFiles::interleave` in the pipeline.
 //! A failed range is retried with exponential backoff (a dropped connection, a
 //! 5xx), from its first byte not yet delivered; a missing object or a refused
 //! credential is not. Every error names the
@@ -71,7 +72,7 @@ pub use object::{
     set_bucket_options,
 };
 pub(crate) use resolve::url_str;
-pub use resolve::{is_url, resolve};
+pub use resolve::{Listing, is_url, resolve, resolve_listing};
 
 /// Why a path, URL or object could not be resolved, read or written.
 #[derive(Debug, thiserror::Error)]

@@ -70,6 +70,9 @@ pub enum IndexProblem {
         expected: u64,
         found: u64,
     },
+    /// An entry ends beyond 2^64 bytes.
+    #[error("entry {record} ends beyond 2^64 bytes")]
+    Overflow { record: u64 },
     /// An entry is smaller than an empty record's 16 bytes.
     #[error("entry {record} has size {size}, less than the 16 bytes of an empty record")]
     TooSmall { record: u64, size: u64 },
@@ -123,6 +126,17 @@ pub enum IndexError {
 }
 
 impl IndexError {
+    /// Whether the error is about the data or its index (a corrupt or
+    /// misplaced record, a malformed or stale index) rather than the system
+    /// (a file that cannot be read): the command line exits 1 for these.
+    pub fn is_data_error(&self) -> bool {
+        match self {
+            IndexError::Invalid { .. } | IndexError::Record { .. } => true,
+            IndexError::Read(e) => e.is_corruption(),
+            _ => false,
+        }
+    }
+
     /// File, record index and byte offset, for errors about a record.
     pub fn location(&self) -> Option<&Location> {
         match self {
@@ -268,14 +282,17 @@ impl RecordIndex {
             if size < (HEADER_LEN + FOOTER_LEN) as u64 {
                 return Err(IndexProblem::TooSmall { record, size });
             }
-            expected = offset.saturating_add(size);
+            expected = offset
+                .checked_add(size)
+                .ok_or(IndexProblem::Overflow { record })?;
         }
         Ok(())
     }
 
     /// The entries end exactly at `actual`, the data file's size.
     pub fn check_size(&self, actual: u64) -> Result<(), IndexProblem> {
-        let indexed = self.entries.last().map_or(0, |&(o, s)| o + s);
+        // Every entry ends before 2^64 (`check_shape`, or a real file's records).
+        let indexed = self.entries.last().map_or(0, |&(o, s)| o.saturating_add(s));
         if indexed != actual {
             return Err(IndexProblem::SizeMismatch { indexed, actual });
         }
@@ -299,7 +316,8 @@ impl RecordIndex {
 
     /// The byte range of the framed record `record`.
     pub fn range(&self, record: u64) -> Option<Range<u64>> {
-        self.get(record).map(|(o, s)| o..o + s)
+        self.get(record)
+            .and_then(|(o, s)| Some(o..o.checked_add(s)?))
     }
 
     /// The entries, `(offset, framed size)` in file order.
@@ -393,7 +411,8 @@ struct IndexedFile {
 }
 
 /// TFRecord files with their indexes: random access by record, exact
-/// sharding by record, and (in [`crate::pipeline`]) the global shuffle.
+/// sharding by record, and (in the pipeline layer) the global shuffle,
+/// [`IndexedFiles::global_shuffle`].
 /// Cheap to clone.
 #[derive(Clone)]
 pub struct IndexedFiles {
@@ -617,8 +636,8 @@ impl IndexedFiles {
 
 #[cfg(test)]
 mod tests {
+    use super::super::RecordWriter;
     use super::*;
-    use crate::tfrecord::RecordWriter;
 
     fn framed(records: &[&[u8]]) -> Vec<u8> {
         let mut writer = RecordWriter::new(Vec::new(), Compression::None);
@@ -652,6 +671,10 @@ mod tests {
         );
         let err = RecordIndex::parse("0 3\n", p, p).unwrap_err();
         assert!(err.to_string().contains("less than the 16 bytes"), "{err}");
+        // Entries that overflow 64 bits used to pass and then panic on read.
+        let err = RecordIndex::parse("0 18446744073709551615\n18446744073709551615 17\n", p, p)
+            .unwrap_err();
+        assert!(err.to_string().contains("beyond 2^64"), "{err}");
         let index = RecordIndex::parse("0 17\n17 16\n", p, p).unwrap();
         let problem = index.check_size(40).unwrap_err();
         assert_eq!(

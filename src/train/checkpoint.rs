@@ -277,6 +277,10 @@ pub struct CheckpointMeta {
     /// SHA-256 (hex) of every other file in the checkpoint, by file name.
     #[serde(default)]
     pub files: BTreeMap<String, String>,
+    /// The training data and how it was read, when the run recorded it: a
+    /// resume with other data options is refused against it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<super::DataFingerprint>,
 }
 
 /// A loaded checkpoint of a built-in model: the model, its variables and its metadata.

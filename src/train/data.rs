@@ -10,6 +10,11 @@
 //! uninterrupted run would have read. Only the read and shuffle stages
 //! restart at an epoch marker; the parse workers and prefetch run on.
 
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
 use crate::pipeline::{Parallelism, Pipeline, Rank, Record, Remainder, ShuffleOptions};
 use crate::rng::epoch_seed;
 use crate::tfrecord::ReaderOptions;
@@ -200,5 +205,169 @@ impl TrainData {
                 data.open(epoch)
             }
         }
+    }
+}
+
+impl TrainData {
+    /// What the pipeline's shape depends on, for a checkpoint to record: a
+    /// resume is exact only with the same batch size, shuffle buffer, seed,
+    /// ranks and files (see [`DataFingerprint::differences`]). Resolves the
+    /// files and reads a small sample of each local one.
+    pub fn fingerprint(&self) -> Result<DataFingerprint, BoxError> {
+        let files = crate::storage::resolve(&self.files)?
+            .iter()
+            .map(|path| FileFingerprint::of(path))
+            .collect::<Result<_, _>>()?;
+        Ok(DataFingerprint {
+            batch_size: self.batch_size,
+            shuffle_buffer: self.shuffle_buffer,
+            seed: self.seed,
+            rank: self.rank.map(|r| (r.rank(), r.world_size())),
+            files,
+        })
+    }
+}
+
+/// What a training pipeline's order depends on, recorded in checkpoints so
+/// that a resume with other data options is refused rather than training a
+/// truncated or repeated epoch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataFingerprint {
+    /// Records per batch.
+    pub batch_size: usize,
+    /// The shuffle buffer in records.
+    pub shuffle_buffer: usize,
+    /// The run's seed.
+    pub seed: u64,
+    /// `(rank, world_size)` under a launcher.
+    pub rank: Option<(usize, usize)>,
+    /// Every file, in reading order.
+    pub files: Vec<FileFingerprint>,
+}
+
+/// One data file as a checkpoint saw it: its path, size and, for a local
+/// file, a hash of its first and last 4 KiB (cheap, and different for any
+/// other shard of the same size). Objects are known by path and size alone
+/// (reading them would cost two requests each).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileFingerprint {
+    /// The path or URL.
+    pub path: String,
+    /// The size in bytes.
+    pub size: u64,
+    /// SHA-256 (hex) of the first and last 4 KiB, for a local file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample: Option<String>,
+}
+
+/// Bytes hashed at each end of a local file.
+const SAMPLE_BYTES: u64 = 4096;
+
+impl FileFingerprint {
+    fn of(path: &Path) -> Result<FileFingerprint, BoxError> {
+        let size = crate::storage::size_of(path)?;
+        let sample = if crate::storage::is_url(path) {
+            None
+        } else {
+            let head = 0..size.min(SAMPLE_BYTES);
+            let tail = size.saturating_sub(SAMPLE_BYTES)..size;
+            let mut hash = Sha256::new();
+            for part in crate::storage::read_ranges(path, &[head, tail])? {
+                hash.update(&part);
+            }
+            Some(hash.finalize().iter().map(|b| format!("{b:02x}")).collect())
+        };
+        Ok(FileFingerprint {
+            path: path.to_string_lossy().into_owned(),
+            size,
+            sample,
+        })
+    }
+}
+
+impl DataFingerprint {
+    /// How `now` differs from this recorded fingerprint, one line per
+    /// difference (empty: the same data, read the same way).
+    ///
+    /// ```
+    /// use tfpipe::train::DataFingerprint;
+    /// let then = DataFingerprint { batch_size: 64, shuffle_buffer: 10_000, seed: 0, rank: None, files: vec![] };
+    /// let now = DataFingerprint { batch_size: 32, ..then.clone() };
+    /// assert_eq!(then.differences(&now), ["batch size 64, now 32"]);
+    /// ```
+    pub fn differences(&self, now: &DataFingerprint) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut differ = |what: &str, then: String, now: String| {
+            if then != now {
+                out.push(format!("{what} {then}, now {now}"));
+            }
+        };
+        differ(
+            "batch size",
+            self.batch_size.to_string(),
+            now.batch_size.to_string(),
+        );
+        differ(
+            "shuffle buffer",
+            self.shuffle_buffer.to_string(),
+            now.shuffle_buffer.to_string(),
+        );
+        differ("seed", self.seed.to_string(), now.seed.to_string());
+        let rank = |r: Option<(usize, usize)>| match r {
+            Some((r, w)) => format!("rank {r} of {w}"),
+            None => "no ranks".to_string(),
+        };
+        differ("ranks:", rank(self.rank), rank(now.rank));
+        let paths = |f: &[FileFingerprint]| f.iter().map(|f| f.path.clone()).collect::<Vec<_>>();
+        if paths(&self.files) != paths(&now.files) {
+            out.push(format!(
+                "files: {} then, {} now ({})",
+                self.files.len(),
+                now.files.len(),
+                list_change(&paths(&self.files), &paths(&now.files))
+            ));
+            return out;
+        }
+        for (then, now) in self.files.iter().zip(&now.files) {
+            if then.size != now.size {
+                out.push(format!(
+                    "{}: {} bytes, now {}",
+                    then.path, then.size, now.size
+                ));
+            } else if then.sample.is_some() && now.sample.is_some() && then.sample != now.sample {
+                out.push(format!("{}: its content changed (same size)", then.path));
+            }
+        }
+        out
+    }
+
+    /// Whether the only difference from `now` is the batch size: a resume
+    /// that may be forced, at the cost of exactness.
+    pub fn only_batch_size_differs(&self, now: &DataFingerprint) -> bool {
+        self.batch_size != now.batch_size
+            && DataFingerprint {
+                batch_size: now.batch_size,
+                ..self.clone()
+            }
+            .differences(now)
+            .is_empty()
+    }
+}
+
+/// `+added, -removed` (the first of each), or `reordered`.
+fn list_change(then: &[String], now: &[String]) -> String {
+    let added: Vec<&String> = now.iter().filter(|p| !then.contains(p)).collect();
+    let removed: Vec<&String> = then.iter().filter(|p| !now.contains(p)).collect();
+    let mut parts = Vec::new();
+    if let Some(first) = added.first() {
+        parts.push(format!("{} added, first {first}", added.len()));
+    }
+    if let Some(first) = removed.first() {
+        parts.push(format!("{} removed, first {first}", removed.len()));
+    }
+    if parts.is_empty() {
+        "the same files in another order".to_string()
+    } else {
+        parts.join("; ")
     }
 }

@@ -53,12 +53,17 @@ mod tokens;
 mod trainer;
 
 pub use crate::rng::epoch_seed;
+/// candle, re-exported so that a custom [`Model`] is written against the
+/// versions tfpipe trains with (`tfpipe::train::candle_core::Tensor`).
+pub use candle_core;
+/// candle's layers and variable maps, re-exported like [`candle_core`].
+pub use candle_nn;
 pub use checkpoint::{
     Checkpoint, CheckpointError, CheckpointLoad, CheckpointMeta, DefaultMeta, FORMAT, FeatureMeta,
     META_FILE, SchemaMeta,
 };
 pub use config::{ModelInput, Placement, Reproducibility, RunControl, RunLength, TrainConfig};
-pub use data::TrainData;
+pub use data::{DataFingerprint, FileFingerprint, TrainData};
 pub use model::{BuiltinModel, Model, ModelConfig, Task, seed_vars};
 pub use observer::{Checkpointer, Control, EarlyStopping, Monitor, Observer, RunInfo, TensorBoard};
 pub use optim::{
