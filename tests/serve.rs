@@ -81,6 +81,7 @@ fn meta(config: &ModelConfig) -> CheckpointMeta {
             .then(|| NAMES.iter().map(|s| s.to_string()).collect()),
         pipeline_state: None,
         files: Default::default(),
+        data: None,
     }
 }
 
@@ -1162,4 +1163,62 @@ fn sigterm_answers_the_request_in_flight_and_exits_0() {
     assert!(rest.contains("stopped"), "{rest}");
     // Nothing listens any more.
     assert!(TcpStream::connect(addr).is_err());
+}
+
+/// `tfpipe train --save-versions` writes numbered versions a server picks up.
+#[test]
+fn train_save_versions_writes_numbered_versions() {
+    let dir = tempfile::tempdir().unwrap();
+    let tfpipe = || Command::new(env!("CARGO_BIN_EXE_tfpipe"));
+    let prefix = dir.path().join("penguins");
+    let out = tfpipe()
+        .args([
+            "convert",
+            "csv",
+            "testdata/tabular/penguins.csv",
+            "--label",
+            "species",
+            "--output",
+        ])
+        .arg(&prefix)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let base = dir.path().join("models");
+    for _ in 0..2 {
+        let out = tfpipe()
+            .arg("train")
+            .arg("--schema")
+            .arg(dir.path().join("penguins.features.json"))
+            .arg("--data")
+            .arg(format!("{}-*", prefix.display()))
+            .args(["--epochs", "1", "--hidden", "8", "--save-versions"])
+            .arg(&base)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    for v in ["1", "2"] {
+        assert!(
+            base.join(v).join("checkpoint.json").is_file(),
+            "no version {v}"
+        );
+    }
+    let server = start(
+        vec![ModelSource::new("penguins", &base)],
+        ServeConfig::default(),
+    );
+    let mut c = Client::connect(server.local_addr());
+    let (s, body) = c.json("GET", "/v1/models/penguins", &Json::Null);
+    assert_eq!(s, 200);
+    assert_eq!(body["model_version_status"][0]["version"], "2");
+    server.shutdown().unwrap();
 }

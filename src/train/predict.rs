@@ -531,6 +531,7 @@ mod tests {
             label_vocabulary: None,
             pipeline_state: None,
             files: Default::default(),
+            data: None,
         }
     }
 
