@@ -1252,6 +1252,9 @@ fn cli_two_epochs_straight_equal_one_then_resume_one_bit_for_bit() {
         serde_json::from_slice(&std::fs::read(&meta_path).unwrap()).unwrap();
     assert!(meta["pipeline_state"].is_object(), "{meta}");
     meta.as_object_mut().unwrap().remove("pipeline_state");
+    // Older checkpoints had no checksum of their own either (an edit is
+    // refused against it).
+    meta.as_object_mut().unwrap().remove("checksum");
     std::fs::write(&meta_path, serde_json::to_vec(&meta).unwrap()).unwrap();
     let fallback = train(&["--epochs", "1", "--resume", &resume], "fallback");
     assert_eq!(fallback["epochs"][0]["loss"], straight["epochs"][1]["loss"]);
@@ -1393,6 +1396,78 @@ fn cli_resume_with_other_data_options_is_refused_naming_each_difference() {
     assert!(stderr.contains("no longer exact"), "{stderr}");
     // The same options resume as before.
     let (code, stderr) = train(&[&base[..], &resume[..]].concat(), &[&data], "same");
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+/// `checkpoint.json` is covered by its own checksum and its numbers are
+/// checked against their bounds; saves leave no stale temporaries behind.
+#[test]
+fn an_edited_checkpoint_json_is_refused_and_saves_clean_up_after_dead_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let data = d.join("train.tfrecord");
+    write_records(&data, &dataset(6, 16, 46));
+    let train = |extra: &[&str]| {
+        let out = assert_cmd::Command::cargo_bin("tfpipe")
+            .unwrap()
+            .arg("train")
+            .arg("--data")
+            .arg(&data)
+            .args(["--feature", "x:float32:8", "--feature", "label:int64"])
+            .args(["--label", "label", "--classes", "3", "--hidden", "8"])
+            .args(["--batch-size", "16", "--compute-threads", "1"])
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let ck = d.join("ck");
+    let ck_text = ck.to_string_lossy().into_owned();
+    // Leftovers of saves killed mid-way (this version's and older ones').
+    std::fs::create_dir_all(&ck).unwrap();
+    for stale in [
+        ".ck.a1b2c3.tmp",
+        ".ck.d4e5f6.old",
+        ".ck.tmp-123456",
+        ".ck.old-abcdef",
+    ] {
+        std::fs::create_dir_all(d.join(stale).join("inner")).unwrap();
+    }
+    let (code, stderr) = train(&["--steps", "3", "--save", &ck_text]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let mut left: Vec<String> = std::fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["ck", "train.tfrecord"], "stale temporaries stay");
+
+    let meta_path = ck.join("checkpoint.json");
+    let original = std::fs::read(&meta_path).unwrap();
+    let resume = ["--steps", "1", "--resume", ck_text.as_str()];
+    // An edit, however small, is refused against the checksum.
+    let meta: serde_json::Value = serde_json::from_slice(&original).unwrap();
+    let mut edited = meta.clone();
+    edited["seed"] = serde_json::json!(9);
+    std::fs::write(&meta_path, serde_json::to_vec_pretty(&edited).unwrap()).unwrap();
+    let (code, stderr) = train(&resume);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("modified or damaged"), "{stderr}");
+    // Without a checksum (an older checkpoint), numbers are still bounded: a
+    // skip of 10^15 batches used to spin for minutes.
+    let mut absurd = meta.clone();
+    absurd.as_object_mut().unwrap().remove("checksum");
+    absurd["pipeline_state"]["skip"] = serde_json::json!(1_000_000_000_000_000u64);
+    std::fs::write(&meta_path, serde_json::to_vec_pretty(&absurd).unwrap()).unwrap();
+    let (code, stderr) = train(&resume);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("pipeline_state.skip"), "{stderr}");
+    // The file as saved resumes.
+    std::fs::write(&meta_path, &original).unwrap();
+    let (code, stderr) = train(&resume);
     assert_eq!(code, Some(0), "{stderr}");
 }
 

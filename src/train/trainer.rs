@@ -620,6 +620,7 @@ impl Trainer {
                 .and_then(|p| serde_json::to_value(p).ok()),
             files: Default::default(),
             data: self.config.reproducibility.data.clone(),
+            checksum: None,
         }
     }
 

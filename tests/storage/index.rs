@@ -127,6 +127,49 @@ fn globs_over_indexed_files_skip_the_indexes_and_say_so_once() {
     }
 }
 
+/// SIGINT and SIGTERM stop `tfpipe index` between two files with 128 + the
+/// signal; every index it wrote is complete and no temporary file is left
+/// (it had no handler, and a signal left `.NAME.idx.*.tmp` behind).
+#[cfg(unix)]
+#[test]
+fn a_signal_stops_index_between_files_and_leaves_no_temporary() {
+    use std::process::Stdio;
+    for (signal, code) in [("INT", 130), ("TERM", 143)] {
+        let dir = tempfile::tempdir().unwrap();
+        write_files(dir.path(), 400, 40);
+        let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("tfpipe"))
+            .arg("index")
+            .arg(dir.path().join("part-*.tfrecord"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let started = || {
+            std::fs::read_dir(dir.path())
+                .unwrap()
+                .any(|e| e.unwrap().file_name().to_string_lossy().ends_with(".idx"))
+        };
+        let out = crate::common::signal_when_ready(child, signal, "no index written", started);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "SIG{signal}: {stderr}");
+        assert!(
+            stderr.contains(&format!("interrupted by SIG{signal}")),
+            "{stderr}"
+        );
+        for entry in std::fs::read_dir(dir.path()).unwrap() {
+            let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+            assert!(
+                name.ends_with(".tfrecord") || name.ends_with(".tfrecord.idx"),
+                "SIG{signal} left {name}"
+            );
+            if let Some(data) = name.strip_suffix(".idx") {
+                RecordIndex::load(&dir.path().join(data), &dir.path().join(&name))
+                    .expect("every index written is complete");
+            }
+        }
+    }
+}
+
 #[test]
 fn stale_and_truncated_indexes_are_reported_not_trusted() {
     let dir = tempfile::tempdir().unwrap();
