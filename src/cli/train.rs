@@ -122,6 +122,11 @@ pub struct Args {
     /// Save a checkpoint (a directory) here at the end, and on Ctrl-C.
     #[arg(long)]
     pub save: Option<PathBuf>,
+    /// Save the checkpoint as the next numbered version of this base
+    /// directory (DIR/1, DIR/2, ...), which `tfpipe serve --model NAME=DIR`
+    /// polls and serves warm.
+    #[arg(long, conflicts_with = "save")]
+    pub save_versions: Option<PathBuf>,
     /// With --save: also save every this many epochs.
     #[arg(long, requires = "save")]
     pub checkpoint_every: Option<u64>,
@@ -179,6 +184,11 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
             ("--resume", &mut args.resume),
         ],
     )?;
+    if let Some(base) = &args.save_versions {
+        let dir = tfpipe::serve::next_version_dir(base)
+            .with_context(|| format!("--save-versions {}", base.display()))?;
+        args.save = Some(dir);
+    }
     check_output_dir(args.save.as_deref(), "--save")?;
     check_output_dir(args.logdir.as_deref(), "--logdir")?;
     check_output_file(args.report_json.as_deref(), "--report-json")?;
