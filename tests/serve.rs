@@ -42,47 +42,49 @@ fn meta(config: &ModelConfig) -> CheckpointMeta {
         var: false,
         default,
     };
-    CheckpointMeta {
-        format: FORMAT.into(),
-        step: 1,
-        epoch: 1,
-        model: Some(config.clone()),
-        model_description: config.describe(),
-        optimizer: None,
-        optimizer_state: false,
-        input: InputSpec {
-            features: vec![("x".into(), 3), ("img".into(), 2), ("n".into(), 1)],
-            label: Some("species".into()),
-            task,
-            standardize: vec![
-                Standardize {
-                    mean: 0.5,
-                    std: 2.0,
-                },
-                Standardize::IDENTITY,
-                Standardize {
-                    mean: 4.0,
-                    std: 3.0,
-                },
-            ],
-            tokens: None,
-        },
-        schema: Some(SchemaMeta {
-            features: vec![
-                feature("species", DType::Int64, vec![], None),
-                feature("x", DType::Float32, vec![3], None),
-                feature("img", DType::Uint8, vec![2], None),
-                feature("n", DType::Int64, vec![], Some(DefaultMeta::Int64(vec![7]))),
-            ],
-            label: Some("species".into()),
-        }),
-        seed: 3,
-        label_vocabulary: matches!(task, Task::Classification { .. })
-            .then(|| NAMES.iter().map(|s| s.to_string()).collect()),
-        pipeline_state: None,
-        files: Default::default(),
-        data: None,
-    }
+    // From JSON, so fields later versions add (all optional) keep their defaults.
+    let input = InputSpec {
+        features: vec![("x".into(), 3), ("img".into(), 2), ("n".into(), 1)],
+        label: Some("species".into()),
+        task,
+        standardize: vec![
+            Standardize {
+                mean: 0.5,
+                std: 2.0,
+            },
+            Standardize::IDENTITY,
+            Standardize {
+                mean: 4.0,
+                std: 3.0,
+            },
+        ],
+        tokens: None,
+    };
+    let schema = SchemaMeta {
+        features: vec![
+            feature("species", DType::Int64, vec![], None),
+            feature("x", DType::Float32, vec![3], None),
+            feature("img", DType::Uint8, vec![2], None),
+            feature("n", DType::Int64, vec![], Some(DefaultMeta::Int64(vec![7]))),
+        ],
+        label: Some("species".into()),
+    };
+    let names: Option<Vec<&str>> =
+        matches!(task, Task::Classification { .. }).then(|| NAMES.to_vec());
+    serde_json::from_value(json!({
+        "format": FORMAT,
+        "step": 1,
+        "epoch": 1,
+        "model": config,
+        "model_description": config.describe(),
+        "optimizer": null,
+        "optimizer_state": false,
+        "input": input,
+        "schema": schema,
+        "seed": 3,
+        "label_vocabulary": names,
+    }))
+    .unwrap()
 }
 
 fn classifier() -> ModelConfig {

@@ -510,29 +510,28 @@ mod tests {
         }
     }
 
+    /// Built from JSON, so fields later versions add (all optional) keep their defaults.
     fn meta() -> CheckpointMeta {
-        CheckpointMeta {
-            format: FORMAT.into(),
-            step: 1,
-            epoch: 0,
-            model: None,
-            model_description: "custom linear 2-3".into(),
-            optimizer: None,
-            optimizer_state: false,
-            input: InputSpec {
-                features: vec![("x".into(), 2)],
-                label: None,
-                task: Task::Classification { classes: 3 },
-                standardize: Vec::new(),
-                tokens: None,
-            },
-            schema: None,
-            seed: 0,
-            label_vocabulary: None,
-            pipeline_state: None,
-            files: Default::default(),
-            data: None,
-        }
+        let input = InputSpec {
+            features: vec![("x".into(), 2)],
+            label: None,
+            task: Task::Classification { classes: 3 },
+            standardize: Vec::new(),
+            tokens: None,
+        };
+        serde_json::from_value(serde_json::json!({
+            "format": FORMAT,
+            "step": 1,
+            "epoch": 0,
+            "model": null,
+            "model_description": "custom linear 2-3",
+            "optimizer": null,
+            "optimizer_state": false,
+            "input": input,
+            "schema": null,
+            "seed": 0,
+        }))
+        .unwrap()
     }
 
     /// A custom model saved, then served by `load_with`, predicts what the
