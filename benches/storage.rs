@@ -33,8 +33,8 @@ use tfpipe::Schema;
 use tfpipe::example::Example;
 use tfpipe::example::proto::{BytesList, Feature, Features, Int64List, feature};
 use tfpipe::pipeline::{Interleave, Parallelism, Pipeline};
-use tfpipe::storage::{IndexedFiles, RecordIndex, index_path};
 use tfpipe::tfrecord::{Compression, RecordWriter};
+use tfpipe::{IndexedFiles, RecordIndex, index_path};
 
 // The tests' S3 server, shared rather than copied (the bench uses part of it).
 #[allow(dead_code)]

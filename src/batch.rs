@@ -18,8 +18,6 @@
 
 use std::ops::Range;
 
-use crate::example::DType;
-
 /// The values of a column, in one contiguous buffer.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Values {
@@ -102,18 +100,12 @@ impl Batch {
 }
 
 impl Values {
-    /// The element type.
-    pub fn dtype(&self) -> DType {
-        match self {
-            Values::Int64(_) => DType::Int64,
-            Values::Float32(_) => DType::Float32,
-            Values::Uint8(_) => DType::Uint8,
-            Values::Int16(_) => DType::RawInt16,
-            Values::Uint16(_) => DType::RawUint16,
-            Values::Int32(_) => DType::RawInt32,
-            Values::Float64(_) => DType::RawFloat64,
-            Values::Bytes { .. } => DType::Bytes,
-            Values::Sparse { values, .. } => values.dtype(),
+    /// Whether `other` holds elements of the same type (for sparse values,
+    /// sparse values of the same type).
+    fn same_type(&self, other: &Values) -> bool {
+        match (self, other) {
+            (Values::Sparse { values: a, .. }, Values::Sparse { values: b, .. }) => a.same_type(b),
+            _ => std::mem::discriminant(self) == std::mem::discriminant(other),
         }
     }
 
@@ -249,7 +241,7 @@ impl Values {
                     values: more,
                 },
             ) => {
-                if size != more_size || values.dtype() != more.dtype() || !values.extend(more) {
+                if size != more_size || !values.same_type(more) || !values.extend(more) {
                     return false;
                 }
                 indices.extend_from_slice(more_indices);
@@ -539,7 +531,7 @@ impl Batch {
                 let same = column.name == more.name
                     && column.inner_shape == more.inner_shape
                     && column.row_splits.len() == more.row_splits.len()
-                    && column.values.dtype() == more.values.dtype();
+                    && column.values.same_type(&more.values);
                 if !same || !column.values.extend(&more.values) {
                     return Err(BatchError::Mismatch(format!(
                         "column {:?} of batch {b} differs from column {:?} of batch 0",

@@ -4,18 +4,24 @@
 //!
 //! # The map
 //!
-//! Data flows through these modules, each a layer on the one before:
+//! Data flows through these modules, each a layer on the ones before it; a
+//! module imports only from layers below its own:
+//!
+//! ```text
+//! storage  <  tfrecord, batch  <  example  <  pipeline  <  train, convert  <  cli
+//! (bytes)     (records) (columns) (parsing)   (streams)    (models) (raw data) (the binary)
+//! ```
 //!
 //! | module | what lives there |
 //! |---|---|
-//! | [`tfrecord`] | framing, masked CRC32C, GZIP/ZLIB, [`RecordReader`] / [`RecordWriter`] |
+//! | [`storage`] | bytes: local paths, `s3://` / `gs://` / `az://` / `http(s)://` URLs and globs; opening (at an offset), sizes, ranged reads |
+//! | [`tfrecord`] | framing, masked CRC32C, GZIP/ZLIB, [`RecordReader`] / [`RecordWriter`], the record index ([`IndexedFiles`]) |
 //! | [`example`] | `tf.train.Example` / `SequenceExample` from `proto/`, feature specs ([`Schema`]), the schema-driven [`BatchParser`] |
 //! | [`batch`] | columnar [`Batch`]es: dense, bytes (data + offsets), ragged (values + row splits) |
-//! | [`pipeline`] | the streaming engine: sources, interleave, shard, map, shuffle, batch, prefetch, ... on bounded channels; ranks and resumable iterator state |
+//! | [`pipeline`] | the streaming engine: sources, interleave, shard, map, shuffle, batch, prefetch, ... on bounded channels; ranks, the global shuffle ([`GlobalShuffle`]) and resumable iterator state |
 //! | [`metrics`] | per-stage counters and timers, readable while the pipeline runs; the bottleneck stage |
 //! | [`train`] | the candle training loop, stall-versus-compute and start-up reports, checkpoints, prediction |
 //! | [`convert`] | CSV, JSON, MNIST IDX and image folders to sharded TFRecord with a schema file |
-//! | [`storage`] | local paths, `s3://` / `gs://` / `az://` / `http(s)://` URLs and globs; the record index and global shuffle |
 //!
 //! # An example
 //!
@@ -93,6 +99,7 @@ pub mod example;
 pub mod fuzzing;
 pub mod metrics;
 pub mod pipeline;
+mod rng;
 pub mod spawn;
 pub mod storage;
 pub mod tfrecord;
@@ -103,10 +110,21 @@ pub use batch::{Batch, BatchError, Column, Values};
 pub use error::Location;
 pub use example::{BatchParser, DType, FeatureSpec, Layout, Schema};
 pub use metrics::{PipelineMetrics, StageMetrics};
+pub use pipeline::GlobalShuffle;
 pub use pipeline::{Parallelism, Pipeline, PipelineError, PipelineIter};
 pub use tfrecord::{Compression, RecordError, RecordReader, RecordWriter};
-// The record index and the global shuffle by the names users import, wherever
-// the modules that hold them live.
-pub use storage::{
-    GlobalShuffle, IndexError, IndexProblem, IndexedFiles, RecordId, RecordIndex, index_path,
-};
+pub use tfrecord::{IndexError, IndexProblem, IndexedFiles, RecordId, RecordIndex, index_path};
+
+/// The Rust snippets of the README and of `docs/` compile as doctests, so
+/// that they cannot go stale.
+#[cfg(doctest)]
+mod doc_snippets {
+    #[doc = include_str!("../README.md")]
+    struct Readme;
+    #[doc = include_str!("../docs/pipeline.md")]
+    struct Pipeline;
+    #[doc = include_str!("../docs/storage.md")]
+    struct Storage;
+    #[doc = include_str!("../docs/train.md")]
+    struct Train;
+}

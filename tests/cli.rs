@@ -384,6 +384,24 @@ fn destinations_are_checked_before_any_work() {
             out.stdout
         );
     }
+    // A directory where convert's schema file must go is refused before any
+    // work, not moved aside under a hidden name.
+    let taken = dir.path().join("taken");
+    std::fs::create_dir_all(taken.join("q.features.json")).unwrap();
+    let out = run(&[
+        "convert",
+        "csv",
+        &repo("testdata/tabular/penguins.csv"),
+        "-o",
+        &s(&taken.join("q")),
+    ]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("is a directory"), "{}", out.stderr);
+    let left: Vec<_> = std::fs::read_dir(&taken)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["q.features.json"], "work was done");
 }
 
 /// Sizes that cannot fit in memory are an error that says how much memory
@@ -446,6 +464,10 @@ fn absurd_sizes_say_how_much_memory_they_need() {
                 "1e15",
             ]),
         ),
+        (
+            "bench-train --batch-size",
+            run(&["bench-train", &data, "--batch-size", "1000000000000"]),
+        ),
     ] {
         assert_eq!(out.code, 2, "{what}: {}", out.stderr);
         assert!(out.stderr.contains("memory"), "{what}: {}", out.stderr);
@@ -460,6 +482,25 @@ fn absurd_sizes_say_how_much_memory_they_need() {
             out.stderr
         );
     }
+}
+
+/// Counts that only make a command run forever are bounded too.
+#[test]
+fn absurd_counts_are_refused_before_any_loop() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, data, ck) = checkpoint(dir.path());
+    let out = run(&[
+        "predict",
+        "--checkpoint",
+        &ck,
+        "--data",
+        &data,
+        "--warmup",
+        "1000000000000",
+    ]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("--warmup"), "{}", out.stderr);
+    assert!(out.stderr.contains("at most 1000000"), "{}", out.stderr);
 }
 
 /// Negative numbers reach the flag's own check, which says what is wrong

@@ -329,7 +329,7 @@ fn a_signal_while_predicting_into_a_file_leaves_nothing() {
             .arg(&ck)
             .arg("--data")
             .arg(&data)
-            .args(["--warmup", "1000000000", "--output"])
+            .args(["--warmup", "1000000", "--output"])
             .arg(out_dir.join("pred.jsonl"))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

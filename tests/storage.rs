@@ -3,6 +3,7 @@
 //! mocks of the store's API. Objects are uploaded through the S3 API.
 #![cfg(feature = "object-store")]
 
+mod common;
 #[path = "storage/server.rs"]
 mod server;
 

@@ -1252,6 +1252,9 @@ fn cli_two_epochs_straight_equal_one_then_resume_one_bit_for_bit() {
         serde_json::from_slice(&std::fs::read(&meta_path).unwrap()).unwrap();
     assert!(meta["pipeline_state"].is_object(), "{meta}");
     meta.as_object_mut().unwrap().remove("pipeline_state");
+    // Older checkpoints had no checksum of their own either (an edit is
+    // refused against it).
+    meta.as_object_mut().unwrap().remove("checksum");
     std::fs::write(&meta_path, serde_json::to_vec(&meta).unwrap()).unwrap();
     let fallback = train(&["--epochs", "1", "--resume", &resume], "fallback");
     assert_eq!(fallback["epochs"][0]["loss"], straight["epochs"][1]["loss"]);
@@ -1259,6 +1262,213 @@ fn cli_two_epochs_straight_equal_one_then_resume_one_bit_for_bit() {
         tensors_of(&d.join("fallback/model.safetensors")),
         tensors_of(&d.join("straight/model.safetensors"))
     );
+}
+
+/// A checkpoint saved at the exact end of an epoch (a step limit on its
+/// last batch) resumes into the next epoch, bit for bit; it used to fail with
+/// "the training data produced no batches".
+#[test]
+fn cli_resume_at_an_epochs_end_goes_on_with_the_next_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write_records(&d.join("train.tfrecord"), &dataset(6, 16, 42));
+    let train = |extra: &[&str], save: &str| {
+        let out = assert_cmd::Command::cargo_bin("tfpipe")
+            .unwrap()
+            .arg("train")
+            .arg("--data")
+            .arg(d.join("train.tfrecord"))
+            .args(["--feature", "x:float32:8", "--feature", "label:int64"])
+            .args(["--label", "label", "--classes", "3", "--batch-size", "16"])
+            .args(["--hidden", "8", "--shuffle-buffer", "32", "--seed", "5"])
+            .args(["--compute-threads", "1", "--report-json"])
+            .arg(d.join(format!("{save}.json")))
+            .args(extra)
+            .arg("--save")
+            .arg(d.join(save))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{save}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(
+            &std::fs::read(d.join(format!("{save}.json"))).unwrap(),
+        )
+        .unwrap()
+    };
+    let straight = train(&["--epochs", "2"], "straight");
+    // 96 records at batch 16: 6 steps are exactly one epoch.
+    train(&["--steps", "6"], "end");
+    let resume = d.join("end").to_string_lossy().into_owned();
+    let resumed = train(&["--epochs", "1", "--resume", &resume], "resumed");
+    assert_eq!(resumed["epochs"][0]["epoch"], 1, "{resumed}");
+    assert_eq!(resumed["global_step"], straight["global_step"]);
+    assert_eq!(
+        tensors_of(&d.join("resumed/model.safetensors")),
+        tensors_of(&d.join("straight/model.safetensors"))
+    );
+}
+
+/// A resume with other data options would train a truncated or repeated
+/// epoch: it is refused with a message naming each difference, and only a
+/// different batch size may be forced (inexactly).
+#[test]
+fn cli_resume_with_other_data_options_is_refused_naming_each_difference() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let data = d.join("train.tfrecord");
+    write_records(&data, &dataset(6, 16, 43));
+    let train = |extra: &[&str], files: &[&std::path::Path], save: &str| {
+        let mut cmd = assert_cmd::Command::cargo_bin("tfpipe").unwrap();
+        cmd.arg("train");
+        for f in files {
+            cmd.arg("--data").arg(f);
+        }
+        let out = cmd
+            .args(["--feature", "x:float32:8", "--feature", "label:int64"])
+            .args(["--label", "label", "--classes", "3", "--hidden", "8"])
+            .args(["--seed", "5", "--compute-threads", "1"])
+            .args(extra)
+            .arg("--save")
+            .arg(d.join(save))
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let base = ["--batch-size", "16", "--shuffle-buffer", "32"];
+    let (code, stderr) = train(&[&base[..], &["--steps", "3"]].concat(), &[&data], "ck");
+    assert_eq!(code, Some(0), "{stderr}");
+    let ck = d.join("ck").to_string_lossy().into_owned();
+    let resume = ["--resume", ck.as_str(), "--steps", "2"];
+    let other = d.join("other.tfrecord");
+    write_records(&other, &dataset(2, 16, 44));
+    for (extra, files, expected) in [
+        (
+            vec!["--batch-size", "8", "--shuffle-buffer", "32"],
+            vec![data.as_path()],
+            "batch size 16, now 8",
+        ),
+        (
+            vec!["--batch-size", "16", "--shuffle-buffer", "64"],
+            vec![data.as_path()],
+            "shuffle buffer 32, now 64",
+        ),
+        (
+            base.to_vec(),
+            vec![data.as_path(), other.as_path()],
+            "files: 1 then, 2 now",
+        ),
+    ] {
+        let (code, stderr) = train(&[&extra[..], &resume[..]].concat(), &files, "again");
+        assert_eq!(code, Some(2), "{expected}: {stderr}");
+        assert!(stderr.contains(expected), "{expected}: {stderr}");
+    }
+    // The same file name and size with other records in it.
+    let original = std::fs::read(&data).unwrap();
+    write_records(&data, &dataset(6, 16, 45));
+    assert_eq!(
+        std::fs::metadata(&data).unwrap().len(),
+        original.len() as u64
+    );
+    let (code, stderr) = train(&[&base[..], &resume[..]].concat(), &[&data], "again");
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("content changed"), "{stderr}");
+    std::fs::write(&data, &original).unwrap();
+    // Another batch size may be forced: the epoch restarts, with a warning.
+    let forced = [
+        &[
+            "--batch-size",
+            "8",
+            "--shuffle-buffer",
+            "32",
+            "--force-resume",
+        ][..],
+        &resume[..],
+    ]
+    .concat();
+    let (code, stderr) = train(&forced, &[&data], "forced");
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("no longer exact"), "{stderr}");
+    // The same options resume as before.
+    let (code, stderr) = train(&[&base[..], &resume[..]].concat(), &[&data], "same");
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+/// `checkpoint.json` is covered by its own checksum and its numbers are
+/// checked against their bounds; saves leave no stale temporaries behind.
+#[test]
+fn an_edited_checkpoint_json_is_refused_and_saves_clean_up_after_dead_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let data = d.join("train.tfrecord");
+    write_records(&data, &dataset(6, 16, 46));
+    let train = |extra: &[&str]| {
+        let out = assert_cmd::Command::cargo_bin("tfpipe")
+            .unwrap()
+            .arg("train")
+            .arg("--data")
+            .arg(&data)
+            .args(["--feature", "x:float32:8", "--feature", "label:int64"])
+            .args(["--label", "label", "--classes", "3", "--hidden", "8"])
+            .args(["--batch-size", "16", "--compute-threads", "1"])
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let ck = d.join("ck");
+    let ck_text = ck.to_string_lossy().into_owned();
+    // Leftovers of saves killed mid-way (this version's and older ones').
+    std::fs::create_dir_all(&ck).unwrap();
+    for stale in [
+        ".ck.a1b2c3.tmp",
+        ".ck.d4e5f6.old",
+        ".ck.tmp-123456",
+        ".ck.old-abcdef",
+    ] {
+        std::fs::create_dir_all(d.join(stale).join("inner")).unwrap();
+    }
+    let (code, stderr) = train(&["--steps", "3", "--save", &ck_text]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let mut left: Vec<String> = std::fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["ck", "train.tfrecord"], "stale temporaries stay");
+
+    let meta_path = ck.join("checkpoint.json");
+    let original = std::fs::read(&meta_path).unwrap();
+    let resume = ["--steps", "1", "--resume", ck_text.as_str()];
+    // An edit, however small, is refused against the checksum.
+    let meta: serde_json::Value = serde_json::from_slice(&original).unwrap();
+    let mut edited = meta.clone();
+    edited["seed"] = serde_json::json!(9);
+    std::fs::write(&meta_path, serde_json::to_vec_pretty(&edited).unwrap()).unwrap();
+    let (code, stderr) = train(&resume);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("modified or damaged"), "{stderr}");
+    // Without a checksum (an older checkpoint), numbers are still bounded: a
+    // skip of 10^15 batches used to spin for minutes.
+    let mut absurd = meta.clone();
+    absurd.as_object_mut().unwrap().remove("checksum");
+    absurd["pipeline_state"]["skip"] = serde_json::json!(1_000_000_000_000_000u64);
+    std::fs::write(&meta_path, serde_json::to_vec_pretty(&absurd).unwrap()).unwrap();
+    let (code, stderr) = train(&resume);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("pipeline_state.skip"), "{stderr}");
+    // The file as saved resumes.
+    std::fs::write(&meta_path, &original).unwrap();
+    let (code, stderr) = train(&resume);
+    assert_eq!(code, Some(0), "{stderr}");
 }
 
 /// Mid-epoch exact resume through the CLI: 8 steps (into the second epoch

@@ -103,6 +103,7 @@ struct Report {
 pub fn run(args: Args) -> anyhow::Result<Status> {
     // This rank's share (every rank the same count: drop_last).
     let rank = args.rank.resolve()?;
+    super::note_skipped_indexes(&args.data)?;
     let files = super::rank::share(
         Pipeline::tfrecord_files(&args.data)?.reader_options(args.compression.reader_options()),
         rank,

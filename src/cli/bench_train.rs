@@ -27,11 +27,11 @@ use tfpipe::Schema;
 use tfpipe::pipeline::Parallelism;
 use tfpipe::train::{
     InputSpec, ModelConfig, OptimizerConfig, OptimizerKind, Placement, RunControl, RunLength, Task,
-    TrainConfig, Trainer, parse_device,
+    TrainConfig, TrainData, Trainer, parse_device,
 };
 
 use super::Status;
-use super::train::{DataOptions, set_compute_threads};
+use super::train::{check_model_size, set_compute_threads};
 
 /// Arguments of `tfpipe bench-train`.
 #[derive(Debug, clap::Args)]
@@ -84,6 +84,8 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         "cnn" => ModelConfig::Cnn { classes: 10 },
         other => bail!("unknown model {other:?} (expected mlp or cnn)"),
     };
+    // Refused before any allocation: `--batch-size 1e12` used to abort.
+    check_model_size(&model, &selection.spec, args.batch_size, 2)?;
     let kind: OptimizerKind = args.optimizer.parse().map_err(anyhow::Error::msg)?;
     let optimizer = OptimizerConfig {
         weight_decay: 0.0,
@@ -93,7 +95,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         .length(RunLength::new().epochs(args.epochs).steps(args.steps))
         .placement(Placement::new().device(device))
         .control(RunControl::new().origin(super::process_start()));
-    let data = DataOptions {
+    let data = TrainData {
         files: args.files.clone(),
         schema: selection.schema,
         batch_size: args.batch_size,

@@ -13,12 +13,13 @@ use tfpipe::pipeline::Parallelism;
 use tfpipe::tfrecord::ReaderOptions;
 use tfpipe::train::{
     InputSpec, ModelConfig, ModelInput, OptimizerConfig, OptimizerKind, Placement, Predictor,
-    Reproducibility, RunControl, RunLength, SchemaMeta, Task, TokenSet, TrainConfig, parse_device,
+    Reproducibility, RunControl, RunLength, SchemaMeta, Task, TokenSet, TrainConfig, TrainData,
+    parse_device,
 };
 
 use super::Status;
 use super::predict::{Job, Output, predict};
-use super::train::{DataOptions, RunOptions, ms_since, set_compute_threads, train, write_json};
+use super::train::{RunOptions, ms_since, set_compute_threads, train, write_json};
 
 /// Arguments of `tfpipe demo`.
 #[derive(Debug, Default, clap::Args)]
@@ -124,7 +125,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     .placement(Placement::new().device(device.clone()))
     .reproducibility(Reproducibility::new().seed(seed))
     .control(RunControl::new().origin(super::process_start()));
-    let data = DataOptions {
+    let data = TrainData {
         files: globs(&train_files),
         reader: ReaderOptions::default(),
         schema: schema.clone(),
@@ -134,7 +135,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         parallelism: Parallelism::Auto,
         rank: None,
     };
-    let test = DataOptions {
+    let test = TrainData {
         files: globs(&test_files),
         shuffle_buffer: 0,
         batch_size: 256,
@@ -319,7 +320,7 @@ fn run_tokens(args: Args) -> anyhow::Result<Status> {
     .placement(Placement::new().device(device))
     .reproducibility(Reproducibility::new().seed(seed))
     .control(RunControl::new().origin(super::process_start()));
-    let data = DataOptions {
+    let data = TrainData {
         files: vec![train_files.data.to_string_lossy().into_owned()],
         reader: ReaderOptions::default(),
         schema: selection.schema.clone(),
@@ -329,7 +330,7 @@ fn run_tokens(args: Args) -> anyhow::Result<Status> {
         parallelism: Parallelism::Auto,
         rank: None,
     };
-    let test = DataOptions {
+    let test = TrainData {
         files: vec![validation.data.to_string_lossy().into_owned()],
         shuffle_buffer: 0,
         batch_size: 256,

@@ -5,9 +5,10 @@
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use tfpipe::storage::{self, IndexError, IndexedFiles, RecordIndex, index_path};
+use tfpipe::storage;
+use tfpipe::{IndexError, IndexedFiles, RecordIndex, index_path};
 
-use super::Status;
+use super::{Status, interrupt};
 
 /// Arguments of `tfpipe index`.
 #[derive(Debug, clap::Args)]
@@ -28,6 +29,10 @@ pub struct Args {
 
 /// Runs `tfpipe index`.
 pub fn run(args: Args) -> anyhow::Result<Status> {
+    // A signal stops the run between two files: the index being written is
+    // finished and renamed into place (or, if the signal came first, never
+    // started), so no temporary file is left behind.
+    let interrupt = interrupt::install().context("installing the signal handlers")?;
     let files = storage::resolve(&args.files)?;
     if let Some(dir) = &args.output_dir
         && !storage::is_url(dir)
@@ -37,6 +42,14 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     }
     let mut status = Status::Ok;
     for file in &files {
+        if interrupt.is_set() {
+            let note = if args.check {
+                "the files before it were checked"
+            } else {
+                "the indexes written before it are complete"
+            };
+            return Err(interrupt.error().note(note).into());
+        }
         let index_file = index_path(file, args.output_dir.as_deref());
         if args.check {
             match check(file, &index_file) {
@@ -87,9 +100,5 @@ fn check(file: &std::path::Path, index_file: &std::path::Path) -> Result<u64, In
 
 /// Problems with the data or the index (exit 1), as opposed to I/O errors (exit 2).
 fn is_data_problem(error: &IndexError) -> bool {
-    match error {
-        IndexError::Invalid { .. } | IndexError::Record { .. } => true,
-        IndexError::Read(e) => e.is_corruption(),
-        _ => false,
-    }
+    error.is_data_error()
 }

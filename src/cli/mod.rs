@@ -110,6 +110,27 @@ impl CompressionArg {
     }
 }
 
+/// Says once per process that `--data` globs left out record index files
+/// (`tfpipe index` writes `NAME.idx` beside `NAME`, so `'out/train-*'` matches
+/// both; the library reads only the data).
+pub(crate) fn note_skipped_indexes<P: AsRef<str>>(
+    patterns: impl IntoIterator<Item = P>,
+) -> anyhow::Result<()> {
+    static NOTED: std::sync::Once = std::sync::Once::new();
+    let skipped = tfpipe::storage::resolve_listing(patterns)?.skipped_indexes;
+    if let Some(first) = skipped.first() {
+        NOTED.call_once(|| {
+            eprintln!(
+                "tfpipe: note: skipping {} record index file(s) that the pattern also matched ({}{})",
+                skipped.len(),
+                first.display(),
+                if skipped.len() > 1 { ", ..." } else { "" }
+            );
+        });
+    }
+    Ok(())
+}
+
 /// The files named by `paths` for `cat` and `inspect`: globs expanded by
 /// the same resolver as `--data` ([`Pipeline::tfrecord_files`]); plain
 /// names and `-` (standard input) kept as they are, so that a file that
@@ -121,6 +142,7 @@ pub(crate) fn resolve_files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
         if path.as_os_str() == "-" || !text.contains(['*', '?', '[']) {
             files.push(path.clone());
         } else {
+            note_skipped_indexes([path.to_string_lossy()])?;
             let found = Pipeline::tfrecord_files([path.to_string_lossy()])?;
             files.extend_from_slice(found.paths());
         }
@@ -311,6 +333,21 @@ where
     }
 }
 
+/// The most warm-up passes `predict --warmup` runs: a few reach the steady
+/// state; more only keep the command busy (a million passes of a small model
+/// take a minute or two), and far more would never end.
+pub(crate) const MAX_WARMUP: usize = 1_000_000;
+
+/// `--warmup`: a whole number from 0 to [`MAX_WARMUP`].
+pub(crate) fn warmup_passes(text: &str) -> Result<usize, String> {
+    match count::<usize>(text)? {
+        n if n <= MAX_WARMUP => Ok(n),
+        _ => Err(format!(
+            "must be at most {MAX_WARMUP} (a few passes reach the steady state)"
+        )),
+    }
+}
+
 /// A whole number, 0 or more (`--prefetch`, `--shuffle-buffer`):
 /// `value_parser = cli::count::<usize>`. Takes `1e6` as well as `1000000`,
 /// so that a size written that way reaches the memory check.
@@ -386,6 +423,9 @@ fn is_bad_data(cause: &(dyn std::error::Error + 'static)) -> bool {
         return e.is_corruption();
     }
     if let Some(e) = cause.downcast_ref::<tfpipe::PipelineError>() {
+        return e.is_data_error();
+    }
+    if let Some(e) = cause.downcast_ref::<tfpipe::IndexError>() {
         return e.is_data_error();
     }
     // `TrainError::Data` holds its pipeline error boxed.

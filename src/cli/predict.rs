@@ -64,8 +64,8 @@ pub struct Args {
     /// `PREFIX-NNNNN-of-NNNNN.tfrecord` shards, when there is one.
     #[arg(long)]
     pub schema: Option<PathBuf>,
-    /// Untimed predictions on the first batch before timing.
-    #[arg(long, default_value_t = 0)]
+    /// Untimed predictions on the first batch before timing (at most 1,000,000).
+    #[arg(long, default_value_t = 0, value_parser = super::warmup_passes)]
     pub warmup: usize,
     /// Examples per prediction call.
     #[arg(long, default_value_t = 32, value_parser = super::positive::<usize>)]
@@ -160,6 +160,7 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
     }
     let interrupt = interrupt::install().context("installing the signal handlers")?;
     let predictor = Predictor::load(&args.checkpoint, &device)?;
+    super::note_skipped_indexes(&args.data)?;
     let schema_file = match &args.schema {
         Some(path) => Some(path.clone()),
         None => Pipeline::tfrecord_files(&args.data)?

@@ -12,14 +12,13 @@ use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tfpipe::Schema;
 use tfpipe::example::DType;
-use tfpipe::pipeline::{Parallelism, Pipeline, Rank, Remainder, ShuffleOptions};
-use tfpipe::tfrecord::ReaderOptions;
+use tfpipe::pipeline::{Parallelism, Pipeline, Remainder};
 use tfpipe::train::{
-    BatchStream, BoxError, Checkpoint, Checkpointer, Control, Decay, EarlyStopping, EpochReport,
-    InputSpec, LrSchedule, ModelConfig, ModelInput, Monitor, Observer, OptimizerConfig,
-    OptimizerKind, Placement, Progress, Reproducibility, RunControl, RunInfo, RunLength,
-    SchemaMeta, Task, TensorBoard, ThreadTuner, TrainConfig, TrainError, TrainReport, Trainer,
-    classes_from_metadata, epoch_seed, parse_device, resume_pipeline,
+    Checkpoint, Checkpointer, Control, Decay, EarlyStopping, EpochReport, InputSpec, LrSchedule,
+    ModelConfig, ModelInput, Monitor, Observer, OptimizerConfig, OptimizerKind, Placement,
+    Progress, Reproducibility, RunControl, RunInfo, RunLength, SchemaMeta, Task, TensorBoard,
+    ThreadTuner, TrainConfig, TrainData, TrainError, TrainReport, Trainer, classes_from_metadata,
+    parse_device,
 };
 
 use super::{CompressionFlag, Status, interrupt};
@@ -137,8 +136,14 @@ pub struct Args {
     #[arg(long, default_value = "loss")]
     pub monitor: String,
     /// Continue from the checkpoint here (its weights, optimizer state, epoch and step).
+    /// The data and its options (files, batch size, shuffle buffer, ranks) must be the
+    /// checkpoint's, or the resume is refused.
     #[arg(long)]
     pub resume: Option<PathBuf>,
+    /// Resume even though the batch size differs from the checkpoint's: the run then
+    /// restarts the checkpoint's epoch from its beginning and is no longer exact.
+    #[arg(long, requires = "resume")]
+    pub force_resume: bool,
     /// Write TensorBoard event files here (`train/` and `validation/` runs, as Keras).
     #[arg(long)]
     pub logdir: Option<PathBuf>,
@@ -196,6 +201,7 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         }
         _ => SchemaFacts::default(),
     };
+    super::note_skipped_indexes(&args.data)?;
     if rank.is_some() {
         // Steps per epoch (the schedule, the progress bar) come from this rank's share.
         let files = super::rank::share(
@@ -336,6 +342,41 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         }
         None => args.seed,
     };
+    let data = TrainData {
+        files: args.data.clone(),
+        reader: args.compression.reader_options(),
+        schema: schema.clone(),
+        batch_size: args.batch_size,
+        shuffle_buffer: args.shuffle_buffer,
+        seed,
+        parallelism,
+        rank,
+    };
+    // What the pipeline's order depends on: checkpoints record it, and a
+    // resume must read the same data the same way.
+    let fingerprint = data.fingerprint().map_err(anyhow::Error::from_boxed)?;
+    let mut resume_position = resumed.as_ref().and_then(|m| m.pipeline_state.clone());
+    if let Some(then) = resumed.as_ref().and_then(|m| m.data.as_ref()) {
+        let differences = then.differences(&fingerprint);
+        if args.force_resume && then.only_batch_size_differs(&fingerprint) {
+            eprintln!(
+                "tfpipe: warning: --force-resume: {}: restarting the checkpoint's epoch from its beginning (no longer exact)",
+                differences.join("; ")
+            );
+            resume_position = None;
+        } else if !differences.is_empty() {
+            let hint = if then.only_batch_size_differs(&fingerprint) {
+                " (--force-resume accepts another batch size, inexactly)"
+            } else {
+                ""
+            };
+            bail!(
+                "--resume {}: the checkpoint was trained on other data or data options, so resuming would not continue its run: {}{hint}",
+                args.resume.as_deref().unwrap_or(Path::new("")).display(),
+                differences.join("; ")
+            );
+        }
+    }
     let config = TrainConfig::new(
         ModelInput::new(input)
             .schema(SchemaMeta::from_schema(&schema))
@@ -352,7 +393,8 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
     .reproducibility(
         Reproducibility::new()
             .seed(seed)
-            .resume(args.resume.clone()),
+            .resume(args.resume.clone())
+            .data(fingerprint),
     )
     .schedule(schedule)
     .control(
@@ -360,17 +402,7 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
             .stop_flag(interrupt.flag())
             .origin(super::process_start()),
     );
-    let data = DataOptions {
-        files: args.data.clone(),
-        reader: args.compression.reader_options(),
-        schema: schema.clone(),
-        batch_size: args.batch_size,
-        shuffle_buffer: args.shuffle_buffer,
-        seed,
-        parallelism,
-        rank,
-    };
-    let validation = (!args.validation_data.is_empty()).then(|| DataOptions {
+    let validation = (!args.validation_data.is_empty()).then(|| TrainData {
         files: args.validation_data.clone(),
         shuffle_buffer: 0,
         // Every rank evaluates all of it (the same numbers on every rank).
@@ -384,7 +416,7 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         keep_best: args.keep_best.then_some(monitor),
         early_stopping: args.early_stopping.map(|p| (monitor, p)),
         tuner: threads.tuner(),
-        resume_position: resumed.as_ref().and_then(|m| m.pipeline_state.clone()),
+        resume_position,
         device_init,
     };
     if let Some(meta) = &resumed
@@ -511,12 +543,15 @@ pub(super) fn train(
     config: TrainConfig,
     model: ModelConfig,
     optimizer: OptimizerConfig,
-    data: &DataOptions,
-    validation: Option<&DataOptions>,
+    data: &TrainData,
+    validation: Option<&TrainData>,
     run: &RunOptions,
 ) -> anyhow::Result<TrainReport> {
     let mut trainer = Trainer::builtin(config, model, optimizer)?;
     trainer.record_device_init(run.device_init);
+    if run.resume_position.is_none() {
+        trainer.restart_epoch();
+    }
     for warning in trainer.warnings() {
         eprintln!("tfpipe: warning: {warning}");
     }
@@ -542,25 +577,8 @@ pub(super) fn train(
         trainer.observe(EarlyStopping::new(monitor, patience));
     }
     // One pipeline for the run: from its start, or from the position a
-    // resumed checkpoint recorded (the next batch the interrupted run would
-    // have trained on). A checkpoint without one resumes at the start of its
-    // epoch, with a pass per epoch in the order the uninterrupted run's
-    // pipeline gives each (see `DataOptions::open`).
-    let train_data = data.clone();
-    let mut resume_at = run.resume_position.clone();
-    let open = move |epoch: u64| -> Result<Box<dyn BatchStream>, BoxError> {
-        if let Some(saved) = resume_at.take() {
-            let pipeline = train_data.run_pipeline()?;
-            return resume_pipeline(&pipeline, &saved).map_err(|e| {
-                format!("{e} (resume with the data options the checkpoint was trained with)").into()
-            });
-        }
-        if epoch == 0 {
-            train_data.open_run()
-        } else {
-            train_data.open(epoch)
-        }
-    };
+    // resumed checkpoint recorded.
+    let open = data.opener(run.resume_position.clone());
     let report = match validation {
         Some(v) => {
             let v = v.clone();
@@ -754,7 +772,7 @@ pub(super) fn human_bytes(bytes: u128) -> String {
 /// Checks the model's weights (with gradients and two optimizer moments)
 /// and a step's batches and activations against the memory there is,
 /// before anything is allocated.
-fn check_model_size(
+pub(super) fn check_model_size(
     model: &ModelConfig,
     input: &InputSpec,
     batch_size: usize,
@@ -787,78 +805,6 @@ pub(super) fn with_hint(e: TrainError) -> anyhow::Error {
     match hint {
         Some(hint) => anyhow::Error::new(e).context(hint),
         None => anyhow::Error::new(e),
-    }
-}
-
-/// What it takes to open the data as a pipeline of batches.
-#[derive(Debug, Clone)]
-pub(super) struct DataOptions {
-    pub files: Vec<String>,
-    /// How to read them (`--compression`).
-    pub reader: ReaderOptions,
-    pub schema: Schema,
-    pub batch_size: usize,
-    /// 0: read in file order.
-    pub shuffle_buffer: usize,
-    pub seed: u64,
-    pub parallelism: Parallelism,
-    /// This process's share of the files (`--rank`/`--world-size`).
-    pub rank: Option<Rank>,
-}
-
-impl DataOptions {
-    /// The records, shuffled or not: `interleave` over the files, then
-    /// `shuffle(buffer, shuffle_seed)` reshuffling per epoch when asked.
-    fn records(
-        &self,
-        shuffle_seed: u64,
-        reshuffle_each_epoch: bool,
-    ) -> Result<Pipeline<tfpipe::pipeline::Record>, BoxError> {
-        let mut files = Pipeline::tfrecord_files(&self.files)?.reader_options(self.reader.clone());
-        if let Some(rank) = self.rank {
-            files = files.rank(rank, Remainder::Drop)?;
-        }
-        Ok(if self.shuffle_buffer > 0 {
-            files.interleave(4, 16).shuffle_with(ShuffleOptions {
-                buffer_size: self.shuffle_buffer,
-                seed: shuffle_seed,
-                reshuffle_each_epoch,
-                early_start: false,
-            })
-        } else {
-            files.records()
-        })
-    }
-
-    fn batches(&self, records: Pipeline<tfpipe::pipeline::Record>) -> Pipeline<tfpipe::Batch> {
-        records
-            .batch(self.batch_size)
-            .parse_batches(self.schema.clone(), self.parallelism)
-            .prefetch(2)
-    }
-
-    /// The whole run's pipeline: read (files interleaved), shuffle with the
-    /// run's seed, `repeat` forever (an epoch marker ends each pass; the
-    /// shuffle reseeds itself per epoch), batch (never across an epoch),
-    /// parse per batch, prefetch. Only the read and shuffle stages restart
-    /// at an epoch marker; the parse workers and prefetch run on, so the
-    /// next epoch's first batches are ready while validation runs.
-    pub(super) fn run_pipeline(&self) -> Result<Pipeline<tfpipe::Batch>, BoxError> {
-        let records = self.records(self.seed, true)?.repeat(None);
-        Ok(self.batches(records))
-    }
-
-    /// The whole run from its start.
-    pub(super) fn open_run(&self) -> Result<Box<dyn BatchStream>, BoxError> {
-        Ok(Box::new(self.run_pipeline()?.start()?))
-    }
-
-    /// One pass over the data, in the order the whole run's pipeline gives
-    /// epoch `epoch` ([`epoch_seed`]): validation data (epoch 0, unshuffled),
-    /// and each epoch of a run resumed without a pipeline state.
-    pub(super) fn open(&self, epoch: u64) -> Result<Box<dyn BatchStream>, BoxError> {
-        let records = self.records(epoch_seed(self.seed, epoch), false)?;
-        Ok(Box::new(self.batches(records).start()?))
     }
 }
 

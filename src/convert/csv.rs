@@ -69,8 +69,6 @@ impl CsvOptions {
 
 /// Target size of one chunk of rows.
 const CHUNK_BYTES: usize = 1 << 20;
-/// A label with more distinct text values than this is not a class label.
-const MAX_CLASSES: usize = 100_000;
 
 struct File {
     path: PathBuf,
@@ -587,8 +585,8 @@ fn scan_all(
                     present[c] += s.present[c];
                     missing[c] += s.missing[c];
                 }
-                if labels.len() <= MAX_CLASSES {
-                    labels.append(&mut s.labels);
+                for value in std::mem::take(&mut s.labels) {
+                    infer::note_label(&mut labels, &value);
                 }
                 ctx.advance(Phase::Scanning, bytes_total, s.bytes, s.rows);
                 Ok(())
@@ -620,13 +618,10 @@ fn scan_all(
         let vocab = if Some(c) == label && fixed_vocab.is_some() {
             fixed_vocab.clone()
         } else if Some(c) == label && dtype == DType::Bytes {
-            if labels.len() > MAX_CLASSES {
-                return Err(ConvertError::Options(format!(
-                    "label column {:?}: more than {MAX_CLASSES} distinct text values; that is not a class label",
-                    names[c]
-                )));
-            }
-            Some(infer::vocabulary(std::mem::take(&mut labels)))
+            Some(infer::label_vocabulary(
+                &names[c],
+                std::mem::take(&mut labels),
+            )?)
         } else {
             None
         };
@@ -731,9 +726,8 @@ fn scan(file: &File, task: &Task, shape: &Shape, skip: bool) -> Result<Scan, Con
                 continue;
             }
             s.present[c] += 1;
-            if Some(c) == shape.label && s.labels.len() <= MAX_CLASSES && !s.labels.contains(value)
-            {
-                s.labels.insert(value.to_vec());
+            if Some(c) == shape.label {
+                infer::note_label(&mut s.labels, value);
             }
             if shape.declared[c].is_none() && s.kinds[c] != Kind::Text {
                 let kind = classify(value);

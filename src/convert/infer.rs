@@ -299,6 +299,33 @@ pub(crate) fn vocabulary(values: BTreeSet<Vec<u8>>) -> Vec<Vec<u8>> {
     values.into_iter().collect()
 }
 
+/// The most distinct text values a label column may have: more is not a
+/// class label (an id, free text), and its vocabulary would grow without
+/// bound. The same for every tabular format.
+pub(crate) const MAX_CLASSES: usize = 100_000;
+
+/// Notes one text label value, keeping at most [`MAX_CLASSES`] + 1
+/// distinct ones: enough to tell that the cap is passed, and no more memory.
+pub(crate) fn note_label(labels: &mut BTreeSet<Vec<u8>>, value: &[u8]) {
+    if labels.len() <= MAX_CLASSES && !labels.contains(value) {
+        labels.insert(value.to_vec());
+    }
+}
+
+/// The vocabulary of the text label column `column` (its distinct values,
+/// sorted), or an error when it has more than [`MAX_CLASSES`].
+pub(crate) fn label_vocabulary(
+    column: &str,
+    labels: BTreeSet<Vec<u8>>,
+) -> Result<Vec<Vec<u8>>, ConvertError> {
+    if labels.len() > MAX_CLASSES {
+        return Err(ConvertError::Options(format!(
+            "label column {column:?}: more than {MAX_CLASSES} distinct text values; that is not a class label"
+        )));
+    }
+    Ok(vocabulary(labels))
+}
+
 /// The schema of tabular columns, in input column order.
 pub(crate) fn tabular_schema(columns: &[Column], label: Option<&str>, missing: Missing) -> Schema {
     let features = columns

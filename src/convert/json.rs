@@ -653,9 +653,8 @@ impl Pass {
                 }
                 if label == Some(key)
                     && let Scalar::Str(text) = s
-                    && !state.labels.contains(text.as_ref())
                 {
-                    state.labels.insert(text.to_vec());
+                    infer::note_label(&mut state.labels, text.as_ref());
                 }
             };
             match &f.value {
@@ -920,7 +919,10 @@ impl JsonSource<'_> {
             };
             let vocab = match fixed_vocab {
                 Some(v) if is_label => Some(v.iter().map(|s| s.as_bytes().to_vec()).collect()),
-                _ => (is_label && dtype == DType::Bytes).then(|| infer::vocabulary(state.labels)),
+                _ if is_label && dtype == DType::Bytes => {
+                    Some(infer::label_vocabulary(name, state.labels)?)
+                }
+                _ => None,
             };
             columns.push(Column {
                 name: name.clone(),

@@ -616,6 +616,16 @@ fn check_prefix(prefix: &Path) -> Result<Vec<PathBuf>, ConvertError> {
         // Object storage has no directories to create.
         return Ok(Vec::new());
     }
+    // A directory where the schema file must go would be moved aside by the
+    // final rename, and the conversion would seem to succeed.
+    let schema = output::schema_path(prefix);
+    if schema.is_dir() {
+        return Err(ConvertError::Options(format!(
+            "output prefix {}: {} is a directory, where the schema file must go",
+            prefix.display(),
+            schema.display()
+        )));
+    }
     let mut missing = Vec::new();
     let mut at = prefix.parent();
     while let Some(dir) = at {

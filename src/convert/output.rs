@@ -669,7 +669,7 @@ impl SplitPlan {
             ConvertError::Options(format!("{records} records are too many to split"))
         })?;
         let mut bits = vec![0u64; words];
-        let mut rng = SplitMix64(split.seed);
+        let mut rng = crate::rng::SplitMix64(split.seed);
         let mut chosen = 0u64;
         for g in 0..records {
             // Choose with probability (still wanted) / (still left).
@@ -690,26 +690,6 @@ impl SplitPlan {
         self.bits
             .get((g / 64) as usize)
             .map_or(0, |w| ((w >> (g % 64)) & 1) as usize)
-    }
-}
-
-/// SplitMix64 (Steele, Lea and Flood 2014): small, fast, and fixed forever,
-/// so a seed names the same split in every version.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (`n >= 1`), by Lemire's multiply-shift (the tiny
-    /// bias, below 2^-64 * n, does not matter for a split).
-    fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
     }
 }
 

@@ -109,6 +109,8 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value as Json};
 
+use crate::batch::Values;
+
 /// The most elements a fixed shape may have (2^31), so sizes never overflow.
 pub const MAX_SHAPE_SIZE: usize = 1 << 31;
 
@@ -147,6 +149,25 @@ pub enum DType {
     RawFloat32,
     /// Raw little-endian `float64` elements (`decode_raw(..., tf.float64)`).
     RawFloat64,
+}
+
+// Defined here rather than in `batch`, which sits below `example` and knows
+// nothing of feature specs.
+impl Values {
+    /// The dtype of a feature spec that parses into these values.
+    pub fn dtype(&self) -> DType {
+        match self {
+            Values::Int64(_) => DType::Int64,
+            Values::Float32(_) => DType::Float32,
+            Values::Uint8(_) => DType::Uint8,
+            Values::Int16(_) => DType::RawInt16,
+            Values::Uint16(_) => DType::RawUint16,
+            Values::Int32(_) => DType::RawInt32,
+            Values::Float64(_) => DType::RawFloat64,
+            Values::Bytes { .. } => DType::Bytes,
+            Values::Sparse { values, .. } => values.dtype(),
+        }
+    }
 }
 
 /// Every dtype, in the order the docs list them.

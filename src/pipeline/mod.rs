@@ -126,6 +126,7 @@ mod autotune;
 mod batch;
 mod cache;
 mod filter;
+mod global_shuffle;
 mod ignore_errors;
 mod interleave;
 mod map;
@@ -145,10 +146,11 @@ mod take;
 mod tfrecord;
 mod worker;
 
+pub use global_shuffle::GlobalShuffle;
 pub use interleave::Interleave;
 pub use padded_batch::{PaddedBatch, PaddedShape};
 pub use parallel_map::MapOptions;
-pub use rank::{Rank, RankError, RankShare, Remainder, ShareBy};
+pub use rank::{MAX_WORLD_SIZE, Rank, RankError, RankShare, Remainder, ShareBy};
 pub use record::{FileId, POOL_BUFFERS, POOL_MAX_CAPACITY, Record, RecordPosition};
 pub use shuffle::ShuffleOptions;
 use state::StageStream;
@@ -222,7 +224,7 @@ pub enum PipelineError {
     #[error("stage {stage}: {error}")]
     Index {
         stage: String,
-        error: crate::storage::IndexError,
+        error: crate::tfrecord::IndexError,
     },
     /// The iterator state could not be captured, or a pipeline not restored from it.
     #[error(transparent)]
@@ -299,6 +301,7 @@ impl PipelineError {
         match self {
             PipelineError::Record { error, .. } => error.is_corruption(),
             PipelineError::Parse { .. } => true,
+            PipelineError::Index { error, .. } => error.is_data_error(),
             _ => false,
         }
     }

@@ -108,8 +108,8 @@ use std::sync::Arc;
 
 use super::state::{Sequential, StateError};
 use super::{Env, Event, Pipeline, PipelineError, Record, Stream, TfRecordFiles};
-use crate::storage::{IndexError, IndexedFiles};
 use crate::tfrecord::{Compression, FileRecordReader, ReaderOptions};
+use crate::tfrecord::{IndexError, IndexedFiles};
 
 /// One process's place in a data-parallel job: `rank` of `world_size`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,6 +125,10 @@ pub enum RankError {
     /// `rank >= world_size`, or a world size of 0.
     #[error("rank {rank} of world size {world_size}: needs world_size > 0 and rank < world_size")]
     OutOfRange { rank: usize, world_size: usize },
+    /// A world size beyond [`MAX_WORLD_SIZE`]: no launcher starts that many
+    /// processes, and the shares' bookkeeping would not fit in memory.
+    #[error("world size {world_size} is implausible (at most {max} processes)", max = MAX_WORLD_SIZE)]
+    TooLarge { world_size: usize },
     /// A variable is not a number.
     #[error("environment variable {name}={value:?}: expected a non-negative integer")]
     NotANumber { name: &'static str, value: String },
@@ -136,9 +140,17 @@ pub enum RankError {
     },
 }
 
+/// The most processes a [`Rank`] may count (2^20, ten times the largest
+/// training jobs run): a larger world size is refused before anything is
+/// allocated for it.
+pub const MAX_WORLD_SIZE: usize = 1 << 20;
+
 impl Rank {
     /// Rank `rank` of `world_size` processes.
     pub fn new(rank: usize, world_size: usize) -> Result<Rank, RankError> {
+        if world_size > MAX_WORLD_SIZE {
+            return Err(RankError::TooLarge { world_size });
+        }
         if world_size == 0 || rank >= world_size {
             return Err(RankError::OutOfRange { rank, world_size });
         }

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use super::state::{self, StageState, StageStream, StateError};
 use super::{Clock, Env, Event, Pipeline, Sampler, Stream};
 use crate::metrics::StageCounters;
+use crate::rng::{SplitMix64, epoch_seed};
 
 /// How [`Pipeline::shuffle_with`] shuffles.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,7 +138,7 @@ impl<T> Shuffle<T> {
         } else {
             0
         };
-        let mut mix = SplitMix64(self.options.seed ^ epoch.wrapping_mul(0xA076_1D64_78BD_642F));
+        let mut mix = SplitMix64(epoch_seed(self.options.seed, epoch));
         self.rng = SplitMix64(mix.next_u64());
         self.reached_full = false;
         self.read_this_epoch = 0;
@@ -145,7 +146,7 @@ impl<T> Shuffle<T> {
     }
 
     fn pick(&mut self) -> T {
-        let i = self.rng.below(self.buffer.len());
+        let i = self.rng.below(self.buffer.len() as u64) as usize;
         self.emitted_this_epoch += 1;
         self.buffer.swap_remove(i)
     }
@@ -194,7 +195,7 @@ impl<T> Shuffle<T> {
                             return Some(Event::Item(Ok(self.pick())));
                         }
                     } else {
-                        let i = self.rng.below(cap);
+                        let i = self.rng.below(cap as u64) as usize;
                         self.emitted_this_epoch += 1;
                         return Some(Event::Item(Ok(std::mem::replace(
                             &mut self.buffer[i],
@@ -298,25 +299,5 @@ impl<T: 'static> Shuffle<T> {
         self.first_output = data.first_output;
         self.buffer = state::reread("shuffle", &state.records)?;
         Ok(())
-    }
-}
-
-/// SplitMix64 (Steele, Lea and Flood, "Fast splittable pseudorandom number
-/// generators", OOPSLA 2014): small, fast, and good enough to pick indices.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (Lemire's multiply-shift; the bias is below 2^-40
-    /// for any buffer that fits in memory).
-    fn below(&mut self, n: usize) -> usize {
-        ((u128::from(self.next_u64()) * n as u128) >> 64) as usize
     }
 }

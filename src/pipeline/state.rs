@@ -420,7 +420,7 @@ fn reread_object(
         last = offset;
     }
     let ranges: Vec<_> = spans.iter().map(|(r, _)| r.clone()).collect();
-    let bytes = crate::storage::read_object_ranges(url, &ranges).map_err(open_error)?;
+    let bytes = crate::storage::read_ranges(Path::new(url), &ranges).map_err(open_error)?;
     let mut longer = Vec::new();
     for ((range, members), bytes) in spans.iter().zip(&bytes) {
         for &i in members {
@@ -439,7 +439,7 @@ fn reread_object(
         return Ok(());
     }
     let ranges: Vec<_> = longer.iter().map(|(_, r)| r.clone()).collect();
-    let bytes = crate::storage::read_object_ranges(url, &ranges).map_err(open_error)?;
+    let bytes = crate::storage::read_ranges(Path::new(url), &ranges).map_err(open_error)?;
     for ((i, _), bytes) in longer.iter().zip(&bytes) {
         slots[*i] = Some(read_one(
             &bytes[..],

@@ -1,6 +1,8 @@
-//! Where data lives: local paths, object-store URLs and globs, one resolver
-//! for all of them, and the record index that makes a TFRecord file
-//! randomly accessible.
+//! Where data lives, as bytes: local paths, object-store URLs and globs, one
+//! resolver for all of them; opening, opening at an offset, sizes and ranged
+//! reads. Nothing here knows what a record is: the layers above frame the
+//! bytes into records (`tfrecord`, which also keeps the record index) and
+//! stream them (`pipeline`).
 //!
 //! # Paths and URLs
 //!
@@ -37,7 +39,7 @@
 //! its body arrives, chunk by chunk: records are parsed from the first bytes
 //! of a range, not after its last. GZIP/ZLIB objects are decompressed as that
 //! stream arrives. Several objects are read at once by
-//! [`TfRecordFiles::interleave`](crate::pipeline::TfRecordFiles::interleave).
+//! `TfRecordFiles::interleave` in the pipeline.
 //! A failed range is retried with exponential backoff (a dropped connection, a
 //! 5xx), from its first byte not yet delivered; a missing object or a refused
 //! credential is not. Every error names the
@@ -52,40 +54,25 @@
 //! listing or upload needs them and are stopped and joined when the last of
 //! those is dropped.
 //!
-//! # The record index
-//!
-//! [`RecordIndex`] holds one `offset size` pair per record, in the format of
-//! DALI's `tfrecord2idx` (`tfpipe index FILES` writes them). With it a file
-//! can be read by record ([`IndexedFiles::read`]), sharded exactly by record
-//! ([`IndexedFiles::shard_records`]), and read as a full random permutation
-//! across files without a shuffle buffer ([`IndexedFiles::global_shuffle`]).
-//! An index that disagrees with its data file is an error, never trusted.
-//!
 //! [`Pipeline::tfrecord_files`]: crate::Pipeline::tfrecord_files
 //! [`Location`]: crate::Location
 
-mod index;
 #[cfg(feature = "object-store")]
 mod object;
 mod resolve;
 
-use std::io::{self, Read as _};
+use std::io;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use index::{
-    GlobalShuffle, IndexError, IndexProblem, IndexedFiles, RecordId, RecordIndex, index_path,
-};
 #[cfg(feature = "object-store")]
 pub use object::{
     ObjectWriter, PendingObject, commit_objects, delete_object, install_crypto_provider,
     set_bucket_options,
 };
 pub(crate) use resolve::url_str;
-pub use resolve::{is_url, resolve};
-
-use crate::tfrecord::{Compression, FileRecordReader, ReaderOptions, RecordError};
+pub use resolve::{Listing, is_url, resolve, resolve_listing};
 
 /// Why a path, URL or object could not be resolved, read or written.
 #[derive(Debug, thiserror::Error)]
@@ -200,9 +187,14 @@ impl StorageError {
         }
     }
 
-    /// As an `io::Error` of [`io_kind`](Self::io_kind), keeping this error as its source.
+    /// As an `io::Error` of [`io_kind`](Self::io_kind), keeping this error
+    /// as its source; a local file's own `io::Error` is returned as it is
+    /// (whoever wraps it names the path, so it is not said twice).
     pub fn into_io(self) -> io::Error {
-        io::Error::new(self.io_kind(), self)
+        match self {
+            StorageError::Io { error, .. } => error,
+            other => io::Error::new(other.io_kind(), other),
+        }
     }
 }
 
@@ -234,91 +226,106 @@ impl Default for ReadOptions {
     }
 }
 
-/// Opens the TFRecord file or object at `path` (a local path or a URL, see
-/// [`resolve`]), with the compression from `options` or else from its name.
-/// Object reads use [`ReadOptions::default`].
-pub fn open_records(
-    path: impl AsRef<Path>,
-    options: ReaderOptions,
-) -> Result<FileRecordReader, RecordError> {
-    open_records_with(path, options, &ReadOptions::default())
-}
+/// A byte stream from [`open`]: a local file, or an object read by ranged
+/// GETs with read-ahead.
+pub type ByteStream = Box<dyn io::Read + Send>;
 
-/// [`open_records`] with explicit object-read settings.
-pub fn open_records_with(
-    path: impl AsRef<Path>,
-    options: ReaderOptions,
-    read: &ReadOptions,
-) -> Result<FileRecordReader, RecordError> {
-    let path = path.as_ref();
-    let Some(url) = resolve::url_str(path) else {
-        return FileRecordReader::open_local(path, options);
-    };
-    let mut object = open_object(url, read).map_err(|e| open_error(path, e))?;
-    // As for local files: a name that says uncompressed, content that
-    // starts like GZIP or ZLIB, is read as such.
-    let (compression, input): (Compression, Box<dyn io::Read + Send>) = match options.compression {
-        Some(compression) => (compression, Box::new(object)),
-        None => match Compression::from_path(path) {
-            Compression::None => {
-                let head =
-                    crate::tfrecord::read_head(&mut object).map_err(|error| RecordError::Open {
-                        path: path.to_path_buf(),
-                        error,
-                    })?;
-                let compression = crate::tfrecord::sniff_compression(&head);
-                (compression, Box::new(io::Cursor::new(head).chain(object)))
-            }
-            named => (named, Box::new(object)),
-        },
-    };
-    let options = ReaderOptions {
-        compression: Some(compression),
-        ..options
-    };
-    Ok(FileRecordReader::decoding(input, options).with_path(PathBuf::from(url)))
-}
-
-fn open_error(path: &Path, error: StorageError) -> RecordError {
-    RecordError::Open {
+/// Opens the file or object at `path` (a local path or a URL, see
+/// [`resolve`]) for reading from byte `start` on: a local file is seeked
+/// there, an object is read from there (no GET of what lies before it).
+///
+/// ```
+/// use std::io::Read as _;
+/// use tfpipe::storage::{self, ReadOptions};
+///
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("bytes");
+/// std::fs::write(&path, b"hello world")?;
+/// let mut text = String::new();
+/// storage::open(&path, 6, &ReadOptions::default())?.read_to_string(&mut text)?;
+/// assert_eq!(text, "world");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn open(path: &Path, start: u64, read: &ReadOptions) -> Result<ByteStream, StorageError> {
+    use std::io::Seek as _;
+    if let Some(url) = resolve::url_str(path) {
+        return Ok(Box::new(open_object_at(url, start, read)?));
+    }
+    let io_error = |error| StorageError::Io {
         path: path.to_path_buf(),
-        error: error.into_io(),
+        error,
+    };
+    let mut file = std::fs::File::open(path).map_err(io_error)?;
+    if start > 0 {
+        file.seek(io::SeekFrom::Start(start)).map_err(io_error)?;
     }
+    Ok(Box::new(file))
 }
 
-/// Opens the TFRecord file or object at `path` positioned at `position` (a
-/// record's index and uncompressed frame offset, as
-/// [`RecordReader::position`](crate::tfrecord::RecordReader::position)
-/// reported). An uncompressed object is read from that byte on (no GET of
-/// what lies before it); a compressed one is decoded from the start and the
-/// records before `position` are read and dropped, since a compressed stream
-/// cannot seek.
-pub fn open_records_at(
-    path: impl AsRef<Path>,
-    options: ReaderOptions,
-    position: crate::tfrecord::Position,
-) -> Result<FileRecordReader, RecordError> {
-    let path = path.as_ref();
-    let Some(url) = resolve::url_str(path) else {
-        return FileRecordReader::open_at(path, options, position);
-    };
-    let compression = options
-        .compression
-        .unwrap_or_else(|| Compression::from_path(path));
-    if compression != Compression::None || position.offset == 0 {
-        let mut reader = open_records(path, options)?;
-        while reader.position().offset < position.offset && reader.next_record()?.is_some() {}
-        return Ok(reader);
+/// Reads `ranges` of the file or object at `path`, in order: positioned reads
+/// of a local file, parallel ranged GETs (all in flight at once, retried as
+/// [`ReadOptions::default`] says) of an object. A range past the end is a
+/// short read, reported as an error.
+pub fn read_ranges(path: &Path, ranges: &[Range<u64>]) -> Result<Vec<Vec<u8>>, StorageError> {
+    if let Some(url) = resolve::url_str(path) {
+        return read_object_ranges(url, ranges);
     }
-    let object = open_object_at(url, position.offset, &ReadOptions::default())
-        .map_err(|e| open_error(path, e))?;
-    let options = ReaderOptions {
-        compression: Some(Compression::None),
-        ..options
+    let io_error = |error| StorageError::Io {
+        path: path.to_path_buf(),
+        error,
     };
-    Ok(FileRecordReader::decoding(object, options)
-        .with_path(PathBuf::from(url))
-        .starting_at(position.record, position.offset))
+    let file = std::fs::File::open(path).map_err(io_error)?;
+    ranges
+        .iter()
+        .map(|range| {
+            let len = usize::try_from(range.end.saturating_sub(range.start)).map_err(|_| {
+                io_error(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "range too large",
+                ))
+            })?;
+            let mut buf = vec![0u8; len];
+            read_exact_at(&file, &mut buf, range.start).map_err(io_error)?;
+            Ok(buf)
+        })
+        .collect()
+}
+
+/// The whole of a (small) file or object, such as an index or schema file.
+pub fn read_whole(path: &Path) -> Result<Vec<u8>, StorageError> {
+    let Some(url) = resolve::url_str(path) else {
+        return std::fs::read(path).map_err(|error| StorageError::Io {
+            path: path.to_path_buf(),
+            error,
+        });
+    };
+    let size = size_of(path)?;
+    // The size comes from the server; the read below grows the buffer only
+    // as bytes arrive, so a lying size allocates nothing up front.
+    let mut bytes = Vec::with_capacity(usize::try_from(size.min(1 << 20)).unwrap_or(0));
+    let mut reader = open_object_at(url, 0, &ReadOptions::default())?;
+    io::Read::read_to_end(&mut reader, &mut bytes).map_err(|error| StorageError::Io {
+        path: path.to_path_buf(),
+        error,
+    })?;
+    Ok(bytes)
+}
+
+/// Reads exactly `buf.len()` bytes of `file` at `offset`, without moving
+/// its cursor (so one handle serves reads from many threads).
+pub(crate) fn read_exact_at(file: &std::fs::File, buf: &mut [u8], offset: u64) -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileExt;
+        file.read_exact_at(buf, offset)
+    }
+    #[cfg(not(unix))]
+    {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut file = file;
+        file.seek(SeekFrom::Start(offset))?;
+        file.read_exact(buf)
+    }
 }
 
 /// Opens an object for reading as a byte stream (`io::Read`), with
@@ -357,22 +364,36 @@ fn open_object_at(
 #[cfg(feature = "object-store")]
 pub use object::ObjectReader;
 
-/// Reads `ranges` of the object at `url` (parallel ranged GETs, all in
-/// flight at once, retried as [`ReadOptions::default`] says), in order.
-/// For re-reading records at stored positions (a restored shuffle buffer).
 #[cfg(feature = "object-store")]
-pub(crate) fn read_object_ranges(
-    url: &str,
-    ranges: &[Range<u64>],
-) -> Result<Vec<bytes::Bytes>, StorageError> {
-    object::read_ranges(url, ranges, &ReadOptions::default())
+fn read_object_ranges(url: &str, ranges: &[Range<u64>]) -> Result<Vec<Vec<u8>>, StorageError> {
+    let parts = object::read_ranges(url, ranges, &ReadOptions::default())?;
+    Ok(parts.into_iter().map(Vec::from).collect())
+}
+
+/// A ranged GET started by [`start_range`] and received with [`PendingRange::wait`].
+#[cfg(feature = "object-store")]
+pub(crate) struct PendingRange(object::Pending<Result<bytes::Bytes, StorageError>>);
+
+#[cfg(feature = "object-store")]
+impl PendingRange {
+    /// Waits for the range's bytes.
+    pub(crate) fn wait(self) -> Result<bytes::Bytes, StorageError> {
+        self.0.wait().and_then(|r| r)
+    }
+}
+
+/// Starts one ranged GET of the object at `url`, to be received later: for
+/// readers that keep many small reads in flight (the global shuffle).
+#[cfg(feature = "object-store")]
+pub(crate) fn start_range(url: &str, range: Range<u64>) -> Result<PendingRange, StorageError> {
+    // One RangeReader per object would be cheaper; the store lookup is a
+    // hash probe, small next to a GET.
+    let reader = object::RangeReader::new(url, ReadOptions::default())?;
+    Ok(PendingRange(reader.start(range)))
 }
 
 #[cfg(not(feature = "object-store"))]
-pub(crate) fn read_object_ranges(
-    url: &str,
-    _ranges: &[Range<u64>],
-) -> Result<Vec<Vec<u8>>, StorageError> {
+fn read_object_ranges(url: &str, _ranges: &[Range<u64>]) -> Result<Vec<Vec<u8>>, StorageError> {
     Err(StorageError::NotBuilt {
         url: url.to_string(),
     })

@@ -46,19 +46,58 @@ pub(crate) fn has_glob(text: &str) -> bool {
 /// assert_eq!(files, [dir.path().join("a.tfrecord"), dir.path().join("b.tfrecord")]);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// A glob's matches leave out record index files (`NAME.idx` where the same
+/// glob also matches `NAME`, as `tfpipe index` writes them), so that
+/// `'out/train-*'` names the data and not its indexes;
+/// [`resolve_listing`] also says which it left out.
 pub fn resolve<P: AsRef<str>>(
     patterns: impl IntoIterator<Item = P>,
 ) -> Result<Vec<PathBuf>, StorageError> {
-    let mut files = Vec::new();
+    resolve_listing(patterns).map(|listing| listing.files)
+}
+
+/// What [`resolve_listing`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Listing {
+    /// The files, in order.
+    pub files: Vec<PathBuf>,
+    /// Record index files that globs matched beside their data files, left out.
+    pub skipped_indexes: Vec<PathBuf>,
+}
+
+/// [`resolve`], also returning the index files its globs left out (for a
+/// note to the user).
+pub fn resolve_listing<P: AsRef<str>>(
+    patterns: impl IntoIterator<Item = P>,
+) -> Result<Listing, StorageError> {
+    let mut listing = Listing::default();
     for pattern in patterns {
         let pattern = pattern.as_ref();
-        if url_str(Path::new(pattern)).is_some() {
-            files.extend(resolve_url(pattern)?);
+        let matches = if url_str(Path::new(pattern)).is_some() {
+            resolve_url(pattern)?
         } else {
-            files.extend(resolve_local(pattern)?);
+            resolve_local(pattern)?
+        };
+        if !has_glob(pattern) {
+            listing.files.extend(matches);
+            continue;
         }
+        let (indexes, data): (Vec<PathBuf>, Vec<PathBuf>) = matches
+            .iter()
+            .cloned()
+            .partition(|path| data_of_index(path).is_some_and(|d| matches.contains(&d)));
+        listing.files.extend(data);
+        listing.skipped_indexes.extend(indexes);
     }
-    Ok(files)
+    Ok(listing)
+}
+
+/// The data file an index file `NAME.idx` describes: `NAME`.
+fn data_of_index(path: &Path) -> Option<PathBuf> {
+    let text = path.to_str()?;
+    let data = text.strip_suffix(".idx")?;
+    (!data.is_empty()).then(|| PathBuf::from(data))
 }
 
 fn resolve_local(pattern: &str) -> Result<Vec<PathBuf>, StorageError> {
@@ -140,6 +179,29 @@ mod tests {
         assert_eq!(list_prefix("a/b/c-?/d"), "a/b");
         assert_eq!(list_prefix("*.tfrecord"), "");
         assert_eq!(list_prefix("x/y/z"), "x/y");
+    }
+
+    #[test]
+    fn globs_leave_out_index_files_beside_their_data() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["p-0", "p-0.idx", "p-1", "p-1.idx", "p-2.idx"] {
+            std::fs::write(dir.path().join(name), b"").unwrap();
+        }
+        let pattern = dir.path().join("p-*").to_string_lossy().into_owned();
+        let listing = resolve_listing([&pattern]).unwrap();
+        // p-2.idx has no data file beside it: it is not an index of these
+        // files, so it stays (and will be reported as what it is).
+        let names = |paths: &[PathBuf]| -> Vec<String> {
+            paths
+                .iter()
+                .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+                .collect()
+        };
+        assert_eq!(names(&listing.files), ["p-0", "p-1", "p-2.idx"]);
+        assert_eq!(names(&listing.skipped_indexes), ["p-0.idx", "p-1.idx"]);
+        // A name given without a glob is taken as given.
+        let named = dir.path().join("p-0.idx").to_string_lossy().into_owned();
+        assert_eq!(resolve([&named]).unwrap().len(), 1);
     }
 
     #[test]

@@ -19,6 +19,7 @@
 mod compression;
 pub mod crc;
 pub mod frame;
+mod index;
 mod inflate;
 mod reader;
 mod writer;
@@ -28,12 +29,12 @@ use std::path::PathBuf;
 
 pub use crate::error::Location;
 pub use compression::{Compression, UnknownCompression};
+pub use index::{IndexError, IndexProblem, IndexedFiles, RecordId, RecordIndex, index_path};
 pub use inflate::{DecodeError, Format};
 pub use reader::{
     FileRecordReader, MAX_CORRUPTIONS_KEPT, OnCorruption, Position, ReaderOptions, RecordReader,
     Records,
 };
-pub(crate) use reader::{read_head, sniff_compression};
 pub use writer::{FileRecordWriter, PendingFile, RecordWriter};
 
 /// What is wrong with a corrupt record.

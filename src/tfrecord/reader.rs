@@ -5,7 +5,6 @@
 //! always the start of the next record. The buffer grows only as bytes actually
 //! arrive, so a corrupt length never makes us allocate more than the stream holds.
 
-use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,6 +14,7 @@ use super::frame::{self, FOOTER_LEN, HEADER_LEN, Header};
 use super::inflate::Format;
 use super::{Corruption, CorruptionKind, DecodeError, RecordError};
 use crate::error::Location;
+use crate::storage::{self, ReadOptions, StorageError};
 
 /// What the reader does when a record is corrupt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -118,72 +118,78 @@ impl FileRecordReader {
     /// name. A file whose name says uncompressed but whose content starts
     /// like GZIP or ZLIB (and not like a TFRecord header) is read as such.
     /// `path` may also be an object-store URL (`s3://bucket/key`, see
-    /// [`crate::storage`]).
+    /// [`crate::storage`]), read with [`ReadOptions::default`].
     pub fn open(path: impl AsRef<Path>, options: ReaderOptions) -> Result<Self, RecordError> {
-        crate::storage::open_records(path, options)
+        FileRecordReader::open_with(path, options, &ReadOptions::default())
     }
 
-    /// Opens the local file `path` (never a URL), with the compression from
-    /// `options` or else from its name.
-    pub fn open_local(path: impl AsRef<Path>, options: ReaderOptions) -> Result<Self, RecordError> {
+    /// [`open`](Self::open) with explicit object-read settings (range size,
+    /// read-ahead, retries).
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        options: ReaderOptions,
+        read: &ReadOptions,
+    ) -> Result<Self, RecordError> {
         let path = path.as_ref();
-        let open_error = |source| RecordError::Open {
-            path: path.to_path_buf(),
-            error: source,
-        };
-        let mut file = File::open(path).map_err(open_error)?;
-        let (compression, input): (Compression, Box<dyn Read + Send>) = match options.compression {
-            Some(compression) => (compression, Box::new(file)),
+        let mut input = storage::open(path, 0, read).map_err(|e| open_error(path, e))?;
+        let compression = match options.compression {
+            Some(compression) => compression,
             None => match Compression::from_path(path) {
                 Compression::None => {
-                    let head = read_head(&mut file).map_err(open_error)?;
+                    let head = read_head(&mut input).map_err(|error| RecordError::Open {
+                        path: path.to_path_buf(),
+                        error,
+                    })?;
                     let compression = sniff_compression(&head);
-                    (compression, Box::new(io::Cursor::new(head).chain(file)))
+                    input = Box::new(io::Cursor::new(head).chain(input));
+                    compression
                 }
-                named => (named, Box::new(file)),
+                named => named,
             },
         };
-        let mut reader = RecordReader::new(compression.decoder(input), options);
-        reader.path = Some(Arc::from(path));
-        Ok(reader)
+        let options = ReaderOptions {
+            compression: Some(compression),
+            ..options
+        };
+        Ok(FileRecordReader::decoding(input, options).with_path(path))
     }
-}
 
-impl FileRecordReader {
     /// Opens `path` positioned at `position` (the index and uncompressed
     /// offset of a record's frame, as [`position`](RecordReader::position)
-    /// reported): an uncompressed file seeks there; a compressed one is
-    /// decompressed from the start and the records before it are read and
-    /// dropped (checking their CRCs), since a compressed stream cannot seek.
+    /// reported): an uncompressed file or object is read from that byte on;
+    /// a compressed one is decompressed from the start and the records before
+    /// it are read and dropped (checking their CRCs), since a compressed
+    /// stream cannot seek.
     pub fn open_at(
         path: impl AsRef<Path>,
         options: ReaderOptions,
         position: Position,
     ) -> Result<Self, RecordError> {
-        use std::io::{Seek, SeekFrom};
         let path = path.as_ref();
         let compression = options
             .compression
             .unwrap_or_else(|| Compression::from_path(path));
-        if compression != Compression::None {
+        if compression != Compression::None || position.offset == 0 {
             let mut reader = FileRecordReader::open(path, options)?;
             while reader.position.offset < position.offset && reader.next_record()?.is_some() {}
             return Ok(reader);
         }
-        if crate::storage::is_url(path) {
-            return crate::storage::open_records_at(path, options, position);
-        }
-        let open_error = |error| RecordError::Open {
-            path: path.to_path_buf(),
-            error,
+        let input = storage::open(path, position.offset, &ReadOptions::default())
+            .map_err(|e| open_error(path, e))?;
+        let options = ReaderOptions {
+            compression: Some(Compression::None),
+            ..options
         };
-        let mut file = File::open(path).map_err(open_error)?;
-        file.seek(SeekFrom::Start(position.offset))
-            .map_err(open_error)?;
-        let mut reader = RecordReader::new(compression.decoder(file), options)
-            .starting_at(position.record, position.offset);
-        reader.path = Some(Arc::from(path));
-        Ok(reader)
+        Ok(FileRecordReader::decoding(input, options)
+            .with_path(path)
+            .starting_at(position.record, position.offset))
+    }
+}
+
+fn open_error(path: &Path, error: StorageError) -> RecordError {
+    RecordError::Open {
+        path: path.to_path_buf(),
+        error: error.into_io(),
     }
 }
 
@@ -492,7 +498,7 @@ impl<R: Read> RecordReader<R> {
 }
 
 /// The first [`HEADER_LEN`] bytes of `file` (fewer if it is shorter).
-pub(crate) fn read_head<R: Read>(file: &mut R) -> io::Result<Vec<u8>> {
+fn read_head<R: Read>(file: &mut R) -> io::Result<Vec<u8>> {
     let mut head = Vec::with_capacity(HEADER_LEN);
     file.by_ref()
         .take(HEADER_LEN as u64)
@@ -502,7 +508,7 @@ pub(crate) fn read_head<R: Read>(file: &mut R) -> io::Result<Vec<u8>> {
 
 /// The compression the first bytes of a stream show: GZIP or ZLIB if they
 /// start such a stream and are not a valid TFRecord header.
-pub(crate) fn sniff_compression(head: &[u8]) -> Compression {
+fn sniff_compression(head: &[u8]) -> Compression {
     if let Ok(header) = <&[u8; HEADER_LEN]>::try_from(head)
         && matches!(frame::decode_header(header), Header::Valid(_))
     {

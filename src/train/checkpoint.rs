@@ -8,15 +8,18 @@
 //! # Atomicity
 //! A checkpoint is one unit: its files are written into a temporary
 //! directory beside the target, each file and the directory are fsynced, and
-//! the directory is then switched into place ([`commit_dir`]). The previous
-//! checkpoint stays whole until the switch; an interrupted save leaves it
-//! untouched (and at worst a hidden `.NAME.tmp-*` directory, which the next
-//! save removes).
+//! the directory is then exchanged with the old one in one atomic rename
+//! ([`AtomicDir`](crate::atomic_file::AtomicDir): `renameat2(RENAME_EXCHANGE)`
+//! on Linux), so a crash at any instant leaves the old or the new checkpoint
+//! whole at its name. Saves into one directory take a lock on it, one at a
+//! time; the hidden `.NAME.*` directories a killed save leaves are removed by
+//! the next save.
 //!
 //! # Verification
-//! Loading recomputes every file's SHA-256 and refuses a checkpoint whose
-//! files do not match what `checkpoint.json` recorded: damaged weights are an
-//! error, never a silently different model.
+//! `checkpoint.json` carries the SHA-256 of every other file and of itself
+//! (without that field), and loading checks both, and the bounds of every
+//! number a resume acts on: damaged weights, or an edited
+//! `checkpoint.json`, are an error, never a silently different model.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -139,6 +142,21 @@ pub enum CheckpointError {
     /// The optimizer's state does not fit (another optimizer or model).
     #[error("optimizer state: {0}")]
     Optimizer(#[source] candle_core::Error),
+    /// Writing the checkpoint directory or switching it into place failed.
+    #[error(transparent)]
+    Output(#[from] crate::atomic_file::OutputError),
+    /// `checkpoint.json` does not match the checksum it was saved with: it
+    /// was edited or damaged.
+    #[error("{META_FILE} was modified or damaged since it was saved: its checksum does not match")]
+    MetaChecksum,
+    /// A value in `checkpoint.json` is out of its bounds.
+    #[error("{META_FILE}: {field}: {reason}")]
+    Invalid {
+        /// The field, e.g. `pipeline_state.skip`.
+        field: String,
+        /// What is wrong with its value.
+        reason: String,
+    },
 }
 
 /// One fixed-shape feature of a [`SchemaMeta`].
@@ -264,7 +282,7 @@ pub struct CheckpointMeta {
     /// The schema of the training data, when known.
     pub schema: Option<SchemaMeta>,
     /// The run's seed: weight initialisation and the pipeline's shuffle
-    /// (see [`epoch_seed`]), so a resumed run continues the same schedule.
+    /// (see [`epoch_seed`](super::epoch_seed)), so a resumed run continues the same schedule.
     pub seed: u64,
     /// The class names (label vocabulary) the model was trained with, in
     /// class-id order, when the schema file recorded them.
@@ -277,26 +295,86 @@ pub struct CheckpointMeta {
     /// SHA-256 (hex) of every other file in the checkpoint, by file name.
     #[serde(default)]
     pub files: BTreeMap<String, String>,
+    /// The training data and how it was read, when the run recorded it: a
+    /// resume with other data options is refused against it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<super::DataFingerprint>,
+    /// SHA-256 (hex) of this metadata as written without this field: an
+    /// edited or damaged `checkpoint.json` is refused. Filled in by
+    /// [`Checkpoint::save`]; absent in checkpoints of older versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<String>,
 }
 
-/// The seed scheme of training is the pipeline's: a run seeded `seed`
-/// shuffles with `shuffle(buffer, seed)` inside one `repeat`, and the
-/// shuffle reseeds itself for each epoch from `seed` and the epoch number.
-/// This is the seed that gives epoch `epoch`'s order to a *single pass*
-/// shuffled with `reshuffle_each_epoch: false` (how a run resumed without a
-/// pipeline state reads its first epoch, exactly as the uninterrupted run
-/// would have): `shuffle_with(ShuffleOptions { seed: epoch_seed(seed, e),
-/// reshuffle_each_epoch: false, .. })` yields epoch `e` of `shuffle(buffer,
-/// seed).repeat(None)` (`tests/train.rs` checks that they agree).
-///
-/// ```
-/// use tfpipe::train::epoch_seed;
-/// assert_eq!(epoch_seed(7, 0), 7);
-/// assert_ne!(epoch_seed(7, 1), epoch_seed(7, 2));
-/// ```
-pub fn epoch_seed(seed: u64, epoch: u64) -> u64 {
-    // The mix of `pipeline/shuffle.rs`'s `reseed`.
-    seed ^ epoch.wrapping_mul(0xA076_1D64_78BD_642F)
+impl CheckpointMeta {
+    /// The metadata as `checkpoint.json` holds it: pretty JSON, with its
+    /// checksum.
+    fn to_json_checked(&self) -> Result<Vec<u8>, CheckpointError> {
+        let mut meta = self.clone();
+        meta.checksum = Some(meta.own_checksum()?);
+        let mut json = serde_json::to_vec_pretty(&meta).map_err(CheckpointError::Json)?;
+        json.push(b'\n');
+        Ok(json)
+    }
+
+    /// The checksum of this metadata without its `checksum` field.
+    fn own_checksum(&self) -> Result<String, CheckpointError> {
+        let unsummed = CheckpointMeta {
+            checksum: None,
+            ..self.clone()
+        };
+        let json = serde_json::to_vec_pretty(&unsummed).map_err(CheckpointError::Json)?;
+        Ok(hex(&Sha256::digest(&json)))
+    }
+
+    /// Checks the recorded checksum (when there is one) and that every
+    /// number a resume acts on is within its bounds, so that a damaged or
+    /// edited file is refused rather than trained on (a `skip` of 10^15
+    /// used to spin for minutes, an edited standardisation to load silently).
+    fn validate(&self) -> Result<(), CheckpointError> {
+        if let Some(recorded) = &self.checksum
+            && *recorded != self.own_checksum()?
+        {
+            return Err(CheckpointError::MetaChecksum);
+        }
+        let invalid = |field: &str, reason: String| CheckpointError::Invalid {
+            field: field.to_string(),
+            reason,
+        };
+        for (i, s) in self.input.standardize.iter().enumerate() {
+            if !s.mean.is_finite() || !s.std.is_finite() || s.std <= 0.0 {
+                return Err(invalid(
+                    &format!("input.standardize[{i}]"),
+                    format!(
+                        "mean {} and std {}: both must be finite and std above 0",
+                        s.mean, s.std
+                    ),
+                ));
+            }
+        }
+        // The batches skipped after the position's anchor were trained on,
+        // so there are at most as many as steps (plus epoch markers).
+        let skip = self
+            .pipeline_state
+            .as_ref()
+            .and_then(|p| p.get("skip"))
+            .and_then(|s| s.as_u64());
+        let most = self.step.saturating_add(self.epoch).saturating_add(1);
+        if let Some(skip) = skip
+            && skip > most
+        {
+            return Err(invalid(
+                "pipeline_state.skip",
+                format!("{skip} batches, more than the {} steps trained", self.step),
+            ));
+        }
+        if let Some(model) = &self.model {
+            model
+                .validate()
+                .map_err(|e| invalid("model", e.to_string()))?;
+        }
+        Ok(())
+    }
 }
 
 /// A loaded checkpoint of a built-in model: the model, its variables and its metadata.
@@ -325,7 +403,10 @@ impl Checkpoint {
             let action = action.to_string();
             move |source| CheckpointError::Io { action, source }
         };
-        let staging = Staging::new(dir).map_err(fail)?;
+        let _lock = SaveLock::acquire(dir).map_err(fail)?;
+        let staging = crate::atomic_file::AtomicDir::create(dir)
+            .map_err(CheckpointError::from)
+            .map_err(fail)?;
         let tmp = staging.path();
         let mut meta = meta.clone();
         meta.files.clear();
@@ -358,10 +439,7 @@ impl Checkpoint {
             );
             meta.optimizer_state = true;
         }
-        let mut json = serde_json::to_vec_pretty(&meta)
-            .map_err(CheckpointError::Json)
-            .map_err(fail)?;
-        json.push(b'\n');
+        let json = meta.to_json_checked().map_err(fail)?;
         std::fs::File::create(tmp.join(META_FILE))
             .and_then(|mut f| f.write_all(&json))
             .map_err(io("write checkpoint.json"))
@@ -381,7 +459,11 @@ impl Checkpoint {
                     .map_err(fail)?;
             }
         }
-        staging.commit().map_err(fail)
+        staging
+            .commit()
+            .map_err(CheckpointError::from)
+            .map_err(fail)?;
+        Ok(())
     }
 
     /// Reads `dir/checkpoint.json`.
@@ -409,9 +491,11 @@ impl Checkpoint {
                 found: format.format,
             }));
         }
-        serde_json::from_str(&text)
+        let meta: CheckpointMeta = serde_json::from_str(&text)
             .map_err(CheckpointError::Json)
-            .map_err(fail)
+            .map_err(fail)?;
+        meta.validate().map_err(fail)?;
+        Ok(meta)
     }
 
     /// Loads the checkpoint of a built-in model in `dir` onto `device`.
@@ -586,64 +670,68 @@ pub(crate) fn strip_backtrace(e: candle_core::Error) -> candle_core::Error {
     }
 }
 
-/// A checkpoint directory being written: a hidden temporary directory beside
-/// the target, removed on drop unless committed.
-struct Staging {
-    target: PathBuf,
-    tmp: Option<PathBuf>,
+/// An exclusive lock on a checkpoint's parent directory for one save, so
+/// that saves into it run one at a time; whatever temporary directories of
+/// the checkpoint are found while holding it were left by a save that died
+/// (SIGKILL, power loss) and are removed. Released when dropped. On systems
+/// without `flock`, saves take no lock and leftovers stay.
+struct SaveLock {
+    #[cfg(target_os = "linux")]
+    _dir: std::fs::File,
 }
 
-impl Staging {
-    fn new(target: &Path) -> Result<Staging, CheckpointError> {
+impl SaveLock {
+    fn acquire(target: &Path) -> Result<SaveLock, CheckpointError> {
         let parent = parent_of(target);
         std::fs::create_dir_all(&parent).map_err(|source| CheckpointError::Io {
             action: format!("create {}", parent.display()),
             source,
         })?;
-        if target.is_file() {
-            return Err(CheckpointError::Io {
-                action: "write a checkpoint directory".into(),
-                source: std::io::Error::other("it is a file, not a directory"),
-            });
-        }
-        let name = target
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "checkpoint".into());
-        let tmp = tempfile::Builder::new()
-            .prefix(&format!(".{name}.tmp-"))
-            .tempdir_in(&parent)
-            .map_err(|source| CheckpointError::Io {
-                action: format!("create a temporary directory in {}", parent.display()),
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::fd::AsRawFd;
+            let dir = std::fs::File::open(&parent).map_err(|source| CheckpointError::Io {
+                action: format!("open {}", parent.display()),
                 source,
-            })?
-            .keep();
-        Ok(Staging {
-            target: target.to_path_buf(),
-            tmp: Some(tmp),
-        })
-    }
-
-    fn path(&self) -> &Path {
-        self.tmp.as_deref().unwrap_or(Path::new("."))
-    }
-
-    fn commit(mut self) -> Result<(), CheckpointError> {
-        let Some(tmp) = self.tmp.take() else {
-            return Ok(());
-        };
-        let result = commit_dir(&tmp, &self.target);
-        if result.is_err() {
-            let _ = std::fs::remove_dir_all(&tmp);
+            })?;
+            // SAFETY: flock on a descriptor we own; it touches no memory.
+            if unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX) } != 0 {
+                return Err(CheckpointError::Io {
+                    action: format!("lock {} for the save", parent.display()),
+                    source: std::io::Error::last_os_error(),
+                });
+            }
+            remove_stale_temporaries(target, &parent);
+            Ok(SaveLock { _dir: dir })
         }
-        result
+        #[cfg(not(target_os = "linux"))]
+        Ok(SaveLock {})
     }
 }
 
-impl Drop for Staging {
-    fn drop(&mut self) {
-        if let Some(tmp) = self.tmp.take() {
-            let _ = std::fs::remove_dir_all(tmp);
+/// Removes the temporary directories a dead save of `target` left in
+/// `parent`: `.NAME.XXXXXX.tmp` and `.NAME.XXXXXX.old` (this version's
+/// [`AtomicDir`](crate::atomic_file::AtomicDir)), `.NAME.tmp-XXXXXX` and
+/// `.NAME.old-XXXXXX` (earlier versions'). Only called under the save lock.
+#[cfg(target_os = "linux")]
+fn remove_stale_temporaries(target: &Path, parent: &Path) {
+    let Some(name) = target.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+        return;
+    };
+    let prefix = format!(".{name}.");
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let file_name = entry.file_name().to_string_lossy().into_owned();
+        let Some(rest) = file_name.strip_prefix(&prefix) else {
+            continue;
+        };
+        let ours = rest.starts_with("tmp-")
+            || rest.starts_with("old-")
+            || ((rest.ends_with(".tmp") || rest.ends_with(".old")) && rest.len() == 10);
+        if ours && entry.file_type().is_ok_and(|t| t.is_dir()) {
+            let _ = std::fs::remove_dir_all(entry.path());
         }
     }
 }
@@ -653,58 +741,6 @@ fn parent_of(path: &Path) -> PathBuf {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     }
-}
-
-/// Fsyncs every file in `tmp` and `tmp` itself, then switches `tmp` into
-/// place as `target`: when `target` exists it is first renamed aside, then
-/// `tmp` renamed to `target`, the parent fsynced, and the old one removed.
-/// At every instant either the old or the new directory is complete on disk.
-pub(crate) fn commit_dir(tmp: &Path, target: &Path) -> Result<(), CheckpointError> {
-    let io = |action: String| move |source| CheckpointError::Io { action, source };
-    for entry in std::fs::read_dir(tmp).map_err(io(format!("list {}", tmp.display())))? {
-        let path = entry.map_err(io(format!("list {}", tmp.display())))?.path();
-        std::fs::File::open(&path)
-            .and_then(|f| f.sync_all())
-            .map_err(io(format!("fsync {}", path.display())))?;
-    }
-    sync_dir(tmp).map_err(io(format!("fsync {}", tmp.display())))?;
-    let parent = parent_of(target);
-    let old = if target.exists() {
-        let name = target
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let aside = tempfile::Builder::new()
-            .prefix(&format!(".{name}.old-"))
-            .tempdir_in(&parent)
-            .map_err(io(format!("create a directory in {}", parent.display())))?
-            .keep();
-        // rename(2) replaces an empty directory.
-        std::fs::rename(target, &aside)
-            .map_err(io(format!("move the old {} aside", target.display())))?;
-        Some(aside)
-    } else {
-        None
-    };
-    if let Err(source) = std::fs::rename(tmp, target) {
-        // Put the old checkpoint back.
-        if let Some(old) = &old {
-            let _ = std::fs::rename(old, target);
-        }
-        return Err(CheckpointError::Io {
-            action: format!("rename the new checkpoint to {}", target.display()),
-            source,
-        });
-    }
-    sync_dir(&parent).map_err(io(format!("fsync {}", parent.display())))?;
-    if let Some(old) = old {
-        let _ = std::fs::remove_dir_all(old);
-    }
-    Ok(())
-}
-
-fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::File::open(dir)?.sync_all()
 }
 
 /// How a background checkpoint load overlapped with the pipeline's warm-up.

@@ -311,6 +311,7 @@ impl Placement {
 pub struct Reproducibility {
     pub(super) seed: u64,
     pub(super) resume: Option<PathBuf>,
+    pub(super) data: Option<super::DataFingerprint>,
 }
 
 impl Reproducibility {
@@ -333,6 +334,18 @@ impl Reproducibility {
     /// none.
     pub fn resume(mut self, dir: impl Into<Option<PathBuf>>) -> Reproducibility {
         self.resume = dir.into();
+        self
+    }
+
+    /// The training data's fingerprint, stored in checkpoints so that a
+    /// resume can check it reads the same data the same way
+    /// ([`TrainData::fingerprint`](super::TrainData::fingerprint)). By
+    /// default none.
+    pub fn data(
+        mut self,
+        fingerprint: impl Into<Option<super::DataFingerprint>>,
+    ) -> Reproducibility {
+        self.data = fingerprint.into();
         self
     }
 }

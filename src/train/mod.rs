@@ -21,6 +21,7 @@
 //! | `threads.rs` | [`ThreadTuner`]: compute threads chosen by timing the steps |
 //! | `timing.rs` | [`Phase`] histograms and their [`PhaseSummary`] |
 //! | `prefetch.rs` | [`BatchStream`], the device-prefetch thread |
+//! | `data.rs` | [`TrainData`]: the standard input pipeline of a run (per-epoch seeds, validation, resuming at a position) |
 //! | `config.rs` | [`TrainConfig`] and its parts: [`ModelInput`], [`RunLength`], [`Placement`], [`Reproducibility`], [`RunControl`] |
 //! | `trainer.rs` | [`Trainer`], evaluation |
 //! | `report.rs` | [`TrainReport`], [`Verdict`], tables |
@@ -35,6 +36,7 @@
 
 mod checkpoint;
 mod config;
+mod data;
 mod model;
 mod observer;
 pub mod ops;
@@ -50,11 +52,18 @@ mod timing;
 mod tokens;
 mod trainer;
 
+pub use crate::rng::epoch_seed;
+/// candle, re-exported so that a custom [`Model`] is written against the
+/// versions tfpipe trains with (`tfpipe::train::candle_core::Tensor`).
+pub use candle_core;
+/// candle's layers and variable maps, re-exported like [`candle_core`].
+pub use candle_nn;
 pub use checkpoint::{
     Checkpoint, CheckpointError, CheckpointLoad, CheckpointMeta, DefaultMeta, FORMAT, FeatureMeta,
-    SchemaMeta, epoch_seed,
+    SchemaMeta,
 };
 pub use config::{ModelInput, Placement, Reproducibility, RunControl, RunLength, TrainConfig};
+pub use data::{DataFingerprint, FileFingerprint, TrainData};
 pub use model::{BuiltinModel, Model, ModelConfig, Task, seed_vars};
 pub use observer::{Checkpointer, Control, EarlyStopping, Monitor, Observer, RunInfo, TensorBoard};
 pub use optim::{

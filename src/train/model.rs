@@ -542,9 +542,9 @@ pub fn seed_vars(varmap: &VarMap, seed: u64, device: &Device) -> Result<(), Trai
         } else {
             let fan_in: usize = dims[1..].iter().product();
             let bound = (6.0 / fan_in as f64).sqrt();
-            let mut rng = SplitMix64(seed ^ fnv1a(name.as_bytes()));
+            let mut rng = crate::rng::SplitMix64(seed ^ fnv1a(name.as_bytes()));
             (0..count)
-                .map(|_| ((rng.next_f64() * 2.0 - 1.0) * bound) as f32)
+                .map(|_| ((rng.unit() * 2.0 - 1.0) * bound) as f32)
                 .collect()
         };
         let t = Tensor::from_vec(values, dims, device)
@@ -559,23 +559,6 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
-}
-
-/// SplitMix64 (Steele, Lea, Flood 2014): tiny, fast, good enough for init.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn next_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
 }
 
 #[cfg(test)]

@@ -25,6 +25,7 @@ use serde_json::{Map, Value as Json, json};
 use super::TrainError;
 use crate::example::proto::{Feature, Features, Int64List, feature};
 use crate::example::{DType, Example, FeatureSpec, Layout, Schema};
+use crate::rng::SplitMix64;
 use crate::tfrecord::{Compression, FileRecordWriter};
 
 /// The generator's settings (see the module doc).
@@ -84,18 +85,18 @@ impl TokenSet {
 
     /// Record `index`: its token ids and its class.
     pub fn record(&self, index: u64) -> (Vec<i64>, i64) {
-        let mut rng = Mix(self.seed ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let mut rng = SplitMix64(self.seed ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let classes = self.classes.max(1) as u64;
-        let class = rng.below(classes);
+        let class = below(&mut rng, classes);
         let span = self.max_len.saturating_sub(self.min_len) as u64 + 1;
-        let len = self.min_len + rng.below(span) as usize;
+        let len = self.min_len + below(&mut rng, span) as usize;
         let k = self.topic() as u64;
         let tokens = (0..len)
             .map(|_| {
                 let id = if rng.unit() < self.signal {
-                    class * k + rng.below(k)
+                    class * k + below(&mut rng, k)
                 } else {
-                    rng.below(self.vocab.max(1) as u64)
+                    below(&mut rng, self.vocab.max(1) as u64)
                 };
                 id as i64
             })
@@ -198,24 +199,8 @@ fn int64(value: Vec<i64>) -> Feature {
     }
 }
 
-/// SplitMix64: small, fast, and enough for generated data.
-struct Mix(u64);
-
-impl Mix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Uniform in `0..n` (`n` > 0; the bias of the modulo is negligible here).
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
+/// Uniform enough in `0..n`, by modulo: the generator's draws since the
+/// token set was first written, kept so that its data never changes.
+fn below(rng: &mut SplitMix64, n: u64) -> u64 {
+    rng.next_u64() % n.max(1)
 }

@@ -556,6 +556,14 @@ impl Trainer {
         self.device_startup.device_init_ms = took.as_secs_f64() * 1e3;
     }
 
+    /// Forgets the pipeline position a resumed checkpoint recorded: for a
+    /// run whose data will be opened at the start of the checkpoint's epoch
+    /// instead (its data options changed), so that the next checkpoint does
+    /// not record a position in a stream this run never read.
+    pub fn restart_epoch(&mut self) {
+        self.state.position = None;
+    }
+
     /// The config.
     pub fn config(&self) -> &TrainConfig {
         &self.config
@@ -611,6 +619,8 @@ impl Trainer {
                 .as_ref()
                 .and_then(|p| serde_json::to_value(p).ok()),
             files: Default::default(),
+            data: self.config.reproducibility.data.clone(),
+            checksum: None,
         }
     }
 
@@ -707,6 +717,21 @@ impl Trainer {
         while !fit.plan.done(fit.epochs.len() as u64, fit.clock.steps) && !fit.interrupted {
             let run = self.train_epoch(&mut fit, train, observers)?;
             if run.clock.steps == 0 {
+                // Resumed at the exact end of an epoch (a step limit or a
+                // signal that landed on its last batch): the restored stream
+                // starts with that epoch's marker. The epoch was trained in
+                // full before the checkpoint, so go on with the next one,
+                // once (a stream of nothing but markers has run dry).
+                if run.ended == EpochEnd::Marker
+                    && fit.clock.steps == 0
+                    && self.state.step > 0
+                    && !fit.skipped_finished_epoch
+                    && !fit.interrupted
+                {
+                    fit.skipped_finished_epoch = true;
+                    self.state.epoch += 1;
+                    continue;
+                }
                 if fit.clock.steps == 0 && !fit.interrupted {
                     return Err(TrainError::data(
                         "the training data produced no batches".into(),
@@ -762,6 +787,7 @@ impl Trainer {
             epochs: Vec::new(),
             feeder: None,
             stream_steps: 0,
+            skipped_finished_epoch: false,
             interrupted: false,
         }
     }
@@ -1089,6 +1115,8 @@ struct Fit {
     /// Steps taken from the current stream.
     stream_steps: u64,
     interrupted: bool,
+    /// A resumed stream's first, already finished epoch was passed over.
+    skipped_finished_epoch: bool,
 }
 
 /// One epoch in progress.

@@ -109,3 +109,38 @@ fn json_lines_with_nesting_lists_booleans_and_string_label() {
     assert_eq!(rows[2]["tags"], Feat::B(vec!["é".as_bytes().to_vec()]));
     assert_eq!(rows[2]["pos.x"], Feat::F(vec![0.0]));
 }
+
+/// JSON and CSV share one column finalisation: a text label with more
+/// distinct values than a class label can have is refused in both (JSON's
+/// vocabulary used to grow without bound).
+#[test]
+fn a_label_with_too_many_distinct_values_is_refused_in_json_as_in_csv() {
+    use tfpipe::convert::CsvOptions;
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("ids.jsonl");
+    let csv = dir.path().join("ids.csv");
+    let mut json_text = String::new();
+    let mut csv_text = String::from("x,id\n");
+    for i in 0..100_001 {
+        json_text.push_str(&format!("{{\"x\":1,\"id\":\"v{i}\"}}\n"));
+        csv_text.push_str(&format!("1,v{i}\n"));
+    }
+    std::fs::write(&json, json_text).unwrap();
+    std::fs::write(&csv, csv_text).unwrap();
+    let json_format = Format::Json(JsonOptions {
+        label: Some("id".into()),
+        ..JsonOptions::default()
+    });
+    let csv_format = Format::Csv(CsvOptions {
+        label: Some("id".into()),
+        ..CsvOptions::default()
+    });
+    for (format, input) in [(json_format, json), (csv_format, csv)] {
+        let err = run(&format, std::slice::from_ref(&input), dir.path(), |_| {}).unwrap_err();
+        assert!(
+            err.to_string().contains("not a class label"),
+            "{}: {err}",
+            input.display()
+        );
+    }
+}

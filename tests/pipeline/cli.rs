@@ -219,6 +219,17 @@ fn rank_flags_and_variables_are_checked() {
     assert!(stderr.contains("--rank and --world-size"), "{stderr}");
     let (code, stderr) = run(&["--rank", "1"], &[]);
     assert_eq!(code, Some(2), "clap requires both: {stderr}");
+    // Absurd world sizes are refused before anything is allocated for them
+    // (they used to abort on an 8 TB allocation, or panic).
+    for world in ["18446744073709551615", "1000000000000"] {
+        let (code, stderr) = run(&["--rank", "0", "--world-size", world], &[]);
+        assert_eq!(code, Some(2), "{stderr}");
+        assert!(stderr.contains("implausible"), "{stderr}");
+        let (code, stderr) = run(&[], &[("RANK", "0"), ("WORLD_SIZE", world)]);
+        assert_eq!(code, Some(2), "{stderr}");
+        assert!(stderr.contains("implausible"), "{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
     let (code, stderr) = run(&[], &[("RANK", "1")]);
     assert_eq!(code, Some(2));
     assert!(stderr.contains("WORLD_SIZE is not set"), "{stderr}");

@@ -183,7 +183,7 @@ fn every_epoch_the_ranks_split_the_data_and_step_together() {
 
 #[test]
 fn by_record_with_an_index_each_rank_reads_only_its_own_records() {
-    use tfpipe::storage::{RecordIndex, index_path};
+    use tfpipe::{RecordIndex, index_path};
     let dir = tempfile::tempdir().unwrap();
     // 2 files of 11 records for 4 ranks: by record.
     let paths = write_shards(dir.path(), 2, 11, Compression::None, index_record);

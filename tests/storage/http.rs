@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tfpipe::Compression;
 use tfpipe::pipeline::{Pipeline, PipelineError};
 use tfpipe::storage::{self, ReadOptions};
-use tfpipe::tfrecord::{ReaderOptions, RecordError};
+use tfpipe::tfrecord::{FileRecordReader, ReaderOptions, RecordError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -151,7 +151,7 @@ fn tfrecord_objects_read_over_http_with_ranged_gets() {
         ..ReadOptions::default()
     };
     for (url, expected) in [(&url0, &plain), (&url1, &gzip)] {
-        let got: Vec<Vec<u8>> = storage::open_records_with(url, ReaderOptions::default(), &read)
+        let got: Vec<Vec<u8>> = FileRecordReader::open_with(url, ReaderOptions::default(), &read)
             .unwrap()
             .into_records()
             .collect::<Result<_, _>>()
@@ -185,7 +185,7 @@ fn a_missing_http_object_and_an_http_glob_fail_naming_the_url() {
         tfrecord(&records(0, 3, 10), Compression::None),
     )]));
     let missing = server.url("nope.tfrecord");
-    let err = storage::open_records(&missing, ReaderOptions::default())
+    let err = FileRecordReader::open(&missing, ReaderOptions::default())
         .err()
         .unwrap();
     let RecordError::Open { error: source, .. } = &err else {

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use assert_cmd::Command;
 use tfpipe::Compression;
-use tfpipe::storage::{IndexError, IndexProblem, IndexedFiles, RecordIndex, index_path};
+use tfpipe::{IndexError, IndexProblem, IndexedFiles, RecordIndex, index_path};
 
 use crate::server::{S3Server, records, tfrecord};
 
@@ -65,6 +65,109 @@ fn the_cli_writes_dali_format_beside_each_file_or_into_a_dir() {
         .args(&paths)
         .assert()
         .success();
+}
+
+/// After `tfpipe index`, a glob over the files' prefix (`'part-*'`) matches
+/// the indexes too: every command reads the data alone and says so once.
+#[test]
+fn globs_over_indexed_files_skip_the_indexes_and_say_so_once() {
+    use prost::Message;
+    use tfpipe::example::proto::{Example, Feature, Features, Int64List, feature};
+    let dir = tempfile::tempdir().unwrap();
+    let mut paths = Vec::new();
+    for f in 0..2i64 {
+        let recs: Vec<Vec<u8>> = (0..5i64)
+            .map(|i| {
+                let x = Feature {
+                    kind: Some(feature::Kind::Int64List(Int64List {
+                        value: vec![f * 5 + i],
+                    })),
+                };
+                let features = Features {
+                    feature: [("x".to_string(), x)].into(),
+                };
+                Example {
+                    features: Some(features),
+                }
+                .encode_to_vec()
+            })
+            .collect();
+        let path = dir.path().join(format!("part-{f}.tfrecord"));
+        std::fs::write(&path, tfrecord(&recs, Compression::None)).unwrap();
+        paths.push(path);
+    }
+    for path in &paths {
+        RecordIndex::build(path)
+            .unwrap()
+            .write(&index_path(path, None))
+            .unwrap();
+    }
+    let pattern = dir.path().join("part-*").to_string_lossy().into_owned();
+    let files = tfpipe::Pipeline::tfrecord_files([&pattern]).unwrap();
+    assert_eq!(files.paths(), paths.as_slice());
+    assert_eq!(collect(files.records()).len(), 10);
+    for command in [
+        &["inspect"][..],
+        &["cat"][..],
+        &["bench", "--feature", "x:int64", "--data"][..],
+    ] {
+        let out = Command::cargo_bin("tfpipe")
+            .unwrap()
+            .args(command)
+            .arg(&pattern)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{command:?}: {stderr}");
+        assert_eq!(
+            stderr.matches("skipping 2 record index file(s)").count(),
+            1,
+            "{command:?}: {stderr}"
+        );
+    }
+}
+
+/// SIGINT and SIGTERM stop `tfpipe index` between two files with 128 + the
+/// signal; every index it wrote is complete and no temporary file is left
+/// (it had no handler, and a signal left `.NAME.idx.*.tmp` behind).
+#[cfg(unix)]
+#[test]
+fn a_signal_stops_index_between_files_and_leaves_no_temporary() {
+    use std::process::Stdio;
+    for (signal, code) in [("INT", 130), ("TERM", 143)] {
+        let dir = tempfile::tempdir().unwrap();
+        write_files(dir.path(), 400, 40);
+        let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("tfpipe"))
+            .arg("index")
+            .arg(dir.path().join("part-*.tfrecord"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let started = || {
+            std::fs::read_dir(dir.path())
+                .unwrap()
+                .any(|e| e.unwrap().file_name().to_string_lossy().ends_with(".idx"))
+        };
+        let out = crate::common::signal_when_ready(child, signal, "no index written", started);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "SIG{signal}: {stderr}");
+        assert!(
+            stderr.contains(&format!("interrupted by SIG{signal}")),
+            "{stderr}"
+        );
+        for entry in std::fs::read_dir(dir.path()).unwrap() {
+            let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+            assert!(
+                name.ends_with(".tfrecord") || name.ends_with(".tfrecord.idx"),
+                "SIG{signal} left {name}"
+            );
+            if let Some(data) = name.strip_suffix(".idx") {
+                RecordIndex::load(&dir.path().join(data), &dir.path().join(&name))
+                    .expect("every index written is complete");
+            }
+        }
+    }
 }
 
 #[test]
@@ -254,6 +357,25 @@ fn a_global_shuffle_resumes_from_its_state_at_the_next_record() {
         got.extend(rest.map(|r| r.unwrap().to_vec()));
         assert_eq!(got, whole, "cut at {cut}");
     }
+    // A state restored into another file set would re-deliver or skip
+    // records (its count is a place in the old set's order): refused.
+    let mut it = pipeline.start().unwrap();
+    it.by_ref().take(10).for_each(drop);
+    let state = it.state().unwrap();
+    drop(it);
+    let fewer = paths[..2]
+        .iter()
+        .map(|p| (p.clone(), RecordIndex::build(p).unwrap()))
+        .collect();
+    let fewer = IndexedFiles::from_parts(fewer).unwrap();
+    let err = fewer
+        .global_shuffle(3)
+        .read_ahead(8)
+        .pipeline()
+        .start_from(&state)
+        .err()
+        .expect("restoring into other files must fail");
+    assert!(err.to_string().contains("other files"), "{err}");
 }
 
 #[test]

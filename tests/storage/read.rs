@@ -7,12 +7,12 @@ use std::sync::atomic::Ordering;
 use tfpipe::Compression;
 use tfpipe::pipeline::{Pipeline, PipelineError};
 use tfpipe::storage::{self, ReadOptions, StorageError};
-use tfpipe::tfrecord::{ReaderOptions, RecordError};
+use tfpipe::tfrecord::{FileRecordReader, ReaderOptions, RecordError};
 
 use crate::server::{S3Server, records, tfrecord};
 
 fn read_all(url: &str, read: &ReadOptions) -> Result<Vec<Vec<u8>>, RecordError> {
-    let reader = storage::open_records_with(url, ReaderOptions::default(), read)?;
+    let reader = FileRecordReader::open_with(url, ReaderOptions::default(), read)?;
     reader.into_records().collect()
 }
 
@@ -138,7 +138,7 @@ fn a_missing_object_is_named_and_not_found() {
     let server = S3Server::start();
     let bucket = server.bucket("missing");
     let url = format!("{bucket}/nope.tfrecord");
-    let err = storage::open_records(&url, ReaderOptions::default())
+    let err = FileRecordReader::open(&url, ReaderOptions::default())
         .err()
         .unwrap();
     match &err {
@@ -160,7 +160,7 @@ fn a_bad_credential_fails_at_once_naming_the_url() {
     let bucket = server.bucket_at("badcred", &server.endpoint(), "not-the-secret");
     let url = format!("{bucket}/x.tfrecord");
     server.put(&url, tfrecord(&records(0, 3, 10), Compression::None));
-    let err = storage::open_records(&url, ReaderOptions::default())
+    let err = FileRecordReader::open(&url, ReaderOptions::default())
         .err()
         .unwrap();
     let RecordError::Open { error: source, .. } = &err else {

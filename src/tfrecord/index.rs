@@ -23,7 +23,7 @@
 //! first record it misplaces, with the file, record and offset.
 //!
 //! ```
-//! use tfpipe::storage::{IndexedFiles, RecordIndex};
+//! use tfpipe::{IndexedFiles, RecordIndex};
 //! use tfpipe::tfrecord::{Compression, FileRecordWriter};
 //!
 //! let dir = tempfile::tempdir()?;
@@ -36,7 +36,7 @@
 //!
 //! // Build and write `data.tfrecord.idx`, then read record 7 directly.
 //! let index = RecordIndex::build(&path)?;
-//! index.write(&tfpipe::storage::index_path(&path, None))?;
+//! index.write(&tfpipe::index_path(&path, None))?;
 //! let files = IndexedFiles::open([&path], None)?;
 //! assert_eq!(files.len(), 10);
 //! assert_eq!(files.read(files.position(7).unwrap())?, [7u8; 3]);
@@ -49,15 +49,10 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::StorageError;
-use super::resolve::url_str;
+use super::frame::{self, FOOTER_LEN, HEADER_LEN, Header};
+use super::{Compression, FileRecordReader, ReaderOptions, RecordError, RecordReader};
 use crate::error::Location;
-use crate::pipeline::state::{StageState, StageStream, StateError};
-use crate::pipeline::{
-    Env, Event, FileId, Pipeline, PipelineError, Record, RecordPosition, Stream,
-};
-use crate::tfrecord::frame::{self, FOOTER_LEN, HEADER_LEN, Header};
-use crate::tfrecord::{Compression, FileRecordReader, ReaderOptions, RecordError};
+use crate::storage::{self, StorageError};
 
 /// What is wrong with an index, or with a record read through one.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -75,6 +70,9 @@ pub enum IndexProblem {
         expected: u64,
         found: u64,
     },
+    /// An entry ends beyond 2^64 bytes.
+    #[error("entry {record} ends beyond 2^64 bytes")]
+    Overflow { record: u64 },
     /// An entry is smaller than an empty record's 16 bytes.
     #[error("entry {record} has size {size}, less than the 16 bytes of an empty record")]
     TooSmall { record: u64, size: u64 },
@@ -128,6 +126,17 @@ pub enum IndexError {
 }
 
 impl IndexError {
+    /// Whether the error is about the data or its index (a corrupt or
+    /// misplaced record, a malformed or stale index) rather than the system
+    /// (a file that cannot be read): the command line exits 1 for these.
+    pub fn is_data_error(&self) -> bool {
+        match self {
+            IndexError::Invalid { .. } | IndexError::Record { .. } => true,
+            IndexError::Read(e) => e.is_corruption(),
+            _ => false,
+        }
+    }
+
     /// File, record index and byte offset, for errors about a record.
     pub fn location(&self) -> Option<&Location> {
         match self {
@@ -156,8 +165,11 @@ pub fn index_path(data: &Path, dir: Option<&Path>) -> PathBuf {
 }
 
 /// One `(offset, size)` pair per record: where each framed record starts in
-/// an uncompressed TFRecord file and how long it is. See the [storage module
-/// docs](crate::storage) for the format and the checks.
+/// an uncompressed TFRecord file and how long it is, in DALI's `tfrecord2idx`
+/// format. An index is checked against its data file before use (the
+/// entries must tile it exactly), and every record read through it is checked
+/// again (header, length and data CRC), so a stale index is an error, never
+/// trusted.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RecordIndex {
     /// `(offset, framed size)` per record, in file order.
@@ -187,7 +199,7 @@ impl RecordIndex {
 
     /// Indexes the records `reader` yields (framed, uncompressed).
     pub fn from_reader<R: io::Read>(
-        mut reader: crate::tfrecord::RecordReader<R>,
+        mut reader: RecordReader<R>,
     ) -> Result<RecordIndex, IndexError> {
         let mut entries = Vec::new();
         loop {
@@ -235,9 +247,9 @@ impl RecordIndex {
     }
 
     /// Loads the index file `index` describing `data`, and checks it against
-    /// `data`'s size (see the [storage module docs](crate::storage)). Either may be a URL.
+    /// `data`'s size. Either may be a URL.
     pub fn load(data: &Path, index: &Path) -> Result<RecordIndex, IndexError> {
-        let bytes = read_whole(index)?;
+        let bytes = storage::read_whole(index)?;
         let text = String::from_utf8_lossy(&bytes);
         let parsed = RecordIndex::parse(&text, data, index)?;
         let compression = Compression::from_path(data);
@@ -249,7 +261,7 @@ impl RecordIndex {
         if compression != Compression::None {
             return Err(invalid(IndexProblem::Compressed { compression }));
         }
-        let actual = super::size_of(data)?;
+        let actual = storage::size_of(data)?;
         parsed.check_size(actual).map_err(invalid)?;
         Ok(parsed)
     }
@@ -270,14 +282,17 @@ impl RecordIndex {
             if size < (HEADER_LEN + FOOTER_LEN) as u64 {
                 return Err(IndexProblem::TooSmall { record, size });
             }
-            expected = offset.saturating_add(size);
+            expected = offset
+                .checked_add(size)
+                .ok_or(IndexProblem::Overflow { record })?;
         }
         Ok(())
     }
 
     /// The entries end exactly at `actual`, the data file's size.
     pub fn check_size(&self, actual: u64) -> Result<(), IndexProblem> {
-        let indexed = self.entries.last().map_or(0, |&(o, s)| o + s);
+        // Every entry ends before 2^64 (`check_shape`, or a real file's records).
+        let indexed = self.entries.last().map_or(0, |&(o, s)| o.saturating_add(s));
         if indexed != actual {
             return Err(IndexProblem::SizeMismatch { indexed, actual });
         }
@@ -301,7 +316,8 @@ impl RecordIndex {
 
     /// The byte range of the framed record `record`.
     pub fn range(&self, record: u64) -> Option<Range<u64>> {
-        self.get(record).map(|(o, s)| o..o + s)
+        self.get(record)
+            .and_then(|(o, s)| Some(o..o.checked_add(s)?))
     }
 
     /// The entries, `(offset, framed size)` in file order.
@@ -323,63 +339,13 @@ impl RecordIndex {
     /// into place, or a multipart upload for a URL).
     pub fn write(&self, path: &Path) -> Result<(), IndexError> {
         let text = self.to_text();
-        if let Some(url) = url_str(path) {
-            return write_object(url, text.as_bytes());
+        if storage::is_url(path) {
+            storage::PendingObject::upload(&path.to_string_lossy(), text.as_bytes())?.complete()?;
+            return Ok(());
         }
         crate::atomic_file::write(path, text.as_bytes())?;
         Ok(())
     }
-}
-
-#[cfg(feature = "object-store")]
-fn write_object(url: &str, bytes: &[u8]) -> Result<(), IndexError> {
-    use std::io::Write as _;
-    let mut writer = super::ObjectWriter::create(url, &super::ReadOptions::default())?;
-    writer.write_all(bytes).map_err(|error| IndexError::Io {
-        path: PathBuf::from(url),
-        error,
-    })?;
-    writer.finish()?;
-    Ok(())
-}
-
-#[cfg(not(feature = "object-store"))]
-fn write_object(url: &str, _bytes: &[u8]) -> Result<(), IndexError> {
-    Err(StorageError::NotBuilt {
-        url: url.to_string(),
-    }
-    .into())
-}
-
-/// The whole of a (small) file or object.
-fn read_whole(path: &Path) -> Result<Vec<u8>, IndexError> {
-    match url_str(path) {
-        Some(_) => {
-            let size = super::size_of(path)?;
-            let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
-            let mut reader = super::open_object(
-                path.to_str().unwrap_or_default(),
-                &super::ReadOptions::default(),
-            )?;
-            io::Read::read_to_end(&mut reader, &mut bytes).map_err(|error| IndexError::Io {
-                path: path.to_path_buf(),
-                error,
-            })?;
-            Ok(bytes)
-        }
-        None => std::fs::read(path).map_err(|error| IndexError::Io {
-            path: path.to_path_buf(),
-            error,
-        }),
-    }
-}
-
-fn pread_file(file: &std::fs::File, range: Range<u64>) -> io::Result<Vec<u8>> {
-    let len = usize::try_from(range.end - range.start)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "range too large"))?;
-    let mut buf = vec![0u8; len];
-    read_exact_at(file, &mut buf, range.start)?;
-    Ok(buf)
 }
 
 /// Checks a framed record read at an indexed position and returns its data
@@ -439,15 +405,15 @@ impl fmt::Display for RecordId {
 
 struct IndexedFile {
     path: PathBuf,
-    /// The path interned, for the records' source positions.
-    id: FileId,
     index: RecordIndex,
     /// An open handle for local files (positioned reads need no seek).
     local: Option<std::fs::File>,
 }
 
 /// TFRecord files with their indexes: random access by record, exact
-/// sharding by record, and the global shuffle. Cheap to clone.
+/// sharding by record, and (in the pipeline layer) the global shuffle,
+/// [`IndexedFiles::global_shuffle`].
+/// Cheap to clone.
 #[derive(Clone)]
 pub struct IndexedFiles {
     files: Arc<[IndexedFile]>,
@@ -467,7 +433,7 @@ impl fmt::Debug for IndexedFiles {
 
 impl IndexedFiles {
     /// Opens `files` (local paths or URLs, already resolved; see
-    /// [`resolve`](super::resolve)) with their index files: `FILE.idx` beside
+    /// [`resolve`](crate::storage::resolve)) with their index files: `FILE.idx` beside
     /// each, or `DIR/NAME.idx` with `index_dir`. Each index is checked
     /// against its file; a missing index is an error (make them with
     /// `tfpipe index` or [`RecordIndex::build`]).
@@ -493,22 +459,16 @@ impl IndexedFiles {
         for (path, index) in parts {
             starts.push(total);
             total += index.len();
-            let local = match url_str(&path) {
-                Some(_) => None,
-                None => Some(
+            let local = match storage::is_url(&path) {
+                true => None,
+                false => Some(
                     std::fs::File::open(&path).map_err(|error| RecordError::Open {
                         path: path.clone(),
                         error,
                     })?,
                 ),
             };
-            let id = FileId::intern(&path);
-            files.push(IndexedFile {
-                path,
-                id,
-                index,
-                local,
-            });
+            files.push(IndexedFile { path, index, local });
         }
         starts.push(total);
         Ok(IndexedFiles {
@@ -557,6 +517,7 @@ impl IndexedFiles {
         (position.record < file.index.len()).then(|| self.starts[position.file] + position.record)
     }
 
+    /// The file holding `position` and the byte range of its framed record.
     fn locate(&self, position: RecordId) -> Result<(&IndexedFile, Range<u64>), IndexError> {
         let out_of_range = || IndexError::OutOfRange {
             position,
@@ -570,22 +531,77 @@ impl IndexedFiles {
     /// Reads one record's data, checked against the index and its CRCs.
     pub fn read(&self, position: RecordId) -> Result<Vec<u8>, IndexError> {
         let (file, range) = self.locate(position)?;
-        let framed = match &file.local {
-            Some(handle) => pread_file(handle, range.clone()).map_err(|error| RecordError::Io {
-                location: Location {
-                    path: Some(file.path.clone()),
-                    record: position.record,
-                    offset: range.start,
-                },
-                error,
-            })?,
-            None => read_object_range(&file.path, range.clone())?,
+        let mut framed = Vec::new();
+        let data = match file.local {
+            Some(_) => self.read_local(position, &mut framed)?,
+            None => {
+                framed = storage::read_ranges(&file.path, std::slice::from_ref(&range))?
+                    .pop()
+                    .unwrap_or_default();
+                self.check(position, range.start, &framed)?
+            }
         };
-        let data = self.check(position, range.start, &framed)?;
-        Ok(framed[data].to_vec())
+        framed.truncate(data.end);
+        framed.drain(..data.start);
+        Ok(framed)
     }
 
-    fn check(
+    /// Whether the file holding `position` is local (read in place by
+    /// [`read_local`](Self::read_local)) rather than an object.
+    pub(crate) fn is_local(&self, position: RecordId) -> bool {
+        self.files
+            .get(position.file)
+            .is_some_and(|f| f.local.is_some())
+    }
+
+    /// Reads the framed record at `position` of a local file into `buf`
+    /// (resized to it) with one positioned read, checks it against the index
+    /// and its CRCs, and returns the data's range within `buf`. For an object,
+    /// the caller reads the range itself and calls [`check`](Self::check).
+    pub(crate) fn read_local(
+        &self,
+        position: RecordId,
+        buf: &mut Vec<u8>,
+    ) -> Result<Range<usize>, IndexError> {
+        let (file, range) = self.locate(position)?;
+        let location = || Location {
+            path: Some(file.path.clone()),
+            record: position.record,
+            offset: range.start,
+        };
+        let Some(handle) = &file.local else {
+            let error = io::Error::new(io::ErrorKind::Unsupported, "not a local file");
+            return Err(RecordError::Io {
+                location: location(),
+                error,
+            }
+            .into());
+        };
+        let len = usize::try_from(range.end - range.start).map_err(|_| IndexError::Record {
+            location: location(),
+            problem: IndexProblem::RecordMismatch {
+                reason: "the indexed size does not fit in memory".into(),
+            },
+        })?;
+        buf.clear();
+        buf.resize(len, 0);
+        storage::read_exact_at(handle, buf, range.start).map_err(|error| RecordError::Io {
+            location: location(),
+            error,
+        })?;
+        self.check(position, range.start, buf)
+    }
+
+    /// The byte range of the framed record at `position`, and the path of its file.
+    pub(crate) fn framed_range(
+        &self,
+        position: RecordId,
+    ) -> Result<(&Path, Range<u64>), IndexError> {
+        self.locate(position).map(|(f, r)| (f.path.as_path(), r))
+    }
+
+    /// Checks a framed record read at `offset` for `position`; the data's range in it.
+    pub(crate) fn check(
         &self,
         position: RecordId,
         offset: u64,
@@ -616,435 +632,12 @@ impl IndexedFiles {
                 .collect(),
         )
     }
-
-    /// Reads `positions` in the order given, as a pipeline of records, with
-    /// `read_ahead` reads in flight (ranged GETs for objects; local files are
-    /// read in place with positioned reads).
-    pub fn records(&self, positions: Vec<RecordId>, read_ahead: usize) -> Pipeline<Record> {
-        let files = self.clone();
-        let positions: Arc<[RecordId]> = positions.into();
-        Pipeline::from_build(move |env: &Env| {
-            let counters = env.stage(0, "indexed");
-            Box::new(PositionStream::new(
-                files.clone(),
-                Order::Fixed(Arc::clone(&positions)),
-                read_ahead,
-                counters,
-                env,
-                "indexed",
-            )) as Stream<Record>
-        })
-    }
-
-    /// The global shuffle: every epoch, a full random permutation of all
-    /// records across all files (drawn from `seed` and the epoch number),
-    /// read by random access with no shuffle buffer. See [`GlobalShuffle`].
-    pub fn global_shuffle(&self, seed: u64) -> GlobalShuffle {
-        GlobalShuffle {
-            files: self.clone(),
-            seed,
-            shard: None,
-            read_ahead: 64,
-        }
-    }
-
-    pub(crate) fn start_read(&self, position: RecordId) -> Result<InFlight, IndexError> {
-        let (file, range) = self.locate(position)?;
-        Ok(match &file.local {
-            Some(handle) => {
-                // Read the framed record straight into a recycled buffer.
-                let mut record = Record::new();
-                let buf = record.buffer_mut();
-                buf.clear();
-                buf.resize((range.end - range.start) as usize, 0);
-                let read = read_exact_at(handle, buf, range.start).map_err(|error| {
-                    IndexError::from(RecordError::Io {
-                        location: Location {
-                            path: Some(file.path.clone()),
-                            record: position.record,
-                            offset: range.start,
-                        },
-                        error,
-                    })
-                });
-                InFlight::Ready(position, range.start, read.map(|()| record))
-            }
-            None => start_object_read(&file.path, position, range)?,
-        })
-    }
-}
-
-/// A record read that may still be on its way.
-pub(crate) enum InFlight {
-    /// The framed record, read (locally).
-    Ready(RecordId, u64, Result<Record, IndexError>),
-    #[cfg(feature = "object-store")]
-    Remote(
-        RecordId,
-        u64,
-        super::object::Pending<Result<bytes::Bytes, StorageError>>,
-    ),
-}
-
-impl InFlight {
-    /// Waits for the read, checks the frame, and returns the record's data.
-    fn finish(self, files: &IndexedFiles) -> Result<Record, IndexError> {
-        let (id, offset) = match &self {
-            InFlight::Ready(id, offset, _) => (*id, *offset),
-            #[cfg(feature = "object-store")]
-            InFlight::Remote(id, offset, _) => (*id, *offset),
-        };
-        let record = self.finish_data(files)?;
-        let file = files.files[id.file].id;
-        Ok(record.with_position(RecordPosition::in_file(file, id.record, offset)))
-    }
-
-    fn finish_data(self, files: &IndexedFiles) -> Result<Record, IndexError> {
-        match self {
-            InFlight::Ready(position, offset, framed) => {
-                let mut record = framed?;
-                let data = files.check(position, offset, &record)?;
-                let buf = record.buffer_mut();
-                buf.truncate(data.end);
-                buf.drain(..data.start);
-                Ok(record)
-            }
-            #[cfg(feature = "object-store")]
-            InFlight::Remote(position, offset, pending) => {
-                let framed = pending.wait().and_then(|r| r)?;
-                let data = files.check(position, offset, &framed)?;
-                let mut record = Record::new();
-                record.buffer_mut().clear();
-                record.buffer_mut().extend_from_slice(&framed[data]);
-                Ok(record)
-            }
-        }
-    }
-}
-
-fn read_exact_at(file: &std::fs::File, buf: &mut [u8], offset: u64) -> io::Result<()> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::FileExt;
-        file.read_exact_at(buf, offset)
-    }
-    #[cfg(not(unix))]
-    {
-        use std::io::{Read, Seek, SeekFrom};
-        let mut file = file;
-        file.seek(SeekFrom::Start(offset))?;
-        file.read_exact(buf)
-    }
-}
-
-#[cfg(feature = "object-store")]
-fn read_object_range(path: &Path, range: Range<u64>) -> Result<Vec<u8>, IndexError> {
-    let url = path.to_str().unwrap_or_default();
-    let mut parts = super::object::read_ranges(url, &[range], &super::ReadOptions::default())?;
-    Ok(parts.pop().map(|b| b.to_vec()).unwrap_or_default())
-}
-
-#[cfg(not(feature = "object-store"))]
-fn read_object_range(path: &Path, _range: Range<u64>) -> Result<Vec<u8>, IndexError> {
-    Err(StorageError::NotBuilt {
-        url: path.display().to_string(),
-    }
-    .into())
-}
-
-#[cfg(feature = "object-store")]
-fn start_object_read(
-    path: &Path,
-    position: RecordId,
-    range: Range<u64>,
-) -> Result<InFlight, IndexError> {
-    // One RangeReader per file would be cheaper; the store lookup is a hash
-    // probe, small next to a GET.
-    let url = path.to_str().unwrap_or_default();
-    let reader = super::object::RangeReader::new(url, super::ReadOptions::default())?;
-    let offset = range.start;
-    Ok(InFlight::Remote(position, offset, reader.start(range)))
-}
-
-#[cfg(not(feature = "object-store"))]
-fn start_object_read(
-    path: &Path,
-    _position: RecordId,
-    _range: Range<u64>,
-) -> Result<InFlight, IndexError> {
-    Err(StorageError::NotBuilt {
-        url: path.display().to_string(),
-    }
-    .into())
-}
-
-/// A global-shuffle source: each epoch reads every record (or this shard's
-/// share) once, in a uniformly random order across all files, by random
-/// access through the index (the Grain / ArrayRecord way). Memory is one
-/// permutation (8 bytes per record) and the reads in flight, not a buffer of
-/// records.
-///
-/// ```
-/// use tfpipe::storage::{IndexedFiles, RecordIndex};
-/// use tfpipe::tfrecord::{Compression, FileRecordWriter};
-///
-/// let dir = tempfile::tempdir()?;
-/// let mut parts = Vec::new();
-/// for f in 0..3u8 {
-///     let path = dir.path().join(format!("part-{f}.tfrecord"));
-///     let mut writer = FileRecordWriter::create(&path, Compression::None)?;
-///     for r in 0..5u8 {
-///         writer.write_record(&[f, r])?;
-///     }
-///     writer.finish()?;
-///     parts.push((path.clone(), RecordIndex::build(&path)?));
-/// }
-/// let files = IndexedFiles::from_parts(parts)?;
-/// let records: Vec<Vec<u8>> = files
-///     .global_shuffle(7)
-///     .pipeline()
-///     .start()?
-///     .map(|r| r.map(|r| r.to_vec()))
-///     .collect::<Result<_, _>>()?;
-/// assert_eq!(records.len(), 15);
-/// let mut sorted = records.clone();
-/// sorted.sort();
-/// assert_ne!(records, sorted); // shuffled across files...
-/// assert_eq!(sorted[0], [0, 0]); // ...and every record is there once
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-#[derive(Clone, Debug)]
-pub struct GlobalShuffle {
-    files: IndexedFiles,
-    seed: u64,
-    shard: Option<(u64, u64)>,
-    read_ahead: usize,
-}
-
-impl GlobalShuffle {
-    /// Keeps shard `index` of `num_shards` of each epoch's permutation
-    /// (positions `index`, `index + num_shards`, ... of it): the shards are
-    /// disjoint and together read every record once per epoch. Needs
-    /// `index < num_shards` (else [`Pipeline::start`] fails).
-    pub fn shard(mut self, num_shards: u64, index: u64) -> GlobalShuffle {
-        self.shard = Some((num_shards, index));
-        self
-    }
-
-    /// Reads in flight at once. Matters for object storage, where each record
-    /// is a ranged GET; local files are read in place. By default 64.
-    pub fn read_ahead(mut self, reads: usize) -> GlobalShuffle {
-        self.read_ahead = reads.max(1);
-        self
-    }
-
-    /// The permutation of global record numbers for `epoch` (this shard's part).
-    pub fn order(&self, epoch: u64) -> Vec<u64> {
-        permutation(self.files.len(), self.seed, epoch, self.shard)
-    }
-
-    /// The records as a pipeline; under [`Pipeline::repeat`] each epoch draws
-    /// a new permutation.
-    pub fn pipeline(&self) -> Pipeline<Record> {
-        let bad = matches!(self.shard, Some((n, i)) if n == 0 || i >= n);
-        let shard = self.shard;
-        let this = self.clone();
-        Pipeline::from_build(move |env: &Env| {
-            let counters = env.stage(0, "global_shuffle");
-            let order = permutation(this.files.len(), this.seed, env.epoch, this.shard);
-            Box::new(PositionStream::new(
-                this.files.clone(),
-                Order::Global(order.into()),
-                this.read_ahead,
-                counters,
-                env,
-                "global_shuffle",
-            )) as Stream<Record>
-        })
-        .invalid_if(bad, move || {
-            let (n, i) = shard.unwrap_or_default();
-            format!("global_shuffle shard({n}, {i}): needs num_shards > 0 and index < num_shards")
-        })
-    }
-}
-
-/// A Fisher-Yates permutation of `0..len` from `(seed, epoch)`, then the
-/// shard's share of it.
-fn permutation(len: u64, seed: u64, epoch: u64, shard: Option<(u64, u64)>) -> Vec<u64> {
-    let mut order: Vec<u64> = (0..len).collect();
-    let mut rng = SplitMix64(seed ^ epoch.wrapping_mul(0xA076_1D64_78BD_642F));
-    for i in (1..order.len()).rev() {
-        let j = rng.below(i as u64 + 1) as usize;
-        order.swap(i, j);
-    }
-    match shard {
-        Some((n, i)) if n > 0 && i < n => order
-            .into_iter()
-            .skip(usize::try_from(i).unwrap_or(usize::MAX))
-            .step_by(usize::try_from(n).unwrap_or(usize::MAX))
-            .collect(),
-        _ => order,
-    }
-}
-
-/// SplitMix64 (Steele, Lea and Flood, OOPSLA 2014), as in `shuffle`.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (Lemire's multiply-shift).
-    fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
-    }
-}
-
-enum Order {
-    Fixed(Arc<[RecordId]>),
-    Global(Arc<[u64]>),
-}
-
-/// Reads records by position, `read_ahead` in flight.
-///
-/// Its state is the number of records emitted: the order is fixed by the
-/// positions given or by `(seed, epoch)`, so a restore starts reading at
-/// that place in the order (no record is read twice or skipped).
-struct PositionStream {
-    files: IndexedFiles,
-    order: Order,
-    /// The next place in `order` to start a read for.
-    next: usize,
-    /// Records (and errors) returned so far, counting those before a restore.
-    emitted: u64,
-    stage: &'static str,
-    read_ahead: usize,
-    in_flight: std::collections::VecDeque<InFlight>,
-    counters: Arc<crate::metrics::StageCounters>,
-    env: Env,
-    done: bool,
-}
-
-impl PositionStream {
-    fn new(
-        files: IndexedFiles,
-        order: Order,
-        read_ahead: usize,
-        counters: Arc<crate::metrics::StageCounters>,
-        env: &Env,
-        stage: &'static str,
-    ) -> PositionStream {
-        let emitted = match env.resume_state().map(|s| s.data::<Emitted>(stage)) {
-            Some(Ok(e)) => e.emitted,
-            Some(Err(error)) => {
-                env.restore_failed(error);
-                0
-            }
-            None => 0,
-        };
-        PositionStream {
-            files,
-            order,
-            next: usize::try_from(emitted).unwrap_or(usize::MAX),
-            emitted,
-            stage,
-            read_ahead: read_ahead.max(1),
-            in_flight: std::collections::VecDeque::new(),
-            counters,
-            env: env.clone(),
-            done: false,
-        }
-    }
-
-    fn position_at(&self, i: usize) -> Option<RecordId> {
-        match &self.order {
-            Order::Fixed(p) => p.get(i).copied(),
-            Order::Global(g) => g.get(i).and_then(|&g| self.files.position(g)),
-        }
-    }
-
-    fn len(&self) -> usize {
-        match &self.order {
-            Order::Fixed(p) => p.len(),
-            Order::Global(g) => g.len(),
-        }
-    }
-
-    fn error(&self, error: IndexError) -> Event<Record> {
-        self.counters.add_error();
-        Event::Item(Err(PipelineError::Index {
-            stage: self.counters.name().to_string(),
-            error,
-        }))
-    }
-}
-
-impl Iterator for PositionStream {
-    type Item = Event<Record>;
-
-    fn next(&mut self) -> Option<Event<Record>> {
-        if self.done || self.env.cancelled() {
-            return None;
-        }
-        let start = std::time::Instant::now();
-        while self.in_flight.len() < self.read_ahead && self.next < self.len() {
-            let Some(position) = self.position_at(self.next) else {
-                break;
-            };
-            self.next += 1;
-            match self.files.start_read(position) {
-                Ok(read) => self.in_flight.push_back(read),
-                Err(e) => {
-                    self.done = true;
-                    self.emitted += 1;
-                    return Some(self.error(e));
-                }
-            }
-        }
-        let Some(read) = self.in_flight.pop_front() else {
-            self.done = true;
-            return None;
-        };
-        self.emitted += 1;
-        let out = match read.finish(&self.files) {
-            Ok(record) => {
-                self.counters
-                    .add_in(1, (record.len() + HEADER_LEN + FOOTER_LEN) as u64);
-                self.counters.add_out(1, record.len() as u64);
-                Event::Item(Ok(record))
-            }
-            Err(e) => self.error(e),
-        };
-        self.counters.add_busy(start.elapsed());
-        Some(out)
-    }
-}
-
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Emitted {
-    emitted: u64,
-}
-
-impl StageStream<Record> for PositionStream {
-    fn save(&self) -> Result<StageState, StateError> {
-        Ok(StageState::new(
-            self.stage,
-            serde_json::json!(Emitted {
-                emitted: self.emitted
-            }),
-        ))
-    }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::RecordWriter;
     use super::*;
-    use crate::tfrecord::RecordWriter;
 
     fn framed(records: &[&[u8]]) -> Vec<u8> {
         let mut writer = RecordWriter::new(Vec::new(), Compression::None);
@@ -1057,7 +650,7 @@ mod tests {
     #[test]
     fn index_of_a_stream_tiles_it() {
         let bytes = framed(&[b"a", b"", b"hello"]);
-        let reader = crate::tfrecord::RecordReader::new(&bytes[..], ReaderOptions::default());
+        let reader = RecordReader::new(&bytes[..], ReaderOptions::default());
         let index = RecordIndex::from_reader(reader).unwrap();
         assert_eq!(index.entries(), &[(0, 17), (17, 16), (33, 21)]);
         assert_eq!(index.to_text(), "0 17\n17 16\n33 21\n");
@@ -1078,6 +671,10 @@ mod tests {
         );
         let err = RecordIndex::parse("0 3\n", p, p).unwrap_err();
         assert!(err.to_string().contains("less than the 16 bytes"), "{err}");
+        // Entries that overflow 64 bits used to pass and then panic on read.
+        let err = RecordIndex::parse("0 18446744073709551615\n18446744073709551615 17\n", p, p)
+            .unwrap_err();
+        assert!(err.to_string().contains("beyond 2^64"), "{err}");
         let index = RecordIndex::parse("0 17\n17 16\n", p, p).unwrap();
         let problem = index.check_size(40).unwrap_err();
         assert_eq!(
@@ -1102,19 +699,5 @@ mod tests {
         corrupt[13] ^= 1;
         let err = check_framed(&corrupt).unwrap_err();
         assert!(err.to_string().contains("data CRC"), "{err}");
-    }
-
-    #[test]
-    fn permutations_cover_every_record_and_shards_partition_them() {
-        let full = permutation(1000, 3, 0, None);
-        let mut sorted = full.clone();
-        sorted.sort_unstable();
-        assert_eq!(sorted, (0..1000).collect::<Vec<_>>());
-        assert_ne!(full, permutation(1000, 3, 1, None), "epochs reshuffle");
-        let mut union: Vec<u64> = (0..3)
-            .flat_map(|i| permutation(1000, 3, 0, Some((3, i))))
-            .collect();
-        union.sort_unstable();
-        assert_eq!(union, sorted);
     }
 }

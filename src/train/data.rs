@@ -1,0 +1,373 @@
+//! [`TrainData`]: the standard input pipeline of a training run, opened for
+//! the run, per epoch, for validation, or at the position a checkpoint
+//! recorded.
+//!
+//! Invariants: one seed schedule per run. The run's pipeline shuffles with
+//! the run's seed inside one `repeat` (the shuffle reseeds itself each epoch
+//! with [`epoch_seed`]), and a single pass opened for epoch `e` shuffles with
+//! `epoch_seed(seed, e)` and no reshuffle, so both give epoch `e` the same
+//! order: a run resumed without a pipeline position reads what the
+//! uninterrupted run would have read. Only the read and shuffle stages
+//! restart at an epoch marker; the parse workers and prefetch run on.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::pipeline::{Parallelism, Pipeline, Rank, Record, Remainder, ShuffleOptions};
+use crate::rng::epoch_seed;
+use crate::tfrecord::ReaderOptions;
+use crate::{Batch, Schema};
+
+use super::prefetch::{BatchStream, BoxError};
+use super::trainer::resume_pipeline;
+
+/// The files, schema and batching of a training run: read (files
+/// interleaved 4 at a time, 16 records each), shuffle, batch, parse per
+/// batch, prefetch 2.
+///
+/// The command line, the demo and the Keras comparison's `bench-train` all
+/// train through it, and so can any program:
+///
+/// ```no_run
+/// use tfpipe::Schema;
+/// use tfpipe::train::TrainData;
+///
+/// let schema = Schema::from_feature_texts(&["image_raw:uint8:784", "label:int64"])?;
+/// let data = TrainData::new(["data/train-*.tfrecord"], schema, 256)
+///     .shuffle_buffer(10_000)
+///     .seed(7);
+/// let validation = data.validation(["data/test-*.tfrecord"]);
+/// // `trainer.fit(data.opener(None), Some(&mut || validation.open(0)))`
+/// let mut epoch0 = data.open(0)?;
+/// while let Some(batch) = epoch0.next_batch() {
+///     let _rows = batch?.num_rows;
+/// }
+/// # Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct TrainData {
+    /// Paths, globs or URLs of the TFRecord files.
+    pub files: Vec<String>,
+    /// How to read them. By default compression from each file's name.
+    pub reader: ReaderOptions,
+    /// What to parse (the model's inputs and the label).
+    pub schema: Schema,
+    /// Records per batch.
+    pub batch_size: usize,
+    /// The shuffle buffer in records; 0 reads in file order. By default 10,000.
+    pub shuffle_buffer: usize,
+    /// The run's seed. By default 0.
+    pub seed: u64,
+    /// Parse workers. By default [`Parallelism::Auto`].
+    pub parallelism: Parallelism,
+    /// This process's share of the files under a launcher; `None` reads
+    /// them all. By default `None`.
+    pub rank: Option<Rank>,
+}
+
+impl TrainData {
+    /// `files` parsed with `schema` into batches of `batch_size`, with the
+    /// defaults the fields list.
+    pub fn new<S: Into<String>>(
+        files: impl IntoIterator<Item = S>,
+        schema: Schema,
+        batch_size: usize,
+    ) -> TrainData {
+        TrainData {
+            files: files.into_iter().map(Into::into).collect(),
+            reader: ReaderOptions::default(),
+            schema,
+            batch_size,
+            shuffle_buffer: 10_000,
+            seed: 0,
+            parallelism: Parallelism::Auto,
+            rank: None,
+        }
+    }
+
+    /// Sets the shuffle buffer (0: file order).
+    pub fn shuffle_buffer(mut self, records: usize) -> TrainData {
+        self.shuffle_buffer = records;
+        self
+    }
+
+    /// Sets the run's seed.
+    pub fn seed(mut self, seed: u64) -> TrainData {
+        self.seed = seed;
+        self
+    }
+
+    /// Sets the parse workers.
+    pub fn parallelism(mut self, parallelism: Parallelism) -> TrainData {
+        self.parallelism = parallelism;
+        self
+    }
+
+    /// Sets the reader options (compression, CRC checks, corruption policy).
+    pub fn reader(mut self, reader: ReaderOptions) -> TrainData {
+        self.reader = reader;
+        self
+    }
+
+    /// Reads only `rank`'s share of the files (equal on every rank).
+    pub fn rank(mut self, rank: Option<Rank>) -> TrainData {
+        self.rank = rank;
+        self
+    }
+
+    /// Validation data read like this data, but from `files`, in file order
+    /// (no shuffle) and whole on every rank (so every rank reports the same
+    /// numbers).
+    pub fn validation<S: Into<String>>(&self, files: impl IntoIterator<Item = S>) -> TrainData {
+        TrainData {
+            files: files.into_iter().map(Into::into).collect(),
+            shuffle_buffer: 0,
+            rank: None,
+            ..self.clone()
+        }
+    }
+
+    /// The records, shuffled or not.
+    fn records(
+        &self,
+        shuffle_seed: u64,
+        reshuffle_each_epoch: bool,
+    ) -> Result<Pipeline<Record>, BoxError> {
+        let mut files = Pipeline::tfrecord_files(&self.files)?.reader_options(self.reader.clone());
+        if let Some(rank) = self.rank {
+            files = files.rank(rank, Remainder::Drop)?;
+        }
+        Ok(if self.shuffle_buffer > 0 {
+            files.interleave(4, 16).shuffle_with(ShuffleOptions {
+                buffer_size: self.shuffle_buffer,
+                seed: shuffle_seed,
+                reshuffle_each_epoch,
+                early_start: false,
+            })
+        } else {
+            files.records()
+        })
+    }
+
+    fn batches(&self, records: Pipeline<Record>) -> Pipeline<Batch> {
+        records
+            .batch(self.batch_size)
+            .parse_batches(self.schema.clone(), self.parallelism)
+            .prefetch(2)
+    }
+
+    /// The whole run's pipeline: read, shuffle with the run's seed, `repeat`
+    /// forever (an epoch marker ends each pass), batch (never across an
+    /// epoch), parse per batch, prefetch.
+    pub fn run_pipeline(&self) -> Result<Pipeline<Batch>, BoxError> {
+        let records = self.records(self.seed, true)?.repeat(None);
+        Ok(self.batches(records))
+    }
+
+    /// The whole run from its start.
+    pub fn open_run(&self) -> Result<Box<dyn BatchStream>, BoxError> {
+        Ok(Box::new(self.run_pipeline()?.start()?))
+    }
+
+    /// One pass over the data, in the order the whole run's pipeline gives
+    /// epoch `epoch`: validation data (epoch 0, unshuffled), and each epoch
+    /// of a run resumed without a pipeline position.
+    pub fn open(&self, epoch: u64) -> Result<Box<dyn BatchStream>, BoxError> {
+        let records = self.records(epoch_seed(self.seed, epoch), false)?;
+        Ok(Box::new(self.batches(records).start()?))
+    }
+
+    /// What [`Trainer::fit`](super::Trainer::fit) calls to open each epoch's
+    /// data: the whole run's pipeline from its start, or from `position`,
+    /// the pipeline position a resumed checkpoint recorded (the next batch
+    /// the interrupted run would have trained on). A checkpoint without one
+    /// resumes at the start of its epoch, with one pass per epoch
+    /// ([`open`](Self::open)).
+    pub fn opener(
+        &self,
+        position: Option<serde_json::Value>,
+    ) -> impl FnMut(u64) -> Result<Box<dyn BatchStream>, BoxError> + use<> {
+        let data = self.clone();
+        let mut resume_at = position;
+        move |epoch: u64| {
+            if let Some(saved) = resume_at.take() {
+                let pipeline = data.run_pipeline()?;
+                return resume_pipeline(&pipeline, &saved).map_err(|e| {
+                    format!("{e} (resume with the data options the checkpoint was trained with)")
+                        .into()
+                });
+            }
+            if epoch == 0 {
+                data.open_run()
+            } else {
+                data.open(epoch)
+            }
+        }
+    }
+}
+
+impl TrainData {
+    /// What the pipeline's shape depends on, for a checkpoint to record: a
+    /// resume is exact only with the same batch size, shuffle buffer, seed,
+    /// ranks and files (see [`DataFingerprint::differences`]). Resolves the
+    /// files and reads a small sample of each local one.
+    pub fn fingerprint(&self) -> Result<DataFingerprint, BoxError> {
+        let files = crate::storage::resolve(&self.files)?
+            .iter()
+            .map(|path| FileFingerprint::of(path))
+            .collect::<Result<_, _>>()?;
+        Ok(DataFingerprint {
+            batch_size: self.batch_size,
+            shuffle_buffer: self.shuffle_buffer,
+            seed: self.seed,
+            rank: self.rank.map(|r| (r.rank(), r.world_size())),
+            files,
+        })
+    }
+}
+
+/// What a training pipeline's order depends on, recorded in checkpoints so
+/// that a resume with other data options is refused rather than training a
+/// truncated or repeated epoch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataFingerprint {
+    /// Records per batch.
+    pub batch_size: usize,
+    /// The shuffle buffer in records.
+    pub shuffle_buffer: usize,
+    /// The run's seed.
+    pub seed: u64,
+    /// `(rank, world_size)` under a launcher.
+    pub rank: Option<(usize, usize)>,
+    /// Every file, in reading order.
+    pub files: Vec<FileFingerprint>,
+}
+
+/// One data file as a checkpoint saw it: its path, size and, for a local
+/// file, a hash of its first and last 4 KiB (cheap, and different for any
+/// other shard of the same size). Objects are known by path and size alone
+/// (reading them would cost two requests each).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileFingerprint {
+    /// The path or URL.
+    pub path: String,
+    /// The size in bytes.
+    pub size: u64,
+    /// SHA-256 (hex) of the first and last 4 KiB, for a local file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample: Option<String>,
+}
+
+/// Bytes hashed at each end of a local file.
+const SAMPLE_BYTES: u64 = 4096;
+
+impl FileFingerprint {
+    fn of(path: &Path) -> Result<FileFingerprint, BoxError> {
+        let size = crate::storage::size_of(path)?;
+        let sample = if crate::storage::is_url(path) {
+            None
+        } else {
+            let head = 0..size.min(SAMPLE_BYTES);
+            let tail = size.saturating_sub(SAMPLE_BYTES)..size;
+            let mut hash = Sha256::new();
+            for part in crate::storage::read_ranges(path, &[head, tail])? {
+                hash.update(&part);
+            }
+            Some(hash.finalize().iter().map(|b| format!("{b:02x}")).collect())
+        };
+        Ok(FileFingerprint {
+            path: path.to_string_lossy().into_owned(),
+            size,
+            sample,
+        })
+    }
+}
+
+impl DataFingerprint {
+    /// How `now` differs from this recorded fingerprint, one line per
+    /// difference (empty: the same data, read the same way).
+    ///
+    /// ```
+    /// use tfpipe::train::DataFingerprint;
+    /// let then = DataFingerprint { batch_size: 64, shuffle_buffer: 10_000, seed: 0, rank: None, files: vec![] };
+    /// let now = DataFingerprint { batch_size: 32, ..then.clone() };
+    /// assert_eq!(then.differences(&now), ["batch size 64, now 32"]);
+    /// ```
+    pub fn differences(&self, now: &DataFingerprint) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut differ = |what: &str, then: String, now: String| {
+            if then != now {
+                out.push(format!("{what} {then}, now {now}"));
+            }
+        };
+        differ(
+            "batch size",
+            self.batch_size.to_string(),
+            now.batch_size.to_string(),
+        );
+        differ(
+            "shuffle buffer",
+            self.shuffle_buffer.to_string(),
+            now.shuffle_buffer.to_string(),
+        );
+        differ("seed", self.seed.to_string(), now.seed.to_string());
+        let rank = |r: Option<(usize, usize)>| match r {
+            Some((r, w)) => format!("rank {r} of {w}"),
+            None => "no ranks".to_string(),
+        };
+        differ("ranks:", rank(self.rank), rank(now.rank));
+        let paths = |f: &[FileFingerprint]| f.iter().map(|f| f.path.clone()).collect::<Vec<_>>();
+        if paths(&self.files) != paths(&now.files) {
+            out.push(format!(
+                "files: {} then, {} now ({})",
+                self.files.len(),
+                now.files.len(),
+                list_change(&paths(&self.files), &paths(&now.files))
+            ));
+            return out;
+        }
+        for (then, now) in self.files.iter().zip(&now.files) {
+            if then.size != now.size {
+                out.push(format!(
+                    "{}: {} bytes, now {}",
+                    then.path, then.size, now.size
+                ));
+            } else if then.sample.is_some() && now.sample.is_some() && then.sample != now.sample {
+                out.push(format!("{}: its content changed (same size)", then.path));
+            }
+        }
+        out
+    }
+
+    /// Whether the only difference from `now` is the batch size: a resume
+    /// that may be forced, at the cost of exactness.
+    pub fn only_batch_size_differs(&self, now: &DataFingerprint) -> bool {
+        self.batch_size != now.batch_size
+            && DataFingerprint {
+                batch_size: now.batch_size,
+                ..self.clone()
+            }
+            .differences(now)
+            .is_empty()
+    }
+}
+
+/// `+added, -removed` (the first of each), or `reordered`.
+fn list_change(then: &[String], now: &[String]) -> String {
+    let added: Vec<&String> = now.iter().filter(|p| !then.contains(p)).collect();
+    let removed: Vec<&String> = then.iter().filter(|p| !now.contains(p)).collect();
+    let mut parts = Vec::new();
+    if let Some(first) = added.first() {
+        parts.push(format!("{} added, first {first}", added.len()));
+    }
+    if let Some(first) = removed.first() {
+        parts.push(format!("{} removed, first {first}", removed.len()));
+    }
+    if parts.is_empty() {
+        "the same files in another order".to_string()
+    } else {
+        parts.join("; ")
+    }
+}
