@@ -13,9 +13,9 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 use tfpipe::example::proto::{
     BytesList, Example, Feature, Features, FloatList, Int64List, feature,
 };
-use tfpipe::storage::{IndexError, RecordIndex, index_path};
 use tfpipe::tfrecord::{Compression, FileRecordWriter};
 use tfpipe::{BatchParser, RecordError};
+use tfpipe::{IndexError, RecordIndex, index_path};
 
 use crate::convert::batch_dict;
 use crate::errors::data_error;
