@@ -8,6 +8,8 @@ const PROTOS: &[&str] = &[
     "proto/example.proto",
     "proto/summary.proto",
     "proto/event.proto",
+    "proto/tensor.proto",
+    "proto/prediction_log.proto",
 ];
 
 fn main() -> Result<(), Box<dyn Error>> {

@@ -76,8 +76,10 @@
 //!
 //! - `train` (default): the [`train`] module, the candle training loop,
 //!   checkpoints and prediction.
-//! - `cli` (default, implies `train`): the `tfpipe` command and what only it
-//!   needs (clap, indicatif, signal handling).
+//! - `cli` (default, implies `train` and `serve`): the `tfpipe` command and
+//!   what only it needs (clap, indicatif, signal handling).
+//! - `serve` (default through `cli`, implies `train`): the [`serve`] module,
+//!   the model server behind `tfpipe serve`.
 //! - `cuda`: train and predict on NVIDIA GPUs through candle's CUDA backend.
 //! - `object-store` (default): reading and writing `s3://`, `gs://`, `az://`
 //!   and `http(s)://` URLs through the `object_store` crate.
@@ -100,6 +102,8 @@ pub mod fuzzing;
 pub mod metrics;
 pub mod pipeline;
 mod rng;
+#[cfg(feature = "serve")]
+pub mod serve;
 pub mod spawn;
 pub mod storage;
 pub mod tfrecord;

@@ -853,6 +853,58 @@ fn cli_trains_on_a_converted_csv_with_nothing_else() {
         stderr.contains("label \"species\" = 2 is outside 0..2") && stderr.contains("--classes"),
         "{stderr}"
     );
+    // An integer target may be a quantity: the hint names regression too.
+    assert!(stderr.contains("--task regression"), "{stderr}");
+}
+
+/// A label missing from a record is an error naming its file and record,
+/// never a 0: `cars.json` has 8 records without `Miles_per_Gallon`, which the
+/// conversion gave a default (it was not the label then).
+#[test]
+fn a_missing_label_is_an_error_naming_file_and_record_not_a_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = assert_cmd::Command::cargo_bin("tfpipe")
+        .unwrap()
+        .args([
+            "convert",
+            "json",
+            "testdata/tabular/cars.json",
+            "--shards",
+            "1",
+            "-o",
+        ])
+        .arg(dir.path().join("cars"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = assert_cmd::Command::cargo_bin("tfpipe")
+        .unwrap()
+        .arg("train")
+        .arg("--schema")
+        .arg(dir.path().join("cars.features.json"))
+        .arg("--data")
+        .arg(dir.path().join("cars-00000-of-00001.tfrecord"))
+        .args([
+            "--label",
+            "Miles_per_Gallon",
+            "--task",
+            "regression",
+            "--epochs",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cars-00000-of-00001.tfrecord: record "),
+        "{stderr}"
+    );
+    assert!(stderr.contains("Miles_per_Gallon"), "{stderr}");
 }
 
 #[test]

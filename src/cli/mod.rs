@@ -24,6 +24,7 @@ mod inspect;
 pub mod interrupt;
 mod predict;
 mod rank;
+mod serve;
 mod train;
 
 /// A fast, honest streaming dataset engine for TFRecord files.
@@ -53,6 +54,8 @@ enum Command {
     Train(Box<train::Args>),
     /// Load a checkpoint and predict, reporting latency.
     Predict(predict::Args),
+    /// Serve checkpoints over TF Serving's REST API and KServe v2, warm.
+    Serve(Box<serve::Args>),
     /// The end-to-end demo on the bundled MNIST sample (the default).
     Demo(demo::Args),
     /// Write a record index (FILE.idx, DALI's format) for each TFRecord file.
@@ -235,6 +238,7 @@ pub fn main() -> ExitCode {
         Some(Command::BenchTrain(args)) => bench_train::run(args),
         Some(Command::Train(args)) => train::run(*args),
         Some(Command::Predict(args)) => predict::run(args),
+        Some(Command::Serve(args)) => serve::run(*args),
         Some(Command::Demo(args)) => demo::run(args),
         Some(Command::Index(args)) => index::run(args),
         None => demo::run(demo::Args::default()),

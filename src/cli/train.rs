@@ -122,6 +122,11 @@ pub struct Args {
     /// Save a checkpoint (a directory) here at the end, and on Ctrl-C.
     #[arg(long)]
     pub save: Option<PathBuf>,
+    /// Save the checkpoint as the next numbered version of this base
+    /// directory (DIR/1, DIR/2, ...), which `tfpipe serve --model NAME=DIR`
+    /// polls and serves warm.
+    #[arg(long, conflicts_with = "save")]
+    pub save_versions: Option<PathBuf>,
     /// With --save: also save every this many epochs.
     #[arg(long, requires = "save")]
     pub checkpoint_every: Option<u64>,
@@ -179,6 +184,11 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
             ("--resume", &mut args.resume),
         ],
     )?;
+    if let Some(base) = &args.save_versions {
+        let dir = tfpipe::serve::next_version_dir(base)
+            .with_context(|| format!("--save-versions {}", base.display()))?;
+        args.save = Some(dir);
+    }
     check_output_dir(args.save.as_deref(), "--save")?;
     check_output_dir(args.logdir.as_deref(), "--logdir")?;
     check_output_file(args.report_json.as_deref(), "--report-json")?;
@@ -276,7 +286,24 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
     let resumed_model = resumed.as_ref().and_then(|m| m.model.clone());
     let model = match (&args.model, &args.hidden, resumed_model) {
         (None, None, Some(model)) => model,
-        _ => model_config(&args, &input, recorded.vocab_size)?,
+        (chosen, _, _) => {
+            let model = model_config(&args, &input, recorded.vocab_size)?;
+            if chosen.is_none() {
+                // Never a silent switch: say which model the data chose, and why.
+                let why = match &input.tokens {
+                    Some(tokens) => format!(
+                        "{:?} is a variable-length int64 feature, taken as token ids",
+                        tokens.name
+                    ),
+                    None => "the inputs are fixed-shape numbers".to_string(),
+                };
+                eprintln!(
+                    "tfpipe: model {} because {why} (choose with --model)",
+                    model.describe()
+                );
+            }
+            model
+        }
     };
     check_model_size(&model, &input, args.batch_size, args.prefetch)?;
     let resumed_optimizer = resumed.as_ref().and_then(|m| m.optimizer);
@@ -799,7 +826,9 @@ pub(super) fn check_model_size(
 /// (library messages name no flags).
 pub(super) fn with_hint(e: TrainError) -> anyhow::Error {
     let hint = match &e {
-        TrainError::Label { .. } => Some("set the number of classes with --classes"),
+        TrainError::Label { .. } => Some(
+            "set the number of classes with --classes, or, if the label is a quantity rather than a class, train a regression with --task regression",
+        ),
         _ => None,
     };
     match hint {

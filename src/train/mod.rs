@@ -60,7 +60,7 @@ pub use candle_core;
 pub use candle_nn;
 pub use checkpoint::{
     Checkpoint, CheckpointError, CheckpointLoad, CheckpointMeta, DefaultMeta, FORMAT, FeatureMeta,
-    SchemaMeta,
+    META_FILE, SchemaMeta,
 };
 pub use config::{ModelInput, Placement, Reproducibility, RunControl, RunLength, TrainConfig};
 pub use data::{DataFingerprint, FileFingerprint, TrainData};

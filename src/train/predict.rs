@@ -7,6 +7,11 @@
 //! the record-key column when one was asked for. The CLI writes them as JSON
 //! Lines (see `tfpipe predict --help` and the README).
 //!
+//! A [`Predictor`] holds any [`Model`]: [`Predictor::load`] rebuilds a
+//! built-in model from its checkpoint alone; [`Predictor::load_with`] builds
+//! a custom one from code and loads its weights (checksums verified), and
+//! [`Predictor::new`] takes a model already in memory.
+//!
 //! Invariant: the timed part of a prediction ends with the outputs on the
 //! host, so on a GPU the clock reads after the device has finished.
 
@@ -14,12 +19,13 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use candle_core::{D, Device, Tensor};
+use candle_core::{D, DType as CDType, Device, Tensor};
+use candle_nn::{VarBuilder, VarMap};
 use serde::{Deserialize, Serialize};
 
 use super::TrainError;
 use super::checkpoint::{Checkpoint, CheckpointMeta};
-use super::model::{BuiltinModel, Model, Task};
+use super::model::{Model, Task};
 use super::prefetch::BatchStream;
 use super::tensor::{BatchTensors, InputSpec, batch_to_tensors};
 use super::timing::Phase;
@@ -182,25 +188,102 @@ pub struct PredictOptions<'a> {
     pub stop: Option<&'a AtomicBool>,
 }
 
-/// A model loaded for prediction.
+/// A model loaded for prediction: any [`Model`], built-in or custom.
 pub struct Predictor {
-    model: BuiltinModel,
+    model: Box<dyn Model>,
     meta: CheckpointMeta,
     device: Device,
     load_ms: f64,
 }
 
 impl Predictor {
-    /// Loads the checkpoint in `dir`, timing the load.
+    /// Loads the checkpoint of a built-in model in `dir`, timing the load.
     pub fn load(dir: impl AsRef<Path>, device: &Device) -> Result<Predictor, TrainError> {
         let start = Instant::now();
         let c = Checkpoint::load(dir, device)?;
         Ok(Predictor {
-            model: c.model,
+            model: Box::new(c.model),
             meta: c.meta,
             device: device.clone(),
             load_ms: start.elapsed().as_secs_f64() * 1e3,
         })
+    }
+
+    /// Loads the checkpoint in `dir` into a model that `build` makes (a
+    /// custom [`Model`], whose code the checkpoint cannot hold), timing the
+    /// load. `build` gets a `VarBuilder` on fresh variables and the
+    /// checkpoint's metadata; the weights are then loaded into those
+    /// variables by name, after their checksum is verified
+    /// ([`Checkpoint::load_weights`]).
+    ///
+    /// ```no_run
+    /// use candle_core::{Device, Module, Tensor};
+    /// use candle_nn::Linear;
+    /// use tfpipe::train::{BatchTensors, Model, Predictor, Task};
+    ///
+    /// struct Logistic(Linear);
+    /// impl Model for Logistic {
+    ///     fn forward(&self, batch: &BatchTensors) -> candle_core::Result<Tensor> {
+    ///         self.0.forward(&batch.features)
+    ///     }
+    ///     fn task(&self) -> Task {
+    ///         Task::Classification { classes: 2 }
+    ///     }
+    /// }
+    ///
+    /// let predictor = Predictor::load_with("ckpt", &Device::Cpu, |vb, meta| {
+    ///     let inputs = meta.input.inputs();
+    ///     Ok(Logistic(candle_nn::linear(inputs, 2, vb.pp("fc"))?))
+    /// })?;
+    /// assert_eq!(predictor.task(), Task::Classification { classes: 2 });
+    /// # Ok::<(), tfpipe::train::TrainError>(())
+    /// ```
+    pub fn load_with<M, F>(
+        dir: impl AsRef<Path>,
+        device: &Device,
+        build: F,
+    ) -> Result<Predictor, TrainError>
+    where
+        M: Model + 'static,
+        F: FnOnce(VarBuilder<'_>, &CheckpointMeta) -> candle_core::Result<M>,
+    {
+        let dir = dir.as_ref();
+        let start = Instant::now();
+        let meta = Checkpoint::read_meta(dir)?;
+        let varmap = VarMap::new();
+        let model = build(VarBuilder::from_varmap(&varmap, CDType::F32, device), &meta)
+            .map_err(TrainError::candle("building the model"))?;
+        let meta = Checkpoint::load_weights(dir, &varmap)?;
+        let mut predictor = Predictor::new(model, meta, device);
+        predictor.load_ms = start.elapsed().as_secs_f64() * 1e3;
+        Ok(predictor)
+    }
+
+    /// A predictor for `model`, already built and holding its weights, with
+    /// `meta` describing its inputs (the checkpoint's metadata, or one made
+    /// in code). Its load time is 0.
+    pub fn new(model: impl Model + 'static, meta: CheckpointMeta, device: &Device) -> Predictor {
+        Predictor {
+            model: Box::new(model),
+            meta,
+            device: device.clone(),
+            load_ms: 0.0,
+        }
+    }
+
+    /// What the model learns.
+    pub fn task(&self) -> Task {
+        self.model.task()
+    }
+
+    /// The model's one-line description (e.g. `mlp 784-256-10`).
+    pub fn describe(&self) -> String {
+        self.model.describe()
+    }
+
+    /// The device the model runs on.
+    pub fn device(&self) -> &Device {
+        &self.device
     }
 
     /// The checkpoint's metadata.
@@ -225,8 +308,15 @@ impl Predictor {
 
     /// Class ids for `features` (`[batch, inputs]`), on the host.
     pub fn predict(&self, features: &Tensor) -> Result<Vec<u32>, TrainError> {
+        let batch = BatchTensors {
+            features: features.clone(),
+            labels: None,
+            tokens: None,
+            mask: None,
+            rows: features.dim(0).map_err(TrainError::candle("prediction"))?,
+        };
         self.model
-            .forward_features(features)
+            .forward(&batch)
             .and_then(|l| l.argmax(D::Minus1))
             .and_then(|p| p.to_vec1::<u32>())
             .map_err(TrainError::candle("prediction"))
@@ -394,5 +484,85 @@ fn host_labels(labels: &Tensor, task: Task) -> Result<Labels, TrainError> {
     match task {
         Task::Classification { .. } => labels.to_vec1::<u32>().map(Labels::Classes).map_err(err),
         Task::Regression => labels.to_vec1::<f32>().map(Labels::Values).map_err(err),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::train::checkpoint::FORMAT;
+    use crate::train::tensor::InputSpec;
+    use candle_core::Module;
+    use candle_nn::Linear;
+
+    /// A model the checkpoint cannot rebuild by itself.
+    struct Custom(Linear);
+
+    impl Model for Custom {
+        fn forward(&self, batch: &BatchTensors) -> candle_core::Result<Tensor> {
+            self.0.forward(&batch.features)
+        }
+        fn task(&self) -> Task {
+            Task::Classification { classes: 3 }
+        }
+        fn describe(&self) -> String {
+            "custom linear 2-3".into()
+        }
+    }
+
+    /// Built from JSON, so fields later versions add (all optional) keep their defaults.
+    fn meta() -> CheckpointMeta {
+        let input = InputSpec {
+            features: vec![("x".into(), 2)],
+            label: None,
+            task: Task::Classification { classes: 3 },
+            standardize: Vec::new(),
+            tokens: None,
+        };
+        serde_json::from_value(serde_json::json!({
+            "format": FORMAT,
+            "step": 1,
+            "epoch": 0,
+            "model": null,
+            "model_description": "custom linear 2-3",
+            "optimizer": null,
+            "optimizer_state": false,
+            "input": input,
+            "schema": null,
+            "seed": 0,
+        }))
+        .unwrap()
+    }
+
+    /// A custom model saved, then served by `load_with`, predicts what the
+    /// model in memory predicts; `load` refuses it with the way out.
+    #[test]
+    fn custom_models_load_and_predict() {
+        let dir = tempfile::tempdir().unwrap();
+        let varmap = VarMap::new();
+        let vb = VarBuilder::from_varmap(&varmap, CDType::F32, &Device::Cpu);
+        let model = Custom(candle_nn::linear(2, 3, vb.pp("fc")).unwrap());
+        crate::train::seed_vars(&varmap, 9, &Device::Cpu).unwrap();
+        Checkpoint::save(dir.path(), &varmap, None, &meta()).unwrap();
+        let xs = Tensor::new(&[[0.5f32, -1.0], [2.0, 0.25]], &Device::Cpu).unwrap();
+        let expected = model.0.forward(&xs).unwrap().argmax(D::Minus1).unwrap();
+        let expected: Vec<u32> = expected.to_vec1().unwrap();
+
+        let loaded = Predictor::load_with(dir.path(), &Device::Cpu, |vb, meta| {
+            Ok(Custom(candle_nn::linear(
+                meta.input.inputs(),
+                3,
+                vb.pp("fc"),
+            )?))
+        })
+        .unwrap();
+        assert_eq!(loaded.predict(&xs).unwrap(), expected);
+        assert_eq!(loaded.describe(), "custom linear 2-3");
+        let in_memory = Predictor::new(model, meta(), &Device::Cpu);
+        assert_eq!(in_memory.predict(&xs).unwrap(), expected);
+
+        let err = Predictor::load(dir.path(), &Device::Cpu).err().unwrap();
+        let cause = std::error::Error::source(&err).unwrap().to_string();
+        assert!(cause.contains("custom model"), "{cause}");
     }
 }

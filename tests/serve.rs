@@ -1,0 +1,1226 @@
+//! `tfpipe serve` and `tfpipe::serve` from the outside, over real sockets
+//! on 127.0.0.1: every protocol against `tfpipe predict` on the same
+//! inputs, malformed requests, 10,000 requests from 64 clients, the full
+//! queue, versions (polling, warm-up, failures), warm-up files written by
+//! TF Serving's Python package, and SIGTERM.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use candle_core::{Device, Tensor};
+use candle_nn::VarBuilder;
+use prost::Message;
+use serde_json::{Value as Json, json};
+use tfpipe::example::DType;
+use tfpipe::example::Example;
+use tfpipe::example::proto::{BytesList, Feature, Features, FloatList, Int64List, feature};
+use tfpipe::serve::{BatchOptions, Event, ModelSource, ServeConfig, Server, WarmupSource};
+use tfpipe::tfrecord::{Compression, FileRecordWriter};
+use tfpipe::train::{
+    BatchTensors, BuiltinModel, Checkpoint, CheckpointMeta, DefaultMeta, FORMAT, FeatureMeta,
+    InputSpec, Model, ModelConfig, Predictor, SchemaMeta, Standardize, Task,
+};
+
+/// Examples in the comparison data.
+const EXAMPLES: usize = 200;
+const NAMES: [&str; 3] = ["adelie", "chinstrap", "gentoo"];
+
+/// The inputs of the test models: `x` float32 [3], `img` uint8 [2] (raw
+/// bytes), `n` int64 scalar with default 7; label `species`.
+fn meta(config: &ModelConfig) -> CheckpointMeta {
+    let task = config.task();
+    let feature = |name: &str, dtype, shape: Vec<usize>, default| FeatureMeta {
+        name: name.into(),
+        dtype,
+        shape,
+        var: false,
+        default,
+    };
+    // From JSON, so fields later versions add (all optional) keep their defaults.
+    let input = InputSpec {
+        features: vec![("x".into(), 3), ("img".into(), 2), ("n".into(), 1)],
+        label: Some("species".into()),
+        task,
+        standardize: vec![
+            Standardize {
+                mean: 0.5,
+                std: 2.0,
+            },
+            Standardize::IDENTITY,
+            Standardize {
+                mean: 4.0,
+                std: 3.0,
+            },
+        ],
+        tokens: None,
+    };
+    let schema = SchemaMeta {
+        features: vec![
+            feature("species", DType::Int64, vec![], None),
+            feature("x", DType::Float32, vec![3], None),
+            feature("img", DType::Uint8, vec![2], None),
+            feature("n", DType::Int64, vec![], Some(DefaultMeta::Int64(vec![7]))),
+        ],
+        label: Some("species".into()),
+    };
+    let names: Option<Vec<&str>> =
+        matches!(task, Task::Classification { .. }).then(|| NAMES.to_vec());
+    serde_json::from_value(json!({
+        "format": FORMAT,
+        "step": 1,
+        "epoch": 1,
+        "model": config,
+        "model_description": config.describe(),
+        "optimizer": null,
+        "optimizer_state": false,
+        "input": input,
+        "schema": schema,
+        "seed": 3,
+        "label_vocabulary": names,
+    }))
+    .unwrap()
+}
+
+fn classifier() -> ModelConfig {
+    ModelConfig::Mlp {
+        inputs: 6,
+        hidden: vec![16],
+        classes: 3,
+    }
+}
+
+fn regressor() -> ModelConfig {
+    ModelConfig::Regressor {
+        inputs: 6,
+        hidden: vec![8],
+    }
+}
+
+/// Saves a seeded (untrained) built-in model into `dir`.
+fn save(dir: &Path, config: &ModelConfig, seed: u64) {
+    let (_, varmap) = BuiltinModel::init(config.clone(), seed, &Device::Cpu).unwrap();
+    Checkpoint::save(dir, &varmap, None, &meta(config)).unwrap();
+}
+
+/// Example `i` of the comparison data: (x, img, n).
+fn example_values(i: usize) -> ([f32; 3], [u8; 2], i64) {
+    let f = i as f32;
+    (
+        [(f * 0.37).sin() * 3.0, (f * 0.11).cos(), f / 50.0 - 2.0],
+        [(i * 37 % 256) as u8, (i * 91 % 256) as u8],
+        (i % 9) as i64,
+    )
+}
+
+fn example(i: usize) -> Example {
+    let (x, img, n) = example_values(i);
+    let kind = |k| Feature { kind: Some(k) };
+    let mut map = std::collections::BTreeMap::new();
+    map.insert(
+        "x".to_string(),
+        kind(feature::Kind::FloatList(FloatList { value: x.to_vec() })),
+    );
+    map.insert(
+        "img".to_string(),
+        kind(feature::Kind::BytesList(BytesList {
+            value: vec![img.to_vec()],
+        })),
+    );
+    map.insert(
+        "n".to_string(),
+        kind(feature::Kind::Int64List(Int64List { value: vec![n] })),
+    );
+    Example {
+        features: Some(Features { feature: map }),
+    }
+}
+
+fn write_examples(path: &Path) {
+    let mut w = FileRecordWriter::create(path, Compression::None).unwrap();
+    for i in 0..EXAMPLES {
+        w.write_record(&example(i).encode_to_vec()).unwrap();
+    }
+    w.finish().unwrap();
+}
+
+/// Example `i` as a `/v1` instance (img as base64 every other time).
+fn instance(i: usize) -> Json {
+    let (x, img, n) = example_values(i);
+    let img = if i.is_multiple_of(2) {
+        json!({"b64": BASE64.encode(img)})
+    } else {
+        json!(img)
+    };
+    json!({"x": x, "img": img, "n": n})
+}
+
+/// What `tfpipe predict` says for every example: (class, probabilities) or value.
+fn predict_cli(checkpoint: &Path, data: &Path) -> Vec<Json> {
+    let out = Command::new(env!("CARGO_BIN_EXE_tfpipe"))
+        .args(["predict", "--checkpoint"])
+        .arg(checkpoint)
+        .arg("--data")
+        .arg(data)
+        .args(["--batch-size", "32"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// A minimal HTTP/1.1 client on one keep-alive connection.
+struct Client {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Client {
+    fn connect(addr: SocketAddr) -> Client {
+        let stream = TcpStream::connect(addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        stream.set_nodelay(true).unwrap();
+        Client {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    fn send_raw(&mut self, bytes: &[u8]) -> (u16, Vec<u8>) {
+        self.stream.write_all(bytes).unwrap();
+        self.read_response()
+    }
+
+    fn request(&mut self, method: &str, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
+        let mut req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        req.extend_from_slice(body);
+        self.send_raw(&req)
+    }
+
+    fn json(&mut self, method: &str, path: &str, body: &Json) -> (u16, Json) {
+        let body = if body.is_null() {
+            Vec::new()
+        } else {
+            serde_json::to_vec(body).unwrap()
+        };
+        let (status, bytes) = self.request(method, path, &body);
+        let parsed = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|e| panic!("{path}: {e}: {}", String::from_utf8_lossy(&bytes)));
+        (status, parsed)
+    }
+
+    fn read_response(&mut self) -> (u16, Vec<u8>) {
+        let head_end = loop {
+            if let Some(i) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            self.fill();
+        };
+        let head = String::from_utf8_lossy(&self.buf[..head_end]).into_owned();
+        let status: u16 = head[9..12].parse().unwrap();
+        let length: usize = head
+            .lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case("content-length")
+                    .then(|| v.trim().parse().unwrap())
+            })
+            .unwrap();
+        while self.buf.len() < head_end + length {
+            self.fill();
+        }
+        let body = self.buf[head_end..head_end + length].to_vec();
+        self.buf.drain(..head_end + length);
+        (status, body)
+    }
+
+    fn fill(&mut self) {
+        let mut chunk = [0u8; 8192];
+        let n = self.stream.read(&mut chunk).unwrap();
+        assert!(n > 0, "the server closed the connection");
+        self.buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// A server on a free port over `sources`, waited on until ready.
+fn start(sources: Vec<ModelSource>, config: ServeConfig) -> Server {
+    let server = Server::start(
+        ServeConfig {
+            addr: "127.0.0.1:0".into(),
+            connections: 80,
+            ..config
+        },
+        sources,
+    )
+    .unwrap();
+    assert!(
+        server.wait_ready(Duration::from_secs(30)),
+        "{:?}",
+        server.statuses()
+    );
+    server
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-5 * (1.0 + b.abs())
+}
+
+/// A prediction row equals `tfpipe predict`'s line (probabilities to 1e-5:
+/// another batch size may sum in another order).
+fn same_prediction(got: &Json, want: &Json) -> bool {
+    if let Some(v) = want.get("value") {
+        return close(got.as_f64().unwrap(), v.as_f64().unwrap());
+    }
+    let (Some(gp), Some(wp)) = (
+        got["probabilities"].as_array(),
+        want["probabilities"].as_array(),
+    ) else {
+        return false;
+    };
+    let probs_equal = gp.len() == wp.len()
+        && gp
+            .iter()
+            .zip(wp)
+            .all(|(a, b)| close(a.as_f64().unwrap(), b.as_f64().unwrap()));
+    let mut sorted: Vec<f64> = wp.iter().map(|p| p.as_f64().unwrap()).collect();
+    sorted.sort_by(|a, b| b.total_cmp(a));
+    let tie = sorted.len() > 1 && sorted[0] - sorted[1] < 1e-5;
+    probs_equal && (tie || got["class"] == want["class"]) && got["class_name"] == want["class_name"]
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    classifier: PathBuf,
+    regressor: PathBuf,
+    expected: Vec<Json>,
+    expected_values: Vec<Json>,
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let classifier_dir = dir.path().join("classifier");
+    let regressor_dir = dir.path().join("regressor");
+    save(&classifier_dir, &classifier(), 1);
+    save(&regressor_dir, &regressor(), 2);
+    let data = dir.path().join("data.tfrecord");
+    write_examples(&data);
+    let expected = predict_cli(&classifier_dir, &data);
+    let expected_values = predict_cli(&regressor_dir, &data);
+    assert_eq!(expected.len(), EXAMPLES);
+    Fixture {
+        classifier: classifier_dir,
+        regressor: regressor_dir,
+        expected,
+        expected_values,
+        _dir: dir,
+    }
+}
+
+fn sources(f: &Fixture) -> Vec<ModelSource> {
+    vec![
+        ModelSource::new("penguins", &f.classifier),
+        ModelSource::new("mass", &f.regressor),
+    ]
+}
+
+#[test]
+fn every_protocol_answers_what_tfpipe_predict_answers() {
+    let f = fixture();
+    let server = start(sources(&f), ServeConfig::default());
+    let mut c = Client::connect(server.local_addr());
+
+    let (s, body) = c.json("GET", "/v1/models/penguins", &Json::Null);
+    assert_eq!(s, 200);
+    assert_eq!(
+        body,
+        json!({"model_version_status": [{"version": "1", "state": "AVAILABLE",
+            "status": {"error_code": "OK", "error_message": ""}}]})
+    );
+    let (s, body) = c.json(
+        "GET",
+        "/v1/models/penguins/versions/1/metadata",
+        &Json::Null,
+    );
+    assert_eq!(s, 200);
+    let sig = &body["metadata"]["signature_def"]["signature_def"]["serving_default"];
+    assert_eq!(sig["inputs"]["img"]["dtype"], "DT_UINT8");
+    assert_eq!(sig["inputs"]["x"]["tensor_shape"]["dim"][1]["size"], "3");
+    assert_eq!(
+        sig["outputs"]["probabilities"]["tensor_shape"]["dim"][1]["size"],
+        "3"
+    );
+
+    // Rows.
+    let rows: Vec<Json> = (0..5).map(instance).collect();
+    let (s, body) = c.json(
+        "POST",
+        "/v1/models/penguins:predict",
+        &json!({"instances": rows}),
+    );
+    assert_eq!(s, 200, "{body}");
+    for (i, p) in body["predictions"].as_array().unwrap().iter().enumerate() {
+        assert!(
+            same_prediction(p, &f.expected[i]),
+            "{p} vs {}",
+            f.expected[i]
+        );
+    }
+    // Columns, with `n` left to its default for example 7 (n = 7 % 9 = 7).
+    let cols = json!({"inputs": {"x": [example_values(7).0], "img": [example_values(7).1]}});
+    let (s, body) = c.json("POST", "/v1/models/penguins/versions/1:predict", &cols);
+    assert_eq!(s, 200, "{body}");
+    let out = &body["outputs"];
+    let row = json!({"class": out["class"][0], "class_name": out["class_name"][0],
+        "probabilities": out["probabilities"][0]});
+    assert!(same_prediction(&row, &f.expected[7]), "{row}");
+    // Classify, with a context.
+    let (x, img, _) = example_values(4);
+    let req =
+        json!({"context": {"n": 4}, "examples": [{"x": x, "img": {"b64": BASE64.encode(img)}}]});
+    let (s, body) = c.json("POST", "/v1/models/penguins:classify", &req);
+    assert_eq!(s, 200, "{body}");
+    let scores = body["result"][0].as_array().unwrap();
+    assert_eq!(scores[2][0], "gentoo");
+    let probs = &f.expected[4]["probabilities"];
+    for (c, pair) in scores.iter().enumerate() {
+        assert!(close(pair[1].as_f64().unwrap(), probs[c].as_f64().unwrap()));
+    }
+    // Regress and regression predictions (bare values, as TF Serving writes one output).
+    let (s, body) = c.json(
+        "POST",
+        "/v1/models/mass:regress",
+        &json!({"examples": [instance(9)]}),
+    );
+    assert_eq!(s, 200, "{body}");
+    assert!(
+        same_prediction(&body["result"][0], &f.expected_values[9]),
+        "{body}"
+    );
+    let (s, body) = c.json(
+        "POST",
+        "/v1/models/mass:predict",
+        &json!({"instances": [instance(3)]}),
+    );
+    assert_eq!(s, 200);
+    assert!(same_prediction(
+        &body["predictions"][0],
+        &f.expected_values[3]
+    ));
+
+    // KServe v2.
+    assert_eq!(c.json("GET", "/v2/health/live", &Json::Null).0, 200);
+    assert_eq!(
+        c.json("GET", "/v2/health/ready", &Json::Null),
+        (200, json!({"ready": true}))
+    );
+    assert_eq!(
+        c.json("GET", "/v2/models/penguins/versions/1/ready", &Json::Null)
+            .0,
+        200
+    );
+    let (s, body) = c.json("GET", "/v2/models/penguins", &Json::Null);
+    assert_eq!((s, &body["inputs"][0]["datatype"]), (200, &json!("FP32")));
+    let xs: Vec<f32> = (10..12).flat_map(|i| example_values(i).0).collect();
+    let imgs: Vec<u8> = (10..12).flat_map(|i| example_values(i).1).collect();
+    let ns: Vec<i64> = (10..12).map(|i| example_values(i).2).collect();
+    let req = json!({"id": "r1", "inputs": [
+        {"name": "x", "datatype": "FP32", "shape": [2, 3], "data": xs},
+        {"name": "img", "datatype": "UINT8", "shape": [2, 2], "data": imgs},
+        {"name": "n", "datatype": "INT64", "shape": [2, 1], "data": ns},
+    ]});
+    let (s, body) = c.json("POST", "/v2/models/penguins/infer", &req);
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(body["id"], "r1");
+    let outputs = body["outputs"].as_array().unwrap();
+    let probs = outputs
+        .iter()
+        .find(|o| o["name"] == "probabilities")
+        .unwrap();
+    assert_eq!(probs["shape"], json!([2, 3]));
+    for r in 0..2 {
+        let row = json!({"class": f.expected[10 + r]["class"], "class_name": f.expected[10 + r]["class_name"],
+            "probabilities": probs["data"].as_array().unwrap()[r * 3..r * 3 + 3]});
+        assert!(same_prediction(&row, &f.expected[10 + r]));
+    }
+
+    // Metrics.
+    let (s, text) = c.request("GET", "/metrics", b"");
+    let text = String::from_utf8(text).unwrap();
+    assert_eq!(s, 200);
+    for needle in [
+        "tfpipe_serve_requests_total{model=\"penguins\",version=\"1\",code=\"200\"}",
+        "tfpipe_serve_request_duration_seconds_bucket{model=\"penguins\",le=\"+Inf\"}",
+        "tfpipe_serve_batch_size_count{model=\"penguins\",version=\"1\"}",
+        "tfpipe_serve_queue_examples{model=\"penguins\",version=\"1\"} 0",
+        "tfpipe_serve_load_seconds{model=\"mass\",version=\"1\"}",
+        "tfpipe_serve_warmup_seconds{model=\"penguins\",version=\"1\"}",
+        "tfpipe_serve_start_to_ready_seconds",
+    ] {
+        assert!(text.contains(needle), "{needle} not in\n{text}");
+    }
+    server.shutdown().unwrap();
+}
+
+/// (method, path, body, status, the start of the error message).
+fn bad_requests() -> Vec<(&'static str, &'static str, Vec<u8>, u16, &'static str)> {
+    let j = |v: Json| serde_json::to_vec(&v).unwrap();
+    let p = "/v1/models/penguins:predict";
+    let good = instance(0);
+    vec![
+        (
+            "POST",
+            p,
+            j(json!({"instances": [{"x": [1, 2, "a"], "img": [1, 2]}]})),
+            400,
+            "instances[0].x[2]: expected a number, found a string",
+        ),
+        (
+            "POST",
+            p,
+            j(json!({"instances": [{"x": [1, 2], "img": [1, 2]}]})),
+            400,
+            "instances[0].x: 2 values; \"x\" takes 3",
+        ),
+        (
+            "POST",
+            p,
+            j(json!({"instances": [{"x": [1, 2, 3], "img": [1, 2], "colour": 1}]})),
+            400,
+            "instances[0]: unknown feature \"colour\"",
+        ),
+        (
+            "POST",
+            p,
+            j(json!({"instances": [{"x": [1, 2, 3], "img": {"b64": "@@@"}}]})),
+            400,
+            "instances[0].img.b64: not valid base64",
+        ),
+        (
+            "POST",
+            p,
+            j(json!({"instances": [{"x": [1, "NaN", 3], "img": [1, 2]}]})),
+            400,
+            "instances[0].x[1]: \"NaN\": the model takes finite numbers only",
+        ),
+        (
+            "POST",
+            p,
+            j(json!({"instances": [{"x": [1, "Infinity", 3], "img": [1, 2]}]})),
+            400,
+            "instances[0].x[1]: \"Infinity\"",
+        ),
+        (
+            "POST",
+            p,
+            b"{\"instances\": [{\"x\": [1, 1e39, 3], \"img\": [1, 2]}]}".to_vec(),
+            400,
+            "instances[0].x[1]: 1e+39 is outside float32's range",
+        ),
+        (
+            "POST",
+            p,
+            j(json!({"instances": [{"x": [1, 2, 3], "img": [1, 256]}]})),
+            400,
+            "instances[0].img[1]: 256 is not a uint8",
+        ),
+        (
+            "POST",
+            p,
+            j(json!({"instances": [{"x": [1, 2, 3], "img": [1, 2], "n": 2.5}]})),
+            400,
+            "instances[0].n: 2.5 is not an int64",
+        ),
+        (
+            "POST",
+            p,
+            j(json!({"instances": [{"x": [1, 2, 3]}]})),
+            400,
+            "instances[0]: missing feature \"img\"",
+        ),
+        (
+            "POST",
+            p,
+            j(json!({"instances": []})),
+            400,
+            "instances: empty",
+        ),
+        (
+            "POST",
+            p,
+            j(json!({"instances": vec![good.clone(); 9]})),
+            400,
+            "instances: 9 examples; the server takes at most 8",
+        ),
+        (
+            "POST",
+            p,
+            j(json!({"instances": [good.clone()], "inputs": {}})),
+            400,
+            "instances and inputs: give one of them",
+        ),
+        (
+            "POST",
+            p,
+            j(json!({"instance": [good.clone()]})),
+            400,
+            "unknown field \"instance\"",
+        ),
+        (
+            "POST",
+            p,
+            j(json!({"inputs": {"x": [[1, 2, 3]], "img": [[1, 2], [3, 4]]}})),
+            400,
+            "inputs.x: 1 examples, but inputs.img has 2",
+        ),
+        (
+            "POST",
+            p,
+            j(json!({"instances": [good.clone()], "signature_name": "other"})),
+            400,
+            "signature_name: \"other\" is not a signature",
+        ),
+        (
+            "POST",
+            p,
+            vec![b'{', 0xff, 0xfe, b'}'],
+            400,
+            "body: not UTF-8 (invalid byte at offset 1)",
+        ),
+        (
+            "POST",
+            p,
+            b"{\"instances\": [".to_vec(),
+            400,
+            "body: not valid JSON",
+        ),
+        (
+            "POST",
+            p,
+            b"[1, 2]".to_vec(),
+            400,
+            "body: expected a JSON object",
+        ),
+        ("POST", p, Vec::new(), 400, "body: empty"),
+        (
+            "POST",
+            "/v1/models/penguins:regress",
+            j(json!({"examples": [good.clone()]})),
+            400,
+            "this model is a classifier",
+        ),
+        (
+            "POST",
+            "/v1/models/penguins:classify",
+            j(json!({"examples": [good.clone()], "context": {"x": [1, 2, 3]}})),
+            400,
+            "examples[0].x: the feature is also in context",
+        ),
+        (
+            "POST",
+            "/v1/models/penguins:explain",
+            j(json!({})),
+            404,
+            "no method :explain",
+        ),
+        (
+            "POST",
+            "/v1/models/nope:predict",
+            j(json!({"instances": [good.clone()]})),
+            404,
+            "model \"nope\" not found",
+        ),
+        (
+            "POST",
+            "/v1/models/penguins/versions/9:predict",
+            j(json!({"instances": [good.clone()]})),
+            404,
+            "model \"penguins\" has no version 9",
+        ),
+        (
+            "GET",
+            "/v1/models/penguins/versions/..%2f..%2fetc",
+            Vec::new(),
+            400,
+            "version \"..%2f..%2fetc\" is not a version number",
+        ),
+        (
+            "GET",
+            "/v1/models/penguins/versions/-1",
+            Vec::new(),
+            400,
+            "version \"-1\" is not",
+        ),
+        (
+            "GET",
+            "/v1/models/penguins:predict",
+            Vec::new(),
+            405,
+            "GET: :predict takes POST",
+        ),
+        (
+            "POST",
+            "/v1/models/penguins",
+            Vec::new(),
+            405,
+            "POST: this endpoint takes GET",
+        ),
+        (
+            "GET",
+            "/v3/whatever",
+            Vec::new(),
+            404,
+            "no endpoint GET /v3/whatever",
+        ),
+        (
+            "POST",
+            "/v2/models/penguins/infer",
+            j(json!({"inputs": [
+            {"name": "x", "datatype": "FP64", "shape": [1, 3], "data": [1, 2, 3]}]})),
+            400,
+            "inputs[0].datatype: \"FP64\"; input \"x\" is FP32",
+        ),
+        (
+            "POST",
+            "/v2/models/penguins/infer",
+            j(json!({"inputs": [
+            {"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]})),
+            400,
+            "inputs[0].shape: [1, 4]; input \"x\" takes [n, 3]",
+        ),
+        (
+            "POST",
+            "/v2/models/penguins/infer",
+            j(json!({"inputs": [
+            {"name": "x", "datatype": "FP32", "shape": [2, 3], "data": [1, 2, 3]},
+            {"name": "img", "datatype": "UINT8", "shape": [2, 2], "data": [1, 2, 3, 4]}]})),
+            400,
+            "inputs[0].data: 3 values; shape [2, 3] takes 6",
+        ),
+        (
+            "POST",
+            "/v2/models/penguins/infer",
+            j(json!({"inputs": [
+            {"name": "y", "datatype": "FP32", "shape": [1, 3], "data": [1, 2, 3]}]})),
+            400,
+            "inputs[0].name: unknown input \"y\"",
+        ),
+        (
+            "POST",
+            "/v2/models/penguins/infer",
+            j(json!({"inputs": [
+            {"name": "x", "datatype": "FP32", "shape": [1, 3], "data": [1, 2, 3]},
+            {"name": "img", "datatype": "UINT8", "shape": [1, 2], "data": [1, 2]}],
+            "outputs": [{"name": "logits"}]})),
+            400,
+            "outputs[0].name: unknown output \"logits\"",
+        ),
+    ]
+}
+
+#[test]
+fn malformed_requests_get_a_4xx_that_names_the_field() {
+    let f = fixture();
+    let config = ServeConfig {
+        batching: BatchOptions {
+            max_batch_size: 8,
+            ..BatchOptions::default()
+        },
+        max_body_bytes: 4096,
+        ..ServeConfig::default()
+    };
+    let server = start(sources(&f), config);
+    let mut c = Client::connect(server.local_addr());
+    for (method, path, body, status, message) in bad_requests() {
+        let (s, bytes) = c.request(method, path, &body);
+        let reply: Json = serde_json::from_slice(&bytes).unwrap();
+        let error = reply["error"].as_str().unwrap_or_default();
+        assert_eq!(s, status, "{method} {path}: {reply}");
+        assert!(
+            error.starts_with(message),
+            "{method} {path}: {error:?} should start with {message:?}"
+        );
+    }
+    // The connection is still good after all that.
+    let (s, _) = c.json(
+        "POST",
+        "/v1/models/penguins:predict",
+        &json!({"instances": [instance(1)]}),
+    );
+    assert_eq!(s, 200);
+    // A body over the limit: 413, decided from Content-Length, and the connection closes.
+    let big = vec![b' '; 5000];
+    let (s, bytes) =
+        Client::connect(server.local_addr()).request("POST", "/v1/models/penguins:predict", &big);
+    assert_eq!(s, 413, "{}", String::from_utf8_lossy(&bytes));
+    // Chunked bodies: 411.
+    let (s, _) = Client::connect(server.local_addr()).send_raw(
+        b"POST /v1/models/penguins:predict HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    );
+    assert_eq!(s, 411);
+    // A head over the limit: 431.
+    let mut huge = b"GET /v2/health/live HTTP/1.1\r\nX-Pad: ".to_vec();
+    huge.extend(vec![b'a'; 20 << 10]);
+    huge.extend_from_slice(b"\r\n\r\n");
+    let (s, _) = Client::connect(server.local_addr()).send_raw(&huge);
+    assert_eq!(s, 431);
+    // Made-up names do not become metric labels.
+    let (_, text) = c.request("GET", "/metrics", b"");
+    let text = String::from_utf8(text).unwrap();
+    assert!(!text.contains("nope"), "{text}");
+    assert!(
+        text.contains("model=\"penguins\",version=\"\",code=\"404\""),
+        "{text}"
+    );
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn ten_thousand_requests_from_64_clients_all_get_the_right_answer() {
+    let f = fixture();
+    let config = ServeConfig {
+        batching: BatchOptions {
+            max_batch_size: 64,
+            batch_timeout: Duration::from_micros(200),
+            max_enqueued_batches: 64,
+            enabled: true,
+        },
+        ..ServeConfig::default()
+    };
+    let server = start(sources(&f), config);
+    let addr = server.local_addr();
+    let expected = Arc::new(f.expected.clone());
+    // The malformed requests that do not depend on the batch size limit.
+    let bad: Vec<_> = bad_requests()
+        .into_iter()
+        .filter(|(.., message)| !message.contains("at most"))
+        .collect();
+    let bad = Arc::new(bad);
+    let failures = Arc::new(Mutex::new(Vec::<String>::new()));
+    let started = Instant::now();
+    let clients: Vec<_> = (0..64)
+        .map(|client| {
+            let (expected, bad, failures) = (expected.clone(), bad.clone(), failures.clone());
+            tfpipe::spawn::Thread::spawn(format!("client-{client}"), move |_| {
+                let mut c = Client::connect(addr);
+                let mut good = 0;
+                for r in 0..157 {
+                    let n = client * 157 + r;
+                    if n >= 10_000 {
+                        break;
+                    }
+                    if n % 10 == 3 {
+                        // A malformed one (those that keep the connection open).
+                        let (method, path, body, status, _) = &bad[n / 10 % bad.len()];
+                        let (s, _) = c.request(method, path, body);
+                        if s != *status || !(400..500).contains(&s) {
+                            failures.lock().unwrap().push(format!("{path}: {s}"));
+                        }
+                        continue;
+                    }
+                    let rows: Vec<usize> = (0..1 + n % 3)
+                        .map(|k| (n * 7 + k * 13) % EXAMPLES)
+                        .collect();
+                    let instances: Vec<Json> = rows.iter().map(|&i| instance(i)).collect();
+                    let (s, body) = c.json(
+                        "POST",
+                        "/v1/models/penguins:predict",
+                        &json!({"instances": instances}),
+                    );
+                    let preds = body["predictions"].as_array().cloned().unwrap_or_default();
+                    let right = s == 200
+                        && preds.len() == rows.len()
+                        && preds
+                            .iter()
+                            .zip(&rows)
+                            .all(|(p, &i)| same_prediction(p, &expected[i]));
+                    if right {
+                        good += 1;
+                    } else {
+                        failures
+                            .lock()
+                            .unwrap()
+                            .push(format!("request {n}: {s} {body}"));
+                    }
+                }
+                good
+            })
+            .unwrap()
+        })
+        .collect();
+    let good: usize = clients.into_iter().map(|c| c.join().unwrap()).sum();
+    let took = started.elapsed();
+    let failures = failures.lock().unwrap();
+    assert!(
+        failures.is_empty(),
+        "{} failures, first: {:?}",
+        failures.len(),
+        failures.first()
+    );
+    assert_eq!(good, 9_000);
+    eprintln!("10,000 requests from 64 clients in {took:?}");
+    server.shutdown().unwrap();
+}
+
+/// A custom model (through the library API) that takes its time: the
+/// classifier's two layers, rebuilt in code.
+struct Slow(candle_nn::Linear, candle_nn::Linear);
+
+impl Model for Slow {
+    fn forward(&self, batch: &BatchTensors) -> candle_core::Result<Tensor> {
+        use candle_core::Module;
+        std::thread::sleep(Duration::from_millis(30));
+        self.1.forward(&self.0.forward(&batch.features)?.relu()?)
+    }
+    fn task(&self) -> Task {
+        Task::Classification { classes: 3 }
+    }
+}
+
+#[test]
+fn a_full_queue_answers_503_at_once_and_custom_models_serve() {
+    let f = fixture();
+    let slow =
+        ModelSource::new("slow", &f.classifier).loader(Arc::new(|dir: &Path, device: &Device| {
+            Predictor::load_with(dir, device, |vb: VarBuilder<'_>, meta| {
+                let first = candle_nn::linear(meta.input.inputs(), 16, vb.pp("fc0"))?;
+                Ok(Slow(first, candle_nn::linear(16, 3, vb.pp("fc1"))?))
+            })
+        }));
+    let config = ServeConfig {
+        batching: BatchOptions {
+            max_batch_size: 1,
+            batch_timeout: Duration::ZERO,
+            max_enqueued_batches: 1,
+            enabled: false,
+        },
+        poll: None,
+        ..ServeConfig::default()
+    };
+    let server = start(vec![slow], config);
+    let addr = server.local_addr();
+    let codes: Vec<u16> = (0..12)
+        .map(|i| {
+            tfpipe::spawn::Thread::spawn(format!("client-{i}"), move |_| {
+                let mut c = Client::connect(addr);
+                let started = Instant::now();
+                let (s, _) = c.json(
+                    "POST",
+                    "/v1/models/slow:predict",
+                    &json!({"instances": [instance(i)]}),
+                );
+                (s, started.elapsed())
+            })
+            .unwrap()
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|t| {
+            let (s, took) = t.join().unwrap();
+            if s == 503 {
+                assert!(took < Duration::from_millis(25), "a 503 waited {took:?}");
+            }
+            s
+        })
+        .collect();
+    assert!(codes.iter().all(|&s| s == 200 || s == 503), "{codes:?}");
+    assert!(codes.contains(&503), "{codes:?}");
+    assert!(codes.contains(&200), "{codes:?}");
+    server.shutdown().unwrap();
+}
+
+/// Waits until `check` holds, at most 20 s.
+fn eventually(what: &str, check: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !check() {
+        assert!(start.elapsed() < Duration::from_secs(20), "never: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn new_versions_load_warm_and_failed_ones_are_reported_never_served() {
+    let base = tempfile::tempdir().unwrap();
+    save(
+        &tfpipe::serve::next_version_dir(base.path()).unwrap(),
+        &classifier(),
+        1,
+    );
+    let events = Arc::new(Mutex::new(Vec::<Event>::new()));
+    let sink = events.clone();
+    let config = ServeConfig {
+        poll: Some(Duration::from_millis(20)),
+        events: Some(Arc::new(move |e: &Event| {
+            sink.lock().unwrap().push(e.clone())
+        })),
+        ..ServeConfig::default()
+    };
+    let server = start(vec![ModelSource::new("p", base.path())], config);
+    let mut c = Client::connect(server.local_addr());
+    let states = |c: &mut Client| {
+        let (_, body) = c.json("GET", "/v1/models/p", &Json::Null);
+        body["model_version_status"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} {}",
+                    s["version"].as_str().unwrap(),
+                    s["state"].as_str().unwrap()
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(states(&mut c), ["1 AVAILABLE"]);
+
+    // Version 2, with TF Serving's warm-up file written by tfpipe.
+    let staging = tempfile::tempdir().unwrap();
+    let v2 = staging.path().join("2");
+    save(&v2, &classifier(), 5);
+    let data = staging.path().join("warm.tfrecord");
+    write_examples(&data);
+    let (file, records) = tfpipe::serve::write_warmup_file(&v2, &[data], "p").unwrap();
+    assert_eq!(records, EXAMPLES);
+    assert_eq!(
+        tfpipe::serve::read_warmup_file(&file).unwrap().len(),
+        EXAMPLES
+    );
+    std::fs::rename(&v2, base.path().join("2")).unwrap();
+    let client = Mutex::new(Client::connect(server.local_addr()));
+    eventually("version 2 available and 1 unloaded", || {
+        states(&mut client.lock().unwrap()) == ["2 AVAILABLE", "1 END"]
+    });
+    let (s, _) = c.json(
+        "POST",
+        "/v1/models/p/versions/2:predict",
+        &json!({"instances": [instance(0)]}),
+    );
+    assert_eq!(s, 200);
+    let (s, body) = c.json(
+        "POST",
+        "/v1/models/p/versions/1:predict",
+        &json!({"instances": [instance(0)]}),
+    );
+    assert_eq!(
+        (s, body["error"].as_str().unwrap()),
+        (404, "version 1 of model \"p\" is not available (it is END)")
+    );
+
+    // Version 3 is damaged: reported, never served; 2 stays.
+    let v3 = staging.path().join("3");
+    save(&v3, &classifier(), 6);
+    let weights = v3.join("model.safetensors");
+    let mut bytes = std::fs::read(&weights).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&weights, bytes).unwrap();
+    std::fs::rename(&v3, base.path().join("3")).unwrap();
+    eventually("version 3 failed", || {
+        states(&mut client.lock().unwrap())
+            .first()
+            .map(String::as_str)
+            == Some("3 END")
+    });
+    let (_, body) = c.json("GET", "/v1/models/p/versions/3", &Json::Null);
+    let message = body["model_version_status"][0]["status"]["error_message"]
+        .as_str()
+        .unwrap();
+    assert!(
+        message.contains("model.safetensors is damaged"),
+        "{message}"
+    );
+    let (s, body) = c.json(
+        "POST",
+        "/v1/models/p:predict",
+        &json!({"instances": [instance(0)]}),
+    );
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(states(&mut c), ["3 END", "2 AVAILABLE", "1 END"]);
+
+    let events = events.lock().unwrap();
+    let warmed: Vec<&WarmupSource> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Available { warmup, .. } => Some(&warmup.source),
+            _ => None,
+        })
+        .collect();
+    assert!(matches!(warmed[0], WarmupSource::Generated));
+    assert!(matches!(warmed[1], WarmupSource::File(_)), "{warmed:?}");
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Unloaded { version: 1, .. }))
+    );
+    drop(events);
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn tf_serving_api_warmup_files_replay() {
+    // Written by scripts/serve_warmup_interop.py with tensorflow-serving-api.
+    let path = Path::new("testdata/serve/tf_serving_warmup_requests");
+    let logs = tfpipe::serve::read_warmup_file(path).unwrap();
+    assert_eq!(logs.len(), 3, "predict, classify and regress logs");
+    let sig = tfpipe::serve::Signature::from_meta(&meta(&classifier())).unwrap();
+    let rows: Vec<usize> = logs
+        .iter()
+        .map(|log| {
+            tfpipe::serve::warmup_log_to_batch(log, &sig, 64)
+                .unwrap()
+                .num_rows
+        })
+        .collect();
+    assert_eq!(rows, [2, 2, 1]);
+    let batch = tfpipe::serve::warmup_log_to_batch(&logs[0], &sig, 64).unwrap();
+    assert_eq!(
+        batch.column("x").unwrap().values,
+        tfpipe::batch::Values::Float32(vec![0.5, 1.0, 1.5, 2.0, 2.5, 3.0])
+    );
+    assert_eq!(
+        batch.column("img").unwrap().values,
+        tfpipe::batch::Values::Uint8(vec![1, 2, 3, 4])
+    );
+    assert_eq!(
+        batch.column("n").unwrap().values,
+        tfpipe::batch::Values::Int64(vec![4, 5])
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn sigterm_answers_the_request_in_flight_and_exits_0() {
+    let f = fixture();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tfpipe"))
+        .args(["serve", "--port", "0", "--model"])
+        .arg(format!("penguins={}", f.classifier.display()))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut log = String::new();
+    let mut addr = None;
+    // The ready line may come before the listening line (another thread prints it).
+    while !log.contains(" ready ") || addr.is_none() {
+        let mut line = String::new();
+        if stderr.read_line(&mut line).unwrap() == 0 {
+            let _ = child.kill();
+            panic!("tfpipe serve ended before it was ready:\n{log}");
+        }
+        if let Some(a) = line
+            .trim()
+            .strip_prefix("tfpipe serve: listening on http://")
+        {
+            addr = Some(a.parse::<SocketAddr>().unwrap());
+        }
+        log.push_str(&line);
+    }
+    let addr = addr.unwrap();
+    let mut c = Client::connect(addr);
+    assert_eq!(c.json("GET", "/v2/health/ready", &Json::Null).0, 200);
+    // A request in flight: its head and half its body sent, then SIGTERM.
+    let body = serde_json::to_vec(&json!({"instances": [instance(5)]})).unwrap();
+    let head = format!(
+        "POST /v1/models/penguins:predict HTTP/1.1\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    c.stream.write_all(head.as_bytes()).unwrap();
+    c.stream.write_all(&body[..10]).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let killed = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    std::thread::sleep(Duration::from_millis(100));
+    c.stream.write_all(&body[10..]).unwrap();
+    let (s, reply) = c.read_response();
+    let reply: Json = serde_json::from_slice(&reply).unwrap();
+    assert_eq!(s, 200, "{reply}");
+    assert!(same_prediction(&reply["predictions"][0], &f.expected[5]));
+    let status = child.wait().unwrap();
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    assert!(status.success(), "{status}\n{log}{rest}");
+    assert!(rest.contains("stopped"), "{rest}");
+    // Nothing listens any more.
+    assert!(TcpStream::connect(addr).is_err());
+}
+
+/// `tfpipe train --save-versions` writes numbered versions a server picks up.
+#[test]
+fn train_save_versions_writes_numbered_versions() {
+    let dir = tempfile::tempdir().unwrap();
+    let tfpipe = || Command::new(env!("CARGO_BIN_EXE_tfpipe"));
+    let prefix = dir.path().join("penguins");
+    let out = tfpipe()
+        .args([
+            "convert",
+            "csv",
+            "testdata/tabular/penguins.csv",
+            "--label",
+            "species",
+            "--output",
+        ])
+        .arg(&prefix)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let base = dir.path().join("models");
+    for _ in 0..2 {
+        let out = tfpipe()
+            .arg("train")
+            .arg("--schema")
+            .arg(dir.path().join("penguins.features.json"))
+            .arg("--data")
+            .arg(format!("{}-*", prefix.display()))
+            .args(["--epochs", "1", "--hidden", "8", "--save-versions"])
+            .arg(&base)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    for v in ["1", "2"] {
+        assert!(
+            base.join(v).join("checkpoint.json").is_file(),
+            "no version {v}"
+        );
+    }
+    let server = start(
+        vec![ModelSource::new("penguins", &base)],
+        ServeConfig::default(),
+    );
+    let mut c = Client::connect(server.local_addr());
+    let (s, body) = c.json("GET", "/v1/models/penguins", &Json::Null);
+    assert_eq!(s, 200);
+    assert_eq!(body["model_version_status"][0]["version"], "2");
+    server.shutdown().unwrap();
+}
