@@ -1523,6 +1523,68 @@ fn an_edited_checkpoint_json_is_refused_and_saves_clean_up_after_dead_ones() {
     assert_eq!(code, Some(0), "{stderr}");
 }
 
+/// The inputs are chosen with --inputs or --exclude, and --feature
+/// overrides a --schema file's spec of the same name.
+#[test]
+fn cli_inputs_are_chosen_and_feature_specs_override_the_schema_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (schema, data) = convert_penguins(dir.path());
+    let train = |extra: &[&str], save: &str| {
+        let out = assert_cmd::Command::cargo_bin("tfpipe")
+            .unwrap()
+            .args(["train", "--schema", &schema, "--data", &data])
+            .args(["--epochs", "1", "--hidden", "4"])
+            .args(extra)
+            .arg("--save")
+            .arg(dir.path().join(save))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let meta = std::fs::read(dir.path().join(save).join("checkpoint.json"))
+            .ok()
+            .map(|b| serde_json::from_slice::<serde_json::Value>(&b).unwrap());
+        (out.status.code(), stderr, meta)
+    };
+    let inputs = |meta: &serde_json::Value| -> Vec<String> {
+        meta["input"]["features"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f[0].as_str().unwrap().to_string())
+            .collect()
+    };
+    let (code, stderr, meta) = train(&["--inputs", "bill_length_mm,bill_depth_mm"], "only");
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(inputs(&meta.unwrap()), ["bill_length_mm", "bill_depth_mm"]);
+    let (code, stderr, meta) = train(&["--exclude", "year,body_mass_g"], "without");
+    assert_eq!(code, Some(0), "{stderr}");
+    let without = inputs(&meta.unwrap());
+    assert!(
+        !without.iter().any(|n| n == "year" || n == "body_mass_g"),
+        "{without:?}"
+    );
+    assert!(without.iter().any(|n| n == "bill_length_mm"), "{without:?}");
+    let (code, stderr, _) = train(&["--exclude", "nope"], "bad");
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--exclude: \"nope\" is not a feature"),
+        "{stderr}"
+    );
+    // --feature with --schema: the file's `year` (no missing values, so no
+    // default) given one.
+    let (code, stderr, meta) = train(&["--feature", "year:int64=2000"], "override");
+    assert_eq!(code, Some(0), "{stderr}");
+    let meta = meta.unwrap();
+    let year = meta["schema"]["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "year")
+        .cloned();
+    let year = year.expect("year is a feature");
+    assert!(!year["default"].is_null(), "{meta}");
+}
+
 /// Mid-epoch exact resume through the CLI: 8 steps (into the second epoch
 /// of 6 steps), then `--resume` for 4 more, ends with the weights of 12
 /// steps straight, bit for bit: the checkpoint's pipeline position makes

@@ -32,8 +32,21 @@ pub struct Args {
     #[command(flatten)]
     pub compression: CompressionFlag,
     /// A feature to parse, NAME:DTYPE[:SHAPE] (e.g. image_raw:uint8:28x28, label:int64).
-    #[arg(long = "feature", conflicts_with = "schema")]
+    /// With --schema, overrides the schema file's feature of that name (or adds one).
+    #[arg(long = "feature")]
     pub features: Vec<String>,
+    /// The model's inputs: only these features (comma-separated), besides the label.
+    /// By default every feature the models can take.
+    #[arg(
+        long,
+        value_name = "A,B,...",
+        value_delimiter = ',',
+        conflicts_with = "exclude"
+    )]
+    pub inputs: Option<Vec<String>>,
+    /// Features that are not inputs (comma-separated), e.g. an id column.
+    #[arg(long, value_name = "A,B,...", value_delimiter = ',')]
+    pub exclude: Option<Vec<String>>,
     /// A schema file (`PREFIX.features.json` from `tfpipe convert`).
     #[arg(long)]
     pub schema: Option<PathBuf>,
@@ -200,11 +213,12 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         Some(dir) => Some(Checkpoint::read_meta(dir)?),
         None => None,
     };
-    let (schema, recorded_classes) = load_schema(
+    let (mut schema, recorded_classes) = load_schema(
         &args.features,
         args.schema.as_deref(),
         args.label.as_deref(),
     )?;
+    select_inputs(&mut schema, args.inputs.as_deref(), args.exclude.as_deref())?;
     let mut recorded = match &args.schema {
         Some(path) if args.label.is_none() || args.label == schema.label => {
             SchemaFacts::read(path)?
@@ -847,7 +861,14 @@ pub(super) fn load_schema(
 ) -> anyhow::Result<(Schema, Option<usize>)> {
     let (mut schema, classes) = match schema {
         Some(path) => {
-            let (schema, metadata) = Schema::load_with_metadata(path)?;
+            let (mut schema, metadata) = Schema::load_with_metadata(path)?;
+            // `--feature` specs override the file's (or add to them).
+            for spec in Schema::from_feature_texts(features)?.features {
+                match schema.features.iter_mut().find(|f| f.name == spec.name) {
+                    Some(existing) => *existing = spec,
+                    None => schema.features.push(spec),
+                }
+            }
             (schema, classes_from_metadata(&metadata))
         }
         None if features.is_empty() => {
@@ -871,6 +892,38 @@ pub(super) fn load_schema(
         schema.label = Some(label.to_string());
     }
     Ok((schema, classes))
+}
+
+/// Keeps, besides the label, only the features `--inputs` names, or drops
+/// those `--exclude` names; a name that is not a feature is an error.
+fn select_inputs(
+    schema: &mut Schema,
+    inputs: Option<&[String]>,
+    exclude: Option<&[String]>,
+) -> anyhow::Result<()> {
+    let (names, flag, keep) = match (inputs, exclude) {
+        (Some(names), _) => (names, "--inputs", true),
+        (None, Some(names)) => (names, "--exclude", false),
+        (None, None) => return Ok(()),
+    };
+    for name in names {
+        if schema.feature(name).is_none() {
+            bail!(
+                "{flag}: {name:?} is not a feature (features: {})",
+                schema
+                    .features
+                    .iter()
+                    .map(|f| f.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+    }
+    let label = schema.label.clone();
+    schema
+        .features
+        .retain(|f| Some(&f.name) == label.as_ref() || names.contains(&f.name) == keep);
+    Ok(())
 }
 
 fn model_config(
