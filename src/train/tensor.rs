@@ -632,9 +632,9 @@ mod tests {
         .unwrap();
         schema.label = Some("image/class/label".into());
         let task = Task::Classification { classes: 10 };
-        let err = InputSpec::from_schema(&schema, task)
-            .err()
-            .expect("refused");
+        let Err(err) = InputSpec::from_schema(&schema, task) else {
+            panic!("refused");
+        };
         assert!(err.to_string().contains("image's size"), "{err}");
         // With pixels beside them, the size is an input like any other.
         let mut schema =
