@@ -83,7 +83,7 @@ n = 0; first = None
 while True:
     chunk = list(itertools.islice(it, 256))
     if not chunk: break
-    images = np.stack([np.asarray(r["image_raw"], dtype=np.uint8).reshape(28, 28) for r in chunk])
+    images = np.stack([np.frombuffer(r["image_raw"], dtype=np.uint8).reshape(28, 28) for r in chunk])
     labels = np.array([r["label"][0] for r in chunk])
     if first is None: first = time.time()
     n += len(labels)
@@ -145,6 +145,8 @@ def run_python(python: str, body: str, files: list, env_extra=None) -> dict:
 
 
 def run_rust(binary: str, pattern: str) -> dict:
+    if not os.path.exists(binary):
+        return {"error": f"{binary}: not built (cargo build --release)"}
     out = subprocess.run(
         [binary, "bench", "--data", pattern, "--feature", "image_raw:uint8:28x28", "--feature", "label:int64",
          "--batch-size", "256", "--shuffle-buffer", "10000", "--cycle-length", "4", "--json"],

@@ -132,6 +132,8 @@ struct Inner {
     fresh: bool,
     /// The stream ended (or failed with a fatal error, or was interrupted).
     done: Option<&'static str>,
+    /// Where an exhausted iterator stands (taken before its threads ended).
+    final_state: Option<PipelineState>,
 }
 
 /// What other threads may reach while a `next()` waits: held only briefly.
@@ -210,6 +212,7 @@ pub(crate) fn start(
             driver: Some(driver),
             fresh: true,
             done: None,
+            final_state: None,
         }),
         pid: std::process::id(),
         wait_ns: AtomicU64::new(0),
@@ -324,7 +327,11 @@ impl Iterator {
         self.nexts.fetch_add(1, Ordering::Relaxed);
         match reply {
             Reply::Next(None) => {
-                // Finished: join the threads now, not when Python drops us.
+                // Finished: keep the final state, then join the threads now,
+                // not when Python drops us.
+                if let Ok(Reply::State(Ok(state))) = self.ask(py, &mut inner, Request::State) {
+                    inner.final_state = Some(state);
+                }
                 inner.done = Some(END);
                 if let Some(mut driver) = inner.driver.take() {
                     py.detach(|| driver.shut_down());
@@ -340,6 +347,9 @@ impl Iterator {
     /// Where the iterator stands, as a JSON-serialisable dict.
     fn get_state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let mut inner = self.lock()?;
+        if let Some(state) = &inner.final_state {
+            return py.import("json")?.call_method1("loads", (state.to_json(),));
+        }
         let state = match self.ask(py, &mut inner, Request::State)? {
             Reply::State(state) => state.map_err(|e| pipeline_error(py, e))?,
             Reply::Next(_) => return Err(PyRuntimeError::new_err("unexpected reply")),

@@ -105,6 +105,14 @@ def test_state_at_random_cut_points_continues_exactly(small):
         assert [b["id"].tolist() for b in it] == full[cut:]
 
 
+def test_state_of_an_exhausted_iterator_resumes_to_nothing(small):
+    ds = tfpipe.Dataset.tfrecord(small).batch(30)
+    it = iter(ds)
+    assert len(list(it)) == 4
+    state = it.get_state()
+    assert list(ds.iter(state=state)) == []
+
+
 def test_set_state_after_next_is_refused(small):
     ds = tfpipe.Dataset.tfrecord(small).batch(10)
     it = iter(ds)
