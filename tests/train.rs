@@ -1585,6 +1585,124 @@ fn cli_inputs_are_chosen_and_feature_specs_override_the_schema_file() {
     assert!(!year["default"].is_null(), "{meta}");
 }
 
+/// `dataset`'s records with their label as text (`cat`, `dog`, `bird` for
+/// classes 0, 1, 2), as TensorFlow datasets often store labels.
+fn write_text_labels(path: &std::path::Path, batches: &[Batch], names: &[&str]) {
+    use tfpipe::example::Example;
+    use tfpipe::example::proto::{BytesList, Feature, Features, FloatList, feature};
+    let mut w =
+        tfpipe::tfrecord::FileRecordWriter::create(path, tfpipe::Compression::None).unwrap();
+    for b in batches {
+        let (Values::Float32(x), Values::Int64(y)) = (&b.columns[0].values, &b.columns[1].values)
+        else {
+            unreachable!()
+        };
+        for r in 0..b.num_rows {
+            let x = Feature {
+                kind: Some(feature::Kind::FloatList(FloatList {
+                    value: x[r * WIDTH..(r + 1) * WIDTH].to_vec(),
+                })),
+            };
+            let label = Feature {
+                kind: Some(feature::Kind::BytesList(BytesList {
+                    value: vec![names[y[r] as usize].as_bytes().to_vec()],
+                })),
+            };
+            let features = Features {
+                feature: [("x".to_string(), x), ("label".to_string(), label)].into(),
+            };
+            let example = Example {
+                features: Some(features),
+            };
+            w.write_record(&example.encode_to_vec()).unwrap();
+        }
+    }
+    w.finish().unwrap();
+}
+
+/// A text label (no schema file records its classes) trains: its classes
+/// are counted in one pass, saved with the checkpoint, and predict names
+/// them; a value outside them is an error. (A string label could not be
+/// used at all.)
+#[test]
+fn text_labels_train_through_classes_counted_in_one_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let names = ["cat", "dog", "bird"];
+    write_text_labels(&d.join("train.tfrecord"), &dataset(6, 16, 47), &names);
+    let out = assert_cmd::Command::cargo_bin("tfpipe")
+        .unwrap()
+        .arg("train")
+        .arg("--data")
+        .arg(d.join("train.tfrecord"))
+        .args([
+            "--feature",
+            "x:float32:8",
+            "--feature",
+            "label:bytes",
+            "--label",
+            "label",
+        ])
+        .args([
+            "--epochs",
+            "3",
+            "--batch-size",
+            "16",
+            "--hidden",
+            "8",
+            "--save",
+        ])
+        .arg(d.join("ck"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("3 classes counted in one pass"), "{stderr}");
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("ck/checkpoint.json")).unwrap()).unwrap();
+    assert_eq!(
+        meta["label_vocabulary"],
+        serde_json::json!(["bird", "cat", "dog"])
+    );
+    let predict = |data: &std::path::Path| {
+        assert_cmd::Command::cargo_bin("tfpipe")
+            .unwrap()
+            .arg("predict")
+            .arg("--checkpoint")
+            .arg(d.join("ck"))
+            .arg("--data")
+            .arg(data)
+            .output()
+            .unwrap()
+    };
+    let out = predict(&d.join("train.tfrecord"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let first: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().next().unwrap()).unwrap();
+    let class = first["class_name"]
+        .as_str()
+        .or(first["class"].as_str())
+        .unwrap_or_default();
+    assert!(names.contains(&class), "{first}");
+    // A class the model never saw.
+    write_text_labels(
+        &d.join("other.tfrecord"),
+        &dataset(1, 4, 48),
+        &["cat", "fish", "bird"],
+    );
+    let out = predict(&d.join("other.tfrecord"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("\"fish\" is not one of the 3 classes"),
+        "{stderr}"
+    );
+}
+
 /// Mid-epoch exact resume through the CLI: 8 steps (into the second epoch
 /// of 6 steps), then `--resume` for 4 more, ends with the weights of 12
 /// steps straight, bit for bit: the checkpoint's pipeline position makes

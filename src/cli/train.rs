@@ -14,11 +14,11 @@ use tfpipe::Schema;
 use tfpipe::example::DType;
 use tfpipe::pipeline::{Parallelism, Pipeline, Remainder};
 use tfpipe::train::{
-    Checkpoint, Checkpointer, Control, Decay, EarlyStopping, EpochReport, InputSpec, LrSchedule,
-    ModelConfig, ModelInput, Monitor, Observer, OptimizerConfig, OptimizerKind, Placement,
-    Progress, Reproducibility, RunControl, RunInfo, RunLength, SchemaMeta, Task, TensorBoard,
-    ThreadTuner, TrainConfig, TrainData, TrainError, TrainReport, Trainer, classes_from_metadata,
-    parse_device,
+    Checkpoint, Checkpointer, Control, Decay, EarlyStopping, EpochReport, InputSpec, LabelClasses,
+    LrSchedule, ModelConfig, ModelInput, Monitor, Observer, OptimizerConfig, OptimizerKind,
+    Placement, Progress, Reproducibility, RunControl, RunInfo, RunLength, SchemaMeta, Task,
+    TensorBoard, ThreadTuner, TrainConfig, TrainData, TrainError, TrainReport, Trainer,
+    classes_from_metadata, parse_device,
 };
 
 use super::{CompressionFlag, Status, interrupt};
@@ -250,8 +250,20 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         None if float_label => Some(Task::Regression),
         None => None,
     };
+    let label_classes = match task {
+        None => text_label_classes(&args, &schema, &label, resumed.as_ref(), &recorded)?,
+        Some(_) => None,
+    };
     let task = match task {
         Some(t) => t,
+        None if label_classes.is_some() => {
+            let count = label_classes.as_ref().map_or(0, |c| c.names().len());
+            let classes = args.classes.unwrap_or(count);
+            if classes < count {
+                bail!("--classes {classes}: the text label {label:?} has {count} classes");
+            }
+            Task::Classification { classes }
+        }
         None => {
             let classes = args.classes.or(recorded_classes).unwrap_or(10);
             // The last layer alone holds classes x hidden weights.
@@ -392,6 +404,7 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         seed,
         parallelism,
         rank,
+        label_classes: label_classes.clone(),
     };
     // What the pipeline's order depends on: checkpoints record it, and a
     // resume must read the same data the same way.
@@ -421,7 +434,12 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
     let config = TrainConfig::new(
         ModelInput::new(input)
             .schema(SchemaMeta::from_schema(&schema))
-            .label_vocabulary(recorded.vocabulary.clone())
+            .label_vocabulary(
+                label_classes
+                    .as_ref()
+                    .map(|c| c.names().to_vec())
+                    .or_else(|| recorded.vocabulary.clone()),
+            )
             .skipped_features(selection.skipped),
     )
     .length(
@@ -892,6 +910,41 @@ pub(super) fn load_schema(
         schema.label = Some(label.to_string());
     }
     Ok((schema, classes))
+}
+
+/// A text label's classes: the resumed checkpoint's (class ids must not
+/// move), else the schema file's vocabulary, else counted in one pass over
+/// the training data (and said so). `None` for a label that is not text.
+fn text_label_classes(
+    args: &Args,
+    schema: &Schema,
+    label: &str,
+    resumed: Option<&tfpipe::train::CheckpointMeta>,
+    recorded: &SchemaFacts,
+) -> anyhow::Result<Option<LabelClasses>> {
+    if schema.feature(label).map(|f| f.dtype) != Some(DType::Bytes) {
+        return Ok(None);
+    }
+    let known = resumed
+        .and_then(|m| m.label_vocabulary.clone())
+        .or_else(|| recorded.vocabulary.clone());
+    let classes = match known {
+        Some(names) => LabelClasses::new(label, names),
+        None => {
+            let counted = LabelClasses::count(&args.data, args.compression.reader_options(), label)
+                .map_err(anyhow::Error::from_boxed)?;
+            let names = counted.names();
+            let shown: Vec<&str> = names.iter().take(8).map(String::as_str).collect();
+            eprintln!(
+                "tfpipe: label {label:?} is text: {} classes counted in one pass over the data ({}{}), saved with the checkpoint",
+                names.len(),
+                shown.join(", "),
+                if names.len() > 8 { ", ..." } else { "" }
+            );
+            counted
+        }
+    };
+    Ok(Some(classes))
 }
 
 /// Keeps, besides the label, only the features `--inputs` names, or drops

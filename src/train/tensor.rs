@@ -201,12 +201,13 @@ impl InputSpec {
                 let scalar =
                     matches!(&f.layout, Layout::Fixed(s) if s.iter().product::<usize>() == 1);
                 let fits = match task {
-                    Task::Classification { .. } => f.dtype == DType::Int64,
+                    // Text labels become class ids in the pipeline (`LabelClasses`).
+                    Task::Classification { .. } => matches!(f.dtype, DType::Int64 | DType::Bytes),
                     Task::Regression => matches!(f.dtype, DType::Int64 | DType::Float32),
                 };
                 if !scalar || !fits {
                     let want = match task {
-                        Task::Classification { .. } => "one int64 class id",
+                        Task::Classification { .. } => "one int64 class id or text class name",
                         Task::Regression => "one float32 or int64 value",
                     };
                     return Err(TrainError::Config(format!(
@@ -807,14 +808,16 @@ mod tests {
         assert!(err.contains("island (bytes)"), "{err}");
         assert!(err.contains("fixed-shape int64, float32 or uint8"), "{err}");
 
-        // A text label cannot be a class id.
+        // A text label is a class name (the pipeline maps it to its id,
+        // `LabelClasses`), never a regression target.
         let mut text_label = Schema::from_feature_texts(&["species:bytes", "x:float32"]).unwrap();
         text_label.label = Some("species".into());
-        let err = InputSpec::from_schema(&text_label, Task::Classification { classes: 3 })
+        assert!(InputSpec::from_schema(&text_label, Task::Classification { classes: 3 }).is_ok());
+        let err = InputSpec::from_schema(&text_label, Task::Regression)
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("must be one int64 class id per example"),
+            err.contains("must be one float32 or int64 value per example"),
             "{err}"
         );
         assert!(err.contains("(it is bytes, scalar)"), "{err}");
