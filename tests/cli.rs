@@ -251,6 +251,9 @@ fn exit_codes_follow_the_readme() {
     located(&out, "train");
     let out = run(&["predict", "--checkpoint", &ck, "--data", &bad]);
     located(&out, "predict");
+    // The two good records before the bad one share its batch: predicted
+    // all the same (they were dropped with the batch).
+    assert_eq!(out.stdout.lines().count(), 2, "{}", out.stdout);
     let out = run(&[
         "bench",
         "--schema",

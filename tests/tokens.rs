@@ -137,6 +137,12 @@ fn tfpipe_train_picks_the_embedding_model_and_learns_the_token_set() {
         report["model"], "embedding 200x32 mean-pooled -> mlp 32-64-4",
         "{report}"
     );
+    // The choice is said, with its reason, never made silently.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("model embedding 200x32 mean-pooled -> mlp 32-64-4 because \"tokens\" is a variable-length int64 feature"),
+        "{stderr}"
+    );
     let accuracy = report["val_accuracy"].as_f64().unwrap();
     assert!(accuracy > 0.9, "{report}");
 

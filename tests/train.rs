@@ -853,6 +853,58 @@ fn cli_trains_on_a_converted_csv_with_nothing_else() {
         stderr.contains("label \"species\" = 2 is outside 0..2") && stderr.contains("--classes"),
         "{stderr}"
     );
+    // An integer target may be a quantity: the hint names regression too.
+    assert!(stderr.contains("--task regression"), "{stderr}");
+}
+
+/// A label missing from a record is an error naming its file and record,
+/// never a 0: `cars.json` has 8 records without `Miles_per_Gallon`, which the
+/// conversion gave a default (it was not the label then).
+#[test]
+fn a_missing_label_is_an_error_naming_file_and_record_not_a_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = assert_cmd::Command::cargo_bin("tfpipe")
+        .unwrap()
+        .args([
+            "convert",
+            "json",
+            "testdata/tabular/cars.json",
+            "--shards",
+            "1",
+            "-o",
+        ])
+        .arg(dir.path().join("cars"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = assert_cmd::Command::cargo_bin("tfpipe")
+        .unwrap()
+        .arg("train")
+        .arg("--schema")
+        .arg(dir.path().join("cars.features.json"))
+        .arg("--data")
+        .arg(dir.path().join("cars-00000-of-00001.tfrecord"))
+        .args([
+            "--label",
+            "Miles_per_Gallon",
+            "--task",
+            "regression",
+            "--epochs",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cars-00000-of-00001.tfrecord: record "),
+        "{stderr}"
+    );
+    assert!(stderr.contains("Miles_per_Gallon"), "{stderr}");
 }
 
 #[test]
@@ -1469,6 +1521,186 @@ fn an_edited_checkpoint_json_is_refused_and_saves_clean_up_after_dead_ones() {
     std::fs::write(&meta_path, &original).unwrap();
     let (code, stderr) = train(&resume);
     assert_eq!(code, Some(0), "{stderr}");
+}
+
+/// The inputs are chosen with --inputs or --exclude, and --feature
+/// overrides a --schema file's spec of the same name.
+#[test]
+fn cli_inputs_are_chosen_and_feature_specs_override_the_schema_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (schema, data) = convert_penguins(dir.path());
+    let train = |extra: &[&str], save: &str| {
+        let out = assert_cmd::Command::cargo_bin("tfpipe")
+            .unwrap()
+            .args(["train", "--schema", &schema, "--data", &data])
+            .args(["--epochs", "1", "--hidden", "4"])
+            .args(extra)
+            .arg("--save")
+            .arg(dir.path().join(save))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let meta = std::fs::read(dir.path().join(save).join("checkpoint.json"))
+            .ok()
+            .map(|b| serde_json::from_slice::<serde_json::Value>(&b).unwrap());
+        (out.status.code(), stderr, meta)
+    };
+    let inputs = |meta: &serde_json::Value| -> Vec<String> {
+        meta["input"]["features"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f[0].as_str().unwrap().to_string())
+            .collect()
+    };
+    let (code, stderr, meta) = train(&["--inputs", "bill_length_mm,bill_depth_mm"], "only");
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(inputs(&meta.unwrap()), ["bill_length_mm", "bill_depth_mm"]);
+    let (code, stderr, meta) = train(&["--exclude", "year,body_mass_g"], "without");
+    assert_eq!(code, Some(0), "{stderr}");
+    let without = inputs(&meta.unwrap());
+    assert!(
+        !without.iter().any(|n| n == "year" || n == "body_mass_g"),
+        "{without:?}"
+    );
+    assert!(without.iter().any(|n| n == "bill_length_mm"), "{without:?}");
+    let (code, stderr, _) = train(&["--exclude", "nope"], "bad");
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--exclude: \"nope\" is not a feature"),
+        "{stderr}"
+    );
+    // --feature with --schema: the file's `year` (no missing values, so no
+    // default) given one.
+    let (code, stderr, meta) = train(&["--feature", "year:int64=2000"], "override");
+    assert_eq!(code, Some(0), "{stderr}");
+    let meta = meta.unwrap();
+    let year = meta["schema"]["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "year")
+        .cloned();
+    let year = year.expect("year is a feature");
+    assert!(!year["default"].is_null(), "{meta}");
+}
+
+/// `dataset`'s records with their label as text (`cat`, `dog`, `bird` for
+/// classes 0, 1, 2), as TensorFlow datasets often store labels.
+fn write_text_labels(path: &std::path::Path, batches: &[Batch], names: &[&str]) {
+    use tfpipe::example::Example;
+    use tfpipe::example::proto::{BytesList, Feature, Features, FloatList, feature};
+    let mut w =
+        tfpipe::tfrecord::FileRecordWriter::create(path, tfpipe::Compression::None).unwrap();
+    for b in batches {
+        let (Values::Float32(x), Values::Int64(y)) = (&b.columns[0].values, &b.columns[1].values)
+        else {
+            unreachable!()
+        };
+        for r in 0..b.num_rows {
+            let x = Feature {
+                kind: Some(feature::Kind::FloatList(FloatList {
+                    value: x[r * WIDTH..(r + 1) * WIDTH].to_vec(),
+                })),
+            };
+            let label = Feature {
+                kind: Some(feature::Kind::BytesList(BytesList {
+                    value: vec![names[y[r] as usize].as_bytes().to_vec()],
+                })),
+            };
+            let features = Features {
+                feature: [("x".to_string(), x), ("label".to_string(), label)].into(),
+            };
+            let example = Example {
+                features: Some(features),
+            };
+            w.write_record(&example.encode_to_vec()).unwrap();
+        }
+    }
+    w.finish().unwrap();
+}
+
+/// A text label (no schema file records its classes) trains: its classes
+/// are counted in one pass, saved with the checkpoint, and predict names
+/// them; a value outside them is an error. (A string label could not be
+/// used at all.)
+#[test]
+fn text_labels_train_through_classes_counted_in_one_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let names = ["cat", "dog", "bird"];
+    write_text_labels(&d.join("train.tfrecord"), &dataset(6, 16, 47), &names);
+    let out = assert_cmd::Command::cargo_bin("tfpipe")
+        .unwrap()
+        .arg("train")
+        .arg("--data")
+        .arg(d.join("train.tfrecord"))
+        .args([
+            "--feature",
+            "x:float32:8",
+            "--feature",
+            "label:bytes",
+            "--label",
+            "label",
+        ])
+        .args([
+            "--epochs",
+            "3",
+            "--batch-size",
+            "16",
+            "--hidden",
+            "8",
+            "--save",
+        ])
+        .arg(d.join("ck"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("3 classes counted in one pass"), "{stderr}");
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("ck/checkpoint.json")).unwrap()).unwrap();
+    assert_eq!(
+        meta["label_vocabulary"],
+        serde_json::json!(["bird", "cat", "dog"])
+    );
+    let predict = |data: &std::path::Path| {
+        assert_cmd::Command::cargo_bin("tfpipe")
+            .unwrap()
+            .arg("predict")
+            .arg("--checkpoint")
+            .arg(d.join("ck"))
+            .arg("--data")
+            .arg(data)
+            .output()
+            .unwrap()
+    };
+    let out = predict(&d.join("train.tfrecord"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let first: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().next().unwrap()).unwrap();
+    let class = first["class_name"]
+        .as_str()
+        .or(first["class"].as_str())
+        .unwrap_or_default();
+    assert!(names.contains(&class), "{first}");
+    // A class the model never saw.
+    write_text_labels(
+        &d.join("other.tfrecord"),
+        &dataset(1, 4, 48),
+        &["cat", "fish", "bird"],
+    );
+    let out = predict(&d.join("other.tfrecord"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("\"fish\" is not one of the 3 classes"),
+        "{stderr}"
+    );
 }
 
 /// Mid-epoch exact resume through the CLI: 8 steps (into the second epoch

@@ -103,6 +103,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         seed: 1,
         parallelism: Parallelism::Auto,
         rank: None,
+        label_classes: None,
         reader: tfpipe::tfrecord::ReaderOptions::default(),
     };
     // `builtin` times the weights' upload itself (the report's device start-up).

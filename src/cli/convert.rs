@@ -11,8 +11,8 @@ use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 use tfpipe::convert::{
-    self, ConvertError, CsvOptions, Format, IdxOptions, ImagesOptions, JsonOptions, Missing,
-    OutputOptions, Phase, Sharding, Summary,
+    self, ConvertError, CsvOptions, Format, Header, IdxOptions, ImagesOptions, JsonOptions,
+    Missing, OutputOptions, Phase, Sharding, Summary,
 };
 use tfpipe::tfrecord::Compression;
 
@@ -98,6 +98,13 @@ pub struct Args {
     /// csv: another value meaning "missing" (besides empty and NA); repeatable.
     #[arg(long)]
     pub na: Vec<String>,
+    /// csv: the file has no header row: every row is data, and the columns are named
+    /// column_1, column_2, ...
+    #[arg(long, conflicts_with = "names")]
+    pub no_header: bool,
+    /// csv: the file has no header row, and these are its column names (comma-separated).
+    #[arg(long, value_name = "A,B,...", value_delimiter = ',')]
+    pub names: Option<Vec<String>>,
     /// csv, json: the label column (text labels become class indices).
     #[arg(long)]
     pub label: Option<String>,
@@ -154,6 +161,8 @@ fn format_of(args: &Args) -> anyhow::Result<Format> {
     use FormatArg::*;
     only(args.delimiter != ",", "--delimiter", &[Csv])?;
     only(!args.na.is_empty(), "--na", &[Csv])?;
+    only(args.no_header, "--no-header", &[Csv])?;
+    only(args.names.is_some(), "--names", &[Csv])?;
     only(!args.columns.is_empty(), "--column", &[Csv, Json])?;
     only(args.label.is_some(), "--label", &[Csv, Json])?;
     only(
@@ -190,6 +199,11 @@ fn format_of(args: &Args) -> anyhow::Result<Format> {
                     label: args.label.clone(),
                     missing,
                     schema,
+                    header: match (&args.names, args.no_header) {
+                        (Some(names), _) => Header::Names(names.clone()),
+                        (None, true) => Header::None,
+                        (None, false) => Header::FirstRow,
+                    },
                     ..CsvOptions::default()
                 }
                 .with_column_texts(&args.columns)?,

@@ -134,6 +134,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         seed,
         parallelism: Parallelism::Auto,
         rank: None,
+        label_classes: None,
     };
     let test = TrainData {
         files: globs(&test_files),
@@ -329,6 +330,7 @@ fn run_tokens(args: Args) -> anyhow::Result<Status> {
         seed,
         parallelism: Parallelism::Auto,
         rank: None,
+        label_classes: None,
     };
     let test = TrainData {
         files: vec![validation.data.to_string_lossy().into_owned()],

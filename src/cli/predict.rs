@@ -268,14 +268,26 @@ pub(super) fn predict(predictor: &Predictor, job: Job<'_>) -> anyhow::Result<Pre
     if let Some(key) = job.key {
         add_key_feature(&mut schema, key, first.as_ref())?;
     }
-    let mut stream: Box<dyn BatchStream> = Box::new(
-        pipeline_files
-            .records()
-            .batch(job.batch_size)
-            .parse_batches(schema, job.parallelism)
-            .prefetch(2)
-            .start()?,
-    );
+    // A text label is scored through the classes the model was trained with.
+    let text_label = schema
+        .label
+        .as_deref()
+        .and_then(|l| schema.feature(l))
+        .filter(|f| f.dtype == tfpipe::DType::Bytes)
+        .map(|f| f.name.clone());
+    let mut parsed = pipeline_files
+        .records()
+        .batch(job.batch_size)
+        .parse_batches(schema, job.parallelism);
+    if let Some(label) = text_label {
+        let names = predictor
+            .meta()
+            .label_vocabulary
+            .clone()
+            .unwrap_or_default();
+        parsed = tfpipe::train::LabelClasses::new(label, names).apply(parsed);
+    }
+    let mut stream: Box<dyn BatchStream> = Box::new(parsed.prefetch(2).start()?);
     let options = PredictOptions {
         with_labels,
         warmup: job.warmup,

@@ -14,11 +14,11 @@ use tfpipe::Schema;
 use tfpipe::example::DType;
 use tfpipe::pipeline::{Parallelism, Pipeline, Remainder};
 use tfpipe::train::{
-    Checkpoint, Checkpointer, Control, Decay, EarlyStopping, EpochReport, InputSpec, LrSchedule,
-    ModelConfig, ModelInput, Monitor, Observer, OptimizerConfig, OptimizerKind, Placement,
-    Progress, Reproducibility, RunControl, RunInfo, RunLength, SchemaMeta, Task, TensorBoard,
-    ThreadTuner, TrainConfig, TrainData, TrainError, TrainReport, Trainer, classes_from_metadata,
-    parse_device,
+    Checkpoint, Checkpointer, Control, Decay, EarlyStopping, EpochReport, InputSpec, LabelClasses,
+    LrSchedule, ModelConfig, ModelInput, Monitor, Observer, OptimizerConfig, OptimizerKind,
+    Placement, Progress, Reproducibility, RunControl, RunInfo, RunLength, SchemaMeta, Task,
+    TensorBoard, ThreadTuner, TrainConfig, TrainData, TrainError, TrainReport, Trainer,
+    classes_from_metadata, parse_device,
 };
 
 use super::{CompressionFlag, Status, interrupt};
@@ -32,8 +32,21 @@ pub struct Args {
     #[command(flatten)]
     pub compression: CompressionFlag,
     /// A feature to parse, NAME:DTYPE[:SHAPE] (e.g. image_raw:uint8:28x28, label:int64).
-    #[arg(long = "feature", conflicts_with = "schema")]
+    /// With --schema, overrides the schema file's feature of that name (or adds one).
+    #[arg(long = "feature")]
     pub features: Vec<String>,
+    /// The model's inputs: only these features (comma-separated), besides the label.
+    /// By default every feature the models can take.
+    #[arg(
+        long,
+        value_name = "A,B,...",
+        value_delimiter = ',',
+        conflicts_with = "exclude"
+    )]
+    pub inputs: Option<Vec<String>>,
+    /// Features that are not inputs (comma-separated), e.g. an id column.
+    #[arg(long, value_name = "A,B,...", value_delimiter = ',')]
+    pub exclude: Option<Vec<String>>,
     /// A schema file (`PREFIX.features.json` from `tfpipe convert`).
     #[arg(long)]
     pub schema: Option<PathBuf>,
@@ -200,11 +213,12 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         Some(dir) => Some(Checkpoint::read_meta(dir)?),
         None => None,
     };
-    let (schema, recorded_classes) = load_schema(
+    let (mut schema, recorded_classes) = load_schema(
         &args.features,
         args.schema.as_deref(),
         args.label.as_deref(),
     )?;
+    select_inputs(&mut schema, args.inputs.as_deref(), args.exclude.as_deref())?;
     let mut recorded = match &args.schema {
         Some(path) if args.label.is_none() || args.label == schema.label => {
             SchemaFacts::read(path)?
@@ -236,8 +250,20 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         None if float_label => Some(Task::Regression),
         None => None,
     };
+    let label_classes = match task {
+        None => text_label_classes(&args, &schema, &label, resumed.as_ref(), &recorded)?,
+        Some(_) => None,
+    };
     let task = match task {
         Some(t) => t,
+        None if label_classes.is_some() => {
+            let count = label_classes.as_ref().map_or(0, |c| c.names().len());
+            let classes = args.classes.unwrap_or(count);
+            if classes < count {
+                bail!("--classes {classes}: the text label {label:?} has {count} classes");
+            }
+            Task::Classification { classes }
+        }
         None => {
             let classes = args.classes.or(recorded_classes).unwrap_or(10);
             // The last layer alone holds classes x hidden weights.
@@ -286,7 +312,24 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
     let resumed_model = resumed.as_ref().and_then(|m| m.model.clone());
     let model = match (&args.model, &args.hidden, resumed_model) {
         (None, None, Some(model)) => model,
-        _ => model_config(&args, &input, recorded.vocab_size)?,
+        (chosen, _, _) => {
+            let model = model_config(&args, &input, recorded.vocab_size)?;
+            if chosen.is_none() {
+                // Never a silent switch: say which model the data chose, and why.
+                let why = match &input.tokens {
+                    Some(tokens) => format!(
+                        "{:?} is a variable-length int64 feature, taken as token ids",
+                        tokens.name
+                    ),
+                    None => "the inputs are fixed-shape numbers".to_string(),
+                };
+                eprintln!(
+                    "tfpipe: model {} because {why} (choose with --model)",
+                    model.describe()
+                );
+            }
+            model
+        }
     };
     check_model_size(&model, &input, args.batch_size, args.prefetch)?;
     let resumed_optimizer = resumed.as_ref().and_then(|m| m.optimizer);
@@ -361,6 +404,7 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         seed,
         parallelism,
         rank,
+        label_classes: label_classes.clone(),
     };
     // What the pipeline's order depends on: checkpoints record it, and a
     // resume must read the same data the same way.
@@ -390,7 +434,12 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
     let config = TrainConfig::new(
         ModelInput::new(input)
             .schema(SchemaMeta::from_schema(&schema))
-            .label_vocabulary(recorded.vocabulary.clone())
+            .label_vocabulary(
+                label_classes
+                    .as_ref()
+                    .map(|c| c.names().to_vec())
+                    .or_else(|| recorded.vocabulary.clone()),
+            )
             .skipped_features(selection.skipped),
     )
     .length(
@@ -809,7 +858,9 @@ pub(super) fn check_model_size(
 /// (library messages name no flags).
 pub(super) fn with_hint(e: TrainError) -> anyhow::Error {
     let hint = match &e {
-        TrainError::Label { .. } => Some("set the number of classes with --classes"),
+        TrainError::Label { .. } => Some(
+            "set the number of classes with --classes, or, if the label is a quantity rather than a class, train a regression with --task regression",
+        ),
         _ => None,
     };
     match hint {
@@ -828,7 +879,14 @@ pub(super) fn load_schema(
 ) -> anyhow::Result<(Schema, Option<usize>)> {
     let (mut schema, classes) = match schema {
         Some(path) => {
-            let (schema, metadata) = Schema::load_with_metadata(path)?;
+            let (mut schema, metadata) = Schema::load_with_metadata(path)?;
+            // `--feature` specs override the file's (or add to them).
+            for spec in Schema::from_feature_texts(features)?.features {
+                match schema.features.iter_mut().find(|f| f.name == spec.name) {
+                    Some(existing) => *existing = spec,
+                    None => schema.features.push(spec),
+                }
+            }
             (schema, classes_from_metadata(&metadata))
         }
         None if features.is_empty() => {
@@ -852,6 +910,73 @@ pub(super) fn load_schema(
         schema.label = Some(label.to_string());
     }
     Ok((schema, classes))
+}
+
+/// A text label's classes: the resumed checkpoint's (class ids must not
+/// move), else the schema file's vocabulary, else counted in one pass over
+/// the training data (and said so). `None` for a label that is not text.
+fn text_label_classes(
+    args: &Args,
+    schema: &Schema,
+    label: &str,
+    resumed: Option<&tfpipe::train::CheckpointMeta>,
+    recorded: &SchemaFacts,
+) -> anyhow::Result<Option<LabelClasses>> {
+    if schema.feature(label).map(|f| f.dtype) != Some(DType::Bytes) {
+        return Ok(None);
+    }
+    let known = resumed
+        .and_then(|m| m.label_vocabulary.clone())
+        .or_else(|| recorded.vocabulary.clone());
+    let classes = match known {
+        Some(names) => LabelClasses::new(label, names),
+        None => {
+            let counted = LabelClasses::count(&args.data, args.compression.reader_options(), label)
+                .map_err(anyhow::Error::from_boxed)?;
+            let names = counted.names();
+            let shown: Vec<&str> = names.iter().take(8).map(String::as_str).collect();
+            eprintln!(
+                "tfpipe: label {label:?} is text: {} classes counted in one pass over the data ({}{}), saved with the checkpoint",
+                names.len(),
+                shown.join(", "),
+                if names.len() > 8 { ", ..." } else { "" }
+            );
+            counted
+        }
+    };
+    Ok(Some(classes))
+}
+
+/// Keeps, besides the label, only the features `--inputs` names, or drops
+/// those `--exclude` names; a name that is not a feature is an error.
+fn select_inputs(
+    schema: &mut Schema,
+    inputs: Option<&[String]>,
+    exclude: Option<&[String]>,
+) -> anyhow::Result<()> {
+    let (names, flag, keep) = match (inputs, exclude) {
+        (Some(names), _) => (names, "--inputs", true),
+        (None, Some(names)) => (names, "--exclude", false),
+        (None, None) => return Ok(()),
+    };
+    for name in names {
+        if schema.feature(name).is_none() {
+            bail!(
+                "{flag}: {name:?} is not a feature (features: {})",
+                schema
+                    .features
+                    .iter()
+                    .map(|f| f.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+    }
+    let label = schema.label.clone();
+    schema
+        .features
+        .retain(|f| Some(&f.name) == label.as_ref() || names.contains(&f.name) == keep);
+    Ok(())
 }
 
 fn model_config(

@@ -42,6 +42,24 @@ pub struct CsvOptions {
     /// same types, defaults and label vocabulary, so several conversions
     /// (splits, workers) agree. By default `None`.
     pub schema: Option<FixedSchema>,
+    /// Where the column names come from. By default the first row
+    /// ([`Header::FirstRow`]).
+    pub header: Header,
+}
+
+/// Where a CSV file's column names come from.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Header {
+    /// The first row holds them (the usual CSV). A first row that looks like
+    /// data (numbers in columns of numbers) gets a warning.
+    #[default]
+    FirstRow,
+    /// There is no header row: every row is data, and the columns are named
+    /// `column_1`, `column_2`, ... (`--no-header`).
+    None,
+    /// There is no header row, and these are the names, one per column
+    /// (`--names`).
+    Names(Vec<String>),
 }
 
 impl Default for CsvOptions {
@@ -53,6 +71,7 @@ impl Default for CsvOptions {
             label: None,
             missing: Missing::Default,
             schema: None,
+            header: Header::FirstRow,
         }
     }
 }
@@ -223,17 +242,82 @@ fn reader(delimiter: u8, data: &[u8]) -> csv::Reader<&[u8]> {
         .from_reader(data)
 }
 
-/// Reads the header row: the names and where the data starts.
+/// Reads the column names: the header row's, or those `given` (then the
+/// data starts at the first row). Returns the names, the data's first byte
+/// and line.
 fn header(
     path: &Path,
     data: &[u8],
     delimiter: u8,
+    given: &Header,
 ) -> Result<(Vec<String>, usize, u64), ConvertError> {
     let bom = if data.starts_with(b"\xEF\xBB\xBF") {
         3
     } else {
         0
     };
+    let names = match given {
+        Header::FirstRow => return header_row(path, data, delimiter, bom),
+        Header::Names(names) => names.clone(),
+        Header::None => {
+            let mut rdr = reader(delimiter, &data[bom..]);
+            let mut record = ByteRecord::new();
+            let fields = match rdr.read_byte_record(&mut record) {
+                Ok(true) => record.len(),
+                _ => 0,
+            };
+            (1..=fields).map(|i| format!("column_{i}")).collect()
+        }
+    };
+    if let Some(name) = duplicate(&names) {
+        return Err(ConvertError::Options(format!(
+            "duplicate column name {name:?} in the names given"
+        )));
+    }
+    Ok((names, bom, 1))
+}
+
+/// A warning when the header row looks like a data row: some of its names
+/// are numbers, each in a column whose values are numbers (sklearn's
+/// `iris.csv` starts `150,4,setosa,...`, and a headerless file's first row
+/// would become the names).
+fn header_looks_like_data(names: &[String], kinds: &[Kind]) -> Option<String> {
+    let numeric: Vec<&String> = names
+        .iter()
+        .zip(kinds)
+        .filter(|(name, _)| name.trim().parse::<f64>().is_ok())
+        .filter(|(_, kind)| matches!(kind, Kind::Int | Kind::Float | Kind::BigInt))
+        .map(|(name, _)| name)
+        .collect();
+    let all_numbers_in_number_columns = names
+        .iter()
+        .zip(kinds)
+        .filter(|(name, _)| name.trim().parse::<f64>().is_ok())
+        .count()
+        == numeric.len();
+    (!numeric.is_empty() && all_numbers_in_number_columns).then(|| {
+        format!(
+            "the header row looks like data (column names {numeric:?} are numbers, in columns of numbers): if the file has no header row, convert it with --no-header or --names"
+        )
+    })
+}
+
+/// The first name that appears twice.
+fn duplicate(names: &[String]) -> Option<&String> {
+    names
+        .iter()
+        .enumerate()
+        .find(|(i, n)| names[..*i].contains(n))
+        .map(|(_, n)| n)
+}
+
+/// Reads the header row: the names and where the data starts.
+fn header_row(
+    path: &Path,
+    data: &[u8],
+    delimiter: u8,
+    bom: usize,
+) -> Result<(Vec<String>, usize, u64), ConvertError> {
     let mut rdr = reader(delimiter, &data[bom..]);
     let mut record = ByteRecord::new();
     let has = rdr
@@ -430,7 +514,7 @@ fn scan_all(
     let mut names: Option<Vec<String>> = None;
     for path in inputs {
         let data = Input::load(path)?;
-        let (header_names, data_start, first_line) = header(path, &data, d)?;
+        let (header_names, data_start, first_line) = header(path, &data, d, &options.header)?;
         match &names {
             None => names = Some(header_names),
             Some(first) if *first != header_names => {
@@ -596,6 +680,11 @@ fn scan_all(
     }
     let mut columns = Vec::with_capacity(ncols);
     let mut warnings = Vec::new();
+    if options.header == Header::FirstRow
+        && let Some(warning) = header_looks_like_data(&names, &kinds)
+    {
+        warnings.push(warning);
+    }
     for c in 0..ncols {
         let dtype = declared[c].unwrap_or(kinds[c].dtype());
         if dtype == DType::Float32

@@ -806,6 +806,46 @@ impl<T> PipelineIter<T> {
     pub fn live_threads(&self) -> LiveThreads {
         self.shared.live.clone()
     }
+
+    /// A handle that stops this pipeline from another thread, for an
+    /// iterator whose `next` runs on a thread of its own (the Python
+    /// package's, so that Ctrl-C can end a blocked `next`).
+    ///
+    /// ```
+    /// use tfpipe::pipeline::Pipeline;
+    /// // An endless source into a buffer that never fills: `next` would block.
+    /// let mut it = Pipeline::from_generator(|| 0u64..).shuffle(usize::MAX / 2, 1).start()?;
+    /// let stop = it.stop_handle();
+    /// stop.stop(); // from any thread, before or during `next`
+    /// assert!(it.next().is_none());
+    /// # Ok::<(), tfpipe::pipeline::PipelineError>(())
+    /// ```
+    pub fn stop_handle(&self) -> StopHandle {
+        StopHandle(Arc::clone(&self.shared))
+    }
+}
+
+/// Stops a running pipeline from any thread (`Send + Sync + Clone`); made by
+/// [`PipelineIter::stop_handle`].
+///
+/// [`stop`](StopHandle::stop) raises the cancel flag that dropping the
+/// iterator raises: a `next` blocked in a stage returns soon after (the
+/// stages check the flag while filling a buffer or reading a file), and
+/// the stream ends early. The elements after a stop are not the dataset's:
+/// drop the iterator, which joins the threads.
+#[derive(Clone)]
+pub struct StopHandle(Arc<Shared>);
+
+impl StopHandle {
+    /// Raises the cancel flag. Idempotent.
+    pub fn stop(&self) {
+        self.0.cancel.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether [`stop`](Self::stop) was called or the iterator dropped.
+    pub fn is_stopped(&self) -> bool {
+        self.0.cancel.load(Ordering::SeqCst)
+    }
 }
 
 impl<T> Iterator for PipelineIter<T> {

@@ -10,11 +10,14 @@
 //! uninterrupted run would have read. Only the read and shuffle stages
 //! restart at an epoch marker; the parse workers and prefetch run on.
 
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::batch::Values;
 use crate::pipeline::{Parallelism, Pipeline, Rank, Record, Remainder, ShuffleOptions};
 use crate::rng::epoch_seed;
 use crate::tfrecord::ReaderOptions;
@@ -65,6 +68,10 @@ pub struct TrainData {
     /// This process's share of the files under a launcher; `None` reads
     /// them all. By default `None`.
     pub rank: Option<Rank>,
+    /// For a text label: its classes, which turn each batch's label values
+    /// into class ids right after parsing. By default `None` (an int64
+    /// label holds class ids already).
+    pub label_classes: Option<LabelClasses>,
 }
 
 impl TrainData {
@@ -84,6 +91,7 @@ impl TrainData {
             seed: 0,
             parallelism: Parallelism::Auto,
             rank: None,
+            label_classes: None,
         }
     }
 
@@ -152,10 +160,13 @@ impl TrainData {
     }
 
     fn batches(&self, records: Pipeline<Record>) -> Pipeline<Batch> {
-        records
+        let parsed = records
             .batch(self.batch_size)
-            .parse_batches(self.schema.clone(), self.parallelism)
-            .prefetch(2)
+            .parse_batches(self.schema.clone(), self.parallelism);
+        match &self.label_classes {
+            Some(classes) => classes.apply(parsed).prefetch(2),
+            None => parsed.prefetch(2),
+        }
     }
 
     /// The whole run's pipeline: read, shuffle with the run's seed, `repeat`
@@ -369,5 +380,159 @@ fn list_change(then: &[String], now: &[String]) -> String {
         "the same files in another order".to_string()
     } else {
         parts.join("; ")
+    }
+}
+
+/// The classes of a text label (`bytes` in the records, such as TensorFlow
+/// datasets' `"cat"`/`"dog"` labels): the class names in class-id order, and
+/// the mapping that replaces a batch's label values by their ids.
+///
+/// ```
+/// use tfpipe::batch::{Batch, Column, Values};
+/// use tfpipe::train::LabelClasses;
+///
+/// let classes = LabelClasses::new("label", vec!["cat".into(), "dog".into()]);
+/// let batch = Batch {
+///     num_rows: 2,
+///     columns: vec![Column {
+///         name: "label".into(),
+///         values: Values::Bytes { data: b"dogcat".to_vec(), offsets: vec![0, 3, 6] },
+///         row_splits: vec![],
+///         inner_shape: vec![],
+///     }],
+/// };
+/// let ids = classes.relabel(batch)?;
+/// assert_eq!(ids.column("label").unwrap().as_i64(), Some(&[1, 0][..]));
+/// # Ok::<(), tfpipe::train::UnknownLabel>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct LabelClasses {
+    label: String,
+    names: Arc<[String]>,
+    ids: Arc<HashMap<Vec<u8>, i64>>,
+}
+
+/// A text label value that is not one of the classes.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(
+    "label {label:?} = {value:?} is not one of the {classes} classes the model was trained with ({known})"
+)]
+pub struct UnknownLabel {
+    /// The label feature.
+    pub label: String,
+    /// The value found.
+    pub value: String,
+    /// How many classes there are.
+    pub classes: usize,
+    /// The first few of them, for the message.
+    pub known: String,
+}
+
+/// The most distinct values a counted text label may have (as the
+/// converters' cap): more is an id or free text, not a class label.
+const MAX_TEXT_CLASSES: usize = 100_000;
+
+impl LabelClasses {
+    /// The classes of `label`, in class-id order.
+    pub fn new(label: impl Into<String>, names: Vec<String>) -> LabelClasses {
+        let ids = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.as_bytes().to_vec(), i as i64))
+            .collect();
+        LabelClasses {
+            label: label.into(),
+            names: names.into(),
+            ids: Arc::new(ids),
+        }
+    }
+
+    /// Counts the distinct values of the text label `label` in `files` in
+    /// one pass, and takes them, sorted, as the classes: for data that no
+    /// schema file describes (TensorFlow-written records). Fails on a bad
+    /// record, a record without the label, or more than 100,000 values.
+    pub fn count(
+        files: &[String],
+        reader: crate::tfrecord::ReaderOptions,
+        label: &str,
+    ) -> Result<LabelClasses, BoxError> {
+        let schema = crate::Schema::from_feature_texts(&[format!("{label}:bytes")])?;
+        let batches = Pipeline::tfrecord_files(files)?
+            .reader_options(reader)
+            .records()
+            .batch(1024)
+            .parse_batches(schema, Parallelism::Auto)
+            .start()?;
+        let mut seen = BTreeSet::new();
+        for batch in batches {
+            let batch = batch?;
+            let Some(column) = batch.column(label) else {
+                continue;
+            };
+            for i in 0..column.values.len() {
+                if let Some(value) = column.values.bytes(i)
+                    && !seen.contains(value)
+                {
+                    if seen.len() == MAX_TEXT_CLASSES {
+                        return Err(format!(
+                            "label {label:?}: more than {MAX_TEXT_CLASSES} distinct text values; that is not a class label"
+                        )
+                        .into());
+                    }
+                    seen.insert(value.to_vec());
+                }
+            }
+        }
+        let names = seen
+            .into_iter()
+            .map(|v| String::from_utf8_lossy(&v).into_owned())
+            .collect();
+        Ok(LabelClasses::new(label, names))
+    }
+
+    /// The class names, in class-id order.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// `batch` with its text label column replaced by the class ids.
+    pub fn relabel(&self, mut batch: Batch) -> Result<Batch, UnknownLabel> {
+        let Some(column) = batch.columns.iter_mut().find(|c| c.name == self.label) else {
+            return Ok(batch);
+        };
+        let Values::Bytes { data, offsets } = &column.values else {
+            return Ok(batch);
+        };
+        let ids = offsets
+            .windows(2)
+            .map(|w| {
+                let value = &data[w[0]..w[1]];
+                self.ids
+                    .get(value)
+                    .copied()
+                    .ok_or_else(|| self.unknown(value))
+            })
+            .collect::<Result<Vec<i64>, UnknownLabel>>()?;
+        column.values = Values::Int64(ids);
+        Ok(batch)
+    }
+
+    fn unknown(&self, value: &[u8]) -> UnknownLabel {
+        let mut known: Vec<&str> = self.names.iter().take(5).map(String::as_str).collect();
+        if self.names.len() > 5 {
+            known.push("...");
+        }
+        UnknownLabel {
+            label: self.label.clone(),
+            value: String::from_utf8_lossy(value).into_owned(),
+            classes: self.names.len(),
+            known: known.join(", "),
+        }
+    }
+
+    /// `batches` with their text labels turned into class ids.
+    pub fn apply(&self, batches: Pipeline<Batch>) -> Pipeline<Batch> {
+        let classes = self.clone();
+        batches.try_map(move |batch| classes.relabel(batch))
     }
 }

@@ -63,7 +63,7 @@ pub use checkpoint::{
     META_FILE, SchemaMeta,
 };
 pub use config::{ModelInput, Placement, Reproducibility, RunControl, RunLength, TrainConfig};
-pub use data::{DataFingerprint, FileFingerprint, TrainData};
+pub use data::{DataFingerprint, FileFingerprint, LabelClasses, TrainData, UnknownLabel};
 pub use model::{BuiltinModel, Model, ModelConfig, Task, seed_vars};
 pub use observer::{Checkpointer, Control, EarlyStopping, Monitor, Observer, RunInfo, TensorBoard};
 pub use optim::{

@@ -374,12 +374,23 @@ impl Predictor {
         let (mut examples, mut batches) = (0u64, 0u64);
         let mut score = Score::default();
         let mut interrupted = false;
+        // The first bad record, returned once every readable record is
+        // predicted: the pipeline reads on after it (the next file, or the
+        // rest of a batch cut short by it), and no good record is lost.
+        let mut bad_data: Option<TrainError> = None;
         while let Some(batch) = stream.next_batch() {
             if options.stop.is_some_and(|s| s.load(Ordering::SeqCst)) {
                 interrupted = true;
                 break;
             }
-            let batch = batch.map_err(TrainError::data)?;
+            let batch = match batch.map_err(TrainError::data) {
+                Ok(batch) => batch,
+                Err(e) if e.is_bad_data() => {
+                    bad_data.get_or_insert(e);
+                    continue;
+                }
+                Err(e) => return Err(bad_data.unwrap_or(e)),
+            };
             let key = match options.key {
                 Some(name) => {
                     Some(
@@ -429,6 +440,9 @@ impl Predictor {
             sink(&predicted)?;
             examples += tensors.rows as u64;
             batches += 1;
+        }
+        if let Some(e) = bad_data {
+            return Err(e);
         }
         let s = steady.summary();
         let scored = options.with_labels && examples > 0;

@@ -22,7 +22,7 @@ use serde_json::{Map, Value as Json};
 use super::TrainError;
 use super::model::Task;
 use crate::batch::{Batch, Column, Values};
-use crate::example::{DType, Layout, Schema};
+use crate::example::{DType, FeatureSpec, Layout, Schema};
 
 /// Which columns feed the model, how wide each is, and the label.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -201,12 +201,13 @@ impl InputSpec {
                 let scalar =
                     matches!(&f.layout, Layout::Fixed(s) if s.iter().product::<usize>() == 1);
                 let fits = match task {
-                    Task::Classification { .. } => f.dtype == DType::Int64,
+                    // Text labels become class ids in the pipeline (`LabelClasses`).
+                    Task::Classification { .. } => matches!(f.dtype, DType::Int64 | DType::Bytes),
                     Task::Regression => matches!(f.dtype, DType::Int64 | DType::Float32),
                 };
                 if !scalar || !fits {
                     let want = match task {
-                        Task::Classification { .. } => "one int64 class id",
+                        Task::Classification { .. } => "one int64 class id or text class name",
                         Task::Regression => "one float32 or int64 value",
                     };
                     return Err(TrainError::Config(format!(
@@ -215,7 +216,14 @@ impl InputSpec {
                         describe_feature(f)
                     )));
                 }
-                used.push(f.clone());
+                // A label is never filled in: a record without one is an
+                // error naming its file and record, not a silent 0 (a
+                // converter gives a column with missing values a default,
+                // and a column chosen as the label later keeps it).
+                used.push(FeatureSpec {
+                    default: None,
+                    ..f.clone()
+                });
                 continue;
             }
             if f.layout == Layout::Var && f.dtype == DType::Int64 && tokens.is_none() {
@@ -254,6 +262,22 @@ impl InputSpec {
                 "no input features: the models need at least one fixed-shape int64, float32 or uint8 feature, or a variable-length int64 one (token ids), besides the label (other features: {others}); store numbers as such, e.g. `tfpipe convert csv --column NAME:float32`, or give them with --feature NAME:DTYPE[:SHAPE]"
             )));
         }
+        // An image folder converted without decoding holds the encoded bytes
+        // (skipped: the models take no bytes) and the images' size: a model
+        // of the size alone learns nothing of the images, and used to train
+        // silently to chance accuracy.
+        let encoded = skipped.iter().find(|s| s.reason == "bytes");
+        if let Some(encoded) = encoded
+            && tokens.is_none()
+            && features.iter().all(|(name, _)| is_image_size(name))
+        {
+            let sizes: Vec<&str> = features.iter().map(|(n, _)| n.as_str()).collect();
+            return Err(TrainError::Config(format!(
+                "the only inputs are an image's size ({}); the image itself ({:?}) is encoded bytes, which the models cannot take: decode the images into pixels (a uint8 feature) to train on them",
+                sizes.join(", "),
+                encoded.name
+            )));
+        }
         Ok(InputSelection {
             spec: InputSpec {
                 features,
@@ -276,8 +300,18 @@ impl InputSpec {
     }
 }
 
+/// Whether a feature named `name` is an image's size (`image/height`,
+/// `width`, `img_channels`, ...).
+fn is_image_size(name: &str) -> bool {
+    let last = name.rsplit(['/', '_', '.', '-']).next().unwrap_or(name);
+    matches!(
+        last.to_ascii_lowercase().as_str(),
+        "height" | "width" | "channels" | "depth"
+    )
+}
+
 /// `int64 [3]`, `float32 var`, ... for messages.
-fn describe_feature(f: &crate::example::FeatureSpec) -> String {
+fn describe_feature(f: &FeatureSpec) -> String {
     let dtype = f.dtype.name();
     match &f.layout {
         Layout::Fixed(shape) if shape.is_empty() => format!("{dtype}, scalar"),
@@ -587,6 +621,28 @@ fn append_row_f32(values: &Values, start: usize, len: usize, out: &mut Vec<f32>)
 mod tests {
     use super::*;
 
+    #[test]
+    fn an_images_size_alone_is_refused_as_the_only_input() {
+        let mut schema = Schema::from_feature_texts(&[
+            "image/encoded:bytes",
+            "image/height:int64",
+            "image/width:int64",
+            "image/class/label:int64",
+        ])
+        .unwrap();
+        schema.label = Some("image/class/label".into());
+        let task = Task::Classification { classes: 10 };
+        let Err(err) = InputSpec::from_schema(&schema, task) else {
+            panic!("refused");
+        };
+        assert!(err.to_string().contains("image's size"), "{err}");
+        // With pixels beside them, the size is an input like any other.
+        let mut schema =
+            Schema::from_feature_texts(&["pixels:uint8:4", "height:int64", "label:int64"]).unwrap();
+        schema.label = Some("label".into());
+        assert!(InputSpec::from_schema(&schema, task).is_ok());
+    }
+
     fn col(name: &str, values: Values, width: usize) -> Column {
         Column {
             name: name.into(),
@@ -752,14 +808,16 @@ mod tests {
         assert!(err.contains("island (bytes)"), "{err}");
         assert!(err.contains("fixed-shape int64, float32 or uint8"), "{err}");
 
-        // A text label cannot be a class id.
+        // A text label is a class name (the pipeline maps it to its id,
+        // `LabelClasses`), never a regression target.
         let mut text_label = Schema::from_feature_texts(&["species:bytes", "x:float32"]).unwrap();
         text_label.label = Some("species".into());
-        let err = InputSpec::from_schema(&text_label, Task::Classification { classes: 3 })
+        assert!(InputSpec::from_schema(&text_label, Task::Classification { classes: 3 }).is_ok());
+        let err = InputSpec::from_schema(&text_label, Task::Regression)
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("must be one int64 class id per example"),
+            err.contains("must be one float32 or int64 value per example"),
             "{err}"
         );
         assert!(err.contains("(it is bytes, scalar)"), "{err}");

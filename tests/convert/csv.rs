@@ -204,3 +204,86 @@ fn output_is_byte_identical_for_any_thread_count() {
         assert!(o == &outputs[0], "output differs between thread counts");
     }
 }
+
+/// A headerless file: `--no-header` keeps its first row as data (it used to
+/// become the column names), `--names` names the columns, and a first row of
+/// numbers in columns of numbers read as a header gets a warning that says
+/// how to read the file instead (sklearn's `iris.csv` starts `150,4,...`).
+#[test]
+fn headerless_files_keep_their_first_row_and_a_data_like_header_is_warned_about() {
+    use tfpipe::convert::Header;
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("iris.csv");
+    std::fs::write(
+        &input,
+        "5.1 3.5 setosa\n4.9 3.0 setosa\n6.3 2.9 virginica\n",
+    )
+    .unwrap();
+    let csv = |header: Header| {
+        Format::Csv(CsvOptions {
+            delimiter: b' ',
+            header,
+            ..CsvOptions::default()
+        })
+    };
+    // Read as if it had a header: two records, and a warning naming the options.
+    let out = dir.path().join("first-row");
+    let summary = run(
+        &csv(Header::FirstRow),
+        std::slice::from_ref(&input),
+        &out,
+        |_| {},
+    )
+    .unwrap();
+    assert_eq!(summary.records, 2);
+    assert!(
+        summary
+            .warnings
+            .iter()
+            .any(|w| w.contains("looks like data") && w.contains("--no-header")),
+        "{:?}",
+        summary.warnings
+    );
+    // --no-header: every row, named column_1..3.
+    let out = dir.path().join("no-header");
+    let summary = run(
+        &csv(Header::None),
+        std::slice::from_ref(&input),
+        &out,
+        |_| {},
+    )
+    .unwrap();
+    assert_eq!(summary.records, 3);
+    let (schema, _) = load_schema(&summary);
+    assert!(schema.feature("column_1").is_some() && schema.feature("column_3").is_some());
+    let rows = read_rows(&summary);
+    assert_eq!(rows[0]["column_1"], Feat::F(vec![5.1]));
+    // --names: every row, named as given; duplicates are refused.
+    let names = |n: &[&str]| Header::Names(n.iter().map(|s| s.to_string()).collect());
+    let out = dir.path().join("names");
+    let summary = run(
+        &csv(names(&["sepal_length", "sepal_width", "species"])),
+        std::slice::from_ref(&input),
+        &out,
+        |_| {},
+    )
+    .unwrap();
+    assert_eq!(summary.records, 3);
+    assert!(
+        summary
+            .warnings
+            .iter()
+            .all(|w| !w.contains("looks like data"))
+    );
+    let rows = read_rows(&summary);
+    assert_eq!(rows[2]["species"], Feat::B(vec![b"virginica".to_vec()]));
+    let out = dir.path().join("dup");
+    let err = run(
+        &csv(names(&["a", "a", "b"])),
+        std::slice::from_ref(&input),
+        &out,
+        |_| {},
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("duplicate column name"), "{err}");
+}

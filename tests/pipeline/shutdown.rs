@@ -98,3 +98,28 @@ fn finishing_normally_joins_every_thread() {
         assert_eq!(live.get(), 0, "threads joined at the end, before the drop");
     });
 }
+
+/// A stop from another thread ends a `next` that is blocked filling a shuffle
+/// buffer from an endless source, and the iterator then drops promptly.
+#[test]
+fn stop_handle_ends_a_blocked_next_from_another_thread() {
+    watchdog(20, || {
+        let mut it = Pipeline::from_generator(|| 0u64..)
+            .shuffle(usize::MAX / 2, 1)
+            .start()
+            .unwrap();
+        let stop = it.stop_handle();
+        let stopper = tfpipe::spawn::Thread::spawn("stopper", move |_| {
+            std::thread::sleep(Duration::from_millis(30));
+            stop.stop();
+        })
+        .unwrap();
+        let t = Instant::now();
+        assert!(it.next().is_none(), "a stopped stream ends");
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        stopper.join().unwrap();
+        let live = it.live_threads();
+        drop(it);
+        assert_eq!(live.get(), 0);
+    });
+}

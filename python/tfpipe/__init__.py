@@ -1,0 +1,366 @@
+"""tfpipe: TFRecord datasets for PyTorch, JAX and Keras, without TensorFlow.
+
+The engine is Rust (threads, bounded buffers, CRC checks, Example parsing);
+this package is its Python face. A dataset is a description, built with
+tf.data's vocabulary, that starts running when you iterate it::
+
+    import tfpipe
+
+    schema = tfpipe.Schema(["image_raw:uint8:28x28", "label:int64"])
+    ds = (
+        tfpipe.Dataset.tfrecord("data/train-*.tfrecord")
+        .interleave(4, 16)
+        .shuffle(10_000, seed=0)
+        .batch(256)
+        .parse(schema)
+        .prefetch(2)
+    )
+    for batch in ds:                      # dict[str, numpy.ndarray]
+        images, labels = batch["image_raw"], batch["label"]
+
+Batches are numpy arrays that own their memory (moved out of Rust, never
+copied). ``tfpipe.torch``, ``tfpipe.grain`` and ``tfpipe.keras`` adapt a
+dataset to those frameworks; each imports its framework only when used.
+
+Errors: `DataError` (a ``ValueError``) for a corrupt or unparsable record,
+with ``.path``, ``.record`` and ``.offset``; `SchemaError` for a bad spec;
+``FileNotFoundError`` for a missing file.
+"""
+
+from __future__ import annotations
+
+import json as _json
+import os as _os
+import random as _random
+from typing import Any, Dict, Iterable, Iterator as _Iter, List, Optional, Sequence, Union
+
+from . import _tfpipe
+from ._tfpipe import DataError, Schema, SchemaError, TFRecordWriter
+from ._types import Ragged, Sparse
+
+__all__ = [
+    "Dataset",
+    "Schema",
+    "Ragged",
+    "Sparse",
+    "Iterator",
+    "TFRecordWriter",
+    "read_records",
+    "encode_example",
+    "parse_examples",
+    "index",
+    "DataError",
+    "SchemaError",
+    "set_bucket_options",
+]
+
+__version__ = "0.1.0"
+
+#: The running iterator type (``iter(dataset)``): ``next()``, ``get_state()``,
+#: ``set_state(state)``, ``metrics()``, ``close()``.
+Iterator = _tfpipe.Iterator
+
+PathLike = Union[str, "_os.PathLike[str]"]
+
+DataError.__module__ = "tfpipe"
+SchemaError.__module__ = "tfpipe"
+
+
+class Dataset:
+    """A TFRecord dataset: a description of a pipeline, run when iterated.
+
+    Build one with `Dataset.tfrecord` and chain methods; each returns a new
+    ``Dataset`` and leaves the old one as it was. Nothing is read until you
+    iterate. A ``Dataset`` pickles (it is a description, not a running
+    pipeline), so it can be sent to worker processes.
+
+    Elements, by what the chain did:
+
+    * records: ``bytes``; after `batch`: ``list[bytes]``;
+    * after `parse`: ``dict[str, numpy.ndarray | Ragged | Sparse | list[bytes]]``,
+      with the batch as the first dimension if `batch` came before or after
+      the parse (a parse with no batch gives one record's values).
+
+    ``parse`` then ``batch`` and ``batch`` then ``parse`` give the same
+    batches; both run as one bulk parse per batch.
+    """
+
+    __slots__ = ("_ops",)
+
+    def __init__(self, _ops: Sequence[Dict[str, Any]]):
+        self._ops = tuple(_ops)
+
+    # -- sources -------------------------------------------------------------
+
+    @staticmethod
+    def tfrecord(paths: Union[PathLike, Iterable[PathLike]], compression: Optional[str] = "auto") -> "Dataset":
+        """The records of TFRecord files.
+
+        ``paths`` is one path or a list; each may be a glob (``*``, ``?``,
+        ``[``; matches sorted) and a local path or an ``s3://``, ``gs://``,
+        ``az://`` or ``http(s)://`` URL. ``compression`` is ``"auto"`` (from
+        each name: ``.gz`` GZIP, ``.zlib``/``.zz`` ZLIB), ``None``, ``"GZIP"``
+        or ``"ZLIB"``. A path that names no file raises ``FileNotFoundError``
+        when the dataset is iterated.
+        """
+        if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__"):
+            paths = [paths]
+        names = [_os.fsdecode(_os.fspath(p)) for p in paths]  # type: ignore[arg-type]
+        if not names:
+            raise ValueError("Dataset.tfrecord(): no paths given")
+        return Dataset([{"op": "tfrecord", "paths": names, "compression": "none" if compression is None else str(compression)}])
+
+    # -- file-level ----------------------------------------------------------
+
+    def shard(self, num_shards: int, index: int) -> "Dataset":
+        """Keeps shard ``index`` of ``num_shards``: whole files right after
+        `tfrecord` (as tf.data recommends), else every ``num_shards``-th element."""
+        return self._then(op="shard", num_shards=_count(num_shards, "num_shards"), index=_count(index, "index", 0))
+
+    def rank(self, rank: Optional[int] = None, world_size: Optional[int] = None, remainder: str = "drop") -> "Dataset":
+        """This process's share of a data-parallel job: disjoint, and with
+        ``remainder="drop"`` equal across ranks (``"keep"`` keeps the uneven rest).
+
+        With no arguments, reads torchrun's (``RANK``, ``WORLD_SIZE``) or
+        Slurm's (``SLURM_PROCID``, ``SLURM_NTASKS``) variables as the
+        ``tfpipe`` CLI does; outside a launcher it reads everything. Shares
+        whole files when there are at least as many files as ranks, else
+        records. Call it right after `tfrecord` (or `global_shuffle`).
+        """
+        if (rank is None) != (world_size is None):
+            raise ValueError("rank(): give both rank and world_size, or neither (to read the launcher's variables)")
+        if rank is None:
+            found = _tfpipe.rank_from_env()
+            rank, world_size = found if found is not None else (0, 1)
+        if remainder not in ("drop", "keep"):
+            raise ValueError(f"rank(): remainder={remainder!r}: expected 'drop' or 'keep'")
+        world = _count(world_size, "world_size")
+        r = _count(rank, "rank", 0)
+        if r >= world:
+            raise ValueError(f"rank(): rank={r} must be below world_size={world}")
+        return self._then(op="rank", rank=r, world_size=world, remainder=remainder)
+
+    def interleave(
+        self,
+        cycle_length: int = 4,
+        block_length: int = 16,
+        num_parallel_calls: Union[None, int, str] = None,
+        deterministic: bool = True,
+    ) -> "Dataset":
+        """Reads ``cycle_length`` files at once, ``block_length`` records from
+        each in turn. ``num_parallel_calls`` (a number or ``"auto"``) reads them
+        on threads; ``None`` reads them in turn on one. Right after `tfrecord`."""
+        _check_parallel(num_parallel_calls, allow_none=True)
+        return self._then(
+            op="interleave",
+            cycle_length=_count(cycle_length, "cycle_length"),
+            block_length=_count(block_length, "block_length"),
+            num_parallel_calls=num_parallel_calls,
+            deterministic=bool(deterministic),
+        )
+
+    def global_shuffle(self, seed: int) -> "Dataset":
+        """A full random permutation of every record across all files, new
+        each epoch, read by random access (no shuffle buffer). Needs an index
+        beside each file (`tfpipe.index`). Right after `tfrecord`; `shard`
+        and `rank` after it split the permutation."""
+        return self._then(op="global_shuffle", seed=_seed(seed))
+
+    # -- element-level -------------------------------------------------------
+
+    def shuffle(self, buffer_size: int, seed: Optional[int] = None) -> "Dataset":
+        """Shuffles through a buffer of ``buffer_size`` elements. Without a
+        ``seed`` one is drawn now, so every iteration of this dataset (and its
+        saved states) uses the same one; each epoch of `repeat` reshuffles."""
+        if seed is None:
+            seed = _random.getrandbits(63)
+        return self._then(op="shuffle", buffer_size=_count(buffer_size, "buffer_size"), seed=_seed(seed))
+
+    def batch(self, batch_size: int, drop_remainder: bool = False) -> "Dataset":
+        """Groups ``batch_size`` elements; the last of each epoch may be
+        shorter unless ``drop_remainder``. Batches never straddle epochs."""
+        return self._then(op="batch", batch_size=_count(batch_size, "batch_size"), drop_remainder=bool(drop_remainder))
+
+    def parse(self, schema: Union[Schema, Sequence[str]], num_parallel_calls: Union[int, str] = "auto") -> "Dataset":
+        """Parses ``tf.train.Example`` records under ``schema`` (a `Schema`
+        or a list of feature specs) on ``num_parallel_calls`` threads (a
+        number, or ``"auto"`` to tune while running)."""
+        if not isinstance(schema, Schema):
+            schema = Schema(list(schema))
+        _check_parallel(num_parallel_calls, allow_none=False)
+        return self._then(op="parse", schema=_json.loads(schema.to_json()), num_parallel_calls=num_parallel_calls)
+
+    def prefetch(self, buffer_size: int) -> "Dataset":
+        """Runs everything before it on a thread, ``buffer_size`` elements ahead."""
+        return self._then(op="prefetch", buffer_size=_count(buffer_size, "buffer_size", 0))
+
+    def repeat(self, count: Optional[int] = None) -> "Dataset":
+        """Repeats ``count`` times (``None``: forever)."""
+        return self._then(op="repeat", count=None if count is None else _count(count, "count", 0))
+
+    def take(self, count: int) -> "Dataset":
+        """The first ``count`` elements."""
+        return self._then(op="take", count=_count(count, "count", 0))
+
+    def skip(self, count: int) -> "Dataset":
+        """All but the first ``count`` elements."""
+        return self._then(op="skip", count=_count(count, "count", 0))
+
+    def ignore_errors(self) -> "Dataset":
+        """Drops elements whose reading or parsing failed (counted in the metrics)."""
+        return self._then(op="ignore_errors")
+
+    # -- running -------------------------------------------------------------
+
+    def iter(self, state: Optional[Dict[str, Any]] = None) -> "Iterator":
+        """Starts the pipeline; from ``state`` (an iterator's `get_state()`)
+        it continues exactly where that iterator stood."""
+        _check_fork()
+        return _tfpipe.start(_json.dumps(self._ops), state)
+
+    def __iter__(self) -> "Iterator":
+        return self.iter()
+
+    def _then(self, **op: Any) -> "Dataset":
+        return Dataset(self._ops + (op,))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Dataset) and self._ops == other._ops
+
+    def __hash__(self) -> int:
+        return hash(_json.dumps(self._ops, sort_keys=True))
+
+    def __reduce__(self):
+        return (Dataset, (list(self._ops),))
+
+    def __repr__(self) -> str:
+        parts = []
+        for op in self._ops:
+            args = ", ".join(f"{k}={v!r}" for k, v in op.items() if k not in ("op", "schema"))
+            if op["op"] == "parse":
+                args = "schema=..., " + args
+            parts.append(f"{op['op']}({args})")
+        return "Dataset." + "\n    .".join(parts)
+
+
+def read_records(path: PathLike, compression: Optional[str] = "auto") -> "Iterator":
+    """The records of one TFRecord file (or glob), as ``bytes``, CRC-checked.
+
+    A corrupt record raises `DataError` with its path, record and offset."""
+    return iter(Dataset.tfrecord(path, compression))
+
+
+def encode_example(features: Dict[str, Any]) -> bytes:
+    """A serialized ``tf.train.Example`` from ``{name: value}``.
+
+    Values: ``bytes``/``str`` (one ``bytes_list`` value), ``int``/``bool``
+    (``int64_list``), ``float`` (``float_list``, float32), lists of those,
+    and numpy arrays or scalars (integers and booleans as ``int64_list``,
+    floats as ``float_list``, flattened). An empty list is a feature with no
+    list set (TensorFlow reads it as no values). For a ``uint8`` or ``raw_*``
+    spec, pass the array's ``.tobytes()``.
+    """
+    return _tfpipe.encode_example(features)
+
+
+def parse_examples(records: Sequence[bytes], schema: Union[Schema, Sequence[str]]) -> Dict[str, Any]:
+    """Parses serialized Examples as one batch: the same dict a parsed
+    dataset yields. A bad record raises `DataError` whose ``.record`` is its
+    index in ``records``."""
+    if not isinstance(schema, Schema):
+        schema = Schema(list(schema))
+    return _tfpipe.parse_examples(list(records), schema)
+
+
+def index(paths: Union[PathLike, Iterable[PathLike]]) -> List[str]:
+    """Writes a record index (``FILE.idx``, tfrecord2idx's format) beside each
+    file (paths or globs) and returns their paths; `Dataset.global_shuffle`
+    and ``rank`` by record use them."""
+    if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__"):
+        paths = [paths]
+    return [str(p) for p in _tfpipe.index([_os.fsdecode(_os.fspath(p)) for p in paths])]  # type: ignore[arg-type]
+
+
+def set_bucket_options(base: str, options: Dict[str, str]) -> None:
+    """Sets ``object_store`` options for one bucket, over the environment:
+    ``set_bucket_options("s3://b", {"aws_endpoint": "http://127.0.0.1:9000",
+    "aws_allow_http": "true"})``."""
+    _tfpipe.set_bucket_options(base, {str(k): str(v) for k, v in options.items()})
+
+
+def _count(value: Any, name: str, least: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        try:
+            value = int(value.__index__())
+        except AttributeError:
+            raise TypeError(f"{name}={value!r}: expected an int") from None
+    if value < least:
+        raise ValueError(f"{name}={value}: must be at least {least}")
+    return int(value)
+
+
+def _seed(seed: Any) -> int:
+    seed = _count(seed, "seed", 0)
+    if seed >= 1 << 64:
+        raise ValueError(f"seed={seed}: must fit in 64 bits")
+    return seed
+
+
+def _check_parallel(value: Any, allow_none: bool) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, str) and value.lower() == "auto":
+        return
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return
+    raise ValueError(f"num_parallel_calls={value!r}: expected 'auto' or a positive int")
+
+
+def _worker_share(ds: Dataset, worker: int, workers: int) -> Dataset:
+    """The share of worker ``worker`` of ``workers`` (a DataLoader's worker
+    processes): disjoint, read by no other worker. Composes with a rank of a
+    data-parallel job: rank ``r`` of ``w`` and worker ``k`` of ``n`` read the
+    share ``k * w + r`` of ``w * n``, a part of rank ``r``'s share."""
+    ops = [dict(op) for op in ds._ops]
+    pos = 2 if len(ops) > 1 and ops[1]["op"] == "global_shuffle" else 1
+    if len(ops) > pos and ops[pos]["op"] == "rank":
+        r, w = ops[pos]["rank"], ops[pos]["world_size"]
+        ops[pos].update(rank=worker * w + r, world_size=w * workers)
+    else:
+        ops.insert(pos, {"op": "rank", "rank": worker, "world_size": workers, "remainder": "keep"})
+    return Dataset(ops)
+
+
+# -- fork --------------------------------------------------------------------
+# A forked child inherits no threads, only their bookkeeping (and any lock a
+# thread held at that instant). A child of a parent with no tfpipe thread
+# running starts its own pipelines safely (a DataLoader's workers); otherwise
+# starting one could wait forever on the parent's state, so it raises instead.
+_threads_at_fork = 0
+
+
+def _before_fork() -> None:
+    global _threads_at_fork
+    _threads_at_fork = _tfpipe.live_threads()
+
+
+def _after_fork_in_child() -> None:
+    global _forked_with_threads
+    _forked_with_threads = _threads_at_fork
+
+
+_forked_with_threads = 0
+
+
+def _check_fork() -> None:
+    if _forked_with_threads:
+        raise RuntimeError(
+            f"tfpipe: this process was forked while {_forked_with_threads} tfpipe thread(s) were "
+            "running in the parent; their state cannot be used here. Close or delete the parent's "
+            "iterators before forking (it.close()), iterate only in the child, or start processes "
+            "with multiprocessing's 'spawn' or 'forkserver' method."
+        )
+
+
+if hasattr(_os, "register_at_fork"):
+    _os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
