@@ -43,8 +43,8 @@ use tfpipe::train::{
 };
 
 use super::train::{
-    SchemaFacts, check_output_file, check_size, check_vocabulary, schema_file_beside,
-    set_compute_threads, write_json,
+    check_output_file, check_size, check_vocabulary, schema_file_beside, set_compute_threads,
+    write_json,
 };
 use super::{CompressionFlag, Status, interrupt};
 
@@ -160,10 +160,10 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
             .and_then(|p| schema_file_beside(p)),
     };
     if let Some(path) = &schema_file {
-        let facts = SchemaFacts::read(path)?;
+        let facts = super::train::read_facts(path)?;
         check_vocabulary(
             predictor.meta().label_vocabulary.as_deref(),
-            facts.vocabulary.as_deref(),
+            facts.label_vocabulary.as_deref(),
             &format!("the checkpoint {}", args.checkpoint.display()),
             &format!("the data's schema {}", path.display()),
         )?;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tfpipe::Schema;
-use tfpipe::example::DType;
+use tfpipe::example::{DType, SchemaMetadata};
 use tfpipe::pipeline::{Pipeline, Remainder};
 use tfpipe::train::{
     Checkpoint, Checkpointer, Control, Decay, EarlyStopping, EpochReport, InputSpec, LabelClasses,
@@ -211,10 +211,8 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
     )?;
     select_inputs(&mut schema, args.inputs.as_deref(), args.exclude.as_deref())?;
     let mut recorded = match &args.schema {
-        Some(path) if args.label.is_none() || args.label == schema.label => {
-            SchemaFacts::read(path)?
-        }
-        _ => SchemaFacts::default(),
+        Some(path) if args.label.is_none() || args.label == schema.label => read_facts(path)?,
+        _ => SchemaMetadata::default(),
     };
     super::note_skipped_indexes(&args.data)?;
     if rank.is_some() {
@@ -279,7 +277,7 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
     if let Some(meta) = &resumed {
         check_vocabulary(
             meta.label_vocabulary.as_deref(),
-            recorded.vocabulary.as_deref(),
+            recorded.label_vocabulary.as_deref(),
             &format!(
                 "the checkpoint {}",
                 args.resume.as_deref().unwrap_or(Path::new("")).display()
@@ -294,8 +292,8 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         && let Some(path) = files.paths().first().and_then(|p| schema_file_beside(p))
     {
         check_vocabulary(
-            recorded.vocabulary.as_deref(),
-            SchemaFacts::read(&path)?.vocabulary.as_deref(),
+            recorded.label_vocabulary.as_deref(),
+            read_facts(&path)?.label_vocabulary.as_deref(),
             "the training data",
             &format!("the validation data's schema {}", path.display()),
         )?;
@@ -426,7 +424,7 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
                 label_classes
                     .as_ref()
                     .map(|c| c.names().to_vec())
-                    .or_else(|| recorded.vocabulary.clone()),
+                    .or_else(|| recorded.label_vocabulary.clone()),
             )
             .skipped_features(selection.skipped),
     )
@@ -501,40 +499,10 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
     Ok(Status::Ok)
 }
 
-/// What a schema file's metadata records besides the schema: the label
-/// vocabulary and the record count.
-#[derive(Debug, Default)]
-pub(super) struct SchemaFacts {
-    pub vocabulary: Option<Vec<String>>,
-    pub records: Option<u64>,
-    /// Token ids are below this (`vocab_size`, top level or under `source`).
-    pub vocab_size: Option<usize>,
-}
-
-impl SchemaFacts {
-    pub(super) fn read(path: &Path) -> anyhow::Result<SchemaFacts> {
-        let (_, metadata) = Schema::load_with_metadata(path)?;
-        let source = metadata.get("source");
-        let vocabulary = source
-            .and_then(|s| s.get("label_vocabulary").or_else(|| s.get("classes")))
-            .and_then(|v| v.as_array())
-            .map(|a| {
-                a.iter()
-                    .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
-                    .collect()
-            });
-        let records = metadata.get("records").and_then(|r| r.as_u64());
-        let vocab_size = metadata
-            .get("vocab_size")
-            .or_else(|| source.and_then(|s| s.get("vocab_size")))
-            .and_then(|v| v.as_u64())
-            .and_then(|v| usize::try_from(v).ok());
-        Ok(SchemaFacts {
-            vocabulary,
-            records,
-            vocab_size,
-        })
-    }
+/// What the schema file at `path` records besides the schema (the label
+/// vocabulary, the record count, the token vocabulary size).
+pub(super) fn read_facts(path: &Path) -> anyhow::Result<SchemaMetadata> {
+    Ok(Schema::load_with_facts(path)?.1)
 }
 
 /// The learning-rate schedule the flags ask for.
@@ -908,14 +876,14 @@ fn text_label_classes(
     schema: &Schema,
     label: &str,
     resumed: Option<&tfpipe::train::CheckpointMeta>,
-    recorded: &SchemaFacts,
+    recorded: &SchemaMetadata,
 ) -> anyhow::Result<Option<LabelClasses>> {
     if schema.feature(label).map(|f| f.dtype) != Some(DType::Bytes) {
         return Ok(None);
     }
     let known = resumed
         .and_then(|m| m.label_vocabulary.clone())
-        .or_else(|| recorded.vocabulary.clone());
+        .or_else(|| recorded.label_vocabulary.clone());
     let classes = match known {
         Some(names) => LabelClasses::new(label, names),
         None => {

@@ -81,7 +81,7 @@ pub use images::{ImagesOptions, RESIZE_AVAILABLE};
 pub use json::JsonOptions;
 pub use output::{schema_path, shard_path};
 
-use crate::example::{DType, Layout, Schema};
+use crate::example::{DType, Layout, Schema, SchemaMetadata};
 use crate::tfrecord::Compression;
 
 /// A schema to convert with, instead of inferring one: the features (types,
@@ -116,32 +116,17 @@ impl FixedSchema {
             })?;
         let bad = |problem: String| ConvertError::Options(format!("{}: {problem}", path.display()));
         // Tabular conversions record `label_vocabulary`, image folders `classes`.
-        let source = metadata.get("source");
-        let vocabulary = match source
-            .and_then(|s| s.get("label_vocabulary"))
-            .or_else(|| source.and_then(|s| s.get("classes")))
+        let vocabulary = SchemaMetadata::from_json(&metadata)
+            .map_err(bad)?
+            .label_vocabulary;
+        if let Some(vocab) = &vocabulary
+            && !vocab.windows(2).all(|w| w[0].as_bytes() < w[1].as_bytes())
         {
-            None => None,
-            Some(serde_json::Value::Array(items)) => {
-                let mut vocab = Vec::with_capacity(items.len());
-                for item in items {
-                    match item.as_str() {
-                        Some(text) => vocab.push(text.to_string()),
-                        None => {
-                            return Err(bad("source.label_vocabulary holds a non-string".into()));
-                        }
-                    }
-                }
-                if !vocab.windows(2).all(|w| w[0].as_bytes() < w[1].as_bytes()) {
-                    return Err(bad(
-                        "source.label_vocabulary is not sorted and distinct, as conversions write it"
-                            .into(),
-                    ));
-                }
-                Some(vocab)
-            }
-            Some(_) => return Err(bad("source.label_vocabulary is not a list".into())),
-        };
+            return Err(bad(
+                "source.label_vocabulary is not sorted and distinct, as conversions write it"
+                    .into(),
+            ));
+        }
         if vocabulary.is_some() && schema.label.is_none() {
             return Err(bad("a label vocabulary but no label".into()));
         }

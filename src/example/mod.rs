@@ -17,5 +17,5 @@ pub use decode::{BatchParser, ParseError};
 pub use proto::{Example, SequenceExample};
 pub use spec::{
     DType, FeatureSpec, Layout, MAX_FEATURE_BYTES, Partition, SCHEMA_FORMAT, Schema, SchemaError,
-    Value, nearest,
+    SchemaMetadata, Value, nearest,
 };

@@ -977,6 +977,88 @@ pub enum SchemaError {
     Json(String),
 }
 
+/// What a schema file records besides its features, as `tfpipe convert` and
+/// the token-set generator write it: the one reader of those keys, for every
+/// consumer (training, prediction, a conversion reusing a schema).
+///
+/// ```
+/// use tfpipe::example::SchemaMetadata;
+/// let json = serde_json::json!({
+///     "records": 344,
+///     "source": {"label_vocabulary": ["Adelie", "Chinstrap", "Gentoo"]}
+/// });
+/// let facts = SchemaMetadata::from_json(json.as_object().unwrap()).unwrap();
+/// assert_eq!(facts.records, Some(344));
+/// assert_eq!(facts.classes(), Some(3));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SchemaMetadata {
+    /// The records converted (`records`).
+    pub records: Option<u64>,
+    /// The label's class names in class-id order: `source.label_vocabulary`
+    /// (a tabular conversion's text label) or `source.classes` (an image
+    /// folder's class directories).
+    pub label_vocabulary: Option<Vec<String>>,
+    /// Token ids are below this (`vocab_size`, top level or under `source`).
+    pub vocab_size: Option<usize>,
+}
+
+impl SchemaMetadata {
+    /// Reads the metadata keys of a schema file (from
+    /// [`Schema::load_with_metadata`]). A key of the wrong type is an error
+    /// naming it; a missing key is `None`.
+    pub fn from_json(metadata: &Map<String, Json>) -> Result<SchemaMetadata, String> {
+        let source = metadata.get("source").and_then(Json::as_object);
+        let records = match metadata.get("records") {
+            None => None,
+            Some(r) => Some(r.as_u64().ok_or("records is not a count")?),
+        };
+        let vocabulary = source.and_then(|s| {
+            [
+                ("label_vocabulary", s.get("label_vocabulary")),
+                ("classes", s.get("classes")),
+            ]
+            .into_iter()
+            .find_map(|(key, value)| value.map(|v| (key, v)))
+        });
+        let label_vocabulary = match vocabulary {
+            None => None,
+            Some((key, Json::Array(items))) => Some(
+                items
+                    .iter()
+                    .map(|item| item.as_str().map(str::to_string))
+                    .collect::<Option<Vec<String>>>()
+                    .ok_or_else(|| format!("source.{key} holds a non-string"))?,
+            ),
+            Some((key, _)) => return Err(format!("source.{key} is not a list")),
+        };
+        let vocab_size = match metadata
+            .get("vocab_size")
+            .or_else(|| source.and_then(|s| s.get("vocab_size")))
+        {
+            None => None,
+            Some(v) => Some(
+                v.as_u64()
+                    .and_then(|v| usize::try_from(v).ok())
+                    .ok_or("vocab_size is not a count")?,
+            ),
+        };
+        Ok(SchemaMetadata {
+            records,
+            label_vocabulary,
+            vocab_size,
+        })
+    }
+
+    /// The number of classes the label vocabulary holds, when there is one.
+    pub fn classes(&self) -> Option<usize> {
+        self.label_vocabulary
+            .as_ref()
+            .map(Vec::len)
+            .filter(|&n| n > 0)
+    }
+}
+
 const RESERVED_KEYS: [&str; 3] = ["format", "features", "label"];
 const FEATURE_KEYS: [&str; 8] = [
     "name",
@@ -1411,6 +1493,20 @@ impl Schema {
             SchemaError::Json(reason) | SchemaError::Invalid(reason) => file_error(reason),
             other => file_error(other.to_string()),
         })
+    }
+
+    /// Reads a schema file and what its metadata records, typed
+    /// ([`SchemaMetadata`]).
+    pub fn load_with_facts(
+        path: impl AsRef<Path>,
+    ) -> Result<(Schema, SchemaMetadata), SchemaError> {
+        let path = path.as_ref();
+        let (schema, metadata) = Self::load_with_metadata(path)?;
+        let facts = SchemaMetadata::from_json(&metadata).map_err(|reason| SchemaError::File {
+            path: path.display().to_string(),
+            reason,
+        })?;
+        Ok((schema, facts))
     }
 
     /// Writes this schema as a schema file, with `metadata` as extra top-level keys

@@ -338,11 +338,9 @@ pub(crate) fn join(skipped: &[SkippedFeature]) -> String {
 /// (`convert csv|json` with a text label) or of `source.classes` (`convert
 /// images`). `None` when neither is there.
 pub fn classes_from_metadata(metadata: &Map<String, Json>) -> Option<usize> {
-    let source = metadata.get("source")?.as_object()?;
-    ["label_vocabulary", "classes"]
-        .iter()
-        .find_map(|key| source.get(*key)?.as_array().map(Vec::len))
-        .filter(|&n| n > 0)
+    crate::example::SchemaMetadata::from_json(metadata)
+        .ok()?
+        .classes()
 }
 
 /// One batch as tensors on a device.
