@@ -49,9 +49,8 @@ pub struct Args {
     /// Shuffle seed.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Workers for reading and parsing: a number or `auto`.
-    #[arg(long, default_value = "auto")]
-    num_parallel_calls: Parallelism,
+    #[command(flatten)]
+    parse: super::ParseFlags,
     /// Files read at once.
     #[arg(long, default_value_t = 4, value_parser = super::positive::<usize>)]
     cycle_length: usize,
@@ -123,7 +122,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         s.push(Parallelism::Auto);
         s
     } else {
-        vec![args.num_parallel_calls]
+        vec![args.parse.num_parallel_calls]
     };
     let stdout = io::stdout();
     let mut out = stdout.lock();

@@ -54,23 +54,19 @@ pub struct Args {
     /// The optimizer: adam (keras_fit.py's), adamw or sgd; no weight decay.
     #[arg(long, default_value = "adam")]
     pub optimizer: String,
-    /// CPU threads for the model's math. By default as `tfpipe train` chooses.
-    #[arg(long)]
-    pub compute_threads: Option<usize>,
-    /// cpu, cuda or cuda:N.
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
+    #[command(flatten)]
+    pub runtime: super::RuntimeFlags,
 }
 
 /// Runs `tfpipe bench-train`: prints one JSON line.
 pub fn run(args: Args) -> anyhow::Result<Status> {
-    let threads = set_compute_threads(args.compute_threads)?;
+    let threads = set_compute_threads(args.runtime.compute_threads)?;
     if args.batch_size == 0 {
         bail!("--batch-size must be at least 1");
     }
     // Device init (on CUDA: the context, cuBLAS and the kernel modules' handles).
     let init = Instant::now();
-    let device = parse_device(&args.device)?;
+    let device = parse_device(&args.runtime.device)?;
     let device_init = init.elapsed();
     let mut schema = Schema::from_feature_texts(&["image_raw:uint8:784", "label:int64"])?;
     schema.label = Some("label".into());

@@ -39,12 +39,8 @@ pub struct Args {
     /// Seeds weight initialisation and shuffling (default 0).
     #[arg(long)]
     pub seed: Option<u64>,
-    /// CPU threads for the model's math (default: as `tfpipe train` chooses).
-    #[arg(long)]
-    pub compute_threads: Option<usize>,
-    /// cpu, cuda or cuda:N (cuda needs the `cuda` cargo feature). By default cpu.
-    #[arg(long)]
-    pub device: Option<String>,
+    #[command(flatten)]
+    pub runtime: super::RuntimeFlags,
     /// Instead of MNIST: generate the token-classification set
     /// (`tfpipe::train::TokenSet`: variable-length int64 ids, 4 classes)
     /// and train the embedding model on it.
@@ -65,7 +61,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         return run_tokens(args);
     }
     let started = Instant::now();
-    let device = parse_device(args.device.as_deref().unwrap_or("cpu"))?;
+    let device = parse_device(&args.runtime.device)?;
     let device_init = started.elapsed();
     let mut stdout = std::io::stdout().lock();
     let source = args
@@ -101,7 +97,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
 
     // 2. Train through the pipeline, evaluating every epoch. The
     // conversion's threads have finished: safe to size candle's now.
-    let compute_threads = set_compute_threads(args.compute_threads)?;
+    let compute_threads = set_compute_threads(args.runtime.compute_threads)?;
     writeln!(
         stdout,
         "\n== 2. train mlp 784-256-10 (adamw, batch {batch_size}, {epochs} epochs, {compute_threads} compute threads, {}) through the pipeline",
@@ -265,7 +261,7 @@ fn out_dir(args: &Args) -> anyhow::Result<PathBuf> {
 /// the schema), save, and report.
 fn run_tokens(args: Args) -> anyhow::Result<Status> {
     let started = Instant::now();
-    let device = parse_device(args.device.as_deref().unwrap_or("cpu"))?;
+    let device = parse_device(&args.runtime.device)?;
     let device_init = started.elapsed();
     let mut stdout = std::io::stdout().lock();
     let records = args.records.unwrap_or(3000);
@@ -294,7 +290,7 @@ fn run_tokens(args: Args) -> anyhow::Result<Status> {
         set.max_len,
         ms_since(t)
     )?;
-    let compute_threads = set_compute_threads(args.compute_threads)?;
+    let compute_threads = set_compute_threads(args.runtime.compute_threads)?;
     let task = Task::Classification {
         classes: set.classes,
     };

@@ -87,6 +87,45 @@ impl CompressionFlag {
     }
 }
 
+/// `--device` and `--compute-threads`, shared by every subcommand that runs
+/// a model (`#[command(flatten)]`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct RuntimeFlags {
+    /// cpu, cuda or cuda:N (cuda needs the `cuda` cargo feature).
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// CPU threads for the model's math (candle), fixed. By default candle's pool gets every
+    /// core and the count used is chosen by timing the steps; RAYON_NUM_THREADS, if set, is
+    /// respected as a fixed count.
+    #[arg(long)]
+    pub compute_threads: Option<usize>,
+}
+
+impl Default for RuntimeFlags {
+    fn default() -> Self {
+        RuntimeFlags {
+            device: "cpu".into(),
+            compute_threads: None,
+        }
+    }
+}
+
+/// `--num-parallel-calls`, shared by every subcommand that parses records.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ParseFlags {
+    /// Parse workers: a number or `auto`.
+    #[arg(long, default_value = "auto")]
+    pub num_parallel_calls: tfpipe::Parallelism,
+}
+
+/// `--report-json`, shared by the subcommands that end with a report.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ReportFlags {
+    /// Write the report as JSON here.
+    #[arg(long)]
+    pub report_json: Option<std::path::PathBuf>,
+}
+
 /// The values of `--compression`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum CompressionArg {

@@ -79,18 +79,12 @@ pub struct Args {
     /// (e.g. an id), in any dtype.
     #[arg(long)]
     pub key: Option<String>,
-    /// Write the report as JSON here.
-    #[arg(long)]
-    pub report_json: Option<PathBuf>,
-    /// cpu, cuda or cuda:N (cuda needs the `cuda` cargo feature).
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
-    /// Parse workers: a number or `auto`.
-    #[arg(long, default_value = "auto")]
-    pub num_parallel_calls: String,
-    /// CPU threads for the model's math (candle). By default half the cores.
-    #[arg(long)]
-    pub compute_threads: Option<usize>,
+    #[command(flatten)]
+    pub report: super::ReportFlags,
+    #[command(flatten)]
+    pub runtime: super::RuntimeFlags,
+    #[command(flatten)]
+    pub parse: super::ParseFlags,
     /// With ranks, each rank predicts its share (every record once over
     /// all ranks, nothing dropped): name the rank in --output
     /// (`pred-{rank}.jsonl`), or let the launcher collect stdout.
@@ -135,13 +129,13 @@ pub(super) struct Job<'a> {
 
 /// Runs `tfpipe predict`.
 pub fn run(mut args: Args) -> anyhow::Result<Status> {
-    set_compute_threads(args.compute_threads)?;
+    set_compute_threads(args.runtime.compute_threads)?;
     let rank = args.rank.resolve()?;
     super::rank::per_rank_paths(
         rank,
         [
             ("--output", &mut args.output),
-            ("--report-json", &mut args.report_json),
+            ("--report-json", &mut args.report.report_json),
         ],
     )?;
     let output = Output::from_arg(args.output.as_deref());
@@ -149,12 +143,9 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
     if let Output::File(path) = &output {
         check_output_file(Some(path), "--output")?;
     }
-    check_output_file(args.report_json.as_deref(), "--report-json")?;
-    let device = parse_device(&super::rank::device(&args.device)?)?;
-    let parallelism: Parallelism = args
-        .num_parallel_calls
-        .parse()
-        .map_err(anyhow::Error::msg)?;
+    check_output_file(args.report.report_json.as_deref(), "--report-json")?;
+    let device = parse_device(&super::rank::device(&args.runtime.device)?)?;
+    let parallelism = args.parse.num_parallel_calls;
     if args.batch_size == 0 {
         bail!("--batch-size must be at least 1");
     }
@@ -206,7 +197,7 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
     } else {
         print!("{report}");
     }
-    if let Some(path) = &args.report_json {
+    if let Some(path) = &args.report.report_json {
         write_json(path, &report)?;
     }
     Ok(Status::Ok)

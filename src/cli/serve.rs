@@ -67,17 +67,13 @@ pub struct Args {
     /// The largest request body, bytes (larger: 413).
     #[arg(long, default_value_t = 64 << 20, value_parser = super::positive::<usize>)]
     pub max_body_bytes: usize,
-    /// cpu, cuda or cuda:N (cuda needs the `cuda` cargo feature).
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
-    /// CPU threads for the model's math (candle). By default every core.
-    #[arg(long)]
-    pub compute_threads: Option<usize>,
+    #[command(flatten)]
+    pub runtime: super::RuntimeFlags,
 }
 
 /// Runs `tfpipe serve`.
 pub fn run(args: Args) -> anyhow::Result<Status> {
-    super::train::set_compute_threads(args.compute_threads)?;
+    super::train::set_compute_threads(args.runtime.compute_threads)?;
     if let Some(dir) = &args.write_warmup {
         return write_warmup(&args, dir);
     }
@@ -155,7 +151,7 @@ fn config(args: &Args) -> anyhow::Result<ServeConfig> {
         max_body_bytes: args.max_body_bytes,
         poll,
         warmup_data,
-        device: parse_device(&args.device)?,
+        device: parse_device(&args.runtime.device)?,
         started: super::process_start(),
         events: Some(Arc::new(print_event)),
         ..ServeConfig::default()

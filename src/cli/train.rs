@@ -12,7 +12,7 @@ use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tfpipe::Schema;
 use tfpipe::example::DType;
-use tfpipe::pipeline::{Parallelism, Pipeline, Remainder};
+use tfpipe::pipeline::{Pipeline, Remainder};
 use tfpipe::train::{
     Checkpoint, Checkpointer, Control, Decay, EarlyStopping, EpochReport, InputSpec, LabelClasses,
     LrSchedule, ModelConfig, ModelInput, Monitor, Observer, OptimizerConfig, OptimizerKind,
@@ -123,15 +123,13 @@ pub struct Args {
     /// Shuffle buffer size in examples (0: no shuffle).
     #[arg(long, default_value_t = 10_000, value_parser = super::count::<usize>)]
     pub shuffle_buffer: usize,
-    /// Parse workers: a number or `auto`.
-    #[arg(long, default_value = "auto")]
-    pub num_parallel_calls: String,
+    #[command(flatten)]
+    pub parse: super::ParseFlags,
     /// Batches the device-prefetch stage converts ahead (0: on the training thread).
     #[arg(long, default_value_t = 2, value_parser = super::count::<usize>)]
     pub prefetch: usize,
-    /// cpu, cuda or cuda:N (cuda needs the `cuda` cargo feature).
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
+    #[command(flatten)]
+    pub runtime: super::RuntimeFlags,
     /// Save a checkpoint (a directory) here at the end, and on Ctrl-C.
     #[arg(long)]
     pub save: Option<PathBuf>,
@@ -165,27 +163,20 @@ pub struct Args {
     /// Write TensorBoard event files here (`train/` and `validation/` runs, as Keras).
     #[arg(long)]
     pub logdir: Option<PathBuf>,
-    /// Write the report as JSON here.
-    #[arg(long)]
-    pub report_json: Option<PathBuf>,
+    #[command(flatten)]
+    pub report: super::ReportFlags,
     /// Seeds weight initialisation and the shuffle (which reseeds itself
     /// each epoch from this seed and the epoch number). A resumed run keeps
     /// the checkpoint's.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// CPU threads for the model's math (candle), fixed. By default up to
-    /// every core, as many as measured fastest while training (the count is
-    /// re-measured every 2,000 steps); RAYON_NUM_THREADS, if set, is
-    /// respected as a fixed count.
-    #[arg(long)]
-    pub compute_threads: Option<usize>,
     #[command(flatten)]
     pub rank: super::rank::RankArgs,
 }
 
 /// Runs `tfpipe train`.
 pub fn run(mut args: Args) -> anyhow::Result<Status> {
-    let threads = set_compute_threads(args.compute_threads)?;
+    let threads = set_compute_threads(args.runtime.compute_threads)?;
     // Resolve and check everything before any work starts.
     let rank = args.rank.resolve()?;
     super::rank::per_rank_paths(
@@ -193,7 +184,7 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         [
             ("--save", &mut args.save),
             ("--logdir", &mut args.logdir),
-            ("--report-json", &mut args.report_json),
+            ("--report-json", &mut args.report.report_json),
             ("--resume", &mut args.resume),
         ],
     )?;
@@ -204,10 +195,10 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
     }
     check_output_dir(args.save.as_deref(), "--save")?;
     check_output_dir(args.logdir.as_deref(), "--logdir")?;
-    check_output_file(args.report_json.as_deref(), "--report-json")?;
+    check_output_file(args.report.report_json.as_deref(), "--report-json")?;
     // Device init (on CUDA: the context, cuBLAS and cuRAND handles).
     let init = Instant::now();
-    let device = parse_device(&super::rank::device(&args.device)?)?;
+    let device = parse_device(&super::rank::device(&args.runtime.device)?)?;
     let device_init = init.elapsed();
     let resumed = match &args.resume {
         Some(dir) => Some(Checkpoint::read_meta(dir)?),
@@ -357,10 +348,7 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
     optimizer
         .validate()
         .map_err(|e| anyhow::Error::new(e).context("check --lr, --weight-decay and --momentum"))?;
-    let parallelism: Parallelism = args
-        .num_parallel_calls
-        .parse()
-        .map_err(anyhow::Error::msg)?;
+    let parallelism = args.parse.num_parallel_calls;
     if args.batch_size == 0 {
         bail!("--batch-size must be at least 1");
     }
@@ -499,7 +487,7 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
             report.global_step
         )?;
     }
-    if let Some(path) = &args.report_json {
+    if let Some(path) = &args.report.report_json {
         write_json(path, &report)?;
     }
     if report.interrupted {

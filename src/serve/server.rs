@@ -139,7 +139,7 @@ impl Shared {
 
     /// A GET endpoint: other methods get 405.
     pub fn get(&self, method: &str, f: impl FnOnce() -> Result<Response, ApiError>) -> Response {
-        if method != "GET" && method != "HEAD" {
+        if method != "GET" {
             return Response::error(&ApiError::new(
                 405,
                 format!("{method}: this endpoint takes GET"),
