@@ -305,7 +305,12 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     match result {
         Ok(summary) => {
             for warning in &summary.warnings {
-                eprintln!("tfpipe: warning: {warning}");
+                let flags = if warning.starts_with(convert::HEADER_LOOKS_LIKE_DATA) {
+                    ": --no-header or --names"
+                } else {
+                    ""
+                };
+                eprintln!("tfpipe: warning: {warning}{flags}");
             }
             if !summary.stale_shards.is_empty() {
                 eprintln!(

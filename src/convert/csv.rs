@@ -47,6 +47,10 @@ pub struct CsvOptions {
     pub header: Header,
 }
 
+/// How the warning about a header row that looks like data begins (a front
+/// end may add how its users choose [`Header::None`] or [`Header::Names`]).
+pub const HEADER_LOOKS_LIKE_DATA: &str = "the header row looks like data";
+
 /// Where a CSV file's column names come from.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Header {
@@ -297,7 +301,7 @@ fn header_looks_like_data(names: &[String], kinds: &[Kind]) -> Option<String> {
         == numeric.len();
     (!numeric.is_empty() && all_numbers_in_number_columns).then(|| {
         format!(
-            "the header row looks like data (column names {numeric:?} are numbers, in columns of numbers): if the file has no header row, convert it with --no-header or --names"
+            "{HEADER_LOOKS_LIKE_DATA} (column names {numeric:?} are numbers, in columns of numbers): if the file has no header row, convert it as headerless (with no names, or with the names given)"
         )
     })
 }

@@ -124,9 +124,9 @@ pub enum ConvertError {
     /// The options do not make sense for this input.
     #[error("{0}")]
     Options(String),
-    /// `--resize` without the `images` cargo feature.
+    /// Resizing asked for without the `images` cargo feature.
     #[error(
-        "--resize decodes images, which needs the `images` cargo feature: rebuild with `cargo build --release --features images`"
+        "resizing decodes images, which needs the `images` cargo feature: rebuild with `cargo build --release --features images`"
     )]
     ResizeUnavailable,
     /// Every row was bad (or the input was empty).

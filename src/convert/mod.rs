@@ -74,7 +74,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-pub use csv::{CsvOptions, Header};
+pub use csv::{CsvOptions, HEADER_LOOKS_LIKE_DATA, Header};
 pub use error::{ConvertError, SourceLocation};
 pub use idx::{IdxOptions, labels_path_for};
 pub use images::{ImagesOptions, RESIZE_AVAILABLE};

@@ -259,7 +259,7 @@ impl InputSpec {
                 join(&skipped)
             };
             return Err(TrainError::Config(format!(
-                "no input features: the models need at least one fixed-shape int64, float32 or uint8 feature, or a variable-length int64 one (token ids), besides the label (other features: {others}); store numbers as such, e.g. `tfpipe convert csv --column NAME:float32`, or give them with --feature NAME:DTYPE[:SHAPE]"
+                "no input features: the models need at least one fixed-shape int64, float32 or uint8 feature, or a variable-length int64 one (token ids), besides the label (other features: {others}); numbers stored as text (bytes) must be converted as numbers"
             )));
         }
         // An image folder converted without decoding holds the encoded bytes

@@ -430,3 +430,37 @@ fn truncating_the_input_during_a_conversion_is_never_a_crash() {
     }
     assert!(files_in(&out).iter().all(|n| !n.ends_with(".tmp")));
 }
+
+/// A headerless CSV read with a header gets a warning naming the flags that
+/// read it whole; with `--no-header` every row is a record.
+#[test]
+fn a_data_like_header_is_warned_about_with_the_flags_that_fix_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("iris.csv");
+    std::fs::write(
+        &input,
+        "5.1,3.5,setosa\n4.9,3.0,setosa\n6.3,2.9,virginica\n",
+    )
+    .unwrap();
+    let assert = tfpipe()
+        .args(["convert", "csv"])
+        .arg(&input)
+        .arg("-o")
+        .arg(dir.path().join("first/out"))
+        .assert()
+        .success();
+    let err = stderr(&assert);
+    assert!(
+        err.contains("looks like data") && err.contains("--no-header or --names"),
+        "{err}"
+    );
+    let assert = tfpipe()
+        .args(["convert", "csv", "--no-header", "--json"])
+        .arg(&input)
+        .arg("-o")
+        .arg(dir.path().join("whole/out"))
+        .assert()
+        .success();
+    let summary: serde_json::Value = serde_json::from_str(&stdout(&assert)).unwrap();
+    assert_eq!(summary["records"], 3, "{summary}");
+}

@@ -240,7 +240,7 @@ fn headerless_files_keep_their_first_row_and_a_data_like_header_is_warned_about(
         summary
             .warnings
             .iter()
-            .any(|w| w.contains("looks like data") && w.contains("--no-header")),
+            .any(|w| w.contains("looks like data") && w.contains("headerless")),
         "{:?}",
         summary.warnings
     );
