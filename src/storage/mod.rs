@@ -346,11 +346,6 @@ pub fn open_object_at(
 }
 
 #[cfg(not(feature = "object-store"))]
-fn open_object(url: &str, read: &ReadOptions) -> Result<std::io::Empty, StorageError> {
-    open_object_at(url, 0, read)
-}
-
-#[cfg(not(feature = "object-store"))]
 fn open_object_at(
     url: &str,
     _start: u64,

@@ -340,12 +340,26 @@ impl RecordIndex {
     pub fn write(&self, path: &Path) -> Result<(), IndexError> {
         let text = self.to_text();
         if storage::is_url(path) {
-            storage::PendingObject::upload(&path.to_string_lossy(), text.as_bytes())?.complete()?;
-            return Ok(());
+            return write_object(path, text.as_bytes());
         }
         crate::atomic_file::write(path, text.as_bytes())?;
         Ok(())
     }
+}
+
+/// Uploads a small index to the object at `path`.
+#[cfg(feature = "object-store")]
+fn write_object(path: &Path, bytes: &[u8]) -> Result<(), IndexError> {
+    storage::PendingObject::upload(&path.to_string_lossy(), bytes)?.complete()?;
+    Ok(())
+}
+
+#[cfg(not(feature = "object-store"))]
+fn write_object(path: &Path, _bytes: &[u8]) -> Result<(), IndexError> {
+    Err(StorageError::NotBuilt {
+        url: path.display().to_string(),
+    }
+    .into())
 }
 
 /// Checks a framed record read at an indexed position and returns its data
