@@ -1248,6 +1248,33 @@ fn tensors_of(path: &std::path::Path) -> Vec<(String, Vec<f32>)> {
     all
 }
 
+/// `tfpipe train` on `d/train.tfrecord` with the small MLP the CLI resume
+/// tests share (batch 16, shuffle buffer 32, seed 5, one compute thread),
+/// plus `extra`, saving to `d/save`: the report it wrote to `d/save.json`.
+fn train_small_reported(d: &std::path::Path, extra: &[&str], save: &str) -> serde_json::Value {
+    let out = assert_cmd::Command::cargo_bin("tfpipe")
+        .unwrap()
+        .arg("train")
+        .arg("--data")
+        .arg(d.join("train.tfrecord"))
+        .args(["--feature", "x:float32:8", "--feature", "label:int64"])
+        .args(["--label", "label", "--classes", "3", "--batch-size", "16"])
+        .args(["--hidden", "8", "--shuffle-buffer", "32", "--seed", "5"])
+        .args(["--compute-threads", "1", "--report-json"])
+        .arg(d.join(format!("{save}.json")))
+        .args(extra)
+        .arg("--save")
+        .arg(d.join(save))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{save}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&std::fs::read(d.join(format!("{save}.json"))).unwrap()).unwrap()
+}
+
 /// Through the CLI, with a shuffle: 2 epochs in one run, and 1 epoch then
 /// `--resume` for 1 more, end with the same weights, bit for bit.
 #[test]
@@ -1255,32 +1282,7 @@ fn cli_two_epochs_straight_equal_one_then_resume_one_bit_for_bit() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     write_records(&d.join("train.tfrecord"), &dataset(6, 16, 40));
-    let train = |extra: &[&str], save: &str| {
-        let out = assert_cmd::Command::cargo_bin("tfpipe")
-            .unwrap()
-            .arg("train")
-            .arg("--data")
-            .arg(d.join("train.tfrecord"))
-            .args(["--feature", "x:float32:8", "--feature", "label:int64"])
-            .args(["--label", "label", "--classes", "3", "--batch-size", "16"])
-            .args(["--hidden", "8", "--shuffle-buffer", "32", "--seed", "5"])
-            .args(["--compute-threads", "1", "--report-json"])
-            .arg(d.join(format!("{save}.json")))
-            .args(extra)
-            .arg("--save")
-            .arg(d.join(save))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice::<serde_json::Value>(
-            &std::fs::read(d.join(format!("{save}.json"))).unwrap(),
-        )
-        .unwrap()
-    };
+    let train = |extra: &[&str], save: &str| train_small_reported(d, extra, save);
     let straight = train(&["--epochs", "2"], "straight");
     train(&["--epochs", "1"], "half");
     let resume = d.join("half").to_string_lossy().into_owned();
@@ -1324,32 +1326,7 @@ fn cli_resume_at_an_epochs_end_goes_on_with_the_next_epoch() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     write_records(&d.join("train.tfrecord"), &dataset(6, 16, 42));
-    let train = |extra: &[&str], save: &str| {
-        let out = assert_cmd::Command::cargo_bin("tfpipe")
-            .unwrap()
-            .arg("train")
-            .arg("--data")
-            .arg(d.join("train.tfrecord"))
-            .args(["--feature", "x:float32:8", "--feature", "label:int64"])
-            .args(["--label", "label", "--classes", "3", "--batch-size", "16"])
-            .args(["--hidden", "8", "--shuffle-buffer", "32", "--seed", "5"])
-            .args(["--compute-threads", "1", "--report-json"])
-            .arg(d.join(format!("{save}.json")))
-            .args(extra)
-            .arg("--save")
-            .arg(d.join(save))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{save}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice::<serde_json::Value>(
-            &std::fs::read(d.join(format!("{save}.json"))).unwrap(),
-        )
-        .unwrap()
-    };
+    let train = |extra: &[&str], save: &str| train_small_reported(d, extra, save);
     let straight = train(&["--epochs", "2"], "straight");
     // 96 records at batch 16: 6 steps are exactly one epoch.
     train(&["--steps", "6"], "end");
