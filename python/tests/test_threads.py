@@ -53,7 +53,18 @@ def test_next_releases_the_gil_while_it_waits(endless, tmp_path):
     assert int(out.stdout) > 10_000, out.stdout
 
 
-def test_ctrl_c_interrupts_a_blocked_next_within_100_ms(endless):
+@pytest.fixture
+def ctrl_c_raises():
+    """Python's own Ctrl-C handler, as an interactive Python has it: a
+    process started with SIGINT ignored (a background job of a
+    non-interactive shell, as CI may start the suite) inherits the
+    disposition, and Python then never raises KeyboardInterrupt."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_interrupts_a_blocked_next_within_100_ms(endless, ctrl_c_raises):
     it = iter(endless.prefetch(2))
     assert tfpipe._tfpipe.live_threads() > 0
     sent = []
