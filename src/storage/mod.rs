@@ -299,10 +299,9 @@ pub fn read_whole(path: &Path) -> Result<Vec<u8>, StorageError> {
             error,
         });
     };
-    let size = size_of(path)?;
-    // The size comes from the server; the read below grows the buffer only
-    // as bytes arrive, so a lying size allocates nothing up front.
-    let mut bytes = Vec::with_capacity(usize::try_from(size.min(1 << 20)).unwrap_or(0));
+    // No HEAD first: opening the object learns its size, and the buffer
+    // grows only as bytes arrive.
+    let mut bytes = Vec::new();
     let mut reader = open_object_at(url, 0, &ReadOptions::default())?;
     io::Read::read_to_end(&mut reader, &mut bytes).map_err(|error| StorageError::Io {
         path: path.to_path_buf(),
