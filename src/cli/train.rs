@@ -393,19 +393,27 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         label_classes: label_classes.clone(),
     };
     // What the pipeline's order depends on: checkpoints record it, and a
-    // resume must read the same data the same way.
-    let fingerprint = data.fingerprint().map_err(anyhow::Error::from_boxed)?;
+    // resume must read the same data the same way. Taken only when a
+    // checkpoint is written or read: it costs a glob listing, and a sample
+    // read or a HEAD per file, that a run without checkpoints need not pay.
+    let fingerprint = match args.save.is_some() || resumed.is_some() {
+        true => Some(data.fingerprint().map_err(anyhow::Error::from_boxed)?),
+        false => None,
+    };
     let mut resume_position = resumed.as_ref().and_then(|m| m.pipeline_state.clone());
-    if let Some(then) = resumed.as_ref().and_then(|m| m.data.as_ref()) {
-        let differences = then.differences(&fingerprint);
-        if args.force_resume && then.only_batch_size_differs(&fingerprint) {
+    if let (Some(then), Some(fingerprint)) = (
+        resumed.as_ref().and_then(|m| m.data.as_ref()),
+        fingerprint.as_ref(),
+    ) {
+        let differences = then.differences(fingerprint);
+        if args.force_resume && then.only_batch_size_differs(fingerprint) {
             eprintln!(
                 "tfpipe: warning: --force-resume: {}: restarting the checkpoint's epoch from its beginning (no longer exact)",
                 differences.join("; ")
             );
             resume_position = None;
         } else if !differences.is_empty() {
-            let hint = if then.only_batch_size_differs(&fingerprint) {
+            let hint = if then.only_batch_size_differs(fingerprint) {
                 " (--force-resume accepts another batch size, inexactly)"
             } else {
                 ""
