@@ -1725,3 +1725,77 @@ fn cli_resume_mid_epoch_continues_at_the_next_batch_bit_for_bit() {
         tensors_of(&d.join("straight/model.safetensors"))
     );
 }
+
+/// A built-in MLP that records the mode of every forward pass and scales
+/// the task's loss by `scale`.
+struct Recording {
+    inner: tfpipe::train::BuiltinModel,
+    modes: std::sync::Arc<std::sync::Mutex<Vec<bool>>>,
+    scale: f64,
+}
+
+impl Model for Recording {
+    fn forward(&self, _: &tfpipe::train::BatchTensors) -> candle_core::Result<candle_core::Tensor> {
+        unreachable!("the trainer calls forward_t")
+    }
+
+    fn forward_t(
+        &self,
+        batch: &tfpipe::train::BatchTensors,
+        train: bool,
+    ) -> candle_core::Result<candle_core::Tensor> {
+        self.modes.lock().unwrap().push(train);
+        self.inner.forward(batch)
+    }
+
+    fn task(&self) -> Task {
+        self.inner.task()
+    }
+
+    fn loss(
+        &self,
+        outputs: &candle_core::Tensor,
+        labels: &candle_core::Tensor,
+    ) -> candle_core::Result<candle_core::Tensor> {
+        self.inner.loss(outputs, labels)? * self.scale
+    }
+}
+
+/// A trainer over a [`Recording`] model seeded 1, and the modes it records.
+fn recording_trainer(scale: f64) -> (Trainer, std::sync::Arc<std::sync::Mutex<Vec<bool>>>) {
+    let varmap = candle_nn::VarMap::new();
+    let vb = candle_nn::VarBuilder::from_varmap(&varmap, candle_core::DType::F32, &Device::Cpu);
+    let inner = tfpipe::train::BuiltinModel::new(config(OptimizerKind::Sgd).model, vb).unwrap();
+    tfpipe::train::seed_vars(&varmap, 1, &Device::Cpu).unwrap();
+    let optimizer = OptimizerConfig::default_for(OptimizerKind::Sgd)
+        .build(varmap.all_vars())
+        .unwrap();
+    let modes = std::sync::Arc::default();
+    let model = Recording {
+        inner,
+        modes: std::sync::Arc::clone(&modes),
+        scale,
+    };
+    let trainer = Trainer::new(TrainConfig::new(input()), model, varmap, optimizer).unwrap();
+    (trainer, modes)
+}
+
+#[test]
+fn the_trainer_runs_forward_t_in_its_mode_and_minimises_the_models_own_loss() {
+    let batch = dataset(1, 32, 5).remove(0);
+    let tensors = batch_to_tensors(batch.clone(), &input(), 0, &Device::Cpu).unwrap();
+    let (mut plain, _) = recording_trainer(1.0);
+    let (mut tripled, modes) = recording_trainer(3.0);
+    let base = plain.step(&tensors).unwrap();
+    let loss = tripled.step(&tensors).unwrap();
+    assert!(
+        (loss - 3.0 * base).abs() <= 1e-5 * loss.abs(),
+        "{loss} vs 3 x {base}"
+    );
+    assert_eq!(*modes.lock().unwrap(), [true]);
+
+    let mut stream = IterStream(vec![Ok::<_, BoxError>(batch)].into_iter());
+    let evaluation = tripled.evaluate(&mut stream).unwrap();
+    assert_eq!(*modes.lock().unwrap(), [true, false]);
+    assert!(evaluation.loss > 0.0);
+}

@@ -188,7 +188,7 @@ impl StreamPosition {
 /// Loss and the task's metrics over a data set (or an epoch of training).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Evaluation {
-    /// Mean loss per example: cross-entropy (classification) or squared error (regression).
+    /// Mean loss per example: the model's [`Model::loss`](super::Model::loss) (by default cross-entropy for classification, squared error for regression).
     pub loss: f64,
     /// Fraction classified correctly (classification).
     pub accuracy: Option<f64>,
@@ -1392,8 +1392,8 @@ fn train_step(
         reason: "no labels: training needs the label column".into(),
     })?;
     let err = || TrainError::candle("training step");
-    let outputs = state.model.forward(batch).map_err(err())?;
-    let loss = task_loss(state.model.task(), &outputs, labels).map_err(err())?;
+    let outputs = state.model.forward_t(batch, true).map_err(err())?;
+    let loss = state.model.loss(&outputs, labels).map_err(err())?;
     let grads = loss.backward().map_err(err())?;
     state.optim.step(&grads).map_err(err())?;
     device.synchronize().map_err(err())?;
@@ -1431,8 +1431,9 @@ pub(crate) fn evaluate(
             reason: "no labels: evaluation needs the label column".into(),
         })?;
         let err = || TrainError::candle("evaluation");
-        let outputs = model.forward(&tensors).map_err(err())?;
-        let loss = task_loss(input.task, &outputs, labels)
+        let outputs = model.forward_t(&tensors, false).map_err(err())?;
+        let loss = model
+            .loss(&outputs, labels)
             .and_then(|l| l.to_scalar::<f32>())
             .map_err(err())?;
         totals.add(loss, &outputs, labels, tensors.rows)?;
