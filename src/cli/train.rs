@@ -14,9 +14,10 @@ use tfpipe::Schema;
 use tfpipe::example::{DType, SchemaMetadata};
 use tfpipe::pipeline::{Pipeline, Remainder};
 use tfpipe::train::{
-    Checkpoint, Checkpointer, Control, Decay, EarlyStopping, EpochReport, InputSpec, LabelClasses,
-    LrSchedule, ModelConfig, ModelInput, Monitor, Observer, OptimizerConfig, OptimizerKind,
-    Placement, Progress, Reproducibility, RunControl, RunInfo, RunLength, SchemaMeta, Task,
+    CheckpointError, Checkpointer, Control, Decay, EarlyStopping, EpochReport, InputSpec,
+    LabelClasses, LrSchedule, ModelChoice, ModelChoiceError, ModelConfig, ModelInput, ModelKind,
+    ModelRequest, Monitor, Observer, OptimizerConfig, OptimizerKind, Placement, Progress,
+    Reproducibility, Resume, ResumeAt, RunControl, RunInfo, RunLength, SchemaMeta, Task,
     TensorBoard, ThreadTuner, TrainConfig, TrainData, TrainError, TrainReport, Trainer,
     classes_from_metadata, parse_device,
 };
@@ -200,10 +201,7 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
     let init = Instant::now();
     let device = parse_device(&super::rank::device(&args.runtime.device)?)?;
     let device_init = init.elapsed();
-    let resumed = match &args.resume {
-        Some(dir) => Some(Checkpoint::read_meta(dir)?),
-        None => None,
-    };
+    let resumed = args.resume.as_ref().map(Resume::read).transpose()?;
     let (mut schema, recorded_classes) = load_schema(
         &args.features,
         args.schema.as_deref(),
@@ -274,9 +272,9 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
     };
     let schema = selection.schema;
     let input = selection.spec;
-    if let Some(meta) = &resumed {
+    if let Some(resume) = &resumed {
         check_vocabulary(
-            meta.label_vocabulary.as_deref(),
+            resume.label_vocabulary(),
             recorded.label_vocabulary.as_deref(),
             &format!(
                 "the checkpoint {}",
@@ -298,39 +296,33 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
             &format!("the validation data's schema {}", path.display()),
         )?;
     }
-    let resumed_model = resumed.as_ref().and_then(|m| m.model.clone());
+    let resumed_model = resumed.as_ref().and_then(|r| r.model().cloned());
     let model = match (&args.model, &args.hidden, resumed_model) {
         (None, None, Some(model)) => model,
-        (chosen, _, _) => {
-            let model = model_config(&args, &input, recorded.vocab_size)?;
-            if chosen.is_none() {
-                // Never a silent switch: say which model the data chose, and why.
-                let why = match &input.tokens {
-                    Some(tokens) => format!(
-                        "{:?} is a variable-length int64 feature, taken as token ids",
-                        tokens.name
-                    ),
-                    None => "the inputs are fixed-shape numbers".to_string(),
-                };
+        _ => {
+            let chosen = model_config(&args, &input, recorded.vocab_size)?;
+            // Never a silent switch: say which model the data chose, and why.
+            if let Some(why) = &chosen.chosen_because {
                 eprintln!(
                     "tfpipe: model {} because {why} (choose with --model)",
-                    model.describe()
+                    chosen.config.describe()
                 );
             }
-            model
+            chosen.config
         }
     };
     check_model_size(&model, &input, args.batch_size, args.prefetch)?;
-    let resumed_optimizer = resumed.as_ref().and_then(|m| m.optimizer);
-    let kind = match (&args.optimizer, resumed_optimizer) {
-        (Some(text), _) => text.parse::<OptimizerKind>().map_err(anyhow::Error::msg)?,
-        (None, Some(o)) => o.kind,
-        (None, None) => OptimizerKind::AdamW,
+    let requested = args
+        .optimizer
+        .as_deref()
+        .map(str::parse::<OptimizerKind>)
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
+    let mut optimizer = match &resumed {
+        Some(resume) => resume.optimizer(requested),
+        None => OptimizerConfig::default_for(requested.unwrap_or(OptimizerKind::AdamW)),
     };
-    let mut optimizer = match resumed_optimizer {
-        Some(o) if o.kind == kind => o,
-        _ => OptimizerConfig::default_for(kind),
-    };
+    let kind = optimizer.kind;
     if let Some(lr) = args.lr {
         optimizer.lr = lr;
     }
@@ -370,14 +362,15 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
     };
     // One seed schedule per training: a resumed run keeps the checkpoint's.
     let seed = match &resumed {
-        Some(meta) => {
-            if meta.seed != args.seed && args.seed != 0 {
+        Some(resume) => {
+            if resume.seed() != args.seed && args.seed != 0 {
                 eprintln!(
                     "tfpipe: warning: --seed {} ignored: the checkpoint's run is seeded {}, and resuming continues its schedule",
-                    args.seed, meta.seed
+                    args.seed,
+                    resume.seed()
                 );
             }
-            meta.seed
+            resume.seed()
         }
         None => args.seed,
     };
@@ -400,31 +393,31 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         true => Some(data.fingerprint().map_err(anyhow::Error::from_boxed)?),
         false => None,
     };
-    let mut resume_position = resumed.as_ref().and_then(|m| m.pipeline_state.clone());
-    if let (Some(then), Some(fingerprint)) = (
-        resumed.as_ref().and_then(|m| m.data.as_ref()),
-        fingerprint.as_ref(),
-    ) {
-        let differences = then.differences(fingerprint);
-        if args.force_resume && then.only_batch_size_differs(fingerprint) {
-            eprintln!(
-                "tfpipe: warning: --force-resume: {}: restarting the checkpoint's epoch from its beginning (no longer exact)",
-                differences.join("; ")
-            );
-            resume_position = None;
-        } else if !differences.is_empty() {
-            let hint = if then.only_batch_size_differs(fingerprint) {
-                " (--force-resume accepts another batch size, inexactly)"
-            } else {
-                ""
-            };
-            bail!(
-                "--resume {}: the checkpoint was trained on other data or data options, so resuming would not continue its run: {}{hint}",
-                args.resume.as_deref().unwrap_or(Path::new("")).display(),
-                differences.join("; ")
-            );
-        }
+    let resume_at = match &resumed {
+        Some(resume) => Some(
+            resume
+                .position(fingerprint.as_ref(), args.force_resume)
+                .map_err(with_hint)?,
+        ),
+        None => None,
+    };
+    match &resume_at {
+        Some(ResumeAt::EpochStart {
+            forced: Some(differences),
+            ..
+        }) => eprintln!(
+            "tfpipe: warning: --force-resume: {}: restarting the checkpoint's epoch from its beginning (no longer exact)",
+            differences.join("; ")
+        ),
+        Some(ResumeAt::EpochStart {
+            forced: None,
+            epoch,
+        }) if *epoch > 0 => eprintln!(
+            "tfpipe: note: the checkpoint holds no pipeline position: resuming at the start of epoch {epoch}"
+        ),
+        _ => {}
     }
+    let resume_position = resume_at.and_then(|at| at.pipeline_state().cloned());
     let config = TrainConfig::new(
         ModelInput::new(input)
             .schema(SchemaMeta::from_schema(&schema))
@@ -472,15 +465,6 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         resume_position,
         device_init,
     };
-    if let Some(meta) = &resumed
-        && meta.pipeline_state.is_none()
-        && meta.epoch > 0
-    {
-        eprintln!(
-            "tfpipe: note: the checkpoint holds no pipeline position: resuming at the start of epoch {}",
-            meta.epoch
-        );
-    }
     let report = train(config, model, optimizer, &data, validation.as_ref(), &run)?;
     let mut stdout = std::io::stdout().lock();
     // The per-epoch lines were printed as the epochs ended.
@@ -825,6 +809,14 @@ pub(super) fn with_hint(e: TrainError) -> anyhow::Error {
         TrainError::Label { .. } => Some(
             "set the number of classes with --classes, or, if the label is a quantity rather than a class, train a regression with --task regression",
         ),
+        TrainError::Model(e) => model_hint(e),
+        TrainError::Checkpoint { source, .. } => match &**source {
+            CheckpointError::OtherData {
+                only_batch_size: true,
+                ..
+            } => Some("--force-resume accepts another batch size, inexactly"),
+            _ => None,
+        },
         _ => None,
     };
     match hint {
@@ -883,14 +875,14 @@ fn text_label_classes(
     args: &Args,
     schema: &Schema,
     label: &str,
-    resumed: Option<&tfpipe::train::CheckpointMeta>,
+    resumed: Option<&Resume>,
     recorded: &SchemaMetadata,
 ) -> anyhow::Result<Option<LabelClasses>> {
     if schema.feature(label).map(|f| f.dtype) != Some(DType::Bytes) {
         return Ok(None);
     }
     let known = resumed
-        .and_then(|m| m.label_vocabulary.clone())
+        .and_then(|r| r.label_vocabulary().map(<[String]>::to_vec))
         .or_else(|| recorded.label_vocabulary.clone());
     let classes = match known {
         Some(names) => LabelClasses::new(label, names),
@@ -943,89 +935,79 @@ fn select_inputs(
     Ok(())
 }
 
+/// The model the flags ask for, the data deciding what they leave open
+/// (`ModelConfig::for_input` holds the rules).
 fn model_config(
     args: &Args,
     input: &InputSpec,
     recorded_vocab: Option<usize>,
-) -> anyhow::Result<ModelConfig> {
-    let default = if input.tokens.is_some() {
-        "embedding"
-    } else {
-        "mlp"
-    };
+) -> anyhow::Result<ModelChoice> {
     let kind = args
         .model
         .as_deref()
-        .unwrap_or(default)
-        .to_ascii_lowercase();
-    let hidden = |default: &str| {
-        args.hidden
-            .as_deref()
-            .unwrap_or(default)
-            .split(',')
-            .filter(|s| !s.trim().is_empty())
-            .map(|s| {
-                s.trim().parse::<usize>().with_context(|| {
-                    format!("--hidden: {s:?} is not a layer size (e.g. --hidden 256,128)")
-                })
-            })
-            .collect::<anyhow::Result<Vec<_>>>()
+        .map(str::parse::<ModelKind>)
+        .transpose()
+        .map_err(model_error)?;
+    let hidden = match args.hidden.as_deref() {
+        Some(text) => Some(parse_hidden(text)?),
+        None => None,
     };
-    if let Some(tokens) = &input.tokens
-        && kind != "embedding"
-    {
-        bail!(
-            "--model {kind} does not take token ids ({:?} is variable-length int64); use --model embedding",
-            tokens.name
-        );
+    let request = ModelRequest {
+        kind,
+        hidden,
+        vocab_size: args.vocab_size,
+        embedding_dim: args.embedding_dim,
+    };
+    let chosen = ModelConfig::for_input(input, &request, recorded_vocab).map_err(model_error)?;
+    if let ModelConfig::Embedding { vocab, dim, .. } = &chosen.config {
+        check_size(
+            "--vocab-size x --embedding-dim (the embedding table)",
+            (*vocab as u128)
+                .saturating_mul(*dim as u128)
+                .saturating_mul(16),
+        )?;
     }
-    match kind.as_str() {
-        "mlp" => Ok(ModelConfig::mlp(input.inputs(), hidden("256")?, input.task)),
-        "embedding" => {
-            let Some(tokens) = &input.tokens else {
-                bail!("--model embedding needs a variable-length int64 feature (token ids)");
-            };
-            let Task::Classification { classes } = input.task else {
-                bail!("--model embedding is a classifier; regression takes --model mlp");
-            };
-            let Some(vocab) = args.vocab_size.or(recorded_vocab) else {
-                bail!(
-                    "the embedding model needs the vocabulary size of {:?}: give --vocab-size N (ids are in 0..N)",
-                    tokens.name
-                );
-            };
-            let dim = args.embedding_dim.unwrap_or(32);
-            check_size(
-                "--vocab-size x --embedding-dim (the embedding table)",
-                (vocab as u128)
-                    .saturating_mul(dim as u128)
-                    .saturating_mul(16),
-            )?;
-            Ok(ModelConfig::Embedding {
-                vocab,
-                dim,
-                inputs: input.inputs(),
-                hidden: hidden("64")?,
-                classes,
+    Ok(chosen)
+}
+
+/// `--hidden 256,128`: layer sizes.
+fn parse_hidden(text: &str) -> anyhow::Result<Vec<usize>> {
+    text.split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| {
+            s.trim().parse::<usize>().with_context(|| {
+                format!("--hidden: {s:?} is not a layer size (e.g. --hidden 256,128)")
             })
-        }
-        "cnn" => {
-            if args.hidden.is_some() {
-                bail!("--hidden applies to --model mlp only");
-            }
-            let Task::Classification { classes } = input.task else {
-                bail!("--model cnn is a classifier; regression takes --model mlp");
-            };
-            if input.inputs() != 28 * 28 {
-                bail!(
-                    "--model cnn takes 28x28 inputs (784 values per example); the features give {}",
-                    input.inputs()
-                );
-            }
-            Ok(ModelConfig::Cnn { classes })
-        }
-        other => bail!("unknown model {other:?} (expected mlp, cnn or embedding)"),
+        })
+        .collect()
+}
+
+/// A model choice's error, with the flag that fixes it.
+fn model_error(e: ModelChoiceError) -> anyhow::Error {
+    match model_hint(&e) {
+        Some(hint) => anyhow::Error::new(e).context(hint),
+        None => anyhow::Error::new(e),
     }
+}
+
+/// The flag that fixes a model choice's error, where one does.
+fn model_hint(e: &ModelChoiceError) -> Option<&'static str> {
+    Some(match e {
+        ModelChoiceError::UnknownKind { .. } => "--model takes mlp, cnn or embedding",
+        ModelChoiceError::TokensNeedEmbedding { .. } => "token ids take --model embedding",
+        ModelChoiceError::NoTokens => {
+            "--model embedding needs a token feature (--feature NAME:int64:var)"
+        }
+        ModelChoiceError::ClassifierOnly { .. } => "a regression takes --model mlp",
+        ModelChoiceError::UnknownVocabulary { .. } => "give --vocab-size N",
+        ModelChoiceError::HiddenNotApplicable { .. } => {
+            "--hidden applies to --model mlp and embedding"
+        }
+        ModelChoiceError::InputCount { .. } => {
+            "--model cnn takes 28x28 inputs (784 values per example); choose the inputs with --inputs or --feature"
+        }
+        _ => return None,
+    })
 }
 
 /// Sets how many threads candle's CPU kernels use, and says whether the

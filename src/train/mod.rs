@@ -35,6 +35,7 @@
 //! times, not launch times.
 
 mod checkpoint;
+mod choice;
 mod config;
 mod data;
 mod model;
@@ -44,6 +45,7 @@ mod optim;
 mod predict;
 mod prefetch;
 mod report;
+mod resume;
 mod schedule;
 mod tensor;
 mod tensorboard;
@@ -62,6 +64,7 @@ pub use checkpoint::{
     Checkpoint, CheckpointError, CheckpointLoad, CheckpointMeta, DefaultMeta, FORMAT, FeatureMeta,
     META_FILE, SchemaMeta,
 };
+pub use choice::{ModelChoice, ModelChoiceError, ModelKind, ModelRequest};
 pub use config::{ModelInput, Placement, Reproducibility, RunControl, RunLength, TrainConfig};
 pub use data::{DataFingerprint, FileFingerprint, LabelClasses, TrainData, UnknownLabel};
 pub use model::{BuiltinModel, Model, ModelConfig, Task, seed_vars};
@@ -75,6 +78,7 @@ pub use predict::{
 };
 pub use prefetch::{BatchEvent, BatchStream, BoxError, IterStream, WithBottleneck};
 pub use report::{DeviceStartup, EpochReport, Startup, TrainReport, Verdict};
+pub use resume::{Resume, ResumeAt};
 pub use schedule::{Decay, LrSchedule};
 pub use tensor::{
     BatchTensors, InputSelection, InputSpec, SkippedFeature, Standardize, TokenSpec,
@@ -123,7 +127,10 @@ pub enum TrainError {
         value: i64,
         classes: usize,
     },
-    /// A configuration that cannot work (empty hidden sizes, CNN on non-28x28 input, ...).
+    /// A model that does not fit the data (see [`ModelConfig::for_input`]).
+    #[error(transparent)]
+    Model(#[from] ModelChoiceError),
+    /// A configuration that cannot work (empty hidden sizes, ...).
     #[error("invalid training configuration: {0}")]
     Config(String),
     /// The data source failed (I/O, corruption, parse error), with the

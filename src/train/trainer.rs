@@ -28,7 +28,7 @@ use candle_core::{D, DType, Device, Tensor};
 use candle_nn::VarMap;
 use serde::{Deserialize, Serialize};
 
-use super::checkpoint::{Checkpoint, CheckpointError, CheckpointLoad, CheckpointMeta, FORMAT};
+use super::checkpoint::{Checkpoint, CheckpointLoad, CheckpointMeta, FORMAT};
 use super::config::{Placement, RunLength, TrainConfig};
 use super::model::{BuiltinModel, Model, ModelConfig, Task};
 use super::observer::{Control, Observer, RunInfo};
@@ -37,7 +37,7 @@ use super::prefetch::{BatchEvent, BatchStream, BoxError, DevicePrefetch, Fetched
 use super::report::{DeviceStartup, EpochReport, Startup, TrainReport, Verdict};
 use super::tensor::{BatchTensors, InputSpec, Standardize, batch_to_tensors};
 use super::timing::Phase;
-use super::{DeviceError, TrainError};
+use super::{DeviceError, Resume, TrainError};
 
 /// Parses `cpu`, `cuda` or `cuda:N` into a candle device.
 ///
@@ -365,59 +365,15 @@ impl Trainer {
     ) -> Result<Trainer, TrainError> {
         model.validate()?;
         optimizer.validate()?;
-        match (&model, config.input.spec.tokens.as_mut()) {
-            (ModelConfig::Embedding { vocab, .. }, Some(tokens)) => match tokens.vocab {
-                Some(v) if v != *vocab => {
-                    return Err(TrainError::Config(format!(
-                        "the token input's vocabulary is {v} but the embedding has {vocab} rows"
-                    )));
-                }
-                // Ids are checked against the table's size.
-                _ => tokens.vocab = Some(*vocab),
-            },
-            (ModelConfig::Embedding { .. }, None) => {
-                return Err(TrainError::Config(
-                    "the embedding model needs a token input (a variable-length int64 feature)"
-                        .into(),
-                ));
-            }
-            (other, Some(tokens)) => {
-                return Err(TrainError::Config(format!(
-                    "{} does not take token ids ({:?}); the embedding model does",
-                    other.describe(),
-                    tokens.name
-                )));
-            }
-            (_, None) => {}
-        }
-        let input = &config.input.spec;
-        if model.inputs() != input.inputs() {
-            return Err(TrainError::Config(format!(
-                "{} takes {} inputs but the features give {}",
-                model.describe(),
-                model.inputs(),
-                input.inputs()
-            )));
-        }
-        if model.task() != input.task {
-            return Err(TrainError::Config(format!(
-                "{} learns {:?} but the input spec says {:?}",
-                model.describe(),
-                model.task(),
-                input.task
-            )));
+        model.check_input(&config.input.spec)?;
+        // Ids are checked against the table's size.
+        if let (ModelConfig::Embedding { vocab, .. }, Some(tokens)) =
+            (&model, config.input.spec.tokens.as_mut())
+        {
+            tokens.vocab = Some(*vocab);
         }
         if let Some(dir) = &config.reproducibility.resume {
-            let meta = Checkpoint::read_meta(dir)?;
-            if meta.model.as_ref() != Some(&model) {
-                return Err(TrainError::checkpoint(
-                    dir.clone(),
-                    CheckpointError::Model {
-                        found: meta.model_description,
-                        wanted: model.describe(),
-                    },
-                ));
-            }
+            Resume::read(dir)?.check_model(&model)?;
         }
         // Weights drawn on the host and uploaded, optimizer state allocated.
         let upload = Instant::now();
@@ -465,43 +421,11 @@ impl Trainer {
         let mut checkpoint_load = None;
         if let Some(dir) = config.reproducibility.resume.clone() {
             let start = Instant::now();
-            let meta = Checkpoint::read_meta(&dir)?;
-            let mismatch = |trained: String, found: String| {
-                TrainError::checkpoint(dir.clone(), CheckpointError::Inputs { trained, found })
-            };
+            let resume = Resume::read(&dir)?;
             let input = &mut config.input.spec;
-            if meta.input.features != input.features {
-                return Err(mismatch(
-                    describe_inputs(&meta.input),
-                    describe_inputs(input),
-                ));
-            }
-            if meta.input.task != input.task {
-                return Err(mismatch(
-                    format!("{:?}", meta.input.task),
-                    format!("{:?}", input.task),
-                ));
-            }
-            Checkpoint::load_weights(&dir, &state.varmap)?;
-            let same_kind = meta.optimizer.map(|o| o.kind) == state.optim_kind();
-            let described = state.optim.describe();
-            match (meta.optimizer_state, state.optim.state_mut()) {
-                (true, Some(opt)) if same_kind => {
-                    Checkpoint::load_optimizer(&dir, &meta, &state.varmap, opt)?;
-                }
-                (_, None) => warnings.push(format!(
-                    "the optimizer ({described}) does not expose its state, so resuming restarts its moments"
-                )),
-                (false, Some(_)) => warnings.push(
-                    "the checkpoint holds no optimizer state; the optimizer's moments restart"
-                        .to_string(),
-                ),
-                (true, Some(_)) => warnings.push(format!(
-                    "the checkpoint's optimizer state is for {}; {described} starts afresh",
-                    meta.optimizer
-                        .map_or("another optimizer".into(), |o| o.kind.to_string()),
-                )),
-            }
+            resume.check_input(input)?;
+            warnings = resume.restore(&state.varmap, &mut state.optim)?;
+            let meta = resume.meta();
             state.step = meta.step;
             state.epoch = meta.epoch;
             state.position = meta
@@ -512,9 +436,7 @@ impl Trainer {
             if input.standardize.is_empty() {
                 input.standardize = meta.input.standardize.clone();
             }
-            // One seed schedule per training: the resumed run's epochs
-            // shuffle as the uninterrupted run's would have.
-            config.reproducibility.seed = meta.seed;
+            config.reproducibility.seed = resume.seed();
             let load_ms = start.elapsed().as_secs_f64() * 1e3;
             checkpoint_load = Some(CheckpointLoad {
                 load_ms,
@@ -1257,12 +1179,6 @@ impl Trainer {
     }
 }
 
-impl State {
-    fn optim_kind(&self) -> Option<super::optim::OptimizerKind> {
-        self.optim.config().map(|c| c.kind)
-    }
-}
-
 /// A stream whose first item was taken out (to compute statistics) and is
 /// handed out again first.
 struct Peeked<S> {
@@ -1338,15 +1254,6 @@ pub fn resume_pipeline(
         }
     }
     Ok(Box::new(iter))
-}
-
-fn describe_inputs(input: &InputSpec) -> String {
-    let list: Vec<String> = input
-        .features
-        .iter()
-        .map(|(n, w)| format!("{n}[{w}]"))
-        .collect();
-    format!("inputs {}", list.join(", "))
 }
 
 fn ratio(a: Duration, b: Duration) -> f64 {
