@@ -46,6 +46,7 @@ mod predict;
 mod prefetch;
 mod report;
 mod resume;
+mod run;
 mod schedule;
 mod tensor;
 mod tensorboard;
@@ -79,6 +80,7 @@ pub use predict::{
 pub use prefetch::{BatchEvent, BatchStream, BoxError, IterStream, WithBottleneck};
 pub use report::{DeviceStartup, EpochReport, Startup, TrainReport, Verdict};
 pub use resume::{Resume, ResumeAt};
+pub use run::RunOutputs;
 pub use schedule::{Decay, LrSchedule};
 pub use tensor::{
     BatchTensors, InputSelection, InputSpec, SkippedFeature, Standardize, TokenSpec,
