@@ -1799,3 +1799,62 @@ fn the_trainer_runs_forward_t_in_its_mode_and_minimises_the_models_own_loss() {
     assert_eq!(*modes.lock().unwrap(), [true, false]);
     assert!(evaluation.loss > 0.0);
 }
+
+/// The library's whole run: data from TFRecord files, validation each
+/// epoch, a checkpoint and TensorBoard logs, then an exact resume from the
+/// checkpoint's position through `Resume`.
+#[test]
+fn train_data_fit_writes_its_outputs_and_resumes_through_resume() {
+    use tfpipe::train::{Resume, ResumeAt, RunOutputs, TrainData};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write_records(&d.join("train.tfrecord"), &dataset(4, 16, 60));
+    write_records(&d.join("valid.tfrecord"), &dataset(1, 16, 61));
+    let mut schema = tfpipe::Schema::from_feature_texts(&["x:float32:8", "label:int64"]).unwrap();
+    schema.label = Some("label".into());
+    let data = TrainData {
+        files: vec![d.join("train.tfrecord").to_string_lossy().into_owned()],
+        reader: ReaderOptions::default(),
+        schema,
+        batch_size: 16,
+        shuffle_buffer: 32,
+        seed: 3,
+        parallelism: tfpipe::pipeline::Parallelism::Fixed(1),
+        rank: None,
+        label_classes: None,
+    };
+    let validation = TrainData {
+        files: vec![d.join("valid.tfrecord").to_string_lossy().into_owned()],
+        shuffle_buffer: 0,
+        ..data.clone()
+    };
+    let mut cfg = config(OptimizerKind::Sgd);
+    cfg.run = cfg.run.length(RunLength::new().steps(3));
+    let mut trainer = new_trainer(cfg).unwrap();
+    let outputs = RunOutputs {
+        save: Some(d.join("ckpt")),
+        logdir: Some(d.join("logs")),
+        ..RunOutputs::default()
+    };
+    outputs.observe(&mut trainer).unwrap();
+    let report = data.fit(&mut trainer, None, Some(&validation)).unwrap();
+    assert_eq!(report.global_step, 3);
+    assert!(d.join("ckpt/checkpoint.json").is_file());
+    assert!(d.join("logs/train").is_dir(), "no TensorBoard run");
+
+    let resume = Resume::read(d.join("ckpt")).unwrap();
+    assert_eq!(resume.seed(), 0);
+    let at = resume.position(None, false).unwrap();
+    let ResumeAt::Exact(position) = at else {
+        panic!("a mid-epoch checkpoint resumes exactly: {at:?}")
+    };
+    let mut cfg = config(OptimizerKind::Sgd);
+    cfg.run = cfg
+        .run
+        .length(RunLength::new().steps(1))
+        .reproducibility(Reproducibility::new().resume(d.join("ckpt")));
+    let mut resumed = new_trainer(cfg).unwrap();
+    // The epoch's fourth and last batch, then the run's step limit.
+    let rest = data.fit(&mut resumed, Some(position), None).unwrap();
+    assert_eq!(rest.global_step, 4);
+}

@@ -31,7 +31,7 @@ use tfpipe::train::{
 };
 
 use super::Status;
-use super::train::{check_model_size, set_compute_threads};
+use super::common::{check_model_size, set_compute_threads};
 
 /// Arguments of `tfpipe bench-train`.
 #[derive(Debug, clap::Args)]

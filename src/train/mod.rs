@@ -36,9 +36,13 @@
 
 mod checkpoint;
 mod choice;
+mod clock;
 mod config;
 mod data;
+mod device;
+mod feeder;
 mod model;
+mod objective;
 mod observer;
 pub mod ops;
 mod optim;
@@ -46,6 +50,7 @@ mod predict;
 mod prefetch;
 mod report;
 mod resume;
+mod run;
 mod schedule;
 mod tensor;
 mod tensorboard;
@@ -67,7 +72,9 @@ pub use checkpoint::{
 pub use choice::{ModelChoice, ModelChoiceError, ModelKind, ModelRequest};
 pub use config::{ModelInput, Placement, Reproducibility, RunControl, RunLength, TrainConfig};
 pub use data::{DataFingerprint, FileFingerprint, LabelClasses, TrainData, UnknownLabel};
+pub use device::parse_device;
 pub use model::{BuiltinModel, Model, ModelConfig, Task, seed_vars};
+pub use objective::Evaluation;
 pub use observer::{Checkpointer, Control, EarlyStopping, Monitor, Observer, RunInfo, TensorBoard};
 pub use optim::{
     Adam, AdamW, Foreign, OptimizerConfig, OptimizerKind, OptimizerState, Sgd, TrainOptimizer,
@@ -79,6 +86,7 @@ pub use predict::{
 pub use prefetch::{BatchEvent, BatchStream, BoxError, IterStream, WithBottleneck};
 pub use report::{DeviceStartup, EpochReport, Startup, TrainReport, Verdict};
 pub use resume::{Resume, ResumeAt};
+pub use run::RunOutputs;
 pub use schedule::{Decay, LrSchedule};
 pub use tensor::{
     BatchTensors, InputSelection, InputSpec, SkippedFeature, Standardize, TokenSpec,
@@ -88,7 +96,7 @@ pub use tensorboard::{EventWriter, Scalar};
 pub use threads::ThreadTuner;
 pub use timing::{Phase, PhaseSummary};
 pub use tokens::{TokenFiles, TokenSet};
-pub use trainer::{Evaluation, Progress, TestOpener, Trainer, parse_device, resume_pipeline};
+pub use trainer::{Progress, TestOpener, Trainer, resume_pipeline};
 
 use crate::Location;
 use crate::pipeline::PipelineError;

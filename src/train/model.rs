@@ -166,7 +166,7 @@ pub trait Model: Send {
     /// # Ok::<(), candle_core::Error>(())
     /// ```
     fn loss(&self, outputs: &Tensor, labels: &Tensor) -> candle_core::Result<Tensor> {
-        super::trainer::task_loss(self.task(), outputs, labels)
+        super::objective::task_loss(self.task(), outputs, labels)
     }
 }
 
