@@ -7,6 +7,8 @@ mod common;
 
 #[path = "pipeline/cli.rs"]
 mod cli;
+#[path = "pipeline/combine.rs"]
+mod combine;
 #[path = "pipeline/errors.rs"]
 mod errors;
 #[path = "pipeline/files.rs"]

@@ -1725,3 +1725,136 @@ fn cli_resume_mid_epoch_continues_at_the_next_batch_bit_for_bit() {
         tensors_of(&d.join("straight/model.safetensors"))
     );
 }
+
+/// A built-in MLP that records the mode of every forward pass and scales
+/// the task's loss by `scale`.
+struct Recording {
+    inner: tfpipe::train::BuiltinModel,
+    modes: std::sync::Arc<std::sync::Mutex<Vec<bool>>>,
+    scale: f64,
+}
+
+impl Model for Recording {
+    fn forward(&self, _: &tfpipe::train::BatchTensors) -> candle_core::Result<candle_core::Tensor> {
+        unreachable!("the trainer calls forward_t")
+    }
+
+    fn forward_t(
+        &self,
+        batch: &tfpipe::train::BatchTensors,
+        train: bool,
+    ) -> candle_core::Result<candle_core::Tensor> {
+        self.modes.lock().unwrap().push(train);
+        self.inner.forward(batch)
+    }
+
+    fn task(&self) -> Task {
+        self.inner.task()
+    }
+
+    fn loss(
+        &self,
+        outputs: &candle_core::Tensor,
+        labels: &candle_core::Tensor,
+    ) -> candle_core::Result<candle_core::Tensor> {
+        self.inner.loss(outputs, labels)? * self.scale
+    }
+}
+
+/// A trainer over a [`Recording`] model seeded 1, and the modes it records.
+fn recording_trainer(scale: f64) -> (Trainer, std::sync::Arc<std::sync::Mutex<Vec<bool>>>) {
+    let varmap = candle_nn::VarMap::new();
+    let vb = candle_nn::VarBuilder::from_varmap(&varmap, candle_core::DType::F32, &Device::Cpu);
+    let inner = tfpipe::train::BuiltinModel::new(config(OptimizerKind::Sgd).model, vb).unwrap();
+    tfpipe::train::seed_vars(&varmap, 1, &Device::Cpu).unwrap();
+    let optimizer = OptimizerConfig::default_for(OptimizerKind::Sgd)
+        .build(varmap.all_vars())
+        .unwrap();
+    let modes = std::sync::Arc::default();
+    let model = Recording {
+        inner,
+        modes: std::sync::Arc::clone(&modes),
+        scale,
+    };
+    let trainer = Trainer::new(TrainConfig::new(input()), model, varmap, optimizer).unwrap();
+    (trainer, modes)
+}
+
+#[test]
+fn the_trainer_runs_forward_t_in_its_mode_and_minimises_the_models_own_loss() {
+    let batch = dataset(1, 32, 5).remove(0);
+    let tensors = batch_to_tensors(batch.clone(), &input(), 0, &Device::Cpu).unwrap();
+    let (mut plain, _) = recording_trainer(1.0);
+    let (mut tripled, modes) = recording_trainer(3.0);
+    let base = plain.step(&tensors).unwrap();
+    let loss = tripled.step(&tensors).unwrap();
+    assert!(
+        (loss - 3.0 * base).abs() <= 1e-5 * loss.abs(),
+        "{loss} vs 3 x {base}"
+    );
+    assert_eq!(*modes.lock().unwrap(), [true]);
+
+    let mut stream = IterStream(vec![Ok::<_, BoxError>(batch)].into_iter());
+    let evaluation = tripled.evaluate(&mut stream).unwrap();
+    assert_eq!(*modes.lock().unwrap(), [true, false]);
+    assert!(evaluation.loss > 0.0);
+}
+
+/// The library's whole run: data from TFRecord files, validation each
+/// epoch, a checkpoint and TensorBoard logs, then an exact resume from the
+/// checkpoint's position through `Resume`.
+#[test]
+fn train_data_fit_writes_its_outputs_and_resumes_through_resume() {
+    use tfpipe::train::{Resume, ResumeAt, RunOutputs, TrainData};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write_records(&d.join("train.tfrecord"), &dataset(4, 16, 60));
+    write_records(&d.join("valid.tfrecord"), &dataset(1, 16, 61));
+    let mut schema = tfpipe::Schema::from_feature_texts(&["x:float32:8", "label:int64"]).unwrap();
+    schema.label = Some("label".into());
+    let data = TrainData {
+        files: vec![d.join("train.tfrecord").to_string_lossy().into_owned()],
+        reader: ReaderOptions::default(),
+        schema,
+        batch_size: 16,
+        shuffle_buffer: 32,
+        seed: 3,
+        parallelism: tfpipe::pipeline::Parallelism::Fixed(1),
+        rank: None,
+        label_classes: None,
+    };
+    let validation = TrainData {
+        files: vec![d.join("valid.tfrecord").to_string_lossy().into_owned()],
+        shuffle_buffer: 0,
+        ..data.clone()
+    };
+    let mut cfg = config(OptimizerKind::Sgd);
+    cfg.run = cfg.run.length(RunLength::new().steps(3));
+    let mut trainer = new_trainer(cfg).unwrap();
+    let outputs = RunOutputs {
+        save: Some(d.join("ckpt")),
+        logdir: Some(d.join("logs")),
+        ..RunOutputs::default()
+    };
+    outputs.observe(&mut trainer).unwrap();
+    let report = data.fit(&mut trainer, None, Some(&validation)).unwrap();
+    assert_eq!(report.global_step, 3);
+    assert!(d.join("ckpt/checkpoint.json").is_file());
+    assert!(d.join("logs/train").is_dir(), "no TensorBoard run");
+
+    let resume = Resume::read(d.join("ckpt")).unwrap();
+    assert_eq!(resume.seed(), 0);
+    let at = resume.position(None, false).unwrap();
+    let ResumeAt::Exact(position) = at else {
+        panic!("a mid-epoch checkpoint resumes exactly: {at:?}")
+    };
+    let mut cfg = config(OptimizerKind::Sgd);
+    cfg.run = cfg
+        .run
+        .length(RunLength::new().steps(1))
+        .reproducibility(Reproducibility::new().resume(d.join("ckpt")));
+    let mut resumed = new_trainer(cfg).unwrap();
+    // The epoch's fourth and last batch, then the run's step limit.
+    let rest = data.fit(&mut resumed, Some(position), None).unwrap();
+    assert_eq!(rest.global_step, 4);
+}

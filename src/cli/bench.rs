@@ -18,7 +18,7 @@ use tfpipe::pipeline::{
     Interleave, Parallelism, Pipeline, Remainder, ShuffleOptions, TfRecordFiles,
 };
 
-use super::train::check_size;
+use super::common::check_size;
 use super::{CompressionFlag, Status};
 
 /// Arguments of `tfpipe bench`.
@@ -109,7 +109,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         Remainder::Drop,
         true,
     )?;
-    let (schema, _) = super::train::load_schema(&args.feature, args.schema.as_deref(), None)?;
+    let (schema, _) = super::common::load_schema(&args.feature, args.schema.as_deref(), None)?;
     check_sizes(&args, &schema)?;
     let file_bytes: u64 = files
         .paths()

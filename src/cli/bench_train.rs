@@ -26,12 +26,12 @@ use anyhow::bail;
 use tfpipe::Schema;
 use tfpipe::pipeline::Parallelism;
 use tfpipe::train::{
-    InputSpec, ModelConfig, OptimizerConfig, OptimizerKind, Placement, RunControl, RunLength, Task,
-    TrainConfig, TrainData, Trainer, parse_device,
+    InputSpec, ModelConfig, ModelKind, ModelRequest, OptimizerConfig, OptimizerKind, Placement,
+    RunControl, RunLength, Task, TrainConfig, TrainData, Trainer, parse_device,
 };
 
 use super::Status;
-use super::train::{check_model_size, set_compute_threads};
+use super::common::{check_model_size, set_compute_threads};
 
 /// Arguments of `tfpipe bench-train`.
 #[derive(Debug, clap::Args)]
@@ -71,15 +71,15 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     let mut schema = Schema::from_feature_texts(&["image_raw:uint8:784", "label:int64"])?;
     schema.label = Some("label".into());
     let selection = InputSpec::from_schema(&schema, Task::Classification { classes: 10 })?;
-    let model = match args.model.to_ascii_lowercase().as_str() {
-        "mlp" => ModelConfig::Mlp {
-            inputs: 784,
-            hidden: vec![256],
-            classes: 10,
-        },
-        "cnn" => ModelConfig::Cnn { classes: 10 },
-        other => bail!("unknown model {other:?} (expected mlp or cnn)"),
+    let kind = args.model.parse::<ModelKind>()?;
+    if kind == ModelKind::Embedding {
+        bail!("--model {kind}: bench-train's MNIST-like data has no token ids (mlp or cnn)");
+    }
+    let request = ModelRequest {
+        kind: Some(kind),
+        ..ModelRequest::default()
     };
+    let model = ModelConfig::for_input(&selection.spec, &request, None)?.config;
     // Refused before any allocation: `--batch-size 1e12` used to abort.
     check_model_size(&model, &selection.spec, args.batch_size, 2)?;
     let kind: OptimizerKind = args.optimizer.parse().map_err(anyhow::Error::msg)?;

@@ -12,14 +12,15 @@ use tfpipe::convert::{self, Format, IdxOptions, OutputOptions, Sharding, Summary
 use tfpipe::pipeline::Parallelism;
 use tfpipe::tfrecord::ReaderOptions;
 use tfpipe::train::{
-    InputSpec, ModelConfig, ModelInput, OptimizerConfig, OptimizerKind, Placement, Predictor,
-    Reproducibility, RunControl, RunLength, SchemaMeta, Task, TokenSet, TrainConfig, TrainData,
-    parse_device,
+    InputSpec, ModelConfig, ModelInput, ModelRequest, OptimizerConfig, OptimizerKind, Placement,
+    Predictor, Reproducibility, RunControl, RunLength, RunOutputs, SchemaMeta, Task, TokenSet,
+    TrainConfig, TrainData, parse_device,
 };
 
 use super::Status;
+use super::common::{ms_since, set_compute_threads, write_json};
 use super::predict::{Job, Output, predict};
-use super::train::{RunOptions, ms_since, set_compute_threads, train, write_json};
+use super::train::{RunOptions, train};
 
 /// Arguments of `tfpipe demo`.
 #[derive(Debug, Default, clap::Args)]
@@ -55,35 +56,167 @@ pub struct Args {
 /// The bundled sample, found at compile time (override with `--testdata`).
 const BUNDLED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/mnist");
 
-/// Runs the demo.
+/// Runs the demo: writes its data, trains on it through the pipeline
+/// (choosing the model as `tfpipe train` would from the schema), saves a
+/// checkpoint and, for the digits, reloads it and predicts.
 pub fn run(args: Args) -> anyhow::Result<Status> {
-    if args.tokens {
-        return run_tokens(args);
-    }
     let started = Instant::now();
     let device = parse_device(&args.runtime.device)?;
     let device_init = started.elapsed();
     let mut stdout = std::io::stdout().lock();
-    let source = args
-        .testdata
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(BUNDLED));
     let epochs = args.epochs.unwrap_or(5);
     let batch_size = args.batch_size.unwrap_or(32);
     let seed = args.seed.unwrap_or(0);
     let out = out_dir(&args)?;
+    let set = match args.tokens {
+        true => tokens(&args, &out, seed, &mut stdout)?,
+        false => digits(&args, &out, &mut stdout)?,
+    };
+
+    // Train through the pipeline, evaluating every epoch. The data
+    // writers' threads have finished: safe to size candle's now.
+    let compute_threads = set_compute_threads(args.runtime.compute_threads)?;
+    let selection = InputSpec::from_schema(&set.schema, set.task)?;
+    let model =
+        ModelConfig::for_input(&selection.spec, &ModelRequest::default(), set.vocab_size)?.config;
+    writeln!(
+        stdout,
+        "\n== {}. train {} (adamw, batch {batch_size}, {epochs} epochs, {compute_threads} compute threads, {}) through the pipeline",
+        set.step,
+        model.describe(),
+        device_name(&device)
+    )?;
+    let config = TrainConfig::new(
+        ModelInput::new(selection.spec)
+            .schema(SchemaMeta::from_schema(&selection.schema))
+            .label_vocabulary(set.label_vocabulary.clone())
+            .skipped_features(selection.skipped),
+    )
+    .length(
+        RunLength::new()
+            .epochs(epochs)
+            .examples_per_epoch(set.records),
+    )
+    .placement(Placement::new().device(device.clone()))
+    .reproducibility(Reproducibility::new().seed(seed))
+    .control(RunControl::new().origin(super::process_start()));
+    let data = TrainData {
+        files: set.train.clone(),
+        reader: ReaderOptions::default(),
+        schema: selection.schema,
+        batch_size,
+        shuffle_buffer: 10_000,
+        seed,
+        parallelism: Parallelism::Auto,
+        rank: None,
+        label_classes: None,
+    };
+    let test = TrainData {
+        files: set.test.clone(),
+        shuffle_buffer: 0,
+        batch_size: 256,
+        ..data.clone()
+    };
+    let checkpoint = out.join(format!("{}checkpoint", set.prefix));
+    let run = RunOptions {
+        outputs: RunOutputs {
+            save: Some(checkpoint.clone()),
+            logdir: set.logs.then(|| out.join("logs")),
+            ..RunOutputs::default()
+        },
+        tuner: compute_threads.tuner(),
+        device_init,
+        ..RunOptions::default()
+    };
+    let optimizer = OptimizerConfig::default_for(OptimizerKind::AdamW);
+    let report = train(config, model, optimizer, &data, Some(&test), &run)?;
+    write!(stdout, "{report:#}")?;
+    writeln!(stdout, "checkpoint saved to {}", checkpoint.display())?;
+    write_json(
+        &out.join(format!("{}train-report.json", set.prefix)),
+        &report,
+    )?;
+
+    if !args.tokens {
+        predict_digits(&checkpoint, &device, &set.test, &out, &mut stdout)?;
+    }
+    writeln!(
+        stdout,
+        "\n== done in {:.1} s: {:.0} examples/s",
+        started.elapsed().as_secs_f64(),
+        report.examples_per_sec
+    )?;
+    if let Some(accuracy) = report.val_accuracy {
+        writeln!(
+            stdout,
+            "{} accuracy {:.2}% after {} epochs",
+            set.test_name,
+            accuracy * 100.0,
+            report.epochs.len()
+        )?;
+    }
+    if set.logs {
+        writeln!(
+            stdout,
+            "TensorBoard:  tensorboard --logdir {}",
+            out.join("logs").display()
+        )?;
+    }
+    writeln!(
+        stdout,
+        "Again by hand: {} train {} --epochs {epochs} --batch-size {batch_size}",
+        this_binary(),
+        set.again
+    )?;
+    writeln!(
+        stdout,
+        "(`cargo install --path .` puts tfpipe on your PATH; then `tfpipe --help`)"
+    )?;
+    Ok(Status::Ok)
+}
+
+/// What the demo trains on, written into its output directory.
+struct DemoSet {
+    /// Training and test files.
+    train: Vec<String>,
+    test: Vec<String>,
+    /// Their schema, with its label.
+    schema: tfpipe::Schema,
+    task: Task,
+    /// The class names, when the set has them.
+    label_vocabulary: Option<Vec<String>>,
+    /// The token vocabulary's size, when the set has token ids.
+    vocab_size: Option<usize>,
+    /// Training records (for the progress bar's length).
+    records: Option<u64>,
+    /// The step number of the training headline.
+    step: u32,
+    /// Prefix of the checkpoint and report names.
+    prefix: &'static str,
+    /// What the test split is called in the last line.
+    test_name: &'static str,
+    /// Whether to write TensorBoard logs.
+    logs: bool,
+    /// The `tfpipe train` arguments that train on the same files.
+    again: String,
+}
+
+/// The bundled MNIST digits, converted to TFRecord shards.
+fn digits(args: &Args, out: &Path, stdout: &mut impl Write) -> anyhow::Result<DemoSet> {
+    let source = args
+        .testdata
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(BUNDLED));
     writeln!(
         stdout,
         "tfpipe demo: MNIST digits -> TFRecord -> MLP on the CPU -> checkpoint -> predictions"
     )?;
     writeln!(stdout, "source  {}", source.display())?;
     writeln!(stdout, "output  {}", out.display())?;
-
-    // 1. Convert.
     writeln!(stdout, "\n== 1. convert IDX to TFRecord shards")?;
     let t = Instant::now();
-    let train_files = convert_idx(&source, "train", &out, 4)?;
-    let test_files = convert_idx(&source, "test", &out, 1)?;
+    let train_files = convert_idx(&source, "train", out, 4)?;
+    let test_files = convert_idx(&source, "test", out, 1)?;
     writeln!(
         stdout,
         "wrote {} + {} shards ({} and {} records) and {} in {:.1} ms",
@@ -94,87 +227,96 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         train_files.schema_path.display(),
         ms_since(t)
     )?;
+    Ok(DemoSet {
+        train: globs(&train_files),
+        test: globs(&test_files),
+        schema: train_files.schema.clone(),
+        task: Task::Classification { classes: 10 },
+        label_vocabulary: None,
+        vocab_size: None,
+        records: None,
+        step: 2,
+        prefix: "",
+        test_name: "test",
+        logs: true,
+        again: format!(
+            "--schema {} --data '{}' --validation-data '{}'",
+            train_files.schema_path.display(),
+            out.join("train-*.tfrecord").display(),
+            out.join("test-*.tfrecord").display()
+        ),
+    })
+}
 
-    // 2. Train through the pipeline, evaluating every epoch. The
-    // conversion's threads have finished: safe to size candle's now.
-    let compute_threads = set_compute_threads(args.runtime.compute_threads)?;
+/// `--tokens`: the generated token-classification set.
+fn tokens(args: &Args, out: &Path, seed: u64, stdout: &mut impl Write) -> anyhow::Result<DemoSet> {
+    let records = args.records.unwrap_or(3000);
+    let set = TokenSet {
+        seed,
+        ..TokenSet::default()
+    };
     writeln!(
         stdout,
-        "\n== 2. train mlp 784-256-10 (adamw, batch {batch_size}, {epochs} epochs, {compute_threads} compute threads, {}) through the pipeline",
-        device_name(&device)
+        "tfpipe demo --tokens: generated token ids -> TFRecord -> embedding model -> checkpoint"
     )?;
-    let schema = train_files.schema.clone();
-    let selection = InputSpec::from_schema(&schema, Task::Classification { classes: 10 })?;
-    let schema = selection.schema;
-    let input = selection.spec;
-    let model = ModelConfig::Mlp {
-        inputs: input.inputs(),
-        hidden: vec![256],
-        classes: 10,
-    };
-    let config = TrainConfig::new(
-        ModelInput::new(input)
-            .schema(SchemaMeta::from_schema(&schema))
-            .skipped_features(selection.skipped),
-    )
-    .length(RunLength::new().epochs(epochs))
-    .placement(Placement::new().device(device.clone()))
-    .reproducibility(Reproducibility::new().seed(seed))
-    .control(RunControl::new().origin(super::process_start()));
-    let data = TrainData {
-        files: globs(&train_files),
-        reader: ReaderOptions::default(),
-        schema: schema.clone(),
-        batch_size,
-        shuffle_buffer: 10_000,
-        seed,
-        parallelism: Parallelism::Auto,
-        rank: None,
-        label_classes: None,
-    };
-    let test = TrainData {
-        files: globs(&test_files),
-        shuffle_buffer: 0,
-        batch_size: 256,
-        ..data.clone()
-    };
-    let checkpoint = out.join("checkpoint");
-    let run = RunOptions {
-        save: Some(checkpoint.clone()),
-        logdir: Some(out.join("logs")),
-        tuner: compute_threads.tuner(),
-        device_init,
-        ..RunOptions::default()
-    };
-    let report = train(
-        config,
-        model,
-        OptimizerConfig::default_for(OptimizerKind::AdamW),
-        &data,
-        Some(&test),
-        &run,
+    let t = Instant::now();
+    let train_files = set.write(&out.join("tokens-train"), 0, records)?;
+    let validation = set.write(&out.join("tokens-validation"), records, records / 10)?;
+    writeln!(
+        stdout,
+        "wrote {records} + {} records ({} classes, ids in 0..{}, lengths {}-{}) in {:.1} ms",
+        records / 10,
+        set.classes,
+        set.vocab,
+        set.min_len,
+        set.max_len,
+        ms_since(t)
     )?;
-    write!(stdout, "{report:#}")?;
-    writeln!(stdout, "checkpoint saved to {}", checkpoint.display())?;
-    write_json(&out.join("train-report.json"), &report)?;
+    Ok(DemoSet {
+        train: vec![train_files.data.to_string_lossy().into_owned()],
+        test: vec![validation.data.to_string_lossy().into_owned()],
+        schema: set.schema(),
+        task: Task::Classification {
+            classes: set.classes,
+        },
+        label_vocabulary: Some(set.class_names()),
+        vocab_size: Some(set.vocab),
+        records: Some(records),
+        step: 1,
+        prefix: "tokens-",
+        test_name: "validation",
+        logs: false,
+        again: format!(
+            "--schema {} --data {} --validation-data {}",
+            train_files.schema.display(),
+            train_files.data.display(),
+            validation.data.display()
+        ),
+    })
+}
 
-    // 3. Reload the checkpoint and predict the test digits.
+/// Reloads the digits' checkpoint and predicts the test digits.
+fn predict_digits(
+    checkpoint: &Path,
+    device: &candle_core::Device,
+    test: &[String],
+    out: &Path,
+    stdout: &mut impl Write,
+) -> anyhow::Result<()> {
     writeln!(
         stdout,
         "\n== 3. reload the checkpoint and predict the test digits"
     )?;
-    let predictor = Predictor::load(&checkpoint, &device)?;
-    let predictions = out.join("predictions.jsonl");
-    let test_globs = globs(&test_files);
+    let predictor = Predictor::load(checkpoint, device)?;
     let predicted = predict(
         &predictor,
         Job {
-            files: &test_globs,
+            files: test,
             reader: ReaderOptions::default(),
             batch_size: 32,
             parallelism: Parallelism::Auto,
             warmup: 2,
-            output: Output::File(predictions),
+            output: Output::File(out.join("predictions.jsonl")),
             key: None,
             stop: None,
             rank: None,
@@ -182,38 +324,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     )?;
     write!(stdout, "{predicted}")?;
     write_json(&out.join("predict-report.json"), &predicted)?;
-
-    writeln!(
-        stdout,
-        "\n== done in {:.1} s",
-        started.elapsed().as_secs_f64()
-    )?;
-    if let Some(accuracy) = report.val_accuracy {
-        writeln!(
-            stdout,
-            "test accuracy {:.2}% after {} epochs",
-            accuracy * 100.0,
-            report.epochs.len()
-        )?;
-    }
-    writeln!(
-        stdout,
-        "TensorBoard:  tensorboard --logdir {}",
-        out.join("logs").display()
-    )?;
-    writeln!(
-        stdout,
-        "Again by hand: {} train --schema {} --data '{}' --test-data '{}' --epochs {epochs} --batch-size {batch_size}",
-        this_binary(),
-        train_files.schema_path.display(),
-        out.join("train-*.tfrecord").display(),
-        out.join("test-*.tfrecord").display()
-    )?;
-    writeln!(
-        stdout,
-        "(`cargo install --path .` puts tfpipe on your PATH; then `tfpipe --help`)"
-    )?;
-    Ok(Status::Ok)
+    Ok(())
 }
 
 /// Converts `DIR/{split}-images-idx3-ubyte.gz` (and its labels) into
@@ -254,130 +365,6 @@ fn out_dir(args: &Args) -> anyhow::Result<PathBuf> {
             .context("cannot create a temporary directory")?
             .keep()),
     }
-}
-
-/// `tfpipe demo --tokens`: generate the token set, train the embedding
-/// model on it through the pipeline (as `tfpipe train` would pick it from
-/// the schema), save, and report.
-fn run_tokens(args: Args) -> anyhow::Result<Status> {
-    let started = Instant::now();
-    let device = parse_device(&args.runtime.device)?;
-    let device_init = started.elapsed();
-    let mut stdout = std::io::stdout().lock();
-    let records = args.records.unwrap_or(3000);
-    let epochs = args.epochs.unwrap_or(5);
-    let batch_size = args.batch_size.unwrap_or(32);
-    let seed = args.seed.unwrap_or(0);
-    let out = out_dir(&args)?;
-    let set = TokenSet {
-        seed,
-        ..TokenSet::default()
-    };
-    writeln!(
-        stdout,
-        "tfpipe demo --tokens: generated token ids -> TFRecord -> embedding model -> checkpoint"
-    )?;
-    let t = Instant::now();
-    let train_files = set.write(&out.join("tokens-train"), 0, records)?;
-    let validation = set.write(&out.join("tokens-validation"), records, records / 10)?;
-    writeln!(
-        stdout,
-        "wrote {records} + {} records ({} classes, ids in 0..{}, lengths {}-{}) in {:.1} ms",
-        records / 10,
-        set.classes,
-        set.vocab,
-        set.min_len,
-        set.max_len,
-        ms_since(t)
-    )?;
-    let compute_threads = set_compute_threads(args.runtime.compute_threads)?;
-    let task = Task::Classification {
-        classes: set.classes,
-    };
-    let selection = InputSpec::from_schema(&set.schema(), task)?;
-    let model = ModelConfig::Embedding {
-        vocab: set.vocab,
-        dim: 32,
-        inputs: selection.spec.inputs(),
-        hidden: vec![64],
-        classes: set.classes,
-    };
-    writeln!(
-        stdout,
-        "\n== train {} (adamw, batch {batch_size}, {epochs} epochs, {compute_threads} compute threads, {})",
-        model.describe(),
-        device_name(&device)
-    )?;
-    let config = TrainConfig::new(
-        ModelInput::new(selection.spec)
-            .schema(SchemaMeta::from_schema(&selection.schema))
-            .label_vocabulary(set.class_names()),
-    )
-    .length(RunLength::new().epochs(epochs).examples_per_epoch(records))
-    .placement(Placement::new().device(device))
-    .reproducibility(Reproducibility::new().seed(seed))
-    .control(RunControl::new().origin(super::process_start()));
-    let data = TrainData {
-        files: vec![train_files.data.to_string_lossy().into_owned()],
-        reader: ReaderOptions::default(),
-        schema: selection.schema.clone(),
-        batch_size,
-        shuffle_buffer: 10_000,
-        seed,
-        parallelism: Parallelism::Auto,
-        rank: None,
-        label_classes: None,
-    };
-    let test = TrainData {
-        files: vec![validation.data.to_string_lossy().into_owned()],
-        shuffle_buffer: 0,
-        batch_size: 256,
-        ..data.clone()
-    };
-    let checkpoint = out.join("tokens-checkpoint");
-    let run = RunOptions {
-        save: Some(checkpoint.clone()),
-        tuner: compute_threads.tuner(),
-        device_init,
-        ..RunOptions::default()
-    };
-    let report = train(
-        config,
-        model,
-        OptimizerConfig::default_for(OptimizerKind::AdamW),
-        &data,
-        Some(&test),
-        &run,
-    )?;
-    write!(stdout, "{report:#}")?;
-    write_json(&out.join("tokens-train-report.json"), &report)?;
-    writeln!(
-        stdout,
-        "\n== done in {:.1} s: {:.0} examples/s",
-        started.elapsed().as_secs_f64(),
-        report.examples_per_sec
-    )?;
-    if let Some(accuracy) = report.val_accuracy {
-        writeln!(
-            stdout,
-            "validation accuracy {:.2}% after {} epochs",
-            accuracy * 100.0,
-            report.epochs.len()
-        )?;
-    }
-    writeln!(
-        stdout,
-        "Again by hand: {} train --schema {} --data {} --validation-data {} --epochs {epochs} --batch-size {batch_size}",
-        this_binary(),
-        train_files.schema.display(),
-        train_files.data.display(),
-        validation.data.display()
-    )?;
-    writeln!(
-        stdout,
-        "(`cargo install --path .` puts tfpipe on your PATH; then `tfpipe --help`)"
-    )?;
-    Ok(Status::Ok)
 }
 
 fn globs(summary: &Summary) -> Vec<String> {

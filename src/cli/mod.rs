@@ -17,6 +17,7 @@ use tfpipe::tfrecord::{Compression, ReaderOptions};
 mod bench;
 mod bench_train;
 mod cat;
+mod common;
 mod convert;
 mod demo;
 mod index;

@@ -42,7 +42,7 @@ use tfpipe::train::{
     TrainError, parse_device,
 };
 
-use super::train::{
+use super::common::{
     check_output_file, check_size, check_vocabulary, schema_file_beside, set_compute_threads,
     write_json,
 };
@@ -160,7 +160,7 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
             .and_then(|p| schema_file_beside(p)),
     };
     if let Some(path) = &schema_file {
-        let facts = super::train::read_facts(path)?;
+        let facts = super::common::read_facts(path)?;
         check_vocabulary(
             predictor.meta().label_vocabulary.as_deref(),
             facts.label_vocabulary.as_deref(),

@@ -73,7 +73,7 @@ pub struct Args {
 
 /// Runs `tfpipe serve`.
 pub fn run(args: Args) -> anyhow::Result<Status> {
-    super::train::set_compute_threads(args.runtime.compute_threads)?;
+    super::common::set_compute_threads(args.runtime.compute_threads)?;
     if let Some(dir) = &args.write_warmup {
         return write_warmup(&args, dir);
     }

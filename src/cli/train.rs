@@ -4,23 +4,27 @@
 //! Also home of the helpers `predict` and `demo` share: opening TFRecord
 //! data as batch streams, the progress bar, and writing JSON reports.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{ProgressBar, ProgressStyle};
 use tfpipe::Schema;
 use tfpipe::example::{DType, SchemaMetadata};
 use tfpipe::pipeline::{Pipeline, Remainder};
 use tfpipe::train::{
-    Checkpoint, Checkpointer, Control, Decay, EarlyStopping, EpochReport, InputSpec, LabelClasses,
-    LrSchedule, ModelConfig, ModelInput, Monitor, Observer, OptimizerConfig, OptimizerKind,
-    Placement, Progress, Reproducibility, RunControl, RunInfo, RunLength, SchemaMeta, Task,
-    TensorBoard, ThreadTuner, TrainConfig, TrainData, TrainError, TrainReport, Trainer,
-    classes_from_metadata, parse_device,
+    CheckpointError, Control, Decay, EpochReport, InputSpec, LabelClasses, LrSchedule, ModelChoice,
+    ModelChoiceError, ModelConfig, ModelInput, ModelKind, ModelRequest, Monitor, Observer,
+    OptimizerConfig, OptimizerKind, Placement, Progress, Reproducibility, Resume, ResumeAt,
+    RunControl, RunInfo, RunLength, RunOutputs, SchemaMeta, Task, ThreadTuner, TrainConfig,
+    TrainData, TrainError, TrainReport, Trainer, parse_device,
 };
 
+use super::common::{
+    check_model_size, check_output_dir, check_output_file, check_size, check_vocabulary,
+    load_schema, progress_bar, read_facts, schema_file_beside, set_compute_threads, write_json,
+};
 use super::{CompressionFlag, Status, interrupt};
 
 /// Arguments of `tfpipe train`.
@@ -200,10 +204,7 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
     let init = Instant::now();
     let device = parse_device(&super::rank::device(&args.runtime.device)?)?;
     let device_init = init.elapsed();
-    let resumed = match &args.resume {
-        Some(dir) => Some(Checkpoint::read_meta(dir)?),
-        None => None,
-    };
+    let resumed = args.resume.as_ref().map(Resume::read).transpose()?;
     let (mut schema, recorded_classes) = load_schema(
         &args.features,
         args.schema.as_deref(),
@@ -274,9 +275,9 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
     };
     let schema = selection.schema;
     let input = selection.spec;
-    if let Some(meta) = &resumed {
+    if let Some(resume) = &resumed {
         check_vocabulary(
-            meta.label_vocabulary.as_deref(),
+            resume.label_vocabulary(),
             recorded.label_vocabulary.as_deref(),
             &format!(
                 "the checkpoint {}",
@@ -298,39 +299,33 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
             &format!("the validation data's schema {}", path.display()),
         )?;
     }
-    let resumed_model = resumed.as_ref().and_then(|m| m.model.clone());
+    let resumed_model = resumed.as_ref().and_then(|r| r.model().cloned());
     let model = match (&args.model, &args.hidden, resumed_model) {
         (None, None, Some(model)) => model,
-        (chosen, _, _) => {
-            let model = model_config(&args, &input, recorded.vocab_size)?;
-            if chosen.is_none() {
-                // Never a silent switch: say which model the data chose, and why.
-                let why = match &input.tokens {
-                    Some(tokens) => format!(
-                        "{:?} is a variable-length int64 feature, taken as token ids",
-                        tokens.name
-                    ),
-                    None => "the inputs are fixed-shape numbers".to_string(),
-                };
+        _ => {
+            let chosen = model_config(&args, &input, recorded.vocab_size)?;
+            // Never a silent switch: say which model the data chose, and why.
+            if let Some(why) = &chosen.chosen_because {
                 eprintln!(
                     "tfpipe: model {} because {why} (choose with --model)",
-                    model.describe()
+                    chosen.config.describe()
                 );
             }
-            model
+            chosen.config
         }
     };
     check_model_size(&model, &input, args.batch_size, args.prefetch)?;
-    let resumed_optimizer = resumed.as_ref().and_then(|m| m.optimizer);
-    let kind = match (&args.optimizer, resumed_optimizer) {
-        (Some(text), _) => text.parse::<OptimizerKind>().map_err(anyhow::Error::msg)?,
-        (None, Some(o)) => o.kind,
-        (None, None) => OptimizerKind::AdamW,
+    let requested = args
+        .optimizer
+        .as_deref()
+        .map(str::parse::<OptimizerKind>)
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
+    let mut optimizer = match &resumed {
+        Some(resume) => resume.optimizer(requested),
+        None => OptimizerConfig::default_for(requested.unwrap_or(OptimizerKind::AdamW)),
     };
-    let mut optimizer = match resumed_optimizer {
-        Some(o) if o.kind == kind => o,
-        _ => OptimizerConfig::default_for(kind),
-    };
+    let kind = optimizer.kind;
     if let Some(lr) = args.lr {
         optimizer.lr = lr;
     }
@@ -370,14 +365,15 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
     };
     // One seed schedule per training: a resumed run keeps the checkpoint's.
     let seed = match &resumed {
-        Some(meta) => {
-            if meta.seed != args.seed && args.seed != 0 {
+        Some(resume) => {
+            if resume.seed() != args.seed && args.seed != 0 {
                 eprintln!(
                     "tfpipe: warning: --seed {} ignored: the checkpoint's run is seeded {}, and resuming continues its schedule",
-                    args.seed, meta.seed
+                    args.seed,
+                    resume.seed()
                 );
             }
-            meta.seed
+            resume.seed()
         }
         None => args.seed,
     };
@@ -400,31 +396,31 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         true => Some(data.fingerprint().map_err(anyhow::Error::from_boxed)?),
         false => None,
     };
-    let mut resume_position = resumed.as_ref().and_then(|m| m.pipeline_state.clone());
-    if let (Some(then), Some(fingerprint)) = (
-        resumed.as_ref().and_then(|m| m.data.as_ref()),
-        fingerprint.as_ref(),
-    ) {
-        let differences = then.differences(fingerprint);
-        if args.force_resume && then.only_batch_size_differs(fingerprint) {
-            eprintln!(
-                "tfpipe: warning: --force-resume: {}: restarting the checkpoint's epoch from its beginning (no longer exact)",
-                differences.join("; ")
-            );
-            resume_position = None;
-        } else if !differences.is_empty() {
-            let hint = if then.only_batch_size_differs(fingerprint) {
-                " (--force-resume accepts another batch size, inexactly)"
-            } else {
-                ""
-            };
-            bail!(
-                "--resume {}: the checkpoint was trained on other data or data options, so resuming would not continue its run: {}{hint}",
-                args.resume.as_deref().unwrap_or(Path::new("")).display(),
-                differences.join("; ")
-            );
-        }
+    let resume_at = match &resumed {
+        Some(resume) => Some(
+            resume
+                .position(fingerprint.as_ref(), args.force_resume)
+                .map_err(with_hint)?,
+        ),
+        None => None,
+    };
+    match &resume_at {
+        Some(ResumeAt::EpochStart {
+            forced: Some(differences),
+            ..
+        }) => eprintln!(
+            "tfpipe: warning: --force-resume: {}: restarting the checkpoint's epoch from its beginning (no longer exact)",
+            differences.join("; ")
+        ),
+        Some(ResumeAt::EpochStart {
+            forced: None,
+            epoch,
+        }) if *epoch > 0 => eprintln!(
+            "tfpipe: note: the checkpoint holds no pipeline position: resuming at the start of epoch {epoch}"
+        ),
+        _ => {}
     }
+    let resume_position = resume_at.and_then(|at| at.pipeline_state().cloned());
     let config = TrainConfig::new(
         ModelInput::new(input)
             .schema(SchemaMeta::from_schema(&schema))
@@ -463,24 +459,17 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         ..data.clone()
     });
     let run = RunOptions {
-        save: args.save.clone(),
-        logdir: args.logdir.clone(),
-        checkpoint_every: args.checkpoint_every,
-        keep_best: args.keep_best.then_some(monitor),
-        early_stopping: args.early_stopping.map(|p| (monitor, p)),
+        outputs: RunOutputs {
+            save: args.save.clone(),
+            logdir: args.logdir.clone(),
+            checkpoint_every: args.checkpoint_every,
+            keep_best: args.keep_best.then_some(monitor),
+            early_stopping: args.early_stopping.map(|p| (monitor, p)),
+        },
         tuner: threads.tuner(),
         resume_position,
         device_init,
     };
-    if let Some(meta) = &resumed
-        && meta.pipeline_state.is_none()
-        && meta.epoch > 0
-    {
-        eprintln!(
-            "tfpipe: note: the checkpoint holds no pipeline position: resuming at the start of epoch {}",
-            meta.epoch
-        );
-    }
     let report = train(config, model, optimizer, &data, validation.as_ref(), &run)?;
     let mut stdout = std::io::stdout().lock();
     // The per-epoch lines were printed as the epochs ended.
@@ -505,12 +494,6 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         return Err(interrupt.error().note(note).into());
     }
     Ok(Status::Ok)
-}
-
-/// What the schema file at `path` records besides the schema (the label
-/// vocabulary, the record count, the token vocabulary size).
-pub(super) fn read_facts(path: &Path) -> anyhow::Result<SchemaMetadata> {
-    Ok(Schema::load_with_facts(path)?.1)
 }
 
 /// The learning-rate schedule the flags ask for.
@@ -544,14 +527,10 @@ fn schedule(args: &Args, steps_per_epoch: Option<u64>) -> anyhow::Result<LrSched
     Ok(schedule)
 }
 
-/// Where a run's outputs go, and its observers' settings.
+/// A run's outputs, compute-thread tuning and start position.
 #[derive(Debug, Default)]
 pub(super) struct RunOptions {
-    pub save: Option<PathBuf>,
-    pub logdir: Option<PathBuf>,
-    pub checkpoint_every: Option<u64>,
-    pub keep_best: Option<Monitor>,
-    pub early_stopping: Option<(Monitor, u64)>,
+    pub outputs: RunOutputs,
     /// Chooses the compute threads by measurement (see [`set_compute_threads`]).
     pub tuner: Option<ThreadTuner>,
     /// The resumed checkpoint's pipeline position (`pipeline_state`).
@@ -572,9 +551,6 @@ pub(super) fn train(
 ) -> anyhow::Result<TrainReport> {
     let mut trainer = Trainer::builtin(config, model, optimizer)?;
     trainer.record_device_init(run.device_init);
-    if run.resume_position.is_none() {
-        trainer.restart_epoch();
-    }
     for warning in trainer.warnings() {
         eprintln!("tfpipe: warning: {warning}");
     }
@@ -583,33 +559,8 @@ pub(super) fn train(
     if let Some(tuner) = &run.tuner {
         trainer.observe(tuner.clone());
     }
-    if let Some(dir) = &run.logdir {
-        trainer.observe(TensorBoard::create(dir, 10)?);
-    }
-    if let Some(dir) = &run.save {
-        let mut checkpointer = Checkpointer::new(dir);
-        if let Some(n) = run.checkpoint_every {
-            checkpointer = checkpointer.every(n);
-        }
-        if let Some(monitor) = run.keep_best {
-            checkpointer = checkpointer.keep_best(monitor);
-        }
-        trainer.observe(checkpointer);
-    }
-    if let Some((monitor, patience)) = run.early_stopping {
-        trainer.observe(EarlyStopping::new(monitor, patience));
-    }
-    // One pipeline for the run: from its start, or from the position a
-    // resumed checkpoint recorded.
-    let open = data.opener(run.resume_position.clone());
-    let report = match validation {
-        Some(v) => {
-            let v = v.clone();
-            let mut open_validation = move || v.open(0);
-            trainer.fit(open, Some(&mut open_validation))
-        }
-        None => trainer.fit(open, None),
-    };
+    run.outputs.observe(&mut trainer)?;
+    let report = data.fit(&mut trainer, run.resume_position.clone(), validation);
     bar.finish_and_clear();
     report.map_err(with_hint)
 }
@@ -686,138 +637,6 @@ impl Observer for Bar {
     }
 }
 
-/// Fails unless `path` can be a directory we write: not a file, and its
-/// parent exists (or can be created) and is writable.
-pub(super) fn check_output_dir(path: Option<&Path>, flag: &str) -> anyhow::Result<()> {
-    let Some(path) = path else { return Ok(()) };
-    if path.is_file() {
-        bail!(
-            "{flag} {}: is a file; a directory is needed",
-            path.display()
-        );
-    }
-    let probe_in = if path.is_dir() {
-        path.to_path_buf()
-    } else {
-        let parent = parent_dir(path);
-        std::fs::create_dir_all(&parent).with_context(|| {
-            format!(
-                "{flag} {}: cannot create {}",
-                path.display(),
-                parent.display()
-            )
-        })?;
-        parent
-    };
-    probe_writable(&probe_in).with_context(|| format!("{flag} {}: not writable", path.display()))
-}
-
-/// Fails unless `path` can be a file we write: not a directory, in a
-/// writable directory.
-pub(super) fn check_output_file(path: Option<&Path>, flag: &str) -> anyhow::Result<()> {
-    let Some(path) = path else { return Ok(()) };
-    if path.is_dir() {
-        bail!(
-            "{flag} {}: is a directory; a file name is needed",
-            path.display()
-        );
-    }
-    let parent = parent_dir(path);
-    if !parent.is_dir() {
-        bail!(
-            "{flag} {}: the directory {} does not exist",
-            path.display(),
-            parent.display()
-        );
-    }
-    probe_writable(&parent).with_context(|| format!("{flag} {}: not writable", path.display()))
-}
-
-fn parent_dir(path: &Path) -> PathBuf {
-    match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    }
-}
-
-fn probe_writable(dir: &Path) -> anyhow::Result<()> {
-    tempfile::Builder::new()
-        .prefix(".tfpipe-probe")
-        .tempfile_in(dir)
-        .map(drop)
-        .map_err(anyhow::Error::from)
-}
-
-/// The memory this machine has for us: MemAvailable, or 16 GiB when unknown.
-fn available_memory() -> u128 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|text| {
-            text.lines()
-                .find(|l| l.starts_with("MemAvailable:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<u128>().ok())
-        })
-        .map_or(16 << 30, |kb| kb * 1024)
-}
-
-/// Fails when `bytes` would not fit in memory, saying how much the setting needs.
-pub(super) fn check_size(what: &str, bytes: u128) -> anyhow::Result<()> {
-    let available = available_memory();
-    if bytes > available {
-        bail!(
-            "{what}: this setting needs about {} of memory, more than the {} available",
-            human_bytes(bytes),
-            human_bytes(available)
-        );
-    }
-    Ok(())
-}
-
-/// `1.5 GiB`, `3.2e6 TiB`.
-pub(super) fn human_bytes(bytes: u128) -> String {
-    let units = ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < units.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} bytes")
-    } else if value >= 1e6 {
-        format!("{value:.2e} {}", units[unit])
-    } else {
-        format!("{value:.1} {}", units[unit])
-    }
-}
-
-/// Checks the model's weights (with gradients and two optimizer moments)
-/// and a step's batches and activations against the memory there is,
-/// before anything is allocated.
-pub(super) fn check_model_size(
-    model: &ModelConfig,
-    input: &InputSpec,
-    batch_size: usize,
-    prefetch: usize,
-) -> anyhow::Result<()> {
-    let f32s = |n: u128| n.saturating_mul(4);
-    check_size(
-        "--hidden / --classes (the model's weights, gradients and optimizer moments)",
-        f32s(model.parameters().saturating_mul(4)),
-    )?;
-    let batch = batch_size as u128;
-    // The batches in flight (pipeline and device prefetch), and one step's activations.
-    let inflight = (prefetch as u128 + 4)
-        .saturating_mul(batch)
-        .saturating_mul(input.inputs() as u128);
-    let activations = batch.saturating_mul(4 * model.widest_layer() as u128);
-    check_size(
-        "--batch-size / --prefetch (the batches in flight and a step's activations)",
-        f32s(inflight.saturating_add(activations)),
-    )
-}
-
 /// The library's error, with the flag that fixes it where there is one
 /// (library messages name no flags).
 pub(super) fn with_hint(e: TrainError) -> anyhow::Error {
@@ -825,55 +644,20 @@ pub(super) fn with_hint(e: TrainError) -> anyhow::Error {
         TrainError::Label { .. } => Some(
             "set the number of classes with --classes, or, if the label is a quantity rather than a class, train a regression with --task regression",
         ),
+        TrainError::Model(e) => model_hint(e),
+        TrainError::Checkpoint { source, .. } => match &**source {
+            CheckpointError::OtherData {
+                only_batch_size: true,
+                ..
+            } => Some("--force-resume accepts another batch size, inexactly"),
+            _ => None,
+        },
         _ => None,
     };
     match hint {
         Some(hint) => anyhow::Error::new(e).context(hint),
         None => anyhow::Error::new(e),
     }
-}
-
-/// The schema from `--schema` or `--feature`s, with `--label` applied, and
-/// the number of classes the schema file records for its label (when
-/// `--label` names another feature, that count does not apply).
-pub(super) fn load_schema(
-    features: &[String],
-    schema: Option<&Path>,
-    label: Option<&str>,
-) -> anyhow::Result<(Schema, Option<usize>)> {
-    let (mut schema, classes) = match schema {
-        Some(path) => {
-            let (mut schema, metadata) = Schema::load_with_metadata(path)?;
-            // `--feature` specs override the file's (or add to them).
-            for spec in Schema::from_feature_texts(features)?.features {
-                match schema.features.iter_mut().find(|f| f.name == spec.name) {
-                    Some(existing) => *existing = spec,
-                    None => schema.features.push(spec),
-                }
-            }
-            (schema, classes_from_metadata(&metadata))
-        }
-        None if features.is_empty() => {
-            bail!("no features: give --schema FILE or --feature NAME:DTYPE[:SHAPE]...")
-        }
-        None => (Schema::from_feature_texts(features)?, None),
-    };
-    let classes = classes.filter(|_| label.is_none() || label == schema.label.as_deref());
-    if let Some(label) = label {
-        if schema.feature(label).is_none() {
-            bail!(
-                "--label {label:?} is not a feature (features: {})",
-                schema
-                    .features
-                    .iter()
-                    .map(|f| f.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-        }
-        schema.label = Some(label.to_string());
-    }
-    Ok((schema, classes))
 }
 
 /// A text label's classes: the resumed checkpoint's (class ids must not
@@ -883,14 +667,14 @@ fn text_label_classes(
     args: &Args,
     schema: &Schema,
     label: &str,
-    resumed: Option<&tfpipe::train::CheckpointMeta>,
+    resumed: Option<&Resume>,
     recorded: &SchemaMetadata,
 ) -> anyhow::Result<Option<LabelClasses>> {
     if schema.feature(label).map(|f| f.dtype) != Some(DType::Bytes) {
         return Ok(None);
     }
     let known = resumed
-        .and_then(|m| m.label_vocabulary.clone())
+        .and_then(|r| r.label_vocabulary().map(<[String]>::to_vec))
         .or_else(|| recorded.label_vocabulary.clone());
     let classes = match known {
         Some(names) => LabelClasses::new(label, names),
@@ -943,232 +727,77 @@ fn select_inputs(
     Ok(())
 }
 
+/// The model the flags ask for, the data deciding what they leave open
+/// (`ModelConfig::for_input` holds the rules).
 fn model_config(
     args: &Args,
     input: &InputSpec,
     recorded_vocab: Option<usize>,
-) -> anyhow::Result<ModelConfig> {
-    let default = if input.tokens.is_some() {
-        "embedding"
-    } else {
-        "mlp"
-    };
+) -> anyhow::Result<ModelChoice> {
     let kind = args
         .model
         .as_deref()
-        .unwrap_or(default)
-        .to_ascii_lowercase();
-    let hidden = |default: &str| {
-        args.hidden
-            .as_deref()
-            .unwrap_or(default)
-            .split(',')
-            .filter(|s| !s.trim().is_empty())
-            .map(|s| {
-                s.trim().parse::<usize>().with_context(|| {
-                    format!("--hidden: {s:?} is not a layer size (e.g. --hidden 256,128)")
-                })
+        .map(str::parse::<ModelKind>)
+        .transpose()
+        .map_err(model_error)?;
+    let hidden = match args.hidden.as_deref() {
+        Some(text) => Some(parse_hidden(text)?),
+        None => None,
+    };
+    let request = ModelRequest {
+        kind,
+        hidden,
+        vocab_size: args.vocab_size,
+        embedding_dim: args.embedding_dim,
+    };
+    let chosen = ModelConfig::for_input(input, &request, recorded_vocab).map_err(model_error)?;
+    if let ModelConfig::Embedding { vocab, dim, .. } = &chosen.config {
+        check_size(
+            "--vocab-size x --embedding-dim (the embedding table)",
+            (*vocab as u128)
+                .saturating_mul(*dim as u128)
+                .saturating_mul(16),
+        )?;
+    }
+    Ok(chosen)
+}
+
+/// `--hidden 256,128`: layer sizes.
+fn parse_hidden(text: &str) -> anyhow::Result<Vec<usize>> {
+    text.split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| {
+            s.trim().parse::<usize>().with_context(|| {
+                format!("--hidden: {s:?} is not a layer size (e.g. --hidden 256,128)")
             })
-            .collect::<anyhow::Result<Vec<_>>>()
-    };
-    if let Some(tokens) = &input.tokens
-        && kind != "embedding"
-    {
-        bail!(
-            "--model {kind} does not take token ids ({:?} is variable-length int64); use --model embedding",
-            tokens.name
-        );
+        })
+        .collect()
+}
+
+/// A model choice's error, with the flag that fixes it.
+fn model_error(e: ModelChoiceError) -> anyhow::Error {
+    match model_hint(&e) {
+        Some(hint) => anyhow::Error::new(e).context(hint),
+        None => anyhow::Error::new(e),
     }
-    match kind.as_str() {
-        "mlp" => Ok(ModelConfig::mlp(input.inputs(), hidden("256")?, input.task)),
-        "embedding" => {
-            let Some(tokens) = &input.tokens else {
-                bail!("--model embedding needs a variable-length int64 feature (token ids)");
-            };
-            let Task::Classification { classes } = input.task else {
-                bail!("--model embedding is a classifier; regression takes --model mlp");
-            };
-            let Some(vocab) = args.vocab_size.or(recorded_vocab) else {
-                bail!(
-                    "the embedding model needs the vocabulary size of {:?}: give --vocab-size N (ids are in 0..N)",
-                    tokens.name
-                );
-            };
-            let dim = args.embedding_dim.unwrap_or(32);
-            check_size(
-                "--vocab-size x --embedding-dim (the embedding table)",
-                (vocab as u128)
-                    .saturating_mul(dim as u128)
-                    .saturating_mul(16),
-            )?;
-            Ok(ModelConfig::Embedding {
-                vocab,
-                dim,
-                inputs: input.inputs(),
-                hidden: hidden("64")?,
-                classes,
-            })
+}
+
+/// The flag that fixes a model choice's error, where one does.
+fn model_hint(e: &ModelChoiceError) -> Option<&'static str> {
+    Some(match e {
+        ModelChoiceError::UnknownKind { .. } => "--model takes mlp, cnn or embedding",
+        ModelChoiceError::TokensNeedEmbedding { .. } => "token ids take --model embedding",
+        ModelChoiceError::NoTokens => {
+            "--model embedding needs a token feature (--feature NAME:int64:var)"
         }
-        "cnn" => {
-            if args.hidden.is_some() {
-                bail!("--hidden applies to --model mlp only");
-            }
-            let Task::Classification { classes } = input.task else {
-                bail!("--model cnn is a classifier; regression takes --model mlp");
-            };
-            if input.inputs() != 28 * 28 {
-                bail!(
-                    "--model cnn takes 28x28 inputs (784 values per example); the features give {}",
-                    input.inputs()
-                );
-            }
-            Ok(ModelConfig::Cnn { classes })
+        ModelChoiceError::ClassifierOnly { .. } => "a regression takes --model mlp",
+        ModelChoiceError::UnknownVocabulary { .. } => "give --vocab-size N",
+        ModelChoiceError::HiddenNotApplicable { .. } => {
+            "--hidden applies to --model mlp and embedding"
         }
-        other => bail!("unknown model {other:?} (expected mlp, cnn or embedding)"),
-    }
-}
-
-/// Sets how many threads candle's CPU kernels use, and says whether the
-/// trainer should tune the count by measurement. candle sizes its rayon
-/// pool (which the fused kernels' GEMMs share) from `RAYON_NUM_THREADS`.
-///
-/// With `--compute-threads N` (or `RAYON_NUM_THREADS`): N, fixed. By
-/// default the pool gets every core and a [`ThreadTuner`] picks how many
-/// the GEMMs use by timing the steps (every core while the pipeline needs
-/// little CPU, fewer when the steps start waiting for data): measured on 2
-/// cores, a fixed half of them made the MLP step slower (README,
-/// "Training speed").
-///
-/// Must run before any other thread exists or candle's pool is built: call
-/// it first in a command (the demo calls it after conversion, whose
-/// threads have all finished).
-pub(super) fn set_compute_threads(threads: Option<usize>) -> anyhow::Result<ComputeThreads> {
-    if threads == Some(0) {
-        bail!("--compute-threads must be at least 1");
-    }
-    let from_env = std::env::var("RAYON_NUM_THREADS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok());
-    let (n, tune) = match (threads, from_env) {
-        (Some(n), _) => (n, false),
-        (None, Some(n)) if n > 0 => {
-            return Ok(ComputeThreads {
-                threads: n,
-                tune: false,
-            });
+        ModelChoiceError::InputCount { .. } => {
+            "--model cnn takes 28x28 inputs (784 values per example); choose the inputs with --inputs or --feature"
         }
-        _ => (
-            std::thread::available_parallelism().map_or(1, |c| c.get()),
-            true,
-        ),
-    };
-    // SAFETY: called before this process starts threads that could read
-    // the environment concurrently (see above); nothing else writes it.
-    unsafe { std::env::set_var("RAYON_NUM_THREADS", n.to_string()) };
-    Ok(ComputeThreads { threads: n, tune })
-}
-
-/// The compute threads a command runs with.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct ComputeThreads {
-    /// candle's pool: the most the model's math uses.
-    pub threads: usize,
-    /// Whether a [`ThreadTuner`] chooses how many of them the GEMMs use.
-    pub tune: bool,
-}
-
-impl ComputeThreads {
-    /// The tuner to observe the run with, when tuning.
-    pub(super) fn tuner(&self) -> Option<ThreadTuner> {
-        self.tune.then(|| ThreadTuner::new(self.threads))
-    }
-}
-
-impl std::fmt::Display for ComputeThreads {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.tune {
-            write!(f, "up to {} (tuned)", self.threads)
-        } else {
-            write!(f, "{}", self.threads)
-        }
-    }
-}
-
-/// A progress bar on stderr, hidden when stderr is not a terminal.
-pub(super) fn progress_bar(len: Option<u64>) -> ProgressBar {
-    let bar = match len {
-        Some(n) => ProgressBar::new(n),
-        None => ProgressBar::no_length(),
-    };
-    if std::io::stderr().is_terminal() {
-        bar.set_draw_target(ProgressDrawTarget::stderr());
-        let template = if len.is_some() {
-            "{spinner} step {pos}/{len} [{elapsed_precise}] {wide_bar} {msg}"
-        } else {
-            "{spinner} step {pos} [{elapsed_precise}] {msg}"
-        };
-        if let Ok(style) = ProgressStyle::with_template(template) {
-            bar.set_style(style);
-        }
-        bar.enable_steady_tick(Duration::from_millis(200));
-    } else {
-        bar.set_draw_target(ProgressDrawTarget::hidden());
-    }
-    bar
-}
-
-/// Writes `value` as pretty JSON to `path`, atomically (temporary file,
-/// fsync, rename: see `tfpipe::atomic_file`).
-pub(super) fn write_json(path: &Path, value: &impl serde::Serialize) -> anyhow::Result<()> {
-    let mut json = serde_json::to_vec_pretty(value)
-        .with_context(|| format!("{}: cannot write", path.display()))?;
-    json.push(b'\n');
-    tfpipe::atomic_file::write(path, &json)?;
-    Ok(())
-}
-
-/// The schema file `tfpipe convert` wrote for a shard
-/// `PREFIX-NNNNN-of-NNNNN.tfrecord[.gz|.zlib]`: `PREFIX.features.json`, when
-/// it exists.
-pub(super) fn schema_file_beside(shard: &Path) -> Option<PathBuf> {
-    let name = shard.file_name()?.to_str()?;
-    let stem = name
-        .strip_suffix(".gz")
-        .or_else(|| name.strip_suffix(".zlib"))
-        .unwrap_or(name)
-        .strip_suffix(".tfrecord")?;
-    // `-00003-of-00008`: 15 ASCII characters.
-    let cut = stem.len().checked_sub(15)?;
-    let (prefix, suffix) = (stem.get(..cut)?, stem.get(cut..)?);
-    let b = suffix.as_bytes();
-    let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
-    if !(b[0] == b'-' && digits(1..6) && &suffix[6..10] == "-of-" && digits(10..15)) {
-        return None;
-    }
-    let path = shard.with_file_name(format!("{prefix}.features.json"));
-    path.is_file().then_some(path)
-}
-
-/// Fails when both label vocabularies are known and differ: the same class
-/// id would mean another label (issue: a test split converted alone records
-/// only the labels it has).
-pub(super) fn check_vocabulary(
-    trained: Option<&[String]>,
-    found: Option<&[String]>,
-    trained_what: &str,
-    found_what: &str,
-) -> anyhow::Result<()> {
-    if let (Some(trained), Some(found)) = (trained, found)
-        && trained != found
-    {
-        bail!(
-            "{trained_what} has the label vocabulary {trained:?}, but {found_what} records {found:?}: class ids would mean other labels (convert the data with the training schema: `tfpipe convert --schema FILE`)"
-        );
-    }
-    Ok(())
-}
-
-/// Milliseconds since `since`.
-pub(super) fn ms_since(since: Instant) -> f64 {
-    since.elapsed().as_secs_f64() * 1e3
+        _ => return None,
+    })
 }

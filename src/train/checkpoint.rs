@@ -134,6 +134,20 @@ pub enum CheckpointError {
         /// The run's.
         found: String,
     },
+    /// The checkpoint was trained on other data or other data options
+    /// (its [`DataFingerprint`](super::DataFingerprint) differs), so
+    /// resuming would not continue its run.
+    #[error(
+        "was trained on other data or data options, so resuming would not continue its run: {}",
+        differences.join("; ")
+    )]
+    OtherData {
+        /// Each difference, e.g. `batch size 64, now 32`.
+        differences: Vec<String>,
+        /// Whether the batch size is the only difference (a resume that
+        /// may be forced, restarting the epoch: [`Resume::position`](super::Resume::position)).
+        only_batch_size: bool,
+    },
     /// The model is not a built-in one, so it cannot be rebuilt from the checkpoint alone.
     #[error(
         "holds a custom model ({0}); rebuild it in code and load its weights with Checkpoint::load_weights"

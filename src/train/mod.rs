@@ -35,15 +35,22 @@
 //! times, not launch times.
 
 mod checkpoint;
+mod choice;
+mod clock;
 mod config;
 mod data;
+mod device;
+mod feeder;
 mod model;
+mod objective;
 mod observer;
 pub mod ops;
 mod optim;
 mod predict;
 mod prefetch;
 mod report;
+mod resume;
+mod run;
 mod schedule;
 mod tensor;
 mod tensorboard;
@@ -62,9 +69,12 @@ pub use checkpoint::{
     Checkpoint, CheckpointError, CheckpointLoad, CheckpointMeta, DefaultMeta, FORMAT, FeatureMeta,
     META_FILE, SchemaMeta,
 };
+pub use choice::{ModelChoice, ModelChoiceError, ModelKind, ModelRequest};
 pub use config::{ModelInput, Placement, Reproducibility, RunControl, RunLength, TrainConfig};
 pub use data::{DataFingerprint, FileFingerprint, LabelClasses, TrainData, UnknownLabel};
+pub use device::parse_device;
 pub use model::{BuiltinModel, Model, ModelConfig, Task, seed_vars};
+pub use objective::Evaluation;
 pub use observer::{Checkpointer, Control, EarlyStopping, Monitor, Observer, RunInfo, TensorBoard};
 pub use optim::{
     Adam, AdamW, Foreign, OptimizerConfig, OptimizerKind, OptimizerState, Sgd, TrainOptimizer,
@@ -75,6 +85,8 @@ pub use predict::{
 };
 pub use prefetch::{BatchEvent, BatchStream, BoxError, IterStream, WithBottleneck};
 pub use report::{DeviceStartup, EpochReport, Startup, TrainReport, Verdict};
+pub use resume::{Resume, ResumeAt};
+pub use run::RunOutputs;
 pub use schedule::{Decay, LrSchedule};
 pub use tensor::{
     BatchTensors, InputSelection, InputSpec, SkippedFeature, Standardize, TokenSpec,
@@ -84,7 +96,7 @@ pub use tensorboard::{EventWriter, Scalar};
 pub use threads::ThreadTuner;
 pub use timing::{Phase, PhaseSummary};
 pub use tokens::{TokenFiles, TokenSet};
-pub use trainer::{Evaluation, Progress, TestOpener, Trainer, parse_device, resume_pipeline};
+pub use trainer::{Progress, TestOpener, Trainer, resume_pipeline};
 
 use crate::Location;
 use crate::pipeline::PipelineError;
@@ -123,7 +135,10 @@ pub enum TrainError {
         value: i64,
         classes: usize,
     },
-    /// A configuration that cannot work (empty hidden sizes, CNN on non-28x28 input, ...).
+    /// A model that does not fit the data (see [`ModelConfig::for_input`]).
+    #[error(transparent)]
+    Model(#[from] ModelChoiceError),
+    /// A configuration that cannot work (empty hidden sizes, ...).
     #[error("invalid training configuration: {0}")]
     Config(String),
     /// The data source failed (I/O, corruption, parse error), with the

@@ -97,6 +97,77 @@ pub trait Model: Send {
     fn describe(&self) -> String {
         "custom model".into()
     }
+
+    /// The outputs in training (`train = true`: the trainer's steps) or
+    /// evaluation mode (`false`: evaluation, validation and prediction),
+    /// for layers that differ between them, such as dropout and batch
+    /// normalisation (candle's `ModuleT` convention). By default both
+    /// modes are [`forward`](Self::forward).
+    ///
+    /// ```
+    /// use candle_core::{Device, Tensor};
+    /// use tfpipe::train::{BatchTensors, Model, Task};
+    ///
+    /// /// Zeroes every input while training (a stand-in for dropout).
+    /// struct Dropping;
+    ///
+    /// impl Model for Dropping {
+    ///     fn forward(&self, batch: &BatchTensors) -> candle_core::Result<Tensor> {
+    ///         Ok(batch.features.clone())
+    ///     }
+    ///     fn forward_t(&self, batch: &BatchTensors, train: bool) -> candle_core::Result<Tensor> {
+    ///         if train { batch.features.zeros_like() } else { self.forward(batch) }
+    ///     }
+    ///     fn task(&self) -> Task {
+    ///         Task::Regression
+    ///     }
+    /// }
+    ///
+    /// let features = Tensor::ones((2, 1), candle_core::DType::F32, &Device::Cpu)?;
+    /// let batch = BatchTensors { features, labels: None, tokens: None, mask: None, rows: 2 };
+    /// assert_eq!(Dropping.forward_t(&batch, true)?.sum_all()?.to_scalar::<f32>()?, 0.0);
+    /// assert_eq!(Dropping.forward_t(&batch, false)?.sum_all()?.to_scalar::<f32>()?, 2.0);
+    /// # Ok::<(), candle_core::Error>(())
+    /// ```
+    fn forward_t(&self, batch: &BatchTensors, train: bool) -> candle_core::Result<Tensor> {
+        let _ = train;
+        self.forward(batch)
+    }
+
+    /// The scalar loss the trainer minimises, from this model's `outputs`
+    /// and the batch's `labels`. By default the task's: softmax
+    /// cross-entropy over logits for classification (labels are class
+    /// ids), mean squared error for regression. Override it for another
+    /// objective (label smoothing, a weighted loss, an auxiliary term); the
+    /// reported loss, validation loss and `keep_best` use it too.
+    ///
+    /// ```
+    /// use candle_core::{Device, Tensor};
+    /// use tfpipe::train::{BatchTensors, Model, Task};
+    ///
+    /// /// Mean absolute error instead of mean squared error.
+    /// struct Absolute;
+    ///
+    /// impl Model for Absolute {
+    ///     fn forward(&self, batch: &BatchTensors) -> candle_core::Result<Tensor> {
+    ///         batch.features.squeeze(1)
+    ///     }
+    ///     fn task(&self) -> Task {
+    ///         Task::Regression
+    ///     }
+    ///     fn loss(&self, outputs: &Tensor, labels: &Tensor) -> candle_core::Result<Tensor> {
+    ///         (outputs - labels)?.abs()?.mean_all()
+    ///     }
+    /// }
+    ///
+    /// let outputs = Tensor::new(&[1f32, 4.0], &Device::Cpu)?;
+    /// let labels = Tensor::new(&[0f32, 2.0], &Device::Cpu)?;
+    /// assert_eq!(Absolute.loss(&outputs, &labels)?.to_scalar::<f32>()?, 1.5);
+    /// # Ok::<(), candle_core::Error>(())
+    /// ```
+    fn loss(&self, outputs: &Tensor, labels: &Tensor) -> candle_core::Result<Tensor> {
+        super::objective::task_loss(self.task(), outputs, labels)
+    }
 }
 
 /// A boxed model is a model.
@@ -111,6 +182,14 @@ impl<M: Model + ?Sized> Model for Box<M> {
 
     fn describe(&self) -> String {
         (**self).describe()
+    }
+
+    fn forward_t(&self, batch: &BatchTensors, train: bool) -> candle_core::Result<Tensor> {
+        (**self).forward_t(batch, train)
+    }
+
+    fn loss(&self, outputs: &Tensor, labels: &Tensor) -> candle_core::Result<Tensor> {
+        (**self).loss(outputs, labels)
     }
 }
 

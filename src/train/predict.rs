@@ -316,7 +316,7 @@ impl Predictor {
             rows: features.dim(0).map_err(TrainError::candle("prediction"))?,
         };
         self.model
-            .forward(&batch)
+            .forward_t(&batch, false)
             .and_then(|l| l.argmax(D::Minus1))
             .and_then(|p| p.to_vec1::<u32>())
             .map_err(TrainError::candle("prediction"))
@@ -326,7 +326,7 @@ impl Predictor {
     /// probabilities, or values.
     pub fn outputs(&self, batch: &BatchTensors) -> Result<Outputs, TrainError> {
         let err = TrainError::candle("prediction");
-        let out = self.model.forward(batch).map_err(err)?;
+        let out = self.model.forward_t(batch, false).map_err(err)?;
         match self.model.task() {
             Task::Classification { classes } => {
                 let probs = candle_nn::ops::softmax_last_dim(&out)

@@ -7,9 +7,9 @@ use serde::{Deserialize, Serialize};
 
 use super::checkpoint::CheckpointLoad;
 use super::model::Task;
+use super::objective::Evaluation;
 use super::tensor::{SkippedFeature, join};
 use super::timing::PhaseSummary;
-use super::trainer::Evaluation;
 
 /// TensorFlow profiler's input-bound verdict from the stall fraction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

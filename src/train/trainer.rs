@@ -24,90 +24,23 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use candle_core::{D, DType, Device, Tensor};
+use candle_core::{Device, Tensor};
 use candle_nn::VarMap;
 use serde::{Deserialize, Serialize};
 
-use super::checkpoint::{Checkpoint, CheckpointError, CheckpointLoad, CheckpointMeta, FORMAT};
-use super::config::{Placement, RunLength, TrainConfig};
+use super::checkpoint::{Checkpoint, CheckpointLoad, CheckpointMeta, FORMAT};
+use super::clock::{EpochClock, RunClock, ratio};
+use super::config::{RunLength, TrainConfig};
+use super::device::{device_name, first_kernel};
+use super::feeder::Feeder;
 use super::model::{BuiltinModel, Model, ModelConfig, Task};
+use super::objective::{Evaluation, Totals, evaluate};
 use super::observer::{Control, Observer, RunInfo};
 use super::optim::{OptimizerConfig, TrainOptimizer};
-use super::prefetch::{BatchEvent, BatchStream, BoxError, DevicePrefetch, Fetched, PositionTaker};
-use super::report::{DeviceStartup, EpochReport, Startup, TrainReport, Verdict};
-use super::tensor::{BatchTensors, InputSpec, Standardize, batch_to_tensors};
-use super::timing::Phase;
-use super::{DeviceError, TrainError};
-
-/// Parses `cpu`, `cuda` or `cuda:N` into a candle device.
-///
-/// Without the `cuda` cargo feature, `cuda` fails with a message that names it.
-///
-/// ```
-/// assert!(tfpipe::train::parse_device("cpu").unwrap().is_cpu());
-/// # #[cfg(not(feature = "cuda"))]
-/// assert!(tfpipe::train::parse_device("cuda").unwrap_err().to_string().contains("`cuda` feature"));
-/// ```
-pub fn parse_device(name: &str) -> Result<Device, TrainError> {
-    let name = name.trim().to_ascii_lowercase();
-    if name == "cpu" {
-        return Ok(Device::Cpu);
-    }
-    let ordinal = match name.strip_prefix("cuda") {
-        Some("") => 0,
-        Some(rest) => rest
-            .strip_prefix(':')
-            .and_then(|n| n.parse::<usize>().ok())
-            .ok_or_else(|| DeviceError::Unknown { name: name.clone() })?,
-        None => return Err(DeviceError::Unknown { name }.into()),
-    };
-    cuda_device(ordinal)
-}
-
-/// The CUDA device `ordinal`. No driver or no GPU is an error, never a
-/// panic; candle's backtrace (captured under `RUST_BACKTRACE`) is dropped
-/// from the message.
-#[cfg(feature = "cuda")]
-fn cuda_device(ordinal: usize) -> Result<Device, TrainError> {
-    Device::new_cuda(ordinal).map_err(|e| {
-        TrainError::Device(DeviceError::Unavailable {
-            ordinal,
-            error: super::checkpoint::strip_backtrace(e),
-        })
-    })
-}
-
-#[cfg(not(feature = "cuda"))]
-fn cuda_device(ordinal: usize) -> Result<Device, TrainError> {
-    Err(DeviceError::NotBuilt { ordinal }.into())
-}
-
-/// Runs the first kernel on a GPU (a one-element affine, then
-/// `synchronize`) and returns how long it took, ms: the driver loads that
-/// kernel's module and launches it (see [`DeviceStartup`]). `None` on the
-/// CPU, which has nothing to warm up.
-fn first_kernel(device: &Device) -> Result<Option<f64>, TrainError> {
-    if device.is_cpu() {
-        return Ok(None);
-    }
-    let start = Instant::now();
-    Tensor::zeros(1, DType::F32, device)
-        .and_then(|t| t.affine(1.0, 1.0))
-        .and_then(|_| device.synchronize())
-        .map_err(TrainError::candle(
-            "the first kernel on the device (warm-up)",
-        ))?;
-    Ok(Some(start.elapsed().as_secs_f64() * 1e3))
-}
-
-/// A device's name as reports print it.
-pub(crate) fn device_name(device: &Device) -> String {
-    match device.location() {
-        candle_core::DeviceLocation::Cpu => "cpu".into(),
-        candle_core::DeviceLocation::Cuda { gpu_id } => format!("cuda:{gpu_id}"),
-        candle_core::DeviceLocation::Metal { gpu_id } => format!("metal:{gpu_id}"),
-    }
-}
+use super::prefetch::{BatchEvent, BatchStream, BoxError, Fetched};
+use super::report::{DeviceStartup, EpochReport, TrainReport, Verdict};
+use super::tensor::{BatchTensors, Standardize};
+use super::{Resume, TrainError};
 
 /// What observers see after each step.
 #[derive(Debug, Clone, Copy)]
@@ -181,104 +114,6 @@ impl StreamPosition {
                     p.skip += 1;
                 }
             }
-        }
-    }
-}
-
-/// Loss and the task's metrics over a data set (or an epoch of training).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Evaluation {
-    /// Mean loss per example: cross-entropy (classification) or squared error (regression).
-    pub loss: f64,
-    /// Fraction classified correctly (classification).
-    pub accuracy: Option<f64>,
-    /// Mean absolute error (regression).
-    pub mae: Option<f64>,
-    /// Root mean squared error (regression).
-    pub rmse: Option<f64>,
-    /// Examples seen.
-    pub examples: u64,
-}
-
-impl Evaluation {
-    /// The task's headline metric: accuracy or MAE.
-    pub fn metric(&self) -> f64 {
-        self.accuracy.or(self.mae).unwrap_or(f64::NAN)
-    }
-}
-
-/// Sums behind an [`Evaluation`], one batch at a time.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Totals {
-    task: Task,
-    loss: f64,
-    correct: u64,
-    abs_err: f64,
-    sq_err: f64,
-    examples: u64,
-}
-
-impl Totals {
-    pub(crate) fn new(task: Task) -> Totals {
-        Totals {
-            task,
-            loss: 0.0,
-            correct: 0,
-            abs_err: 0.0,
-            sq_err: 0.0,
-            examples: 0,
-        }
-    }
-
-    /// Adds a batch: its mean `loss`, the model's `outputs`, the `labels`.
-    pub(crate) fn add(
-        &mut self,
-        loss: f32,
-        outputs: &Tensor,
-        labels: &Tensor,
-        rows: usize,
-    ) -> Result<(), TrainError> {
-        self.loss += f64::from(loss) * rows as f64;
-        self.examples += rows as u64;
-        match self.task {
-            Task::Classification { .. } => self.correct += correct(outputs, labels)?,
-            Task::Regression => {
-                let err = TrainError::candle("regression metrics");
-                let diff = regression_output(outputs, rows)
-                    .and_then(|o| o.sub(labels))
-                    .map_err(err)?;
-                let abs = diff
-                    .abs()
-                    .and_then(|d| d.sum_all())
-                    .and_then(|d| d.to_scalar::<f32>());
-                let sq = diff
-                    .sqr()
-                    .and_then(|d| d.sum_all())
-                    .and_then(|d| d.to_scalar::<f32>());
-                self.abs_err += f64::from(abs.map_err(TrainError::candle("regression metrics"))?);
-                self.sq_err += f64::from(sq.map_err(TrainError::candle("regression metrics"))?);
-            }
-        }
-        Ok(())
-    }
-
-    pub(crate) fn evaluation(&self) -> Evaluation {
-        let n = self.examples as f64;
-        let mean = |x: f64| if self.examples == 0 { f64::NAN } else { x / n };
-        let (accuracy, mae, rmse) = match self.task {
-            Task::Classification { .. } => (Some(mean(self.correct as f64)), None, None),
-            Task::Regression => (
-                None,
-                Some(mean(self.abs_err)),
-                Some(mean(self.sq_err).sqrt()),
-            ),
-        };
-        Evaluation {
-            loss: mean(self.loss),
-            accuracy,
-            mae,
-            rmse,
-            examples: self.examples,
         }
     }
 }
@@ -365,59 +200,15 @@ impl Trainer {
     ) -> Result<Trainer, TrainError> {
         model.validate()?;
         optimizer.validate()?;
-        match (&model, config.input.spec.tokens.as_mut()) {
-            (ModelConfig::Embedding { vocab, .. }, Some(tokens)) => match tokens.vocab {
-                Some(v) if v != *vocab => {
-                    return Err(TrainError::Config(format!(
-                        "the token input's vocabulary is {v} but the embedding has {vocab} rows"
-                    )));
-                }
-                // Ids are checked against the table's size.
-                _ => tokens.vocab = Some(*vocab),
-            },
-            (ModelConfig::Embedding { .. }, None) => {
-                return Err(TrainError::Config(
-                    "the embedding model needs a token input (a variable-length int64 feature)"
-                        .into(),
-                ));
-            }
-            (other, Some(tokens)) => {
-                return Err(TrainError::Config(format!(
-                    "{} does not take token ids ({:?}); the embedding model does",
-                    other.describe(),
-                    tokens.name
-                )));
-            }
-            (_, None) => {}
-        }
-        let input = &config.input.spec;
-        if model.inputs() != input.inputs() {
-            return Err(TrainError::Config(format!(
-                "{} takes {} inputs but the features give {}",
-                model.describe(),
-                model.inputs(),
-                input.inputs()
-            )));
-        }
-        if model.task() != input.task {
-            return Err(TrainError::Config(format!(
-                "{} learns {:?} but the input spec says {:?}",
-                model.describe(),
-                model.task(),
-                input.task
-            )));
+        model.check_input(&config.input.spec)?;
+        // Ids are checked against the table's size.
+        if let (ModelConfig::Embedding { vocab, .. }, Some(tokens)) =
+            (&model, config.input.spec.tokens.as_mut())
+        {
+            tokens.vocab = Some(*vocab);
         }
         if let Some(dir) = &config.reproducibility.resume {
-            let meta = Checkpoint::read_meta(dir)?;
-            if meta.model.as_ref() != Some(&model) {
-                return Err(TrainError::checkpoint(
-                    dir.clone(),
-                    CheckpointError::Model {
-                        found: meta.model_description,
-                        wanted: model.describe(),
-                    },
-                ));
-            }
+            Resume::read(dir)?.check_model(&model)?;
         }
         // Weights drawn on the host and uploaded, optimizer state allocated.
         let upload = Instant::now();
@@ -465,43 +256,11 @@ impl Trainer {
         let mut checkpoint_load = None;
         if let Some(dir) = config.reproducibility.resume.clone() {
             let start = Instant::now();
-            let meta = Checkpoint::read_meta(&dir)?;
-            let mismatch = |trained: String, found: String| {
-                TrainError::checkpoint(dir.clone(), CheckpointError::Inputs { trained, found })
-            };
+            let resume = Resume::read(&dir)?;
             let input = &mut config.input.spec;
-            if meta.input.features != input.features {
-                return Err(mismatch(
-                    describe_inputs(&meta.input),
-                    describe_inputs(input),
-                ));
-            }
-            if meta.input.task != input.task {
-                return Err(mismatch(
-                    format!("{:?}", meta.input.task),
-                    format!("{:?}", input.task),
-                ));
-            }
-            Checkpoint::load_weights(&dir, &state.varmap)?;
-            let same_kind = meta.optimizer.map(|o| o.kind) == state.optim_kind();
-            let described = state.optim.describe();
-            match (meta.optimizer_state, state.optim.state_mut()) {
-                (true, Some(opt)) if same_kind => {
-                    Checkpoint::load_optimizer(&dir, &meta, &state.varmap, opt)?;
-                }
-                (_, None) => warnings.push(format!(
-                    "the optimizer ({described}) does not expose its state, so resuming restarts its moments"
-                )),
-                (false, Some(_)) => warnings.push(
-                    "the checkpoint holds no optimizer state; the optimizer's moments restart"
-                        .to_string(),
-                ),
-                (true, Some(_)) => warnings.push(format!(
-                    "the checkpoint's optimizer state is for {}; {described} starts afresh",
-                    meta.optimizer
-                        .map_or("another optimizer".into(), |o| o.kind.to_string()),
-                )),
-            }
+            resume.check_input(input)?;
+            warnings = resume.restore(&state.varmap, &mut state.optim)?;
+            let meta = resume.meta();
             state.step = meta.step;
             state.epoch = meta.epoch;
             state.position = meta
@@ -512,9 +271,7 @@ impl Trainer {
             if input.standardize.is_empty() {
                 input.standardize = meta.input.standardize.clone();
             }
-            // One seed schedule per training: the resumed run's epochs
-            // shuffle as the uninterrupted run's would have.
-            config.reproducibility.seed = meta.seed;
+            config.reproducibility.seed = resume.seed();
             let load_ms = start.elapsed().as_secs_f64() * 1e3;
             checkpoint_load = Some(CheckpointLoad {
                 load_ms,
@@ -1157,84 +914,6 @@ enum EpochEnd {
     StepLimit,
 }
 
-/// Step accounting for a whole run: the three phases per step, the steady
-/// step time, start-up milestones.
-struct RunClock {
-    origin: Instant,
-    inline: bool,
-    data_wait: Phase,
-    copy: Phase,
-    compute: Phase,
-    steady: Phase,
-    startup: Startup,
-    first_step_ms: f64,
-    steps: u64,
-    examples: u64,
-}
-
-/// One epoch's data wait and busy time (the first step of the run excluded).
-#[derive(Default)]
-struct EpochClock {
-    wait: Duration,
-    busy: Duration,
-    steps: u64,
-    examples: u64,
-}
-
-impl RunClock {
-    fn new(origin: Instant, inline: bool) -> RunClock {
-        RunClock {
-            origin,
-            inline,
-            data_wait: Phase::new(),
-            copy: Phase::new(),
-            compute: Phase::new(),
-            steady: Phase::new(),
-            startup: Startup::default(),
-            first_step_ms: 0.0,
-            steps: 0,
-            examples: 0,
-        }
-    }
-
-    fn since_origin(&self, t: Instant) -> f64 {
-        t.saturating_duration_since(self.origin).as_secs_f64() * 1e3
-    }
-
-    /// Records a step that waited `wait` for its batch, whose batch took
-    /// `copy` to convert, and that computed for `busy` (ending now).
-    fn record_step(&mut self, wait: Duration, copy: Duration, busy: Duration, ep: &mut EpochClock) {
-        let now = Instant::now();
-        let step_busy = if self.inline { busy + copy } else { busy };
-        self.copy.record(copy);
-        self.compute.record(busy);
-        if self.steps == 0 {
-            // The first batch's wait is start-up, not data wait.
-            let arrived = now - busy;
-            self.startup.first_batch = self.since_origin(arrived);
-            self.startup.first_step = self.since_origin(now);
-            self.first_step_ms = step_busy.as_secs_f64() * 1e3;
-        } else {
-            self.data_wait.record(wait);
-            self.steady.record(step_busy);
-            ep.wait += wait;
-            ep.busy += step_busy;
-        }
-        self.steps += 1;
-    }
-
-    /// Data wait over step time (wait + compute, + copy when it is not overlapped).
-    fn stall_fraction(&self) -> f64 {
-        let copy = if self.inline {
-            self.copy.total()
-        } else {
-            Duration::ZERO
-        };
-        let wait = self.data_wait.total();
-        ratio(wait, wait + copy + self.compute.total())
-    }
-}
-
 impl Trainer {
     /// Fills `input.standardize` from `stream`'s first batch when it is
     /// still empty, and returns the stream with that batch put back.
@@ -1254,12 +933,6 @@ impl Trainer {
             first: Some(first),
             rest: stream,
         }
-    }
-}
-
-impl State {
-    fn optim_kind(&self) -> Option<super::optim::OptimizerKind> {
-        self.optim.config().map(|c| c.kind)
     }
 }
 
@@ -1340,47 +1013,6 @@ pub fn resume_pipeline(
     Ok(Box::new(iter))
 }
 
-fn describe_inputs(input: &InputSpec) -> String {
-    let list: Vec<String> = input
-        .features
-        .iter()
-        .map(|(n, w)| format!("{n}[{w}]"))
-        .collect();
-    format!("inputs {}", list.join(", "))
-}
-
-fn ratio(a: Duration, b: Duration) -> f64 {
-    if b.is_zero() {
-        0.0
-    } else {
-        a.as_secs_f64() / b.as_secs_f64()
-    }
-}
-
-/// A regression model's outputs as `[rows]`.
-fn regression_output(outputs: &Tensor, rows: usize) -> candle_core::Result<Tensor> {
-    if outputs.dims() == [rows] {
-        Ok(outputs.clone())
-    } else {
-        outputs.reshape(rows)
-    }
-}
-
-/// The task's loss: softmax cross-entropy on logits, or mean squared error.
-pub(crate) fn task_loss(
-    task: Task,
-    outputs: &Tensor,
-    labels: &Tensor,
-) -> candle_core::Result<Tensor> {
-    match task {
-        Task::Classification { .. } => super::ops::softmax_cross_entropy(outputs, labels),
-        Task::Regression => {
-            let rows = labels.dim(0)?;
-            candle_nn::loss::mse(&regression_output(outputs, rows)?, labels)
-        }
-    }
-}
-
 /// Forward, loss, backward, update, synchronize. Returns (loss, outputs).
 fn train_step(
     state: &mut State,
@@ -1392,135 +1024,11 @@ fn train_step(
         reason: "no labels: training needs the label column".into(),
     })?;
     let err = || TrainError::candle("training step");
-    let outputs = state.model.forward(batch).map_err(err())?;
-    let loss = task_loss(state.model.task(), &outputs, labels).map_err(err())?;
+    let outputs = state.model.forward_t(batch, true).map_err(err())?;
+    let loss = state.model.loss(&outputs, labels).map_err(err())?;
     let grads = loss.backward().map_err(err())?;
     state.optim.step(&grads).map_err(err())?;
     device.synchronize().map_err(err())?;
     state.step += 1;
     Ok((loss, outputs))
-}
-
-/// The number of rows whose arg-max logit is the label.
-pub(crate) fn correct(logits: &Tensor, labels: &Tensor) -> Result<u64, TrainError> {
-    let err = TrainError::candle("counting correct predictions");
-    let hits = logits
-        .argmax(D::Minus1)
-        .and_then(|p| p.eq(labels))
-        .and_then(|h| h.to_dtype(candle_core::DType::U32))
-        .and_then(|h| h.sum_all())
-        .and_then(|s| s.to_scalar::<u32>())
-        .map_err(err)?;
-    Ok(u64::from(hits))
-}
-
-/// Loss and metrics of `model` over `stream`.
-pub(crate) fn evaluate(
-    model: &dyn Model,
-    stream: &mut dyn BatchStream,
-    input: &InputSpec,
-    device: &Device,
-) -> Result<Evaluation, TrainError> {
-    let mut totals = Totals::new(input.task);
-    let mut index = 0u64;
-    while let Some(batch) = stream.next_batch() {
-        let tensors = batch_to_tensors(batch.map_err(TrainError::data)?, input, index, device)?;
-        index += 1;
-        let labels = tensors.labels.as_ref().ok_or_else(|| TrainError::Input {
-            batch: index - 1,
-            reason: "no labels: evaluation needs the label column".into(),
-        })?;
-        let err = || TrainError::candle("evaluation");
-        let outputs = model.forward(&tensors).map_err(err())?;
-        let loss = task_loss(input.task, &outputs, labels)
-            .and_then(|l| l.to_scalar::<f32>())
-            .map_err(err())?;
-        totals.add(loss, &outputs, labels, tensors.rows)?;
-    }
-    Ok(totals.evaluation())
-}
-
-/// Feeds batches: through the device-prefetch thread, or inline.
-enum Feeder {
-    Thread(DevicePrefetch),
-    Inline {
-        stream: Box<dyn BatchStream>,
-        input: InputSpec,
-        device: Device,
-        ended: bool,
-        positions: PositionTaker,
-    },
-}
-
-impl Feeder {
-    fn new<S: BatchStream + 'static>(
-        stream: S,
-        input: &InputSpec,
-        placement: &Placement,
-        first_index: u64,
-    ) -> Result<Feeder, TrainError> {
-        if placement.prefetch == 0 {
-            Ok(Feeder::Inline {
-                stream: Box::new(stream),
-                input: input.clone(),
-                device: placement.device.clone(),
-                ended: false,
-                positions: PositionTaker::default(),
-            })
-        } else {
-            Ok(Feeder::Thread(DevicePrefetch::spawn(
-                stream,
-                input.clone(),
-                placement.device.clone(),
-                placement.prefetch,
-                first_index,
-            )?))
-        }
-    }
-
-    /// The next item.
-    fn next(&mut self, index: u64) -> Result<Fetched, TrainError> {
-        match self {
-            Feeder::Thread(p) => p.recv(),
-            Feeder::Inline {
-                stream,
-                input,
-                device,
-                ended,
-                positions,
-            } => {
-                if *ended {
-                    return Ok(Fetched::End {
-                        bottleneck: stream.bottleneck_stage(),
-                    });
-                }
-                match stream.next_event() {
-                    None => {
-                        *ended = true;
-                        Ok(Fetched::End {
-                            bottleneck: stream.bottleneck_stage(),
-                        })
-                    }
-                    Some(Err(e)) => Err(TrainError::data(e)),
-                    Some(Ok(BatchEvent::EpochEnd)) => Ok(Fetched::EpochEnd {
-                        position: positions.take(stream.as_ref(), true),
-                    }),
-                    Some(Ok(BatchEvent::Batch(batch))) => {
-                        let position = positions.take(stream.as_ref(), false);
-                        let start = Instant::now();
-                        let tensors = batch_to_tensors(batch, input, index, device)?;
-                        device
-                            .synchronize()
-                            .map_err(TrainError::candle("host-to-device copy"))?;
-                        Ok(Fetched::Batch {
-                            tensors,
-                            copy: start.elapsed(),
-                            bottleneck: None,
-                            position,
-                        })
-                    }
-                }
-            }
-        }
-    }
 }

@@ -1,0 +1,342 @@
+//! What several subcommands share: checking output paths and memory before
+//! any work starts, sizing candle's compute threads, loading a schema from
+//! `--schema`/`--feature`, the progress bar, and writing JSON reports.
+//!
+//! Every check here runs before the command does any work, so a bad flag
+//! fails in milliseconds with the flag's name, not after a long run.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use tfpipe::Schema;
+use tfpipe::example::SchemaMetadata;
+use tfpipe::train::{InputSpec, ModelConfig, ThreadTuner, classes_from_metadata};
+
+/// What the schema file at `path` records besides the schema (the label
+/// vocabulary, the record count, the token vocabulary size).
+pub(crate) fn read_facts(path: &Path) -> anyhow::Result<SchemaMetadata> {
+    Ok(Schema::load_with_facts(path)?.1)
+}
+
+/// Fails unless `path` can be a directory we write: not a file, and its
+/// parent exists (or can be created) and is writable.
+pub(crate) fn check_output_dir(path: Option<&Path>, flag: &str) -> anyhow::Result<()> {
+    let Some(path) = path else { return Ok(()) };
+    if path.is_file() {
+        bail!(
+            "{flag} {}: is a file; a directory is needed",
+            path.display()
+        );
+    }
+    let probe_in = if path.is_dir() {
+        path.to_path_buf()
+    } else {
+        let parent = parent_dir(path);
+        std::fs::create_dir_all(&parent).with_context(|| {
+            format!(
+                "{flag} {}: cannot create {}",
+                path.display(),
+                parent.display()
+            )
+        })?;
+        parent
+    };
+    probe_writable(&probe_in).with_context(|| format!("{flag} {}: not writable", path.display()))
+}
+
+/// Fails unless `path` can be a file we write: not a directory, in a
+/// writable directory.
+pub(crate) fn check_output_file(path: Option<&Path>, flag: &str) -> anyhow::Result<()> {
+    let Some(path) = path else { return Ok(()) };
+    if path.is_dir() {
+        bail!(
+            "{flag} {}: is a directory; a file name is needed",
+            path.display()
+        );
+    }
+    let parent = parent_dir(path);
+    if !parent.is_dir() {
+        bail!(
+            "{flag} {}: the directory {} does not exist",
+            path.display(),
+            parent.display()
+        );
+    }
+    probe_writable(&parent).with_context(|| format!("{flag} {}: not writable", path.display()))
+}
+
+fn parent_dir(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+fn probe_writable(dir: &Path) -> anyhow::Result<()> {
+    tempfile::Builder::new()
+        .prefix(".tfpipe-probe")
+        .tempfile_in(dir)
+        .map(drop)
+        .map_err(anyhow::Error::from)
+}
+
+/// The memory this machine has for us: MemAvailable, or 16 GiB when unknown.
+fn available_memory() -> u128 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find(|l| l.starts_with("MemAvailable:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u128>().ok())
+        })
+        .map_or(16 << 30, |kb| kb * 1024)
+}
+
+/// Fails when `bytes` would not fit in memory, saying how much the setting needs.
+pub(crate) fn check_size(what: &str, bytes: u128) -> anyhow::Result<()> {
+    let available = available_memory();
+    if bytes > available {
+        bail!(
+            "{what}: this setting needs about {} of memory, more than the {} available",
+            human_bytes(bytes),
+            human_bytes(available)
+        );
+    }
+    Ok(())
+}
+
+/// `1.5 GiB`, `3.2e6 TiB`.
+pub(crate) fn human_bytes(bytes: u128) -> String {
+    let units = ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < units.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} bytes")
+    } else if value >= 1e6 {
+        format!("{value:.2e} {}", units[unit])
+    } else {
+        format!("{value:.1} {}", units[unit])
+    }
+}
+
+/// Checks the model's weights (with gradients and two optimizer moments)
+/// and a step's batches and activations against the memory there is,
+/// before anything is allocated.
+pub(crate) fn check_model_size(
+    model: &ModelConfig,
+    input: &InputSpec,
+    batch_size: usize,
+    prefetch: usize,
+) -> anyhow::Result<()> {
+    let f32s = |n: u128| n.saturating_mul(4);
+    check_size(
+        "--hidden / --classes (the model's weights, gradients and optimizer moments)",
+        f32s(model.parameters().saturating_mul(4)),
+    )?;
+    let batch = batch_size as u128;
+    // The batches in flight (pipeline and device prefetch), and one step's activations.
+    let inflight = (prefetch as u128 + 4)
+        .saturating_mul(batch)
+        .saturating_mul(input.inputs() as u128);
+    let activations = batch.saturating_mul(4 * model.widest_layer() as u128);
+    check_size(
+        "--batch-size / --prefetch (the batches in flight and a step's activations)",
+        f32s(inflight.saturating_add(activations)),
+    )
+}
+
+/// The schema from `--schema` or `--feature`s, with `--label` applied, and
+/// the number of classes the schema file records for its label (when
+/// `--label` names another feature, that count does not apply).
+pub(crate) fn load_schema(
+    features: &[String],
+    schema: Option<&Path>,
+    label: Option<&str>,
+) -> anyhow::Result<(Schema, Option<usize>)> {
+    let (mut schema, classes) = match schema {
+        Some(path) => {
+            let (mut schema, metadata) = Schema::load_with_metadata(path)?;
+            // `--feature` specs override the file's (or add to them).
+            for spec in Schema::from_feature_texts(features)?.features {
+                match schema.features.iter_mut().find(|f| f.name == spec.name) {
+                    Some(existing) => *existing = spec,
+                    None => schema.features.push(spec),
+                }
+            }
+            (schema, classes_from_metadata(&metadata))
+        }
+        None if features.is_empty() => {
+            bail!("no features: give --schema FILE or --feature NAME:DTYPE[:SHAPE]...")
+        }
+        None => (Schema::from_feature_texts(features)?, None),
+    };
+    let classes = classes.filter(|_| label.is_none() || label == schema.label.as_deref());
+    if let Some(label) = label {
+        if schema.feature(label).is_none() {
+            bail!(
+                "--label {label:?} is not a feature (features: {})",
+                schema
+                    .features
+                    .iter()
+                    .map(|f| f.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        schema.label = Some(label.to_string());
+    }
+    Ok((schema, classes))
+}
+
+/// Sets how many threads candle's CPU kernels use, and says whether the
+/// trainer should tune the count by measurement. candle sizes its rayon
+/// pool (which the fused kernels' GEMMs share) from `RAYON_NUM_THREADS`.
+///
+/// With `--compute-threads N` (or `RAYON_NUM_THREADS`): N, fixed. By
+/// default the pool gets every core and a [`ThreadTuner`] picks how many
+/// the GEMMs use by timing the steps (every core while the pipeline needs
+/// little CPU, fewer when the steps start waiting for data): measured on 2
+/// cores, a fixed half of them made the MLP step slower (README,
+/// "Training speed").
+///
+/// Must run before any other thread exists or candle's pool is built: call
+/// it first in a command (the demo calls it after conversion, whose
+/// threads have all finished).
+pub(crate) fn set_compute_threads(threads: Option<usize>) -> anyhow::Result<ComputeThreads> {
+    if threads == Some(0) {
+        bail!("--compute-threads must be at least 1");
+    }
+    let from_env = std::env::var("RAYON_NUM_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok());
+    let (n, tune) = match (threads, from_env) {
+        (Some(n), _) => (n, false),
+        (None, Some(n)) if n > 0 => {
+            return Ok(ComputeThreads {
+                threads: n,
+                tune: false,
+            });
+        }
+        _ => (
+            std::thread::available_parallelism().map_or(1, |c| c.get()),
+            true,
+        ),
+    };
+    // SAFETY: called before this process starts threads that could read
+    // the environment concurrently (see above); nothing else writes it.
+    unsafe { std::env::set_var("RAYON_NUM_THREADS", n.to_string()) };
+    Ok(ComputeThreads { threads: n, tune })
+}
+
+/// The compute threads a command runs with.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ComputeThreads {
+    /// candle's pool: the most the model's math uses.
+    pub threads: usize,
+    /// Whether a [`ThreadTuner`] chooses how many of them the GEMMs use.
+    pub tune: bool,
+}
+
+impl ComputeThreads {
+    /// The tuner to observe the run with, when tuning.
+    pub(crate) fn tuner(&self) -> Option<ThreadTuner> {
+        self.tune.then(|| ThreadTuner::new(self.threads))
+    }
+}
+
+impl std::fmt::Display for ComputeThreads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.tune {
+            write!(f, "up to {} (tuned)", self.threads)
+        } else {
+            write!(f, "{}", self.threads)
+        }
+    }
+}
+
+/// A progress bar on stderr, hidden when stderr is not a terminal.
+pub(crate) fn progress_bar(len: Option<u64>) -> ProgressBar {
+    let bar = match len {
+        Some(n) => ProgressBar::new(n),
+        None => ProgressBar::no_length(),
+    };
+    if std::io::stderr().is_terminal() {
+        bar.set_draw_target(ProgressDrawTarget::stderr());
+        let template = if len.is_some() {
+            "{spinner} step {pos}/{len} [{elapsed_precise}] {wide_bar} {msg}"
+        } else {
+            "{spinner} step {pos} [{elapsed_precise}] {msg}"
+        };
+        if let Ok(style) = ProgressStyle::with_template(template) {
+            bar.set_style(style);
+        }
+        bar.enable_steady_tick(Duration::from_millis(200));
+    } else {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    bar
+}
+
+/// Writes `value` as pretty JSON to `path`, atomically (temporary file,
+/// fsync, rename: see `tfpipe::atomic_file`).
+pub(crate) fn write_json(path: &Path, value: &impl serde::Serialize) -> anyhow::Result<()> {
+    let mut json = serde_json::to_vec_pretty(value)
+        .with_context(|| format!("{}: cannot write", path.display()))?;
+    json.push(b'\n');
+    tfpipe::atomic_file::write(path, &json)?;
+    Ok(())
+}
+
+/// The schema file `tfpipe convert` wrote for a shard
+/// `PREFIX-NNNNN-of-NNNNN.tfrecord[.gz|.zlib]`: `PREFIX.features.json`, when
+/// it exists.
+pub(crate) fn schema_file_beside(shard: &Path) -> Option<PathBuf> {
+    let name = shard.file_name()?.to_str()?;
+    let stem = name
+        .strip_suffix(".gz")
+        .or_else(|| name.strip_suffix(".zlib"))
+        .unwrap_or(name)
+        .strip_suffix(".tfrecord")?;
+    // `-00003-of-00008`: 15 ASCII characters.
+    let cut = stem.len().checked_sub(15)?;
+    let (prefix, suffix) = (stem.get(..cut)?, stem.get(cut..)?);
+    let b = suffix.as_bytes();
+    let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
+    if !(b[0] == b'-' && digits(1..6) && &suffix[6..10] == "-of-" && digits(10..15)) {
+        return None;
+    }
+    let path = shard.with_file_name(format!("{prefix}.features.json"));
+    path.is_file().then_some(path)
+}
+
+/// Fails when both label vocabularies are known and differ: the same class
+/// id would mean another label (issue: a test split converted alone records
+/// only the labels it has).
+pub(crate) fn check_vocabulary(
+    trained: Option<&[String]>,
+    found: Option<&[String]>,
+    trained_what: &str,
+    found_what: &str,
+) -> anyhow::Result<()> {
+    if let (Some(trained), Some(found)) = (trained, found)
+        && trained != found
+    {
+        bail!(
+            "{trained_what} has the label vocabulary {trained:?}, but {found_what} records {found:?}: class ids would mean other labels (convert the data with the training schema: `tfpipe convert --schema FILE`)"
+        );
+    }
+    Ok(())
+}
+
+/// Milliseconds since `since`.
+pub(crate) fn ms_since(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1e3
+}
