@@ -136,6 +136,7 @@ mod map;
 mod padded_batch;
 mod parallel_map;
 mod parse;
+mod partition;
 mod prefetch;
 pub mod rank;
 mod record;
