@@ -126,6 +126,7 @@ use crate::tfrecord::RecordError;
 
 mod autotune;
 mod batch;
+mod bucket;
 mod cache;
 mod combine;
 mod filter;
@@ -133,14 +134,17 @@ mod global_shuffle;
 mod ignore_errors;
 mod interleave;
 mod map;
+mod pack;
 mod padded_batch;
 mod parallel_map;
 mod parse;
 mod partition;
 mod prefetch;
 pub mod rank;
+mod rebatch;
 mod record;
 mod repeat;
+pub mod rows;
 mod shard;
 mod shuffle;
 mod skip;
@@ -148,12 +152,18 @@ mod source;
 pub mod state;
 mod take;
 mod tfrecord;
+mod unbatch;
+mod window;
 mod worker;
 
+pub use bucket::BucketOptions;
 pub use combine::Exhausted;
 pub use global_shuffle::GlobalShuffle;
 pub use interleave::Interleave;
-pub use padded_batch::{PaddedBatch, PaddedShape};
+pub use pack::PackOptions;
+pub use padded_batch::{
+    MAX_PADDED_VALUES, PadError, PadInfo, PadSpec, PadValue, PaddedBatch, PaddedShape, Padding,
+};
 pub use parallel_map::MapOptions;
 pub use rank::{MAX_WORLD_SIZE, Rank, RankError, RankShare, Remainder, ShareBy};
 pub use record::{FileId, POOL_BUFFERS, POOL_MAX_CAPACITY, Record, RecordPosition};
