@@ -421,22 +421,11 @@ fn whole_number(text: &str) -> Result<u64, String> {
     }
 }
 
-/// The error and its causes, each once: a cause whose text the message
-/// already holds (`stage parse: {source}` followed by that source) is not
-/// repeated.
+/// The error and its causes, joined by `: `. Each cause prints once
+/// because every error type keeps the convention of `tfpipe::error`: a
+/// message never repeats its source.
 fn message(err: &anyhow::Error) -> String {
-    let mut text = String::new();
-    for cause in err.chain() {
-        let cause = cause.to_string();
-        if text.contains(&cause) {
-            continue;
-        }
-        if !text.is_empty() {
-            text.push_str(": ");
-        }
-        text.push_str(&cause);
-    }
-    text
+    tfpipe::error::display_chain(err.as_ref())
 }
 
 /// The exit status for an error a command returned (the table in the

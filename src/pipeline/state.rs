@@ -94,13 +94,13 @@ pub enum StateError {
     #[error("the state does not fit this pipeline: {0}")]
     Mismatch(String),
     /// A buffered record could not be read back.
-    #[error("re-reading a buffered record: {0}")]
+    #[error("re-reading a buffered record")]
     Reread(#[source] RecordError),
     /// A state written by another version.
     #[error("pipeline state version {found}, this build reads version {STATE_VERSION}")]
     Version { found: u32 },
     /// The JSON is not a pipeline state.
-    #[error("pipeline state: {0}")]
+    #[error("pipeline state")]
     Json(#[from] serde_json::Error),
 }
 
