@@ -201,8 +201,8 @@ pub enum PipelineError {
         error: ParseError,
     },
     /// The schema given to a parse stage is invalid.
-    #[error("invalid schema: {0}")]
-    Schema(SchemaError),
+    #[error("invalid schema")]
+    Schema(#[source] SchemaError),
     /// An element does not fit the stage (e.g. longer than a padded shape).
     #[error("stage {stage}: {message}")]
     Element { stage: String, message: String },
