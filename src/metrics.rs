@@ -318,6 +318,12 @@ fn base_name(name: &str) -> &str {
     name.split_once('.').map_or(name, |(base, _)| base)
 }
 
+/// Whether a row is an input of a combined pipeline (`sample_from[1]`,
+/// `choose_from[selector]`) rather than a stage: stage names never end in `]`.
+fn is_input_row(name: &str) -> bool {
+    base_name(name).ends_with(']')
+}
+
 /// A snapshot of every stage, upstream first.
 ///
 /// `Display` prints a table with one row per stage and names the bottleneck:
@@ -341,13 +347,26 @@ impl PipelineMetrics {
     pub fn bottleneck(&self) -> Option<&StageMetrics> {
         self.stages
             .iter()
-            .filter(|s| s.busy_ns > 0)
+            .filter(|s| s.busy_ns > 0 && !is_input_row(&s.name))
             .max_by_key(|s| s.busy_per_worker_ns())
     }
 
     /// The bottleneck stage's name (what the trainer's stall verdict names).
     pub fn bottleneck_stage(&self) -> Option<&str> {
         self.bottleneck().map(|s| s.name.as_str())
+    }
+
+    /// Of the inputs of combined pipelines (`zip`, `concatenate`,
+    /// `sample_from`, `choose_from`), the one the combining stage waited on
+    /// longest: the input that starves the mixture. Its row (named like
+    /// `sample_from[1]`) counts the elements taken from that input and the
+    /// time spent waiting for them; the input's own stages are the rows
+    /// named `sample_from[1]/...`, and the busiest of them is why.
+    pub fn starving_input(&self) -> Option<&StageMetrics> {
+        self.stages
+            .iter()
+            .filter(|s| is_input_row(&s.name) && s.wait_in_ns > 0)
+            .max_by_key(|s| s.wait_in_ns)
     }
 
     /// The stage named `name`.
@@ -405,7 +424,25 @@ impl fmt::Display for PipelineMetrics {
                 ms(self.elapsed_ns)
             ),
             None => write!(f, "bottleneck: none yet (no stage has done work)"),
+        }?;
+        if let Some(input) = self.starving_input() {
+            let busiest = self
+                .stages
+                .iter()
+                .filter(|s| s.name.starts_with(&format!("{}/", input.name)))
+                .max_by_key(|s| s.busy_per_worker_ns());
+            write!(
+                f,
+                "\nstarving: input {} ({:.1} ms waited on it{})",
+                input.name,
+                ms(input.wait_in_ns),
+                busiest.map_or(String::new(), |s| format!(
+                    "; its busiest stage is {}",
+                    s.name
+                )),
+            )?;
         }
+        Ok(())
     }
 }
 

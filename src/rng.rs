@@ -31,7 +31,6 @@ impl SplitMix64 {
     }
 
     /// Uniform in `[0, 1)`, with 53 random bits.
-    #[cfg(feature = "train")]
     pub(crate) fn unit(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
@@ -77,7 +76,6 @@ mod tests {
         for n in [1u64, 2, 3, 1000, u64::MAX] {
             assert!(rng.below(n) < n);
         }
-        #[cfg(feature = "train")]
         assert!((0.0..1.0).contains(&rng.unit()));
     }
 }

@@ -7,6 +7,8 @@ mod common;
 
 #[path = "pipeline/cli.rs"]
 mod cli;
+#[path = "pipeline/combine.rs"]
+mod combine;
 #[path = "pipeline/errors.rs"]
 mod errors;
 #[path = "pipeline/files.rs"]
@@ -21,7 +23,11 @@ mod positions;
 mod props;
 #[path = "pipeline/ranks.rs"]
 mod ranks;
+#[path = "pipeline/sequences.rs"]
+mod sequences;
 #[path = "pipeline/shutdown.rs"]
 mod shutdown;
 #[path = "pipeline/state.rs"]
 mod state;
+#[path = "pipeline/tf_sequences.rs"]
+mod tf_sequences;

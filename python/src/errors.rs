@@ -55,7 +55,8 @@ pub(crate) fn pipeline_error(py: Python<'_>, error: PipelineError) -> PyErr {
     if error.is_data_error() {
         return data_error(py, message, None);
     }
-    match &error {
+    // The kind of a combined pipeline's input error is its inner error's.
+    match error.innermost() {
         PipelineError::NoFiles { .. } => PyFileNotFoundError::new_err(message),
         PipelineError::Schema(_) => SchemaError::new_err(message),
         PipelineError::Config(_) | PipelineError::BadGlob { .. } | PipelineError::State(_) => {

@@ -678,6 +678,7 @@ mod tests {
                 }),
                 epoch: 0,
                 prefix: "".into(),
+                label: "".into(),
                 resume: None,
             };
             let slot = spawn_producer(

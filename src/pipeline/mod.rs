@@ -32,7 +32,9 @@
 //! # Threading model
 //!
 //! Sequential stages (`filter`, `map`, `shuffle`, `batch`, `take`, `skip`,
-//! `repeat`, `cache`, `ignore_errors`, sequential `interleave`) are fused: they
+//! `repeat`, `cache`, `ignore_errors`, sequential `interleave`, and the
+//! combinations `zip`, `concatenate`, `sample_from`, `choose_from`, whose
+//! inputs keep their own stages and threads) are fused: they
 //! run as iterator adapters on whichever thread pulls them, with no channel hop.
 //! Threads start only where you ask for concurrency:
 //!
@@ -124,19 +126,24 @@ use crate::tfrecord::RecordError;
 
 mod autotune;
 mod batch;
+mod bucket;
 mod cache;
+mod combine;
 mod filter;
 mod global_shuffle;
 mod ignore_errors;
 mod interleave;
 mod map;
+mod pack;
 mod padded_batch;
 mod parallel_map;
 mod parse;
 mod prefetch;
 pub mod rank;
+mod rebatch;
 mod record;
 mod repeat;
+pub mod rows;
 mod shard;
 mod shuffle;
 mod skip;
@@ -144,11 +151,18 @@ mod source;
 pub mod state;
 mod take;
 mod tfrecord;
+mod unbatch;
+mod window;
 mod worker;
 
+pub use bucket::BucketOptions;
+pub use combine::Exhausted;
 pub use global_shuffle::GlobalShuffle;
 pub use interleave::Interleave;
-pub use padded_batch::{PaddedBatch, PaddedShape};
+pub use pack::PackOptions;
+pub use padded_batch::{
+    MAX_PADDED_VALUES, PadError, PadInfo, PadSpec, PadValue, PaddedBatch, PaddedShape, Padding,
+};
 pub use parallel_map::MapOptions;
 pub use rank::{MAX_WORLD_SIZE, Rank, RankError, RankShare, Remainder, ShareBy};
 pub use record::{FileId, POOL_BUFFERS, POOL_MAX_CAPACITY, Record, RecordPosition};
@@ -229,6 +243,19 @@ pub enum PipelineError {
     /// The iterator state could not be captured, or a pipeline not restored from it.
     #[error(transparent)]
     State(#[from] StateError),
+    /// An input of a combined pipeline ([`Pipeline::zip`],
+    /// [`concatenate`](Pipeline::concatenate), [`sample_from`](Pipeline::sample_from),
+    /// [`choose_from`](Pipeline::choose_from)) failed. `input` names it as
+    /// its stages appear in the metrics (`sample_from[1]`, `choose_from[selector]`);
+    /// `origin` is the input's first file, where it reads files. The
+    /// accessors ([`location`](Self::location), [`stage`](Self::stage), ...)
+    /// see through to `error`.
+    #[error("{input}{}: {error}", origin.as_ref().map(|o| format!(" (reading {o}, ...)")).unwrap_or_default())]
+    Source {
+        input: String,
+        origin: Option<String>,
+        error: Box<PipelineError>,
+    },
 }
 
 impl From<crate::storage::StorageError> for PipelineError {
@@ -243,9 +270,18 @@ impl From<crate::storage::StorageError> for PipelineError {
 }
 
 impl PipelineError {
+    /// The error itself, under the [`Source`](Self::Source) wrappers of
+    /// combined pipelines (which name the input it came from).
+    pub fn innermost(&self) -> &PipelineError {
+        match self {
+            PipelineError::Source { error, .. } => error.innermost(),
+            other => other,
+        }
+    }
+
     /// The stage the error arose in, where there is one.
     pub fn stage(&self) -> Option<&str> {
-        match self {
+        match self.innermost() {
             PipelineError::Record { stage, .. }
             | PipelineError::User { stage, .. }
             | PipelineError::Panic { stage, .. }
@@ -261,7 +297,7 @@ impl PipelineError {
     /// File, record index and byte offset, for errors reading or parsing
     /// records.
     pub fn location(&self) -> Option<&Location> {
-        match self {
+        match self.innermost() {
             PipelineError::Record { error, .. } | PipelineError::Cache { error, .. } => {
                 error.location()
             }
@@ -273,7 +309,7 @@ impl PipelineError {
 
     /// The reader's error, for a failure reading records or a cache file.
     pub fn record_error(&self) -> Option<&RecordError> {
-        match self {
+        match self.innermost() {
             PipelineError::Record { error, .. } | PipelineError::Cache { error, .. } => Some(error),
             _ => None,
         }
@@ -281,7 +317,7 @@ impl PipelineError {
 
     /// The user function's error, for an `Err` it returned.
     pub fn user_error(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
-        match self {
+        match self.innermost() {
             PipelineError::User { error, .. } => Some(error.as_ref()),
             _ => None,
         }
@@ -289,7 +325,7 @@ impl PipelineError {
 
     /// The parser's error, for a record that did not parse.
     pub fn parse_error(&self) -> Option<&ParseError> {
-        match self {
+        match self.innermost() {
             PipelineError::Parse { error, .. } => Some(error),
             _ => None,
         }
@@ -298,7 +334,7 @@ impl PipelineError {
     /// Whether the error is about the input data (a corrupt or unparsable
     /// record) rather than the system or the program.
     pub fn is_data_error(&self) -> bool {
-        match self {
+        match self.innermost() {
             PipelineError::Record { error, .. } => error.is_corruption(),
             PipelineError::Parse { .. } => true,
             PipelineError::Index { error, .. } => error.is_data_error(),
@@ -418,6 +454,9 @@ pub(crate) struct Env {
     pub(crate) shared: Arc<Shared>,
     pub(crate) epoch: u64,
     prefix: Arc<str>,
+    /// Put before stage names: the input of a combined pipeline the stages
+    /// belong to (`sample_from[1]/`), empty elsewhere.
+    label: Arc<str>,
     /// Set only while building a stage restored from a state.
     resume: Option<Arc<ResumeSlot>>,
 }
@@ -425,9 +464,38 @@ pub(crate) struct Env {
 impl Env {
     /// The counters of the stage at `depth` of the plan.
     pub(crate) fn stage(&self, depth: usize, name: &str) -> Arc<StageCounters> {
-        self.shared
-            .metrics
-            .stage(&format!("{}{depth}", self.prefix), name)
+        if self.label.is_empty() {
+            return self
+                .shared
+                .metrics
+                .stage(&format!("{}{depth}", self.prefix), name);
+        }
+        self.shared.metrics.stage(
+            &format!("{}{depth}", self.prefix),
+            &format!("{}{name}", self.label),
+        )
+    }
+
+    /// The context for input `index` of the combined pipeline at `depth`
+    /// (`input` names it: `sample_from[1]`): its stages get keys of their
+    /// own and names that start with `input/`.
+    pub(crate) fn input(&self, depth: usize, index: usize, input: &str) -> Env {
+        Env {
+            prefix: format!("{}{depth}/{index}/", self.prefix).into(),
+            label: format!("{}{input}/", self.label).into(),
+            resume: None,
+            ..self.clone()
+        }
+    }
+
+    /// The metrics row of input `index` of the combined pipeline at
+    /// `depth`: what the combining stage took from it and waited on it.
+    /// Listed after the input's own stages.
+    pub(crate) fn input_row(&self, depth: usize, index: usize, input: &str) -> Arc<StageCounters> {
+        self.shared.metrics.stage(
+            &format!("{}{depth}/{index}", self.prefix),
+            &format!("{}{input}", self.label),
+        )
     }
 
     pub(crate) fn cancelled(&self) -> bool {
@@ -529,6 +597,9 @@ pub struct Pipeline<T> {
     build: Arc<BuildFn<T>>,
     depth: usize,
     error: Option<Invalid>,
+    /// The first file the pipeline reads, where known: errors from an input
+    /// of a combined pipeline name it.
+    origin: Option<Arc<str>>,
 }
 
 impl<T> Clone for Pipeline<T> {
@@ -537,6 +608,7 @@ impl<T> Clone for Pipeline<T> {
             build: Arc::clone(&self.build),
             depth: self.depth,
             error: self.error.clone(),
+            origin: self.origin.clone(),
         }
     }
 }
@@ -548,6 +620,7 @@ impl<T: Send + 'static> Pipeline<T> {
             build: Arc::new(build),
             depth: 0,
             error: None,
+            origin: None,
         }
     }
 
@@ -575,6 +648,7 @@ impl<T: Send + 'static> Pipeline<T> {
             }),
             depth,
             error: self.error,
+            origin: self.origin,
         }
     }
 
@@ -600,6 +674,7 @@ impl<T: Send + 'static> Pipeline<T> {
             }),
             depth,
             error: self.error,
+            origin: self.origin,
         }
     }
 
@@ -632,6 +707,7 @@ impl<T: Send + 'static> Pipeline<T> {
             }),
             depth,
             error: self.error,
+            origin: self.origin,
         }
     }
 
@@ -655,6 +731,12 @@ impl<T: Send + 'static> Pipeline<T> {
 
     pub(crate) fn depth(&self) -> usize {
         self.depth
+    }
+
+    /// Records the first file the pipeline reads (for errors naming an input).
+    pub(crate) fn with_origin(mut self, origin: Option<&std::path::Path>) -> Self {
+        self.origin = origin.map(|p| Arc::from(p.display().to_string()));
+        self
     }
 
     pub(crate) fn build_stream(&self, env: &Env) -> Stream<T> {
@@ -703,6 +785,7 @@ impl<T: Send + 'static> Pipeline<T> {
             shared: Arc::clone(&shared),
             epoch: 0,
             prefix: "".into(),
+            label: "".into(),
             resume: None,
         };
         let Some(state) = state else {

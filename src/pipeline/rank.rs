@@ -535,6 +535,7 @@ fn tag(records: Pipeline<Record>, rank: Rank) -> Pipeline<Record> {
         }),
         depth: tagged.depth,
         error: tagged.error,
+        origin: tagged.origin,
     }
 }
 

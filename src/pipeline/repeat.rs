@@ -71,6 +71,7 @@ impl<T: Send + 'static> Pipeline<T> {
         let depth = self.depth() + 1;
         let inner = self.clone();
         let error = self.error.clone();
+        let origin = self.origin.clone();
         let mut out = Pipeline::from_build(move |env: &Env| {
             let saved = env.resume_state().cloned();
             let env = env.resuming(None);
@@ -96,6 +97,7 @@ impl<T: Send + 'static> Pipeline<T> {
         });
         out.depth = depth;
         out.error = error;
+        out.origin = origin;
         out
     }
 }

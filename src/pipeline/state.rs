@@ -25,6 +25,10 @@
 //! - `repeat`: the epoch and the current pass's state; the pass is rebuilt
 //!   at that epoch, so per-epoch seeds (`shuffle`'s reshuffle) carry on as
 //!   in the uninterrupted run;
+//! - `unbatch`, `rebatch`, `window`, `bucket_by_sequence_length`, `pack`
+//!   (whose rows are mostly parsed data, not records): by replay, the
+//!   upstream's state at an anchor before the oldest row they hold plus
+//!   those rows' ids ([`rows`](super::rows));
 //! - `take`, `skip`, `shard`: their counters; `map`, `filter`,
 //!   `ignore_errors`: nothing of their own;
 //! - parallel stages (`map_parallel`, `parse_batches`/`parse_records`,
@@ -53,7 +57,8 @@
 //!
 //! A state request fails with [`StateError::Unsupported`] (never a silent
 //! wrong resume) for: `from_iterator` (one-shot), `cache`/`cache_file`,
-//! `padded_batch`, non-deterministic parallel stages, and `shuffle`/`batch` buffers of
+//! `padded_batch` over `Vec` elements (the one over parsed batches is
+//! `rebatch` + a map, and is captured), non-deterministic parallel stages, and `shuffle`/`batch` buffers of
 //! elements other than [`Record`]s read from files. User closures (`map`, `filter`,
 //! `map_parallel`, `interleave`'s function, generators) are assumed pure:
 //! hidden state inside them is not captured, and a closure that depends on

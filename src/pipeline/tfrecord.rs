@@ -138,11 +138,13 @@ impl TfRecordFiles {
     pub fn interleave_with(self, mut options: Interleave) -> Pipeline<Record> {
         let reader = self.options;
         let error = self.error;
+        let origin = self.paths.first().cloned();
         if let Some(plan) = &self.rank
             && let Some(indexed) = &plan.indexed
         {
             return rank::indexed_share(plan, indexed)
-                .invalid_if(error.is_some(), || error.clone().unwrap_or_default());
+                .invalid_if(error.is_some(), || error.clone().unwrap_or_default())
+                .with_origin(origin.as_deref());
         }
         let paths = match &self.rank {
             Some(plan) if plan.share.by == ShareBy::Record => {
@@ -155,7 +157,8 @@ impl TfRecordFiles {
             .invalid_if(error.is_some(), || error.clone().unwrap_or_default())
             .interleave(options, move |path| {
                 Pipeline::tfrecord_file(path, reader.clone())
-            });
+            })
+            .with_origin(origin.as_deref());
         match &self.rank {
             Some(plan) => rank::apply(plan, records),
             None => records,

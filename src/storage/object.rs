@@ -537,6 +537,9 @@ pub(crate) fn head(url: &str) -> Result<ObjectMeta, StorageError> {
 /// Resolves one URL, a glob or not, to the objects it names.
 pub(crate) fn resolve(pattern: &str) -> Result<Vec<PathBuf>, StorageError> {
     let parsed = parse_pattern(pattern)?;
+    if parsed.key_pattern.is_empty() || parsed.key_pattern.ends_with('/') {
+        return resolve_dataset(pattern, &parsed);
+    }
     if !has_glob(&parsed.key_pattern) {
         head(pattern).map_err(|e| match e.io_kind() {
             io::ErrorKind::NotFound => StorageError::NoMatch {
@@ -550,19 +553,7 @@ pub(crate) fn resolve(pattern: &str) -> Result<Vec<PathBuf>, StorageError> {
         pattern: pattern.to_string(),
         reason: e.to_string(),
     })?;
-    let prefix = list_prefix(&parsed.key_pattern).to_string();
-    let context = Context::get()?;
-    let (store, _) = context.store(&format!("{}/", parsed.base))?;
-    let listed = context.run(async move {
-        let prefix = (!prefix.is_empty()).then(|| ObjectPath::from(prefix.as_str()));
-        let mut stream = store.list(prefix.as_ref());
-        let mut keys = Vec::new();
-        while let Some(meta) = stream.next().await {
-            keys.push(meta?.location.to_string());
-        }
-        Ok::<_, object_store::Error>(keys)
-    })?;
-    let keys = listed.map_err(|e| store_error(pattern, "LIST".into(), 1, e))?;
+    let keys = list_keys(pattern, &parsed.base, list_prefix(&parsed.key_pattern))?;
     let options = glob::MatchOptions {
         case_sensitive: true,
         require_literal_separator: true,
@@ -582,6 +573,49 @@ pub(crate) fn resolve(pattern: &str) -> Result<Vec<PathBuf>, StorageError> {
         .into_iter()
         .map(|key| PathBuf::from(format!("{}/{key}", parsed.base)))
         .collect())
+}
+
+/// The data files of a dataset "directory" (a key prefix ending in `/`),
+/// by [`is_dataset_file`](super::is_dataset_file) on each key below it.
+fn resolve_dataset(pattern: &str, parsed: &ParsedPattern) -> Result<Vec<PathBuf>, StorageError> {
+    let prefix = parsed.key_pattern.trim_end_matches('/').to_string();
+    let keys = list_keys(pattern, &parsed.base, &prefix)?;
+    let strip = if prefix.is_empty() {
+        0
+    } else {
+        prefix.len() + 1
+    };
+    let mut found: Vec<String> = keys
+        .into_iter()
+        .filter(|key| key.get(strip..).is_some_and(super::is_dataset_file))
+        .collect();
+    if found.is_empty() {
+        return Err(StorageError::NoMatch {
+            pattern: format!("{pattern} (a directory: its part-* files)"),
+        });
+    }
+    found.sort();
+    Ok(found
+        .into_iter()
+        .map(|key| PathBuf::from(format!("{}/{key}", parsed.base)))
+        .collect())
+}
+
+/// Every key under `prefix` (a whole number of segments; empty for all).
+fn list_keys(pattern: &str, base: &str, prefix: &str) -> Result<Vec<String>, StorageError> {
+    let context = Context::get()?;
+    let (store, _) = context.store(&format!("{base}/"))?;
+    let prefix = prefix.to_string();
+    let listed = context.run(async move {
+        let prefix = (!prefix.is_empty()).then(|| ObjectPath::from(prefix.as_str()));
+        let mut stream = store.list(prefix.as_ref());
+        let mut keys = Vec::new();
+        while let Some(meta) = stream.next().await {
+            keys.push(meta?.location.to_string());
+        }
+        Ok::<_, object_store::Error>(keys)
+    })?;
+    listed.map_err(|e| store_error(pattern, "LIST".into(), 1, e))
 }
 
 struct ParsedPattern {

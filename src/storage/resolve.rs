@@ -1,4 +1,10 @@
 //! The one resolver from user-given paths, URLs and globs to files.
+//!
+//! A directory (or a URL ending in `/`) is read as a dataset, the way Spark,
+//! Hadoop and linkedin/spark-tfrecord write one: its `part-*` files, through
+//! `key=value/` partition directories, leaving out markers and checksums
+//! ([`is_dataset_file`] is the rule, for local directories and object
+//! listings alike).
 
 use std::path::{Path, PathBuf};
 
@@ -47,6 +53,11 @@ pub(crate) fn has_glob(text: &str) -> bool {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 ///
+/// A directory is read as a dataset: every `part-*` file in it, through
+/// nested `key=value/` partition directories, sorted by path, leaving out
+/// `_SUCCESS`, `_committed_*`, `*.crc` and hidden files (see
+/// [`is_dataset_file`]); one without such files is an error.
+///
 /// A glob's matches leave out record index files (`NAME.idx` where the same
 /// glob also matches `NAME`, as `tfpipe index` writes them), so that
 /// `'out/train-*'` names the data and not its indexes;
@@ -93,6 +104,72 @@ pub fn resolve_listing<P: AsRef<str>>(
     Ok(listing)
 }
 
+/// Whether `relative`, a path under a dataset directory (with `/`
+/// separators), is one of the dataset's data files: every directory on the
+/// way is a partition (`key=value`), and the file is a part (`part-*`, as
+/// Spark and Hadoop name their output; any compression suffix), not a
+/// checksum (`*.crc`). Names starting with `.` or `_` are never data
+/// (`_SUCCESS`, `_committed_*`, `_temporary/`, `.part-00000.crc`).
+///
+/// ```
+/// use tfpipe::storage::is_dataset_file;
+/// assert!(is_dataset_file("part-r-00000.gz"));
+/// assert!(is_dataset_file("year=2024/country=fr/part-00003-1b2c.tfrecord"));
+/// assert!(!is_dataset_file("_SUCCESS"));
+/// assert!(!is_dataset_file("_temporary/0/part-00000"));
+/// assert!(!is_dataset_file("year=2024/.part-00000.crc"));
+/// assert!(!is_dataset_file("part-00000.crc"));
+/// assert!(!is_dataset_file("logs/part-00000"));
+/// ```
+pub fn is_dataset_file(relative: &str) -> bool {
+    let mut segments: Vec<&str> = relative.split('/').filter(|s| !s.is_empty()).collect();
+    let Some(name) = segments.pop() else {
+        return false;
+    };
+    segments.iter().all(|dir| is_partition_dir(dir))
+        && name.starts_with("part-")
+        && !name.ends_with(".crc")
+}
+
+/// Whether a directory name is a partition, `key=value` (not hidden).
+fn is_partition_dir(name: &str) -> bool {
+    !name.starts_with(['.', '_']) && name.split_once('=').is_some_and(|(key, _)| !key.is_empty())
+}
+
+/// The `part-*` files of a local dataset directory, sorted by path.
+fn dataset_files(dir: &Path, pattern: &str) -> Result<Vec<PathBuf>, StorageError> {
+    let mut found = Vec::new();
+    walk_dataset(dir, &mut found).map_err(|error| StorageError::Io {
+        path: dir.to_path_buf(),
+        error,
+    })?;
+    if found.is_empty() {
+        return Err(StorageError::NoMatch {
+            pattern: format!("{pattern} (a directory: its part-* files)"),
+        });
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// Collects the data files under `dir`, descending only into partitions.
+fn walk_dataset(dir: &Path, found: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        if path.is_dir() {
+            if is_partition_dir(name) {
+                walk_dataset(&path, found)?;
+            }
+        } else if is_dataset_file(name) {
+            found.push(path);
+        }
+    }
+    Ok(())
+}
+
 /// The data file an index file `NAME.idx` describes: `NAME`.
 fn data_of_index(path: &Path) -> Option<PathBuf> {
     let text = path.to_str()?;
@@ -102,6 +179,9 @@ fn data_of_index(path: &Path) -> Option<PathBuf> {
 
 fn resolve_local(pattern: &str) -> Result<Vec<PathBuf>, StorageError> {
     if !has_glob(pattern) {
+        if Path::new(pattern).is_dir() {
+            return dataset_files(Path::new(pattern), pattern);
+        }
         return if Path::new(pattern).is_file() {
             Ok(vec![PathBuf::from(pattern)])
         } else {

@@ -156,3 +156,99 @@ fn a_truncated_cache_file_is_an_error() {
     let err = items.last().unwrap().as_ref().unwrap_err();
     assert!(err.to_string().contains("promises 1000 records"), "{err}");
 }
+
+/// A directory is read as a dataset the way Spark (and
+/// linkedin/spark-tfrecord) writes one: `part-*` files through `key=value/`
+/// partitions, GZIP by name or by sniffing, empty parts (0 bytes, or the
+/// 20-byte GZIP stream of nothing) read as empty, and markers, checksums,
+/// hidden files and other directories left out.
+#[test]
+fn a_spark_output_directory_reads_as_a_dataset() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("out");
+    let write = |sub: &str, first: u64, n: u64, compression: Compression, name: &str| {
+        let d = root.join(sub);
+        std::fs::create_dir_all(&d).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let written = write_shards(tmp.path(), 1, n, compression, |i| index_record(first + i));
+        std::fs::rename(&written[0], d.join(name)).unwrap();
+    };
+    write(
+        "year=2023/country=fr",
+        0,
+        5,
+        Compression::Gzip,
+        "part-r-00000.gz",
+    );
+    write(
+        "year=2023/country=us",
+        5,
+        4,
+        Compression::None,
+        "part-r-00000",
+    );
+    // GZIP without the suffix: sniffed from the first bytes.
+    write(
+        "year=2024/country=fr",
+        9,
+        3,
+        Compression::Gzip,
+        "part-00001-9f3a.tfrecord",
+    );
+    write("year=2024", 12, 2, Compression::None, "part-r-00007");
+    // Java's GZIPOutputStream with nothing written: 20 bytes.
+    let empty_gzip = [
+        0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    ];
+    std::fs::write(
+        root.join("year=2023/country=fr/part-r-00001.gz"),
+        empty_gzip,
+    )
+    .unwrap();
+    std::fs::write(root.join("year=2024/part-r-00008"), b"").unwrap();
+    std::fs::write(root.join("year=2024/part-r-00009.gz"), b"").unwrap();
+    // Not data: markers, checksums, hidden files, work directories.
+    for junk in [
+        "_SUCCESS",
+        "_committed_1234",
+        "_started_1234",
+        "year=2023/country=us/.part-r-00000.crc",
+        "year=2023/country=us/part-r-00000.crc",
+        ".hidden",
+        "_temporary/0/part-r-00000",
+        "year=2024/_temporary/part-r-00003",
+        "notes/part-r-00000",
+    ] {
+        let path = root.join(junk);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, b"not a tfrecord").unwrap();
+    }
+    let files = Pipeline::tfrecord_files([root.display().to_string()]).unwrap();
+    let relative: Vec<String> = files
+        .paths()
+        .iter()
+        .map(|p| p.strip_prefix(&root).unwrap().display().to_string())
+        .collect();
+    assert_eq!(
+        relative,
+        [
+            "year=2023/country=fr/part-r-00000.gz",
+            "year=2023/country=fr/part-r-00001.gz",
+            "year=2023/country=us/part-r-00000",
+            "year=2024/country=fr/part-00001-9f3a.tfrecord",
+            "year=2024/part-r-00007",
+            "year=2024/part-r-00008",
+            "year=2024/part-r-00009.gz",
+        ]
+    );
+    assert_eq!(indices(files.records()), (0..14).collect::<Vec<_>>());
+    // A directory without parts says what it looked for.
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    std::fs::write(empty.join("_SUCCESS"), b"").unwrap();
+    let error = Pipeline::tfrecord_files([empty.display().to_string()])
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(error.contains("part-* files"), "{error}");
+}

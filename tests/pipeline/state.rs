@@ -2,12 +2,12 @@
 //! after `k` events yields exactly what the uninterrupted one yields after
 //! its first `k` (elements and epoch markers), over random pipelines
 //! (parallel stages, `repeat`, `take`, `skip`, `filter`, `shard` and ranks
-//! included) and cut points.
+//! included) and cut points, and over random mixtures of such pipelines.
 
 use tfpipe::PipelineError;
 use tfpipe::pipeline::{
-    Event, Interleave, Parallelism, Pipeline, PipelineIter, PipelineState, Rank, Record, Remainder,
-    StateError,
+    Event, Exhausted, Interleave, Parallelism, Pipeline, PipelineIter, PipelineState, Rank, Record,
+    Remainder, StateError,
 };
 use tfpipe::tfrecord::Compression;
 
@@ -179,6 +179,104 @@ fn resumed_stream_equals_the_uninterrupted_one() {
                     .start_from(&state)
                     .unwrap_or_else(|e| panic!("{desc} at {cut}: {e}"));
                 assert_eq!(resumed.epoch(), epoch, "{desc}, cut at {cut}");
+                let rest = events(&mut resumed, None);
+                assert_eq!(rest, full[cut..], "{desc}, cut at {cut} of {n}");
+                assert_eq!(resumed.epoch(), epochs, "{desc}, cut at {cut}");
+            }
+        }
+    });
+}
+
+/// A random combination (`sample_from`, `concatenate`, `choose_from`,
+/// `zip`) of two or three random pipelines, itself maybe prefetched and
+/// repeated.
+fn random_mixture(rng: &mut Rng, patterns: [&str; 2], desc: &mut String) -> Pipeline<Vec<u64>> {
+    let k = 2 + rng.below(2) as usize;
+    let mut inputs = Vec::new();
+    for i in 0..k {
+        let pattern = patterns[rng.below(2) as usize];
+        let mut d = String::new();
+        inputs.push(random_pipeline(rng, pattern, &mut d));
+        *desc += &format!("[{i}: {d}] ");
+    }
+    let mut mixed = match rng.below(4) {
+        0 => {
+            let weights: Vec<f64> = (0..k).map(|_| 1.0 + rng.below(4) as f64).collect();
+            let seed = rng.below(1000);
+            let exhausted = if rng.below(2) == 0 {
+                Exhausted::Stop
+            } else {
+                Exhausted::Renormalize
+            };
+            *desc += &format!("sample_from({weights:?}, {seed}, {exhausted:?})");
+            Pipeline::sample_from(inputs, &weights, seed, exhausted)
+        }
+        1 => {
+            *desc += "concatenate";
+            let mut inputs = inputs.into_iter();
+            let first = inputs.next().unwrap();
+            inputs.fold(first, Pipeline::concatenate)
+        }
+        2 => {
+            let selector: Vec<usize> = (0..300).map(|_| rng.below(k as u64) as usize).collect();
+            *desc += "choose_from";
+            Pipeline::choose_from(inputs, Pipeline::from_vec(selector))
+        }
+        _ => {
+            *desc += "zip";
+            let mut inputs = inputs.into_iter();
+            let (a, b) = (inputs.next().unwrap(), inputs.next().unwrap());
+            a.zip(b).map(|(mut a, b): (Vec<u64>, Vec<u64>)| {
+                a.extend(b);
+                a
+            })
+        }
+    };
+    if rng.below(2) == 0 {
+        *desc += ".prefetch(2)";
+        mixed = mixed.prefetch(2);
+    }
+    if rng.below(3) == 0 {
+        *desc += ".repeat(2)";
+        mixed = mixed.repeat(Some(2));
+    }
+    mixed
+}
+
+/// Mixtures resume exactly: each input at its own position, the sampling
+/// RNG, the selector and the cursor, at random cut points.
+#[test]
+fn a_resumed_mixture_equals_the_uninterrupted_one() {
+    let dir = tempfile::tempdir().unwrap();
+    write_shards(dir.path(), 3, 40, Compression::None, index_record);
+    let gz = dir.path().join("gz");
+    std::fs::create_dir(&gz).unwrap();
+    write_shards(&gz, 2, 30, Compression::Gzip, |i| index_record(1000 + i));
+    let plain = dir.path().join("part-*").display().to_string();
+    let gzip = gz.join("part-*").display().to_string();
+    watchdog(240, move || {
+        let mut rng = Rng(0xD1B5_4A32_D192_ED03);
+        for _ in 0..24 {
+            let mut desc = String::new();
+            let pipeline = random_mixture(&mut rng, [&plain, &gzip], &mut desc);
+            let mut it = pipeline.start().unwrap();
+            let full = events(&mut it, None);
+            let epochs = it.epoch();
+            let n = full.len() as u64;
+            for cut in [1 + rng.below(n), rng.below(n + 1), rng.below(n + 1)] {
+                let cut = cut.min(n) as usize;
+                let mut it = pipeline.start().unwrap();
+                let head = events(&mut it, Some(cut));
+                assert_eq!(head, full[..cut], "{desc}");
+                let json = it
+                    .state()
+                    .unwrap_or_else(|e| panic!("{desc}: {e}"))
+                    .to_json();
+                drop(it);
+                let state = PipelineState::from_json(&json).unwrap();
+                let mut resumed = pipeline
+                    .start_from(&state)
+                    .unwrap_or_else(|e| panic!("{desc} at {cut}: {e}"));
                 let rest = events(&mut resumed, None);
                 assert_eq!(rest, full[cut..], "{desc}, cut at {cut} of {n}");
                 assert_eq!(resumed.epoch(), epochs, "{desc}, cut at {cut}");

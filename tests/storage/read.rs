@@ -16,6 +16,54 @@ fn read_all(url: &str, read: &ReadOptions) -> Result<Vec<Vec<u8>>, RecordError> 
     reader.into_records().collect()
 }
 
+/// A URL ending in `/` is a dataset directory, as a local directory is:
+/// its `part-*` objects through `key=value/` prefixes, without markers,
+/// checksums or work prefixes; empty parts (the 20-byte GZIP stream of
+/// nothing) read as empty.
+#[test]
+fn a_url_ending_in_a_slash_reads_a_spark_dataset() {
+    let server = S3Server::start();
+    let bucket = server.bucket("spark");
+    let empty_gzip = vec![
+        0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    ];
+    let data = records(0, 3, 10);
+    for (key, bytes) in [
+        (
+            "out/day=1/part-r-00000.gz",
+            tfrecord(&data, Compression::Gzip),
+        ),
+        ("out/day=1/part-r-00001.gz", empty_gzip),
+        ("out/day=2/part-r-00000", tfrecord(&data, Compression::None)),
+        ("out/day=2/.part-r-00000.crc", b"x".to_vec()),
+        ("out/_SUCCESS", Vec::new()),
+        ("out/_temporary/0/part-r-00000", b"x".to_vec()),
+        ("other/part-r-00000", b"x".to_vec()),
+    ] {
+        server.put(&format!("{bucket}/{key}"), bytes);
+    }
+    let found = storage::resolve([format!("{bucket}/out/")]).unwrap();
+    let names: Vec<String> = found.iter().map(|p| p.display().to_string()).collect();
+    assert_eq!(
+        names,
+        [
+            format!("{bucket}/out/day=1/part-r-00000.gz"),
+            format!("{bucket}/out/day=1/part-r-00001.gz"),
+            format!("{bucket}/out/day=2/part-r-00000"),
+        ]
+    );
+    let read: Vec<Vec<u8>> = Pipeline::tfrecord_files([format!("{bucket}/out/")])
+        .unwrap()
+        .records()
+        .start()
+        .unwrap()
+        .map(|r| r.unwrap().to_vec())
+        .collect();
+    assert_eq!(read, [data.clone(), data].concat());
+    let err = storage::resolve([format!("{bucket}/nothing/")]).unwrap_err();
+    assert!(matches!(err, StorageError::NoMatch { .. }), "{err}");
+}
+
 #[test]
 fn globs_list_by_prefix_then_match_keys() {
     let server = S3Server::start();
