@@ -15,8 +15,9 @@
 //! So printing an error and then each `source()` in turn, as `{:#}` of
 //! `anyhow` and the `tfpipe` binary do, shows every cause exactly once,
 //! with no de-duplication by substring. Each error type that can be about
-//! bad input data answers one question, `is_data_error()` (or
-//! `is_bad_data()`), and the binary's exit codes follow it.
+//! bad input data answers one question, `is_data_error()` (`RecordError`:
+//! `is_corruption()`), and the binary's exit codes follow it: 1 for bad
+//! data, 2 for usage and I/O.
 
 use std::fmt;
 use std::path::PathBuf;

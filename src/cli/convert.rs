@@ -319,12 +319,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         Err(ConvertError::Interrupted) => {
             Err(interrupt.error().note("no output was written").into())
         }
-        Err(
-            e @ (ConvertError::BadRow { .. }
-            | ConvertError::BadInput { .. }
-            | ConvertError::Gzip { .. }
-            | ConvertError::NoRecords { .. }),
-        ) => {
+        Err(e) if e.is_data_error() => {
             eprintln!("tfpipe: {}", tfpipe::error::display_chain(&e));
             if e.is_bad_row() && !args.skip_bad_rows {
                 eprintln!("tfpipe: no output was written (--skip-bad-rows skips such rows)");

@@ -264,7 +264,20 @@ impl ConvertError {
         ConvertError::Options { option, reason }
     }
 
-    /// Whether `--skip-bad-rows` may skip this error.
+    /// Whether the error is about bad input data (a row, a malformed or
+    /// damaged input, nothing convertible) rather than options or I/O.
+    pub fn is_data_error(&self) -> bool {
+        matches!(
+            self,
+            ConvertError::BadRow { .. }
+                | ConvertError::BadInput { .. }
+                | ConvertError::Gzip { .. }
+                | ConvertError::NoRecords { .. }
+        )
+    }
+
+    /// Whether a policy of skipping bad rows may skip this error (a row
+    /// that cannot be converted).
     pub fn is_bad_row(&self) -> bool {
         matches!(self, ConvertError::BadRow { .. })
     }

@@ -2050,7 +2050,7 @@ mod tests {
             ),
             ("{", "EOF"),
         ] {
-            let err = Schema::from_json_str(json).unwrap_err().to_string();
+            let err = crate::error::display_chain(&Schema::from_json_str(json).unwrap_err());
             assert!(err.contains(needle), "{json}: {err}");
         }
     }

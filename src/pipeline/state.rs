@@ -94,7 +94,12 @@ pub const STATE_VERSION: u32 = 1;
 pub enum StateError {
     /// A stage whose position cannot be captured.
     #[error("stage {stage}: its state cannot be captured ({why})")]
-    Unsupported { stage: String, why: String },
+    Unsupported {
+        /// The stage.
+        stage: String,
+        /// Why it cannot.
+        why: String,
+    },
     /// The state does not fit this pipeline.
     #[error("the state does not fit this pipeline: {0}")]
     Mismatch(String),
@@ -103,7 +108,10 @@ pub enum StateError {
     Reread(#[source] RecordError),
     /// A state written by another version.
     #[error("pipeline state version {found}, this build reads version {STATE_VERSION}")]
-    Version { found: u32 },
+    Version {
+        /// The state's version.
+        found: u32,
+    },
     /// The JSON is not a pipeline state.
     #[error("pipeline state")]
     Json(#[from] serde_json::Error),

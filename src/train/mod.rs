@@ -336,10 +336,13 @@ impl TrainError {
 
     /// Whether the error is about bad input data (exit code 1 in the CLI)
     /// rather than usage or I/O.
-    pub fn is_bad_data(&self) -> bool {
+    pub fn is_data_error(&self) -> bool {
         match self {
-            TrainError::Data(e) => e.location().is_some(),
-            TrainError::Input { .. } | TrainError::Label { .. } => true,
+            TrainError::Data(e) => e.is_data_error(),
+            TrainError::Input { .. } => true,
+            // A label beyond the classes is fixed by the number of classes
+            // (or by training a regression), not by other data.
+            TrainError::Label { .. } => false,
             TrainError::Checkpoint { source, .. } => {
                 matches!(**source, CheckpointError::Checksum { .. })
             }

@@ -812,7 +812,7 @@ mod tests {
         let err = InputSpec::from_schema(&only_text, Task::Classification { classes: 3 })
             .unwrap_err()
             .to_string();
-        assert!(err.contains("no input features"), "{err}");
+        assert!(err.contains("inputs: none besides the label"), "{err}");
         assert!(err.contains("island (bytes)"), "{err}");
         assert!(err.contains("fixed-shape int64, float32 or uint8"), "{err}");
 
