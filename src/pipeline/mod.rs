@@ -138,6 +138,7 @@ mod pack;
 mod padded_batch;
 mod parallel_map;
 mod parse;
+mod partition;
 mod prefetch;
 pub mod rank;
 mod rebatch;

@@ -14,11 +14,12 @@ use std::any::Any;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use super::partition::{PartitionPlan, Scalar};
 use super::state::{StageState, StageStream, StateError};
 use super::{Event, MapOptions, Parallelism, Pipeline, PipelineError, Record, Stream};
 use crate::batch::Batch;
 use crate::error::Location;
-use crate::example::{BatchParser, Schema};
+use crate::example::{BatchParser, ParseError, Schema};
 use crate::metrics::StageCounters;
 
 impl<R: AsRef<[u8]> + Send + 'static> Pipeline<Vec<R>> {
@@ -51,9 +52,76 @@ impl<R: AsRef<[u8]> + Send + 'static> Pipeline<Vec<R>> {
         schema: Schema,
         parallelism: impl Into<Parallelism>,
     ) -> Pipeline<Batch> {
-        parse_stage(self, schema, parallelism.into(), |records: &Vec<R>| {
-            records.as_slice()
-        })
+        parse_stage(
+            self,
+            schema,
+            None,
+            parallelism.into(),
+            |records: &Vec<R>| records.as_slice(),
+        )
+    }
+
+    /// [`parse_batches`](Self::parse_batches), with the features named in
+    /// `partition_features` taken from each record's file path instead of
+    /// the record: the `key=value` directories of a partitioned dataset
+    /// (Spark's `partitionBy`; see [`crate::storage::partition_values`]).
+    /// Each is a scalar `int64`, `float32` or `bytes` feature of `schema`
+    /// (a name the schema lacks is added as a `bytes` scalar after its
+    /// features; anything else fails at [`start`](Pipeline::start)); a
+    /// record whose path has no value for it takes the feature's default,
+    /// or is a bad record.
+    ///
+    /// ```
+    /// use tfpipe::pipeline::{Parallelism, Pipeline};
+    /// use tfpipe::tfrecord::{Compression, FileRecordWriter};
+    /// use tfpipe::Schema;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let example = |x: i64| {
+    /// #     use tfpipe::example::{Example, proto::{Feature, Features, Int64List, feature::Kind}};
+    /// #     let f = Feature { kind: Some(Kind::Int64List(Int64List { value: vec![x] })) };
+    /// #     prost::Message::encode_to_vec(&Example { features: Some(Features { feature: [("x".to_string(), f)].into() }) })
+    /// # };
+    /// for (year, country) in [(2023, "fr"), (2024, "us")] {
+    ///     let part = dir.path().join(format!("year={year}/country={country}"));
+    ///     std::fs::create_dir_all(&part)?;
+    ///     let mut w = FileRecordWriter::create(part.join("part-00000"), Compression::None)?;
+    ///     w.write_record(&example(1))?;
+    ///     w.finish()?;
+    /// }
+    /// let schema = Schema::from_feature_texts(&["x:int64", "year:int64"])?;
+    /// let batch = Pipeline::tfrecord_files([dir.path().display().to_string()])? // the dataset directory
+    ///     .records()
+    ///     .batch(2)
+    ///     .parse_batches_partitioned(schema, &["year", "country"], Parallelism::Fixed(1))
+    ///     .start()?
+    ///     .next()
+    ///     .unwrap()?;
+    /// assert_eq!(batch.column("year").unwrap().as_i64(), Some(&[2023, 2024][..]));
+    /// assert_eq!(batch.column("country").unwrap().bytes(1), Some(&b"us"[..]));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn parse_batches_partitioned<S: AsRef<str>>(
+        self,
+        schema: Schema,
+        partition_features: &[S],
+        parallelism: impl Into<Parallelism>,
+    ) -> Pipeline<Batch> {
+        let (schema, plan) = match PartitionPlan::split(&schema, partition_features) {
+            Ok((records, plan)) => (records, Some(Arc::new(plan))),
+            Err(message) => {
+                return parse_stage(self, schema, None, parallelism.into(), |r: &Vec<R>| {
+                    r.as_slice()
+                })
+                .invalid(|| message);
+            }
+        };
+        parse_stage(
+            self,
+            schema,
+            plan,
+            parallelism.into(),
+            |records: &Vec<R>| records.as_slice(),
+        )
     }
 }
 
@@ -67,7 +135,7 @@ impl<R: AsRef<[u8]> + Send + 'static> Pipeline<R> {
         schema: Schema,
         parallelism: impl Into<Parallelism>,
     ) -> Pipeline<Batch> {
-        parse_stage(self, schema, parallelism.into(), std::slice::from_ref)
+        parse_stage(self, schema, None, parallelism.into(), std::slice::from_ref)
     }
 }
 
@@ -81,6 +149,7 @@ struct Parsed {
 fn parse_stage<T: Send + 'static, R: AsRef<[u8]> + 'static>(
     pipeline: Pipeline<T>,
     schema: Schema,
+    partitions: Option<Arc<PartitionPlan>>,
     parallelism: Parallelism,
     records: fn(&T) -> &[R],
 ) -> Pipeline<Batch> {
@@ -105,7 +174,10 @@ fn parse_stage<T: Send + 'static, R: AsRef<[u8]> + 'static>(
             options,
             move || BatchParser::new(schema.clone()),
             move |parser, element: T| match parser {
-                Ok(parser) => Ok(parse_element(parser, records(&element))),
+                Ok(parser) => Ok(match &partitions {
+                    Some(plan) => parse_partitioned(parser, plan, records(&element)),
+                    None => parse_element(parser, records(&element)),
+                }),
                 // Unreachable in practice: the same schema was checked above.
                 Err(err) => Err(err.to_string()),
             },
@@ -220,6 +292,79 @@ fn parse_element<R: AsRef<[u8]> + 'static>(parser: &mut BatchParser, records: &[
     let keep = batch.num_rows > 0 || bad.is_empty();
     Parsed {
         bad,
+        batch: keep.then_some(batch),
+    }
+}
+
+/// [`parse_element`], adding the partition columns of `plan` from each
+/// record's path. A record without its partition values is a bad record
+/// (before the parser sees it); errors come in record order.
+fn parse_partitioned<R: AsRef<[u8]> + 'static>(
+    parser: &mut BatchParser,
+    plan: &PartitionPlan,
+    records: &[R],
+) -> Parsed {
+    let mut bad: Vec<(usize, PipelineError)> = Vec::new();
+    let mut kept: Vec<(usize, &[u8], Vec<Scalar>)> = Vec::with_capacity(records.len());
+    let mut last: Option<(Location, Vec<Scalar>)> = None;
+    for (i, record) in records.iter().enumerate() {
+        let location = record_location(record);
+        // Records of one file share their values: look the path up once.
+        let cached = match (&last, &location) {
+            (Some((at, values)), Some(here)) if at.path == here.path => Some(values.clone()),
+            _ => None,
+        };
+        let values = match cached {
+            Some(values) => Ok(values),
+            None => plan.values(location.as_ref().and_then(|l| l.path.as_deref())),
+        };
+        match values {
+            Ok(values) => {
+                if let Some(here) = &location {
+                    last = Some((here.clone(), values.clone()));
+                }
+                kept.push((i, record.as_ref(), values));
+            }
+            Err((feature, reason)) => bad.push((
+                i,
+                PipelineError::Parse {
+                    stage: "parse".to_string(),
+                    location,
+                    error: ParseError::Feature {
+                        record: i,
+                        feature,
+                        reason,
+                    },
+                },
+            )),
+        }
+    }
+    let bytes: Vec<&[u8]> = kept.iter().map(|(_, b, _)| *b).collect();
+    let mut batch = parser.empty_batch();
+    let mut failed = vec![false; kept.len()];
+    parser.parse_into_skipping(&bytes, &mut batch, |k, error| {
+        failed[k] = true;
+        let i = kept[k].0;
+        bad.push((
+            i,
+            PipelineError::Parse {
+                stage: "parse".to_string(),
+                location: records.get(i).and_then(record_location),
+                error: error.offset_record(i - k),
+            },
+        ));
+    });
+    let rows: Vec<Vec<Scalar>> = kept
+        .into_iter()
+        .zip(&failed)
+        .filter(|(_, failed)| !**failed)
+        .map(|((_, _, values), _)| values)
+        .collect();
+    plan.insert(&mut batch, &rows);
+    bad.sort_by_key(|(i, _)| *i);
+    let keep = batch.num_rows > 0 || bad.is_empty();
+    Parsed {
+        bad: bad.into_iter().map(|(_, e)| e).collect(),
         batch: keep.then_some(batch),
     }
 }

@@ -72,7 +72,7 @@ pub use object::{
     set_bucket_options,
 };
 pub(crate) use resolve::url_str;
-pub use resolve::{Listing, is_dataset_file, is_url, resolve, resolve_listing};
+pub use resolve::{Listing, is_dataset_file, is_url, partition_values, resolve, resolve_listing};
 
 /// Why a path, URL or object could not be resolved, read or written.
 #[derive(Debug, thiserror::Error)]

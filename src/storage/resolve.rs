@@ -131,6 +131,54 @@ pub fn is_dataset_file(relative: &str) -> bool {
         && !name.ends_with(".crc")
 }
 
+/// The partition values in `path`'s directories: each `key=value`
+/// directory (Hive's layout, as Spark's `partitionBy` writes it), with
+/// Hive's `%XX` escapes decoded, outermost first. The file name itself is
+/// not one.
+///
+/// ```
+/// use std::path::Path;
+/// use tfpipe::storage::partition_values;
+/// let found = partition_values(Path::new("out/year=2024/city=S%C3%A3o Paulo/part-00000.gz"));
+/// assert_eq!(found, [("year".into(), "2024".into()), ("city".into(), "São Paulo".into())]);
+/// ```
+pub fn partition_values(path: &Path) -> Vec<(String, String)> {
+    let Some(dir) = path.parent() else {
+        return Vec::new();
+    };
+    dir.iter()
+        .filter_map(|segment| segment.to_str())
+        .filter(|segment| is_partition_dir(segment))
+        .filter_map(|segment| {
+            let (key, value) = segment.split_once('=')?;
+            Some((unescape(key), unescape(value)))
+        })
+        .collect()
+}
+
+/// Decodes Hive's path escapes (`%XX`); a malformed escape stays as it is.
+fn unescape(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok());
+        match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+            Some(byte) if bytes[i] == b'%' => {
+                out.push(byte);
+                i += 3;
+            }
+            _ => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// Whether a directory name is a partition, `key=value` (not hidden).
 fn is_partition_dir(name: &str) -> bool {
     !name.starts_with(['.', '_']) && name.split_once('=').is_some_and(|(key, _)| !key.is_empty())

@@ -252,3 +252,95 @@ fn a_spark_output_directory_reads_as_a_dataset() {
         .to_string();
     assert!(error.contains("part-* files"), "{error}");
 }
+
+/// Partition directories become features: typed per the schema (a name the
+/// schema lacks is a bytes feature after the others), Hive's escapes
+/// decoded, its null taking the default, and a record without a value (and
+/// no default) reported as a bad record with its location.
+#[test]
+fn partition_values_become_features_per_row() {
+    use tfpipe::Schema;
+    use tfpipe::pipeline::{Parallelism, PipelineError};
+
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("out");
+    for (sub, first, n) in [
+        ("year=2023/country=fr", 0, 3),
+        ("year=2024/country=S%C3%A3o%20Tom%C3%A9", 3, 2),
+        ("year=__HIVE_DEFAULT_PARTITION__/country=us", 5, 2),
+    ] {
+        let d = root.join(sub);
+        std::fs::create_dir_all(&d).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let written = write_shards(tmp.path(), 1, n, Compression::None, |i| {
+            crate::common::mnist_example(first + i)
+        });
+        std::fs::rename(&written[0], d.join("part-00000")).unwrap();
+    }
+    let read = |specs: &[&str], partitions: &[&str]| {
+        let schema = Schema::from_feature_texts(specs).unwrap();
+        let pipeline = Pipeline::tfrecord_files([root.display().to_string()])
+            .unwrap()
+            .records()
+            .batch(4)
+            .parse_batches_partitioned(schema, partitions, Parallelism::Fixed(2));
+        watchdog(20, move || {
+            pipeline.start().map(|it| it.collect::<Vec<_>>())
+        })
+    };
+    let batches = read(&["label:int64", "year:int64=-1"], &["year", "country"]).unwrap();
+    let batches: Vec<tfpipe::Batch> = batches.into_iter().map(Result::unwrap).collect();
+    let names: Vec<&str> = batches[0].columns.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["label", "year", "country"]);
+    let ints = |name: &str| -> Vec<i64> {
+        batches
+            .iter()
+            .flat_map(|b| b.column(name).unwrap().as_i64().unwrap().to_vec())
+            .collect()
+    };
+    let countries: Vec<String> = batches
+        .iter()
+        .flat_map(|b| {
+            let c = b.column("country").unwrap();
+            (0..b.num_rows).map(|i| String::from_utf8(c.bytes(i).unwrap().to_vec()).unwrap())
+        })
+        .collect();
+    assert_eq!(ints("label"), [0, 1, 2, 3, 4, 5, 6]);
+    assert_eq!(ints("year"), [2023, 2023, 2023, 2024, 2024, -1, -1]);
+    assert_eq!(
+        countries,
+        ["fr", "fr", "fr", "São Tomé", "São Tomé", "us", "us"]
+    );
+
+    // Without a default, the null partition's records are bad records.
+    let items = read(&["label:int64", "year:int64"], &["year"]).unwrap();
+    let errors: Vec<&PipelineError> = items.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    let location = errors[0].location().unwrap();
+    assert!(
+        location
+            .path
+            .as_ref()
+            .unwrap()
+            .to_string_lossy()
+            .contains("__HIVE_DEFAULT_PARTITION__")
+    );
+    assert_eq!(location.record, 0);
+    assert!(
+        errors[0].to_string().contains("Hive's null"),
+        "{}",
+        errors[0]
+    );
+    let rows: usize = items
+        .iter()
+        .filter_map(|r| r.as_ref().ok())
+        .map(|b| b.num_rows)
+        .sum();
+    assert_eq!(rows, 5);
+
+    // A partition value is one value: anything else fails at start.
+    let error = read(&["label:int64", "year:int64:2"], &["year"])
+        .err()
+        .unwrap();
+    assert!(matches!(error, PipelineError::Config(_)), "{error}");
+}
