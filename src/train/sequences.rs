@@ -32,12 +32,17 @@ pub enum Sequences {
     /// boundaries[i])` and emits batches of `batch_sizes[i]`
     /// (`boundaries.len() + 1` of them).
     Bucketed {
+        /// Bucket boundaries, positive and strictly increasing.
         boundaries: Vec<usize>,
+        /// One batch size per bucket.
         batch_sizes: Vec<usize>,
     },
     /// First-fit packed into rows of `length` tokens, batch-size rows per
     /// batch.
-    Packed { length: usize },
+    Packed {
+        /// Tokens per packed row.
+        length: usize,
+    },
 }
 
 impl Sequences {
