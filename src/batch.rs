@@ -21,8 +21,11 @@ use std::ops::Range;
 /// The values of a column, in one contiguous buffer.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Values {
+    /// 64-bit integers.
     Int64(Vec<i64>),
+    /// 32-bit floats.
     Float32(Vec<f32>),
+    /// Bytes as numbers (pixels).
     Uint8(Vec<u8>),
     /// From `raw_int16` features.
     Int16(Vec<i16>),
@@ -34,7 +37,9 @@ pub enum Values {
     Float64(Vec<f64>),
     /// Byte strings: value `i` is `data[offsets[i]..offsets[i + 1]]`.
     Bytes {
+        /// Every value's bytes, one after another.
         data: Vec<u8>,
+        /// `offsets[i]..offsets[i + 1]` is value `i` (one more offset than values).
         offsets: Vec<usize>,
     },
     /// Values at coordinates (a `SparseFeature`, TensorFlow's `SparseTensor` per
@@ -42,8 +47,11 @@ pub enum Values {
     /// `indices[i * size.len()..(i + 1) * size.len()]` within its record's dense
     /// tensor of shape `size`. Within a record, indices are sorted and distinct.
     Sparse {
+        /// The flat positions of the values, in row-major order.
         indices: Vec<usize>,
+        /// The dense shape.
         size: Vec<usize>,
+        /// The values at those positions.
         values: Box<Values>,
     },
 }

@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! tfpipe: a streaming dataset engine with first-class TFRecord support, the
 //! input pipeline ML people wish `tf.data` were: fast, bounded, and honest
 //! about where the time goes.
@@ -93,17 +94,24 @@
 //! tfpipe = { version = "0.1", default-features = false }
 //! ```
 
+// Not API: shared with the `tfpipe` binary, the Python crate and the fuzz
+// targets (which must start threads through `spawn`, write outputs through
+// `atomic_file`, and drive `fuzzing`), so public but hidden from the docs;
+// they may change in any release.
+#[doc(hidden)]
 pub mod atomic_file;
 pub mod batch;
 pub mod convert;
 pub mod error;
 pub mod example;
+#[doc(hidden)]
 pub mod fuzzing;
 pub mod metrics;
 pub mod pipeline;
 mod rng;
 #[cfg(feature = "serve")]
 pub mod serve;
+#[doc(hidden)]
 pub mod spawn;
 pub mod storage;
 pub mod tfrecord;

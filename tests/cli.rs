@@ -244,6 +244,7 @@ fn exit_codes_follow_the_readme() {
             out.stderr
         );
         assert!(out.stderr.contains("byte"), "{what}: {}", out.stderr);
+        assert_each_cause_once(&out.stderr);
     };
     let out = run(&[
         "train", "--schema", &schema, "--data", &bad, "--epochs", "1",
@@ -271,8 +272,30 @@ fn exit_codes_follow_the_readme() {
     let out = run(&["bench", "--schema", &schema, "--data", &s(&unreadable)]);
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert!(out.stderr.contains("dir.tfrecord"), "{}", out.stderr);
+    assert_each_cause_once(&out.stderr);
     let out = run(&["train", "--schema", &schema, "--data", &s(&unreadable)]);
     assert_eq!(out.code, 2, "{}", out.stderr);
+    assert_each_cause_once(&out.stderr);
+}
+
+/// Fails when an error line prints a cause twice: a `: `-separated part
+/// that repeats, whole, inside an earlier part (`stage parse: X: X`, or
+/// `reading: bad CRC at 8: bad CRC at 8`). Errors keep the convention of
+/// `tfpipe::error`, and the binary no longer removes repeats by substring.
+fn assert_each_cause_once(stderr: &str) {
+    for line in stderr.lines().filter(|l| l.starts_with("tfpipe")) {
+        let parts: Vec<&str> = line.split(": ").collect();
+        for (i, later) in parts.iter().enumerate().skip(1) {
+            if later.len() < 12 {
+                continue;
+            }
+            let before = parts[..i].join(": ");
+            assert!(
+                !before.contains(later),
+                "{later:?} is printed twice in: {line}"
+            );
+        }
+    }
 }
 
 /// `convert idx` on a damaged .gz: exit 1, with the file and an offset.
@@ -308,6 +331,7 @@ fn convert_idx_with_a_corrupt_gzip_exits_1_with_an_offset() {
         "{}",
         out.stderr
     );
+    assert_each_cause_once(&out.stderr);
     assert!(!dir.path().join("out/m.features.json").exists());
 }
 

@@ -47,7 +47,8 @@ pub(crate) fn data_error(py: Python<'_>, message: String, location: Option<&Loca
 
 /// The Python exception for an engine error.
 pub(crate) fn pipeline_error(py: Python<'_>, error: PipelineError) -> PyErr {
-    let message = error.to_string();
+    // The whole chain: each cause once (the engine's errors never repeat their source).
+    let message = tfpipe::error::display_chain(&error);
     if let Some(location) = error.location() {
         return data_error(py, message, Some(location));
     }
@@ -75,5 +76,5 @@ pub(crate) fn pipeline_error(py: Python<'_>, error: PipelineError) -> PyErr {
 
 /// A schema error as `SchemaError`.
 pub(crate) fn schema_error(error: tfpipe::example::SchemaError) -> PyErr {
-    SchemaError::new_err(error.to_string())
+    SchemaError::new_err(tfpipe::error::display_chain(&error))
 }

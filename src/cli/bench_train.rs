@@ -82,7 +82,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     let model = ModelConfig::for_input(&selection.spec, &request, None)?.config;
     // Refused before any allocation: `--batch-size 1e12` used to abort.
     check_model_size(&model, &selection.spec, args.batch_size, 2)?;
-    let kind: OptimizerKind = args.optimizer.parse().map_err(anyhow::Error::msg)?;
+    let kind: OptimizerKind = args.optimizer.parse()?;
     let optimizer = OptimizerConfig {
         weight_decay: 0.0,
         ..OptimizerConfig::default_for(kind)

@@ -11,8 +11,8 @@ use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 use tfpipe::convert::{
-    self, ConvertError, CsvOptions, Format, Header, IdxOptions, ImagesOptions, JsonOptions,
-    Missing, OutputOptions, Phase, Sharding, Summary,
+    self, ConvertError, ConvertOption, CsvOptions, Format, Header, IdxOptions, ImagesOptions,
+    JsonOptions, Missing, OutputOptions, Phase, Sharding, Summary,
 };
 use tfpipe::tfrecord::Compression;
 
@@ -134,18 +134,6 @@ where
         return Err(bad());
     }
     T::try_from(n).map_err(|_| format!("{text:?} is too large"))
-}
-
-/// An error with its causes, each once: `a: b: c`.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 fn format_of(args: &Args) -> anyhow::Result<Format> {
@@ -331,13 +319,8 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         Err(ConvertError::Interrupted) => {
             Err(interrupt.error().note("no output was written").into())
         }
-        Err(
-            e @ (ConvertError::BadRow { .. }
-            | ConvertError::BadInput { .. }
-            | ConvertError::Gzip { .. }
-            | ConvertError::NoRecords { .. }),
-        ) => {
-            eprintln!("tfpipe: {}", chain(&e));
+        Err(e) if e.is_data_error() => {
+            eprintln!("tfpipe: {}", tfpipe::error::display_chain(&e));
             if e.is_bad_row() && !args.skip_bad_rows {
                 eprintln!("tfpipe: no output was written (--skip-bad-rows skips such rows)");
             } else {
@@ -345,8 +328,36 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
             }
             Ok(Status::Problems)
         }
-        Err(e) => Err(e).context("convert failed; no output was written"),
+        Err(e) => {
+            let hint = match &e {
+                ConvertError::Options { option, .. } => option_flags(*option),
+                _ => None,
+            };
+            let e = anyhow::Error::new(e);
+            let e = match hint {
+                Some(hint) => e.context(hint),
+                None => e,
+            };
+            Err(e).context("convert failed; no output was written")
+        }
     }
+}
+
+/// The flags that set a conversion option.
+fn option_flags(option: ConvertOption) -> Option<&'static str> {
+    Some(match option {
+        ConvertOption::Labels => "--labels FILE",
+        ConvertOption::Label => "--label",
+        ConvertOption::ColumnTypes => "--column NAME:DTYPE",
+        ConvertOption::Names => "--names",
+        ConvertOption::Schema => "--schema",
+        ConvertOption::Resize => "--resize WxH",
+        ConvertOption::Sharding => "--shards or --records-per-shard",
+        ConvertOption::ValidationSplit => "--validation-fraction",
+        ConvertOption::FanOut => "--num-workers and --worker-index",
+        ConvertOption::Output => "-o PREFIX",
+        _ => return None,
+    })
 }
 
 fn mb(bytes: u64) -> f64 {

@@ -421,22 +421,11 @@ fn whole_number(text: &str) -> Result<u64, String> {
     }
 }
 
-/// The error and its causes, each once: a cause whose text the message
-/// already holds (`stage parse: {source}` followed by that source) is not
-/// repeated.
+/// The error and its causes, joined by `: `. Each cause prints once
+/// because every error type keeps the convention of `tfpipe::error`: a
+/// message never repeats its source.
 fn message(err: &anyhow::Error) -> String {
-    let mut text = String::new();
-    for cause in err.chain() {
-        let cause = cause.to_string();
-        if text.contains(&cause) {
-            continue;
-        }
-        if !text.is_empty() {
-            text.push_str(": ");
-        }
-        text.push_str(&cause);
-    }
-    text
+    tfpipe::error::display_chain(err.as_ref())
 }
 
 /// The exit status for an error a command returned (the table in the
@@ -458,8 +447,7 @@ fn exit_code(err: &anyhow::Error) -> ExitCode {
 }
 
 /// Whether `cause` is a problem found in the input data (as opposed to the
-/// system or the command line): corrupt framing or compression, a record that
-/// does not parse under the schema, a row that cannot be converted.
+/// system or the command line): each error type's own classification.
 fn is_bad_data(cause: &(dyn std::error::Error + 'static)) -> bool {
     use tfpipe::convert::ConvertError;
     use tfpipe::train::TrainError;
@@ -472,27 +460,11 @@ fn is_bad_data(cause: &(dyn std::error::Error + 'static)) -> bool {
     if let Some(e) = cause.downcast_ref::<tfpipe::IndexError>() {
         return e.is_data_error();
     }
-    // `TrainError::Data` holds its pipeline error boxed.
-    if let Some(e) = cause.downcast_ref::<Box<tfpipe::PipelineError>>() {
+    if let Some(e) = cause.downcast_ref::<TrainError>() {
         return e.is_data_error();
     }
-    if let Some(e) = cause.downcast_ref::<TrainError>() {
-        return match e {
-            // Corrupt or unparsable records, not an I/O error that has a place.
-            TrainError::Data(e) => e.is_data_error(),
-            // A label beyond the classes: the usual fix is --classes, a usage error.
-            TrainError::Label { .. } => false,
-            e => e.is_bad_data(),
-        };
-    }
     if let Some(e) = cause.downcast_ref::<ConvertError>() {
-        return matches!(
-            e,
-            ConvertError::BadRow { .. }
-                | ConvertError::BadInput { .. }
-                | ConvertError::Gzip { .. }
-                | ConvertError::NoRecords { .. }
-        );
+        return e.is_data_error();
     }
     cause.is::<tfpipe::example::ParseError>()
 }

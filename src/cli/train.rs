@@ -17,8 +17,8 @@ use tfpipe::train::{
     CheckpointError, Control, Decay, EpochReport, InputSpec, LabelClasses, LrSchedule, ModelChoice,
     ModelChoiceError, ModelConfig, ModelInput, ModelKind, ModelRequest, Monitor, Observer,
     OptimizerConfig, OptimizerKind, Placement, Progress, Reproducibility, Resume, ResumeAt,
-    RunControl, RunInfo, RunLength, RunOutputs, SchemaMeta, Task, ThreadTuner, TrainConfig,
-    TrainData, TrainError, TrainReport, Trainer, parse_device,
+    RunControl, RunInfo, RunLength, RunOutputs, SchemaMeta, Setting, Task, ThreadTuner,
+    TrainConfig, TrainData, TrainError, TrainReport, Trainer, parse_device,
 };
 
 use super::common::{
@@ -319,8 +319,7 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         .optimizer
         .as_deref()
         .map(str::parse::<OptimizerKind>)
-        .transpose()
-        .map_err(anyhow::Error::msg)?;
+        .transpose()?;
     let mut optimizer = match &resumed {
         Some(resume) => resume.optimizer(requested),
         None => OptimizerConfig::default_for(requested.unwrap_or(OptimizerKind::AdamW)),
@@ -338,9 +337,7 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         }
         optimizer.momentum = m;
     }
-    optimizer
-        .validate()
-        .map_err(|e| anyhow::Error::new(e).context("check --lr, --weight-decay and --momentum"))?;
+    optimizer.validate().map_err(with_hint)?;
     let parallelism = args.parse.num_parallel_calls;
     if args.batch_size == 0 {
         bail!("--batch-size must be at least 1");
@@ -523,7 +520,7 @@ fn schedule(args: &Args, steps_per_epoch: Option<u64>) -> anyhow::Result<LrSched
         decay,
         warmup_steps: args.warmup_steps,
     };
-    schedule.validate()?;
+    schedule.validate().map_err(with_hint)?;
     Ok(schedule)
 }
 
@@ -645,6 +642,7 @@ pub(super) fn with_hint(e: TrainError) -> anyhow::Error {
             "set the number of classes with --classes, or, if the label is a quantity rather than a class, train a regression with --task regression",
         ),
         TrainError::Model(e) => model_hint(e),
+        TrainError::Config { setting, .. } => setting_flag(*setting),
         TrainError::Checkpoint { source, .. } => match &**source {
             CheckpointError::OtherData {
                 only_batch_size: true,
@@ -772,6 +770,27 @@ fn parse_hidden(text: &str) -> anyhow::Result<Vec<usize>> {
             })
         })
         .collect()
+}
+
+/// The flag that sets `setting`.
+fn setting_flag(setting: Setting) -> Option<&'static str> {
+    Some(match setting {
+        Setting::LearningRate => "set it with --lr",
+        Setting::WeightDecay => "set it with --weight-decay",
+        Setting::Momentum => "set it with --momentum",
+        Setting::Classes => "set it with --classes",
+        Setting::HiddenSizes => "set them with --hidden",
+        Setting::Embedding => "set them with --vocab-size and --embedding-dim",
+        Setting::Label => "choose it with --label",
+        Setting::Inputs => {
+            "choose the inputs with --feature NAME:DTYPE[:SHAPE], --inputs or --exclude, or convert numbers as such (`tfpipe convert csv --column NAME:float32`)"
+        }
+        Setting::RunLength => "set it with --epochs or --steps",
+        Setting::LrSchedule => {
+            "set it with --lr-schedule, --lr-step-epochs, --lr-gamma and --min-lr"
+        }
+        _ => return None,
+    })
 }
 
 /// A model choice's error, with the flag that fixes it.

@@ -18,7 +18,7 @@ use csv::{ByteRecord, ReaderBuilder};
 
 use super::driver::{Scanned, Source};
 use super::encode::ExampleEncoder;
-use super::error::{ConvertError, SourceLocation, quote};
+use super::error::{ConvertError, ConvertOption, SourceLocation, quote};
 use super::infer::{self, Column, Kind, classify, fits, parse_f32, parse_i64, trim};
 use super::output::{BadRows, Chunk, Ctx, Input};
 use super::{FixedSchema, Missing, Phase};
@@ -274,9 +274,10 @@ fn header(
         }
     };
     if let Some(name) = duplicate(&names) {
-        return Err(ConvertError::Options(format!(
-            "duplicate column name {name:?} in the names given"
-        )));
+        return Err(ConvertError::options(
+            ConvertOption::Names,
+            format!("duplicate column name {name:?} in the names given"),
+        ));
     }
     Ok((names, bom, 1))
 }
@@ -550,9 +551,10 @@ fn scan_all(
     let names = names.unwrap_or_default();
     let find = |name: &str, flag: &str| {
         names.iter().position(|n| n == name).ok_or_else(|| {
-            ConvertError::Options(format!(
-                "{flag} {name:?}: no such column (the header has {names:?})"
-            ))
+            ConvertError::options(
+                ConvertOption::Columns,
+                format!("{flag} {name:?}: no such column (the header has {names:?})"),
+            )
         })
     };
     let mut declared = vec![None; names.len()];

@@ -22,7 +22,7 @@
 
 use std::path::PathBuf;
 
-use super::error::{ConvertError, SourceLocation};
+use super::error::{ConvertError, ConvertOption, SourceLocation};
 use super::output::{Chunk, Ctx, Finished, SplitPlan, finish, plan_shards};
 use super::{FixedSchema, Sharding, Summary};
 
@@ -75,12 +75,15 @@ pub(crate) fn run<S: Source>(
     if let Some(fixed) = fixed
         && done.schema != fixed.schema
     {
-        return Err(ConvertError::Options(format!(
-            "this input converts to the features {}, but the schema {} has {}: convert with matching options or another schema",
-            features_text(&done.schema),
-            fixed.path.display(),
-            features_text(&fixed.schema)
-        )));
+        return Err(ConvertError::options(
+            ConvertOption::Schema,
+            format!(
+                "this input converts to the features {}, but the schema {} has {}: convert with matching options or another schema",
+                features_text(&done.schema),
+                fixed.path.display(),
+                features_text(&fixed.schema)
+            ),
+        ));
     }
     let options = ctx.options;
     let split = options

@@ -86,31 +86,41 @@ pub enum ConvertError {
     /// An input file could not be read.
     #[error("{}: cannot read", path.display())]
     Read {
+        /// The input file.
         path: PathBuf,
         #[source]
+        /// The underlying error.
         source: std::io::Error,
     },
     /// A gzip-compressed input is damaged: `offset` bytes decompressed
     /// cleanly before the damage.
     #[error("{}: corrupt gzip data after {offset} decompressed bytes", path.display())]
     Gzip {
+        /// The input file.
         path: PathBuf,
+        /// The byte offset.
         offset: u64,
         #[source]
+        /// The underlying error.
         source: std::io::Error,
     },
     /// An input changed size while it was being read.
     #[error("{}: the file changed while being read ({expected} bytes when opened, {read} read)", path.display())]
     Changed {
+        /// The input file.
         path: PathBuf,
+        /// Its size when opened.
         expected: u64,
+        /// Bytes actually read.
         read: u64,
     },
     /// A row (CSV line, JSON object, image file) that cannot be converted.
     /// `--skip-bad-rows` skips these; every other error stops the conversion.
     #[error("{location}: {problem}")]
     BadRow {
+        /// Where in the input.
         location: SourceLocation,
+        /// What is wrong.
         problem: String,
     },
     /// The input is malformed beyond a single row (a broken header, a
@@ -118,12 +128,20 @@ pub enum ConvertError {
     /// disagree).
     #[error("{location}: {problem}")]
     BadInput {
+        /// Where in the input.
         location: SourceLocation,
+        /// What is wrong.
         problem: String,
     },
-    /// The options do not make sense for this input.
-    #[error("{0}")]
-    Options(String),
+    /// The options do not make sense for this input: which option, and
+    /// why (a self-contained message, which names the value).
+    #[error("{reason}")]
+    Options {
+        /// The option at fault.
+        option: ConvertOption,
+        /// Why it does not fit.
+        reason: String,
+    },
     /// Resizing asked for without the `images` cargo feature.
     #[error(
         "resizing decodes images, which needs the `images` cargo feature: rebuild with `cargo build --release --features images`"
@@ -134,7 +152,12 @@ pub enum ConvertError {
         "{}: no records to write ({skipped} bad rows skipped)",
         files_text(inputs)
     )]
-    NoRecords { inputs: Vec<PathBuf>, skipped: u64 },
+    NoRecords {
+        /// Input values per example.
+        inputs: Vec<PathBuf>,
+        /// Bad rows skipped.
+        skipped: u64,
+    },
     /// Writing a shard failed.
     #[error(transparent)]
     Write(#[from] RecordError),
@@ -144,8 +167,10 @@ pub enum ConvertError {
     /// Writing or renaming an output file failed.
     #[error("{}: cannot write", path.display())]
     Output {
+        /// The input file.
         path: PathBuf,
         #[source]
+        /// The underlying error.
         source: std::io::Error,
     },
     /// Creating, syncing or switching an output into place failed.
@@ -157,8 +182,10 @@ pub enum ConvertError {
         "{location}: the converter panicked on the records from here (a bug in tfpipe; please report it)"
     )]
     Panicked {
+        /// Where in the input.
         location: Box<SourceLocation>,
         #[source]
+        /// The underlying error.
         source: Box<crate::spawn::Panicked>,
     },
     /// A converter thread panicked outside the work on any record.
@@ -167,8 +194,10 @@ pub enum ConvertError {
     /// The operating system could not start the converter's threads.
     #[error("cannot start {threads} converter threads")]
     Spawn {
+        /// The threads asked for.
         threads: usize,
         #[source]
+        /// The underlying error.
         source: std::io::Error,
     },
     /// Converter threads ended before their work was done (only after a
@@ -181,11 +210,13 @@ pub enum ConvertError {
         "the record count differs from the first pass: did an input change during the conversion?"
     )]
     CountChanged,
-    /// The schema to convert with cannot be read.
-    #[error("{}: cannot use this schema", path.display())]
+    /// The schema to convert with cannot be read (the source names the file).
+    #[error("cannot convert with this schema")]
     FixedSchema {
+        /// The input file.
         path: PathBuf,
         #[source]
+        /// The underlying error.
         source: SchemaError,
     },
     /// The conversion was cancelled (Ctrl-C).
@@ -196,8 +227,57 @@ pub enum ConvertError {
     Storage(#[from] crate::storage::StorageError),
 }
 
+/// A conversion option, as [`ConvertError::Options`] names it (a front
+/// end maps each to its own flag).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConvertOption {
+    /// The input files or folder.
+    Inputs,
+    /// IDX: the labels file beside an images file.
+    Labels,
+    /// The label column.
+    Label,
+    /// The declared column types.
+    ColumnTypes,
+    /// Columns named by the other options.
+    Columns,
+    /// CSV: the column names given instead of a header.
+    Names,
+    /// The schema to convert with.
+    Schema,
+    /// Images: the size to resize to.
+    Resize,
+    /// The shard count or records per shard.
+    Sharding,
+    /// The validation split.
+    ValidationSplit,
+    /// A fanned-out conversion's worker index and count.
+    FanOut,
+    /// The output prefix.
+    Output,
+}
+
 impl ConvertError {
-    /// Whether `--skip-bad-rows` may skip this error.
+    /// An [`Options`](ConvertError::Options) error for `option`.
+    pub(crate) fn options(option: ConvertOption, reason: String) -> ConvertError {
+        ConvertError::Options { option, reason }
+    }
+
+    /// Whether the error is about bad input data (a row, a malformed or
+    /// damaged input, nothing convertible) rather than options or I/O.
+    pub fn is_data_error(&self) -> bool {
+        matches!(
+            self,
+            ConvertError::BadRow { .. }
+                | ConvertError::BadInput { .. }
+                | ConvertError::Gzip { .. }
+                | ConvertError::NoRecords { .. }
+        )
+    }
+
+    /// Whether a policy of skipping bad rows may skip this error (a row
+    /// that cannot be converted).
     pub fn is_bad_row(&self) -> bool {
         matches!(self, ConvertError::BadRow { .. })
     }

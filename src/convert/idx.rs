@@ -14,7 +14,7 @@ use serde_json::{Map, json};
 use super::FixedSchema;
 use super::driver::{Scanned, Source};
 use super::encode::ExampleEncoder;
-use super::error::{ConvertError, SourceLocation};
+use super::error::{ConvertError, ConvertOption, SourceLocation};
 use super::output::{Chunk, Ctx, Finished, Input};
 use crate::example::{DType, FeatureSpec, Layout, Schema};
 
@@ -193,7 +193,7 @@ impl<'a> IdxSource<'a> {
     /// Opens every images file with its labels file; both must agree.
     fn open_pairs(&self) -> Result<Vec<Pair>, ConvertError> {
         if self.options.labels.is_some() && self.inputs.len() != 1 {
-            return Err(ConvertError::Options(
+            return Err(ConvertError::options(ConvertOption::Labels,
                 "one labels file was given, so give exactly one images file (or let each labels file be inferred)".into(),
             ));
         }
@@ -202,7 +202,7 @@ impl<'a> IdxSource<'a> {
             let labels_path = match &self.options.labels {
                 Some(p) => p.clone(),
                 None => labels_path_for(path).ok_or_else(|| {
-                    ConvertError::Options(format!(
+                    ConvertError::options(ConvertOption::Labels, format!(
                         "{}: cannot infer the labels file from this name (expected *-images-idx3-ubyte*); name it explicitly",
                         path.display()
                     ))

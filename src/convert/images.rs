@@ -18,7 +18,7 @@ use serde_json::{Map, json};
 
 use super::driver::{Scanned, Source};
 use super::encode::ExampleEncoder;
-use super::error::{ConvertError, SourceLocation};
+use super::error::{ConvertError, ConvertOption, SourceLocation};
 use super::output::{BadRows, Chunk, Ctx, Finished};
 use super::{FixedSchema, Phase};
 use crate::example::{DType, FeatureSpec, Layout, Schema};
@@ -215,16 +215,20 @@ impl<'a> ImagesSource<'a> {
         if let Some((w, h)) = self.options.resize
             && (w == 0 || h == 0)
         {
-            return Err(ConvertError::Options(format!(
-                "resize to {w}x{h}: both sides must be at least 1"
-            )));
+            return Err(ConvertError::options(
+                ConvertOption::Resize,
+                format!("resize to {w}x{h}: both sides must be at least 1"),
+            ));
         }
         match self.inputs {
             [root] => Ok(root),
-            _ => Err(ConvertError::Options(format!(
-                "images takes one ROOT folder (ROOT/<class>/*.png), {} given",
-                self.inputs.len()
-            ))),
+            _ => Err(ConvertError::options(
+                ConvertOption::Inputs,
+                format!(
+                    "images takes one ROOT folder (ROOT/<class>/*.png), {} given",
+                    self.inputs.len()
+                ),
+            )),
         }
     }
 
@@ -287,10 +291,13 @@ impl<'a> ImagesSource<'a> {
             }
         }
         if folders == 0 {
-            return Err(ConvertError::Options(format!(
-                "{}: no class folders (expected ROOT/<class>/*.png|jpg)",
-                root.display()
-            )));
+            return Err(ConvertError::options(
+                ConvertOption::Inputs,
+                format!(
+                    "{}: no class folders (expected ROOT/<class>/*.png|jpg)",
+                    root.display()
+                ),
+            ));
         }
         Ok((ignored, bad))
     }

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use serde_json::{Map, Value as Json, json};
 
 use super::Missing;
-use super::error::ConvertError;
+use super::error::{ConvertError, ConvertOption};
 use super::output::{BadRows, Finished};
 use crate::example::{DType, FeatureSpec, Layout, Schema, Value};
 
@@ -238,9 +238,12 @@ fn slow_classify(b: &[u8]) -> Kind {
 /// Parses `--column NAME:DTYPE` (DTYPE one of int64, float32, bytes).
 pub(crate) fn parse_override(text: &str) -> Result<(String, DType), ConvertError> {
     let bad = |why: &str| {
-        ConvertError::Options(format!(
-            "column type {text:?}: {why} (expected NAME:DTYPE with DTYPE int64, float32 or bytes, e.g. year:int64)"
-        ))
+        ConvertError::options(
+            ConvertOption::ColumnTypes,
+            format!(
+                "column type {text:?}: {why} (expected NAME:DTYPE with DTYPE int64, float32 or bytes, e.g. year:int64)"
+            ),
+        )
     };
     let (name, dtype) = text.rsplit_once(':').ok_or_else(|| bad("no ':'"))?;
     let dtype = match dtype.trim().to_ascii_lowercase().as_str() {
@@ -319,9 +322,12 @@ pub(crate) fn label_vocabulary(
     labels: BTreeSet<Vec<u8>>,
 ) -> Result<Vec<Vec<u8>>, ConvertError> {
     if labels.len() > MAX_CLASSES {
-        return Err(ConvertError::Options(format!(
-            "label column {column:?}: more than {MAX_CLASSES} distinct text values; that is not a class label"
-        )));
+        return Err(ConvertError::options(
+            ConvertOption::Label,
+            format!(
+                "label column {column:?}: more than {MAX_CLASSES} distinct text values; that is not a class label"
+            ),
+        ));
     }
     Ok(vocabulary(labels))
 }

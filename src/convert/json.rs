@@ -35,7 +35,7 @@ use serde_json::value::RawValue;
 
 use super::driver::{Scanned, Source};
 use super::encode::ExampleEncoder;
-use super::error::{ConvertError, SourceLocation, quote};
+use super::error::{ConvertError, ConvertOption, SourceLocation, quote};
 use super::infer::{self, Column, Kind, parse_f32, parse_i64};
 use super::output::{BadRows, Chunk, Ctx, Input};
 use super::{FixedSchema, Missing, Phase};
@@ -849,18 +849,22 @@ impl JsonSource<'_> {
         if options.schema.is_none() {
             for (name, _) in &options.columns {
                 if !pass.states.contains_key(name) && total > 0 {
-                    return Err(ConvertError::Options(format!(
-                        "column type for {name:?}: no such key in the input (keys: {order:?})"
-                    )));
+                    return Err(ConvertError::options(
+                        ConvertOption::ColumnTypes,
+                        format!(
+                            "column type for {name:?}: no such key in the input (keys: {order:?})"
+                        ),
+                    ));
                 }
             }
             if let Some(label) = label
                 && !pass.states.contains_key(label)
                 && total > 0
             {
-                return Err(ConvertError::Options(format!(
-                    "label column {label:?}: no such key in the input (keys: {order:?})"
-                )));
+                return Err(ConvertError::options(
+                    ConvertOption::Label,
+                    format!("label column {label:?}: no such key in the input (keys: {order:?})"),
+                ));
             }
         }
         // With a fixed schema, every feature is a column, in the schema's order.
@@ -905,9 +909,12 @@ impl JsonSource<'_> {
             }
             let is_label = label == Some(name.as_str());
             if is_label && state.list {
-                return Err(ConvertError::Options(format!(
-                    "label column {name:?}: the key holds lists; a label must be one value"
-                )));
+                return Err(ConvertError::options(
+                    ConvertOption::Label,
+                    format!(
+                        "label column {name:?}: the key holds lists; a label must be one value"
+                    ),
+                ));
             }
             let fixed_vocab = options.schema.as_ref().and_then(|f| f.vocabulary.as_ref());
             let list = match &options.schema {

@@ -75,7 +75,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 pub use csv::{CsvOptions, HEADER_LOOKS_LIKE_DATA, Header};
-pub use error::{ConvertError, SourceLocation};
+pub use error::{ConvertError, ConvertOption, SourceLocation};
 pub use idx::{IdxOptions, labels_path_for};
 pub use images::{ImagesOptions, RESIZE_AVAILABLE};
 pub use json::JsonOptions;
@@ -114,7 +114,12 @@ impl FixedSchema {
                 path: path.to_path_buf(),
                 source,
             })?;
-        let bad = |problem: String| ConvertError::Options(format!("{}: {problem}", path.display()));
+        let bad = |problem: String| {
+            ConvertError::options(
+                ConvertOption::Schema,
+                format!("{}: {problem}", path.display()),
+            )
+        };
         // Tabular conversions record `label_vocabulary`, image folders `classes`.
         let vocabulary = SchemaMetadata::from_json(&metadata)
             .map_err(bad)?
@@ -140,14 +145,20 @@ impl FixedSchema {
     /// The label: the schema's; `asked` (an explicit label option) must agree.
     pub(crate) fn label_for(&self, asked: Option<&str>) -> Result<Option<String>, ConvertError> {
         match (asked, &self.schema.label) {
-            (Some(a), Some(l)) if a != l => Err(ConvertError::Options(format!(
-                "label column {a:?} differs from the label {l:?} of the schema {}",
-                self.path.display()
-            ))),
-            (Some(a), None) => Err(ConvertError::Options(format!(
-                "label column {a:?}: the schema {} has no label",
-                self.path.display()
-            ))),
+            (Some(a), Some(l)) if a != l => Err(ConvertError::options(
+                ConvertOption::Label,
+                format!(
+                    "label column {a:?} differs from the label {l:?} of the schema {}",
+                    self.path.display()
+                ),
+            )),
+            (Some(a), None) => Err(ConvertError::options(
+                ConvertOption::Label,
+                format!(
+                    "label column {a:?}: the schema {} has no label",
+                    self.path.display()
+                ),
+            )),
             (_, l) => Ok(l.clone()),
         }
     }
@@ -171,30 +182,36 @@ impl FixedSchema {
         if extra.is_empty() && absent.is_empty() {
             return Ok(());
         }
-        Err(ConvertError::Options(format!(
-            "the input's columns do not match the schema {}: {}{}",
-            self.path.display(),
-            if extra.is_empty() {
-                String::new()
-            } else {
-                format!("not in the schema: {extra:?}; ")
-            },
-            if absent.is_empty() {
-                String::new()
-            } else {
-                format!("missing from the input: {absent:?}")
-            },
-        )))
+        Err(ConvertError::options(
+            ConvertOption::Schema,
+            format!(
+                "the input's columns do not match the schema {}: {}{}",
+                self.path.display(),
+                if extra.is_empty() {
+                    String::new()
+                } else {
+                    format!("not in the schema: {extra:?}; ")
+                },
+                if absent.is_empty() {
+                    String::new()
+                } else {
+                    format!("missing from the input: {absent:?}")
+                },
+            ),
+        ))
     }
 
     /// The feature `name`'s type and whether a value may be missing (the
     /// feature has a default or is var-length).
     pub(crate) fn column(&self, name: &str) -> Result<(DType, bool), ConvertError> {
         let Some(feature) = self.schema.features.iter().find(|f| f.name == name) else {
-            return Err(ConvertError::Options(format!(
-                "column {name:?} is not in the schema {}",
-                self.path.display()
-            )));
+            return Err(ConvertError::options(
+                ConvertOption::Schema,
+                format!(
+                    "column {name:?} is not in the schema {}",
+                    self.path.display()
+                ),
+            ));
         };
         let scalar = match &feature.layout {
             Layout::Fixed(shape) => shape.iter().product::<usize>() == 1,
@@ -202,10 +219,13 @@ impl FixedSchema {
             _ => false,
         };
         if !scalar || !matches!(feature.dtype, DType::Int64 | DType::Float32 | DType::Bytes) {
-            return Err(ConvertError::Options(format!(
-                "feature {name:?} of the schema {} is {feature}: a table column converts only to a scalar (or var-length) int64, float32 or bytes",
-                self.path.display()
-            )));
+            return Err(ConvertError::options(
+                ConvertOption::Schema,
+                format!(
+                    "feature {name:?} of the schema {} is {feature}: a table column converts only to a scalar (or var-length) int64, float32 or bytes",
+                    self.path.display()
+                ),
+            ));
         }
         let may_miss = feature.default.is_some() || matches!(feature.layout, Layout::Var);
         Ok((feature.dtype, may_miss))
@@ -464,16 +484,21 @@ pub fn convert(
     output: &OutputOptions,
 ) -> Result<Summary, ConvertError> {
     if inputs.is_empty() {
-        return Err(ConvertError::Options("no input files given".into()));
+        return Err(ConvertError::options(
+            ConvertOption::Inputs,
+            "no input files given".into(),
+        ));
     }
     match output.sharding {
         Sharding::Shards(0) => {
-            return Err(ConvertError::Options(
+            return Err(ConvertError::options(
+                ConvertOption::Sharding,
                 "the shard count must be at least 1".into(),
             ));
         }
         Sharding::RecordsPerShard(0) => {
-            return Err(ConvertError::Options(
+            return Err(ConvertError::options(
+                ConvertOption::Sharding,
                 "the records per shard must be at least 1".into(),
             ));
         }
@@ -488,7 +513,7 @@ pub fn convert(
         }
     };
     if output.split.is_some() && output.fanout.is_some() {
-        return Err(ConvertError::Options(
+        return Err(ConvertError::options(ConvertOption::FanOut,
             "a fanned-out conversion cannot also split into training and validation sets: split the inputs by file instead, or convert each worker's validation part in a second fan-out".into(),
         ));
     }
@@ -554,29 +579,35 @@ fn fanout_inputs(
     sharding: Sharding,
 ) -> Result<Vec<PathBuf>, ConvertError> {
     if f.workers == 0 || f.index >= f.workers {
-        return Err(ConvertError::Options(format!(
-            "worker index {} of {} workers: the index must be below the worker count",
-            f.index, f.workers
-        )));
+        return Err(ConvertError::options(
+            ConvertOption::FanOut,
+            format!(
+                "worker index {} of {} workers: the index must be below the worker count",
+                f.index, f.workers
+            ),
+        ));
     }
     if !matches!(sharding, Sharding::Shards(_)) {
-        return Err(ConvertError::Options(
+        return Err(ConvertError::options(ConvertOption::FanOut,
             "a fanned-out conversion needs a fixed shard count per worker, so the workers' shard numbers agree"
                 .into(),
         ));
     }
     if format.fixed_schema().is_none() && !matches!(format, Format::Idx(_)) {
-        return Err(ConvertError::Options(
+        return Err(ConvertError::options(ConvertOption::FanOut,
             "a fanned-out conversion needs a fixed schema (a schema file; idx has its own), so the workers' types and classes agree"
                 .into(),
         ));
     }
     if inputs.len() < f.workers {
-        return Err(ConvertError::Options(format!(
-            "{} workers share {} input files by file: give at least as many files as workers",
-            f.workers,
-            inputs.len()
-        )));
+        return Err(ConvertError::options(
+            ConvertOption::FanOut,
+            format!(
+                "{} workers share {} input files by file: give at least as many files as workers",
+                f.workers,
+                inputs.len()
+            ),
+        ));
     }
     Ok(inputs
         .iter()
@@ -592,10 +623,13 @@ fn fanout_inputs(
 /// file, and removed again if the conversion fails.
 fn check_prefix(prefix: &Path) -> Result<Vec<PathBuf>, ConvertError> {
     if prefix.as_os_str().is_empty() || prefix.file_name().is_none() {
-        return Err(ConvertError::Options(format!(
-            "output prefix {:?} needs a file-name part, e.g. out/data",
-            prefix.display().to_string()
-        )));
+        return Err(ConvertError::options(
+            ConvertOption::Output,
+            format!(
+                "output prefix {:?} needs a file-name part, e.g. out/data",
+                prefix.display().to_string()
+            ),
+        ));
     }
     if crate::storage::is_url(prefix) {
         // Object storage has no directories to create.
@@ -605,11 +639,14 @@ fn check_prefix(prefix: &Path) -> Result<Vec<PathBuf>, ConvertError> {
     // final rename, and the conversion would seem to succeed.
     let schema = output::schema_path(prefix);
     if schema.is_dir() {
-        return Err(ConvertError::Options(format!(
-            "output prefix {}: {} is a directory, where the schema file must go",
-            prefix.display(),
-            schema.display()
-        )));
+        return Err(ConvertError::options(
+            ConvertOption::Output,
+            format!(
+                "output prefix {}: {} is a directory, where the schema file must go",
+                prefix.display(),
+                schema.display()
+            ),
+        ));
     }
     let mut missing = Vec::new();
     let mut at = prefix.parent();
@@ -620,11 +657,14 @@ fn check_prefix(prefix: &Path) -> Result<Vec<PathBuf>, ConvertError> {
         match std::fs::metadata(dir) {
             Ok(meta) if meta.is_dir() => break,
             Ok(_) => {
-                return Err(ConvertError::Options(format!(
-                    "output prefix {}: {} is a file, not a directory",
-                    prefix.display(),
-                    dir.display()
-                )));
+                return Err(ConvertError::options(
+                    ConvertOption::Output,
+                    format!(
+                        "output prefix {}: {} is a file, not a directory",
+                        prefix.display(),
+                        dir.display()
+                    ),
+                ));
             }
             Err(_) => missing.push(dir.to_path_buf()),
         }

@@ -38,7 +38,7 @@ use crossbeam_channel::RecvTimeoutError;
 
 use serde_json::{Map, Value as Json, json};
 
-use super::error::{ConvertError, SourceLocation};
+use super::error::{ConvertError, ConvertOption, SourceLocation};
 use super::{OutputOptions, Phase, Progress, Sharding, Split, SplitSummary, Summary};
 use crate::atomic_file::{AtomicFile, FileSet, Pending};
 use crate::example::Schema;
@@ -652,21 +652,30 @@ pub(crate) struct SplitPlan {
 impl SplitPlan {
     pub(crate) fn new(records: u64, split: Split) -> Result<SplitPlan, ConvertError> {
         if !(split.fraction > 0.0 && split.fraction < 1.0) {
-            return Err(ConvertError::Options(format!(
-                "validation fraction {}: expected a number between 0 and 1 (exclusive)",
-                split.fraction
-            )));
+            return Err(ConvertError::options(
+                ConvertOption::ValidationSplit,
+                format!(
+                    "validation fraction {}: expected a number between 0 and 1 (exclusive)",
+                    split.fraction
+                ),
+            ));
         }
         let want = (records as f64 * split.fraction).round() as u64;
         if want == 0 || want == records {
-            return Err(ConvertError::Options(format!(
-                "a validation fraction of {} of {records} records leaves the {} set empty",
-                split.fraction,
-                if want == 0 { "validation" } else { "training" }
-            )));
+            return Err(ConvertError::options(
+                ConvertOption::ValidationSplit,
+                format!(
+                    "a validation fraction of {} of {records} records leaves the {} set empty",
+                    split.fraction,
+                    if want == 0 { "validation" } else { "training" }
+                ),
+            ));
         }
         let words = usize::try_from(records.div_ceil(64)).map_err(|_| {
-            ConvertError::Options(format!("{records} records are too many to split"))
+            ConvertError::options(
+                ConvertOption::ValidationSplit,
+                format!("{records} records are too many to split"),
+            )
         })?;
         let mut bits = vec![0u64; words];
         let mut rng = crate::rng::SplitMix64(split.seed);

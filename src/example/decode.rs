@@ -61,12 +61,20 @@ use crate::example::spec::{DType, FeatureSpec, Layout, Partition, Schema, Schema
 pub enum ParseError {
     /// Not a valid protobuf message.
     #[error("record {record}: malformed protobuf: {reason}")]
-    Malformed { record: usize, reason: String },
+    Malformed {
+        /// The record's index in the batch.
+        record: usize,
+        /// What is wrong.
+        reason: String,
+    },
     /// A feature violates its spec (missing without default, wrong kind, wrong count).
     #[error("record {record}: feature {feature:?}: {reason}")]
     Feature {
+        /// The record's index in the batch.
         record: usize,
+        /// The feature.
         feature: String,
+        /// What is wrong.
         reason: String,
     },
 }

@@ -119,7 +119,9 @@ pub struct RecordJson {
 /// The message inside a [`RecordJson`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum RecordBody {
+    /// A `tf.train.Example`.
     Example(Example),
+    /// A `tf.train.SequenceExample`.
     Sequence(SequenceExample),
 }
 

@@ -237,17 +237,20 @@ impl fmt::Display for DType {
 }
 
 impl FromStr for DType {
-    type Err = String;
+    type Err = crate::error::UnknownName;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         if text == "raw_uint8" {
             return Ok(DType::Uint8);
         }
-        DTYPES.into_iter().find(|d| d.name() == text).ok_or_else(|| {
-            format!(
-                "unknown dtype {text:?} (expected int64, float32, bytes, uint8, raw_int16, raw_uint16, raw_int32, raw_float32 or raw_float64)"
-            )
-        })
+        DTYPES
+            .into_iter()
+            .find(|d| d.name() == text)
+            .ok_or_else(|| crate::error::UnknownName {
+                what: "dtype",
+                name: text.to_string(),
+                expected: "int64, float32, bytes, uint8, raw_int16, raw_uint16, raw_int32, raw_float32 or raw_float64",
+            })
     }
 }
 
@@ -374,8 +377,11 @@ impl Layout {
 /// A `uint8` feature's default is `Int64` with every value in `0..=255`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
+    /// 64-bit integers.
     Int64(Vec<i64>),
+    /// 32-bit floats.
     Float32(Vec<f32>),
+    /// Byte strings.
     Bytes(Vec<Vec<u8>>),
 }
 
@@ -465,10 +471,11 @@ impl FeatureSpec {
     /// Checks this spec on its own (see the module doc's invariants).
     pub fn validate(&self) -> Result<(), SchemaError> {
         let bad = |reason: String| {
-            Err(SchemaError::Invalid(format!(
-                "feature {:?} ({self}): {reason}",
-                self.name
-            )))
+            Err(SchemaError::Feature {
+                name: self.name.clone(),
+                spec: self.to_string(),
+                reason,
+            })
         };
         if let Some(shape) = self.layout.fixed_shape() {
             let size = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
@@ -844,7 +851,9 @@ impl FromStr for FeatureSpec {
             Some((dtype, shape)) => (dtype, Some(shape)),
             None => (typed, None),
         };
-        let dtype: DType = dtype.parse().map_err(|e: String| text_error(text, e))?;
+        let dtype: DType = dtype
+            .parse()
+            .map_err(|e: crate::error::UnknownName| text_error(text, e.to_string()))?;
         let layout = parse_layout(shape).map_err(|e| text_error(text, e))?;
         let default = default
             .map(|d| parse_default(dtype, d))
@@ -857,7 +866,7 @@ impl FromStr for FeatureSpec {
             default,
         };
         spec.validate().map_err(|e| match e {
-            SchemaError::Invalid(reason) => text_error(text, reason),
+            SchemaError::Feature { reason, .. } => text_error(text, reason),
             other => other,
         })?;
         Ok(spec)
@@ -965,16 +974,99 @@ pub enum SchemaError {
     #[error(
         "invalid feature spec {spec:?}: {reason} (expected NAME:DTYPE[:SHAPE][=DEFAULT], e.g. image:uint8:28x28, label:int64=-1, tags:bytes:var, tokens:int64:seq:var)"
     )]
-    Text { spec: String, reason: String },
-    /// A schema file that cannot be read or parsed.
-    #[error("{path}: {reason}")]
-    File { path: String, reason: String },
-    /// A schema that is inconsistent (duplicate names, bad default size, ...).
-    #[error("invalid schema: {0}")]
-    Invalid(String),
-    /// Schema JSON (not from a file) that does not parse.
-    #[error("invalid schema JSON: {0}")]
-    Json(String),
+    Text {
+        /// The text given.
+        spec: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A feature spec that is inconsistent on its own (a shape too large,
+    /// a default of the wrong size, ...).
+    #[error("feature {name:?} ({spec}): {reason}")]
+    Feature {
+        /// The feature.
+        name: String,
+        /// Its spec, as text.
+        spec: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Two features share a name.
+    #[error("feature {name:?} is listed twice (names must be unique)")]
+    Duplicate {
+        /// The name.
+        name: String,
+    },
+    /// The label names no feature.
+    #[error("label {label:?} names no feature (features: {features:?}{})", did_you_mean(nearest.as_deref()))]
+    UnknownLabel {
+        /// The label given.
+        label: String,
+        /// The schema's feature names.
+        features: Vec<String>,
+        /// The feature name closest to the label, if one is close.
+        nearest: Option<String>,
+    },
+    /// Metadata given under a key the schema format reserves.
+    #[error("metadata key {key:?} is reserved (reserved: format, features, label)")]
+    ReservedKey {
+        /// The key.
+        key: String,
+    },
+    /// Schema JSON of the wrong shape (the `features` list missing, a
+    /// feature that does not parse, ...): a self-contained message.
+    #[error("invalid schema JSON: {reason}")]
+    Json {
+        /// What is wrong, and where in the JSON.
+        reason: String,
+    },
+    /// Text that is not JSON at all.
+    #[error("invalid JSON")]
+    Syntax(#[source] serde_json::Error),
+    /// A schema file's metadata with a bad value (`records`, `source`, ...).
+    #[error("metadata: {reason}")]
+    Metadata {
+        /// Which key, and what is wrong with its value.
+        reason: String,
+    },
+    /// A schema file that cannot be used: the file, with the problem as
+    /// the source.
+    #[error("{}", path.display())]
+    File {
+        /// The schema file.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        #[source]
+        source: Box<SchemaError>,
+    },
+    /// A schema file that cannot be read or written.
+    #[error("{}: cannot {action}", path.display())]
+    Io {
+        /// The schema file.
+        path: std::path::PathBuf,
+        /// What was being done (`read`, `create a temporary file`, ...).
+        action: &'static str,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl SchemaError {
+    /// This error, as a problem of the schema file at `path`.
+    fn in_file(self, path: &Path) -> SchemaError {
+        SchemaError::File {
+            path: path.to_path_buf(),
+            source: Box::new(self),
+        }
+    }
+}
+
+/// `; did you mean "x"?` when there is a near name.
+fn did_you_mean(nearest: Option<&str>) -> String {
+    nearest
+        .map(|n| format!("; did you mean {n:?}?"))
+        .unwrap_or_default()
 }
 
 /// What a schema file records besides its features, as `tfpipe convert` and
@@ -1227,7 +1319,8 @@ fn feature_from_json(value: &Json) -> Result<FeatureSpec, String> {
         .get("dtype")
         .and_then(Json::as_str)
         .ok_or("missing or non-string \"dtype\" (int64, float32, bytes, uint8 or raw_*)")?
-        .parse()?;
+        .parse()
+        .map_err(|e: crate::error::UnknownName| e.to_string())?;
     let dims = |key: &str| -> Result<Option<Vec<usize>>, String> {
         let bad = |v: &Json| format!("invalid {key:?} {v} (expected a list of integers >= 0)");
         match obj.get(key) {
@@ -1318,7 +1411,7 @@ fn feature_from_json(value: &Json) -> Result<FeatureSpec, String> {
         default,
     };
     spec.validate().map_err(|e| match e {
-        SchemaError::Invalid(reason) => reason,
+        SchemaError::Feature { reason, .. } => reason,
         other => other.to_string(),
     })?;
     Ok(spec)
@@ -1352,22 +1445,20 @@ impl Schema {
         for (i, spec) in self.features.iter().enumerate() {
             spec.validate()?;
             if self.features[..i].iter().any(|f| f.name == spec.name) {
-                return Err(SchemaError::Invalid(format!(
-                    "feature {:?} is listed twice (names must be unique)",
-                    spec.name
-                )));
+                return Err(SchemaError::Duplicate {
+                    name: spec.name.clone(),
+                });
             }
         }
         if let Some(label) = &self.label
             && self.feature(label).is_none()
         {
             let names: Vec<&str> = self.features.iter().map(|f| f.name.as_str()).collect();
-            let hint = nearest(label, names.iter().copied())
-                .map(|n| format!("; did you mean {n:?}?"))
-                .unwrap_or_default();
-            return Err(SchemaError::Invalid(format!(
-                "label {label:?} names no feature (features: {names:?}{hint})"
-            )));
+            return Err(SchemaError::UnknownLabel {
+                label: label.clone(),
+                nearest: nearest(label, names.iter().copied()).map(str::to_string),
+                features: names.into_iter().map(str::to_string).collect(),
+            });
         }
         Ok(())
     }
@@ -1407,7 +1498,7 @@ impl Schema {
     pub fn from_json_value_with_metadata(
         value: &Json,
     ) -> Result<(Schema, Map<String, Json>), SchemaError> {
-        let invalid = |reason: String| SchemaError::Json(reason);
+        let invalid = |reason: String| SchemaError::Json { reason };
         let Json::Object(obj) = value else {
             return Err(invalid(format!(
                 "expected a JSON object with a \"features\" list, found {}",
@@ -1464,8 +1555,7 @@ impl Schema {
 
     /// A schema from schema-file JSON text (metadata keys are ignored).
     pub fn from_json_str(text: &str) -> Result<Schema, SchemaError> {
-        let mut value: Json =
-            serde_json::from_str(text).map_err(|e| SchemaError::Json(e.to_string()))?;
+        let mut value: Json = serde_json::from_str(text).map_err(SchemaError::Syntax)?;
         exact_float_defaults(text, &mut value);
         Self::from_json_value(&value)
     }
@@ -1481,18 +1571,15 @@ impl Schema {
         path: impl AsRef<Path>,
     ) -> Result<(Schema, Map<String, Json>), SchemaError> {
         let path = path.as_ref();
-        let file_error = |reason: String| SchemaError::File {
-            path: path.display().to_string(),
-            reason,
-        };
-        let text = std::fs::read_to_string(path).map_err(|e| file_error(e.to_string()))?;
+        let text = std::fs::read_to_string(path).map_err(|source| SchemaError::Io {
+            path: path.to_path_buf(),
+            action: "read",
+            source,
+        })?;
         let mut value: Json =
-            serde_json::from_str(&text).map_err(|e| file_error(format!("invalid JSON: {e}")))?;
+            serde_json::from_str(&text).map_err(|e| SchemaError::Syntax(e).in_file(path))?;
         exact_float_defaults(&text, &mut value);
-        Self::from_json_value_with_metadata(&value).map_err(|e| match e {
-            SchemaError::Json(reason) | SchemaError::Invalid(reason) => file_error(reason),
-            other => file_error(other.to_string()),
-        })
+        Self::from_json_value_with_metadata(&value).map_err(|e| e.in_file(path))
     }
 
     /// Reads a schema file and what its metadata records, typed
@@ -1502,10 +1589,8 @@ impl Schema {
     ) -> Result<(Schema, SchemaMetadata), SchemaError> {
         let path = path.as_ref();
         let (schema, metadata) = Self::load_with_metadata(path)?;
-        let facts = SchemaMetadata::from_json(&metadata).map_err(|reason| SchemaError::File {
-            path: path.display().to_string(),
-            reason,
-        })?;
+        let facts = SchemaMetadata::from_json(&metadata)
+            .map_err(|reason| SchemaError::Metadata { reason }.in_file(path))?;
         Ok((schema, facts))
     }
 
@@ -1518,16 +1603,12 @@ impl Schema {
         metadata: &Map<String, Json>,
     ) -> Result<(), SchemaError> {
         let path = path.as_ref();
-        let file_error = |reason: String| SchemaError::File {
-            path: path.display().to_string(),
-            reason,
-        };
-        let text = self.to_file_text(metadata).map_err(|e| match e {
-            SchemaError::Json(reason) => file_error(reason),
-            other => other,
+        let text = self.to_file_text(metadata)?;
+        crate::atomic_file::write(path, text.as_bytes()).map_err(|e| SchemaError::Io {
+            path: path.to_path_buf(),
+            action: e.action,
+            source: e.source,
         })?;
-        crate::atomic_file::write(path, text.as_bytes())
-            .map_err(|e| file_error(format!("cannot {}: {}", e.action, e.source)))?;
         Ok(())
     }
 
@@ -1538,14 +1619,12 @@ impl Schema {
         let mut obj = self.to_json_map();
         for (key, value) in metadata {
             if RESERVED_KEYS.contains(&key.as_str()) {
-                return Err(SchemaError::Invalid(format!(
-                    "metadata key {key:?} is reserved (reserved: format, features, label)"
-                )));
+                return Err(SchemaError::ReservedKey { key: key.clone() });
             }
             obj.insert(key.clone(), value.clone());
         }
-        let mut text = serde_json::to_string_pretty(&Json::Object(obj))
-            .map_err(|e| SchemaError::Json(e.to_string()))?;
+        let mut text =
+            serde_json::to_string_pretty(&Json::Object(obj)).map_err(SchemaError::Syntax)?;
         text.push('\n');
         Ok(text)
     }
@@ -1971,7 +2050,7 @@ mod tests {
             ),
             ("{", "EOF"),
         ] {
-            let err = Schema::from_json_str(json).unwrap_err().to_string();
+            let err = crate::error::display_chain(&Schema::from_json_str(json).unwrap_err());
             assert!(err.contains(needle), "{json}: {err}");
         }
     }

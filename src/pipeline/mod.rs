@@ -192,41 +192,83 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub enum PipelineError {
     /// Reading a TFRecord file failed (I/O, corruption; with the location).
     #[error("stage {stage}: {error}")]
-    Record { stage: String, error: RecordError },
+    Record {
+        /// The stage, as the metrics name it.
+        stage: String,
+        /// The error.
+        error: RecordError,
+    },
     /// A path or glob names no file.
     #[error("{pattern}: no such file (or no file matches the pattern)")]
-    NoFiles { pattern: String },
+    NoFiles {
+        /// The glob pattern.
+        pattern: String,
+    },
     /// A glob pattern is malformed.
     #[error("{pattern}: bad glob pattern: {reason}")]
-    BadGlob { pattern: String, reason: String },
-    /// A user function returned `Err`.
-    #[error("stage {stage}: {error}")]
-    User { stage: String, error: BoxError },
+    BadGlob {
+        /// The glob pattern.
+        pattern: String,
+        /// Why it does not parse.
+        reason: String,
+    },
+    /// A user function returned `Err`. A self-contained message: the
+    /// user's error and each of its causes, once.
+    #[error("stage {stage}: {}", crate::error::display_chain(error.as_ref()))]
+    User {
+        /// The stage, as the metrics name it.
+        stage: String,
+        /// The error.
+        error: BoxError,
+    },
     /// A user function panicked.
     #[error("stage {stage}: panicked: {message}")]
-    Panic { stage: String, message: String },
+    Panic {
+        /// The stage, as the metrics name it.
+        stage: String,
+        /// What went wrong.
+        message: String,
+    },
     /// A record could not be parsed under the schema. `location` is the
     /// record's place in its file (for records from a TFRecord source);
     /// `error` is the parser's error, whose record index counts within the
     /// batch. The message leads with the location and prints the cause once.
     #[error("stage {stage}: {}", parse_message(location.as_ref(), error))]
     Parse {
+        /// The stage, as the metrics name it.
         stage: String,
+        /// The record's place in its file, when it comes from one.
         location: Option<Location>,
+        /// The error.
         error: ParseError,
     },
     /// The schema given to a parse stage is invalid.
-    #[error("invalid schema: {0}")]
-    Schema(SchemaError),
+    #[error("invalid schema")]
+    Schema(#[source] SchemaError),
     /// An element does not fit the stage (e.g. longer than a padded shape).
     #[error("stage {stage}: {message}")]
-    Element { stage: String, message: String },
+    Element {
+        /// The stage, as the metrics name it.
+        stage: String,
+        /// What went wrong.
+        message: String,
+    },
     /// A cache file could not be written or read.
     #[error("stage {stage}: cache file: {error}")]
-    Cache { stage: String, error: RecordError },
+    Cache {
+        /// The stage, as the metrics name it.
+        stage: String,
+        /// The error.
+        error: RecordError,
+    },
     /// A worker thread could not be started.
     #[error("stage {stage}: cannot start a thread: {error}")]
-    Spawn { stage: String, error: io::Error },
+    Spawn {
+        /// The stage, as the metrics name it.
+        stage: String,
+        /// The error.
+        error: io::Error,
+    },
     /// The pipeline was built with a setting that makes no sense.
     #[error("invalid pipeline: {0}")]
     Config(String),
@@ -238,7 +280,9 @@ pub enum PipelineError {
     /// stale (with the location).
     #[error("stage {stage}: {error}")]
     Index {
+        /// The stage, as the metrics name it.
         stage: String,
+        /// The error.
         error: crate::tfrecord::IndexError,
     },
     /// The iterator state could not be captured, or a pipeline not restored from it.
@@ -251,10 +295,13 @@ pub enum PipelineError {
     /// `origin` is the input's first file, where it reads files. The
     /// accessors ([`location`](Self::location), [`stage`](Self::stage), ...)
     /// see through to `error`.
-    #[error("{input}{}: {error}", origin.as_ref().map(|o| format!(" (reading {o}, ...)")).unwrap_or_default())]
+    #[error("{input}{}: {}", origin.as_ref().map(|o| format!(" (reading {o}, ...)")).unwrap_or_default(), crate::error::display_chain(error.as_ref()))]
     Source {
+        /// The input, as its stages appear in the metrics.
         input: String,
+        /// The input's first file, where it reads files.
         origin: Option<String>,
+        /// The error.
         error: Box<PipelineError>,
     },
 }

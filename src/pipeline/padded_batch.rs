@@ -220,21 +220,33 @@ pub enum PadError {
         "feature {feature:?}: row {row} has length {length}, longer than the padded shape {width}"
     )]
     TooLong {
+        /// The feature.
         feature: String,
+        /// The row within the batch.
         row: usize,
+        /// The row's length.
         length: usize,
+        /// The fixed padded width.
         width: usize,
     },
     /// The pad value does not fit the column's type.
     #[error("feature {feature:?}: cannot pad {kind} values with {value:?}")]
     Value {
+        /// The feature.
         feature: String,
+        /// The column's value type.
         kind: &'static str,
+        /// The pad value given.
         value: PadValue,
     },
     /// A padded shape too large to allocate.
     #[error("feature {feature:?}: padding to {elements} values is too large")]
-    TooLarge { feature: String, elements: usize },
+    TooLarge {
+        /// The feature.
+        feature: String,
+        /// The values the padded column would hold.
+        elements: usize,
+    },
 }
 
 /// The most values one padded column may hold (2^31): a larger one is a

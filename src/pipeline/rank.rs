@@ -124,18 +124,33 @@ pub struct Rank {
 pub enum RankError {
     /// `rank >= world_size`, or a world size of 0.
     #[error("rank {rank} of world size {world_size}: needs world_size > 0 and rank < world_size")]
-    OutOfRange { rank: usize, world_size: usize },
+    OutOfRange {
+        /// The rank given.
+        rank: usize,
+        /// The world size given.
+        world_size: usize,
+    },
     /// A world size beyond [`MAX_WORLD_SIZE`]: no launcher starts that many
     /// processes, and the shares' bookkeeping would not fit in memory.
     #[error("world size {world_size} is implausible (at most {max} processes)", max = MAX_WORLD_SIZE)]
-    TooLarge { world_size: usize },
+    TooLarge {
+        /// The world size given.
+        world_size: usize,
+    },
     /// A variable is not a number.
     #[error("environment variable {name}={value:?}: expected a non-negative integer")]
-    NotANumber { name: &'static str, value: String },
+    NotANumber {
+        /// The environment variable.
+        name: &'static str,
+        /// Its value.
+        value: String,
+    },
     /// Only one of `RANK` and `WORLD_SIZE` is set.
     #[error("environment variable {missing} is not set, but {set} is: set both or neither")]
     Incomplete {
+        /// The variable that is set.
         set: &'static str,
+        /// The variable that is missing.
         missing: &'static str,
     },
 }

@@ -94,18 +94,26 @@ pub const STATE_VERSION: u32 = 1;
 pub enum StateError {
     /// A stage whose position cannot be captured.
     #[error("stage {stage}: its state cannot be captured ({why})")]
-    Unsupported { stage: String, why: String },
+    Unsupported {
+        /// The stage.
+        stage: String,
+        /// Why it cannot.
+        why: String,
+    },
     /// The state does not fit this pipeline.
     #[error("the state does not fit this pipeline: {0}")]
     Mismatch(String),
     /// A buffered record could not be read back.
-    #[error("re-reading a buffered record: {0}")]
+    #[error("re-reading a buffered record")]
     Reread(#[source] RecordError),
     /// A state written by another version.
     #[error("pipeline state version {found}, this build reads version {STATE_VERSION}")]
-    Version { found: u32 },
+    Version {
+        /// The state's version.
+        found: u32,
+    },
     /// The JSON is not a pipeline state.
-    #[error("pipeline state: {0}")]
+    #[error("pipeline state")]
     Json(#[from] serde_json::Error),
 }
 

@@ -64,7 +64,7 @@ impl Shared {
             Submit::Queued(reply) => match reply.recv() {
                 Ok(Ok(outputs)) => Ok(outputs),
                 Ok(Err(e)) => {
-                    let status = if e.is_bad_data() { 400 } else { 500 };
+                    let status = if e.is_data_error() { 400 } else { 500 };
                     Err(ApiError::new(
                         status,
                         format!("prediction: {}", error_chain(&*e)),

@@ -80,45 +80,74 @@ pub use resolve::{Listing, is_dataset_file, is_url, partition_values, resolve, r
 pub enum StorageError {
     /// A path, URL or glob names nothing.
     #[error("{pattern}: no such file (or no file matches the pattern)")]
-    NoMatch { pattern: String },
+    NoMatch {
+        /// The glob pattern.
+        pattern: String,
+    },
     /// A glob pattern is malformed.
     #[error("{pattern}: bad glob pattern: {reason}")]
-    BadGlob { pattern: String, reason: String },
+    BadGlob {
+        /// The glob pattern.
+        pattern: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// Not a URL tfpipe can read.
     #[error("{url}: {reason}")]
-    BadUrl { url: String, reason: String },
+    BadUrl {
+        /// The object's URL.
+        url: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// An object-store operation failed (after retries where it is transient).
     ///
-    /// The message holds the store's error and each of its causes once
-    /// (`object_store`'s errors embed their first cause in their own text,
-    /// the deeper ones, such as why a request could not be built, only in
-    /// their source chain), so it is complete wherever it is wrapped; the
-    /// store's error is also the [`source`](std::error::Error::source).
+    /// A self-contained message (see [`crate::error`]): it holds the
+    /// store's error and each of its causes once (`object_store`'s errors
+    /// embed their first cause in their own text, the deeper ones, such as
+    /// why a request could not be built, only in their source chain), and
+    /// `source()` is `None`, so no cause prints twice. The store's error is
+    /// kept for matching on its kind.
     #[cfg(feature = "object-store")]
     #[error("{url}: {operation} failed{}: {}", attempts_note(*.attempts), cause_chain(.error))]
     Store {
+        /// The object's URL.
         url: String,
+        /// What was being done (`GET`, `HEAD`, `list`, ...).
         operation: String,
+        /// How many times it was tried.
         attempts: u32,
         // Boxed: the store's error is large, and every error enum that
         // wraps this one would grow with it (clippy's result_large_err).
-        #[source]
+        /// The store's error (kept for matching its kind; see above).
         error: Box<object_store::Error>,
     },
     /// A ranged read returned fewer bytes than asked for, every attempt.
     #[error("{url}: bytes {}..{}: the server returned {got} bytes (after {attempts} attempts)", range.start, range.end)]
     ShortRead {
+        /// The object's URL.
         url: String,
+        /// The byte range asked for.
         range: Range<u64>,
+        /// The bytes returned.
         got: u64,
+        /// How many times it was tried.
         attempts: u32,
     },
     /// The URL needs the `object-store` feature, which this build lacks.
     #[error("{url}: object-storage URLs need tfpipe built with the `object-store` feature")]
-    NotBuilt { url: String },
+    NotBuilt {
+        /// The object's URL.
+        url: String,
+    },
     /// A local file could not be read.
     #[error("{}: {error}", path.display())]
-    Io { path: PathBuf, error: io::Error },
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The store's error (kept for matching its kind; see above).
+        error: io::Error,
+    },
     /// The object-store runtime thread could not be started or has stopped.
     #[error("object-store runtime: {0}")]
     Runtime(io::Error),

@@ -36,8 +36,11 @@ pub enum Header {
     Valid(u64),
     /// The stored CRC does not match the stored length.
     BadCrc {
+        /// The record length its header states.
         length: u64,
+        /// The CRC stored in the file.
         stored: u32,
+        /// The CRC of the bytes read.
         computed: u32,
     },
 }

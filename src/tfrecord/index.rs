@@ -60,35 +60,62 @@ use crate::storage::{self, StorageError};
 pub enum IndexProblem {
     /// A line is not `OFFSET SIZE`.
     #[error("line {line}: expected `OFFSET SIZE`, found {text:?}")]
-    Malformed { line: usize, text: String },
+    Malformed {
+        /// The line, from 1.
+        line: usize,
+        /// The line as it is.
+        text: String,
+    },
     /// An entry does not start where the previous one ended.
     #[error(
         "entry {record} starts at byte {found}, but the previous record ends at byte {expected}"
     )]
     NotContiguous {
+        /// The record's index.
         record: u64,
+        /// The offset the previous record ends at.
         expected: u64,
+        /// The offset the index records.
         found: u64,
     },
     /// An entry ends beyond 2^64 bytes.
     #[error("entry {record} ends beyond 2^64 bytes")]
-    Overflow { record: u64 },
+    Overflow {
+        /// The record's index.
+        record: u64,
+    },
     /// An entry is smaller than an empty record's 16 bytes.
     #[error("entry {record} has size {size}, less than the 16 bytes of an empty record")]
-    TooSmall { record: u64, size: u64 },
+    TooSmall {
+        /// The record's index.
+        record: u64,
+        /// The size the index records.
+        size: u64,
+    },
     /// The entries do not end where the data file does.
     #[error(
         "the index covers {indexed} bytes but the data file has {actual} (stale index, or truncated data or index)"
     )]
-    SizeMismatch { indexed: u64, actual: u64 },
+    SizeMismatch {
+        /// The file size the index records.
+        indexed: u64,
+        /// The file size now.
+        actual: u64,
+    },
     /// The record at an indexed offset does not match the index.
     #[error("the record at the indexed offset does not match the index: {reason}")]
-    RecordMismatch { reason: String },
+    RecordMismatch {
+        /// What is wrong.
+        reason: String,
+    },
     /// The data file is compressed.
     #[error(
         "{compression}-compressed files cannot be indexed (there are no byte offsets to seek to)"
     )]
-    Compressed { compression: Compression },
+    Compressed {
+        /// The compression found.
+        compression: Compression,
+    },
 }
 
 /// Errors building, loading, checking or using a record index.
@@ -98,19 +125,29 @@ pub enum IndexError {
     /// The index disagrees with itself or with its data file.
     #[error("{}: {problem} (index {})", data.display(), index.display())]
     Invalid {
+        /// The data file.
         data: PathBuf,
+        /// The index file.
         index: PathBuf,
+        /// What is wrong.
         problem: IndexProblem,
     },
     /// A record read through the index is not where or what the index says.
     #[error("{location}: {problem}")]
     Record {
+        /// The record.
         location: Location,
+        /// What is wrong.
         problem: IndexProblem,
     },
     /// The index file could not be read or written.
     #[error("{}: {error}", path.display())]
-    Io { path: PathBuf, error: io::Error },
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        error: io::Error,
+    },
     /// Reading the data file failed (while building, or a record).
     #[error(transparent)]
     Read(#[from] RecordError),
@@ -122,7 +159,12 @@ pub enum IndexError {
     Storage(#[from] StorageError),
     /// A record position beyond the data.
     #[error("record position {position} is out of range ({len} records)")]
-    OutOfRange { position: RecordId, len: u64 },
+    OutOfRange {
+        /// The position asked for.
+        position: RecordId,
+        /// The number of records there are.
+        len: u64,
+    },
 }
 
 impl IndexError {

@@ -33,9 +33,13 @@ pub enum DecodeError {
         "corrupt {format} stream at compressed byte {compressed} (uncompressed byte {uncompressed}): {reason}"
     )]
     Corrupt {
+        /// The compression format.
         format: Format,
+        /// Compressed bytes read before the problem.
         compressed: u64,
+        /// Uncompressed bytes produced before the problem.
         uncompressed: u64,
+        /// The decompressor's message.
         reason: String,
     },
     /// The file ends inside a stream.
@@ -43,8 +47,11 @@ pub enum DecodeError {
         "{format} stream cut short: the file ends at compressed byte {compressed} (uncompressed byte {uncompressed}) before the stream's end"
     )]
     Truncated {
+        /// The compression format.
         format: Format,
+        /// Compressed bytes read before the problem.
         compressed: u64,
+        /// Uncompressed bytes produced before the problem.
         uncompressed: u64,
     },
     /// Bytes after the end of the last stream that do not start another.
@@ -53,9 +60,13 @@ pub enum DecodeError {
         if *zeros { " (all zero: padding)" } else { "" }
     )]
     TrailingData {
+        /// The compression format.
         format: Format,
+        /// Compressed bytes read before the problem.
         compressed: u64,
+        /// The bytes after the end of the stream.
         bytes: u64,
+        /// Whether they are all zero bytes (padding).
         zeros: bool,
     },
 }

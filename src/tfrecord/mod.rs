@@ -17,8 +17,8 @@
 //! inside a record header is reported as truncated (TensorFlow ends quietly).
 
 mod compression;
-pub mod crc;
-pub mod frame;
+pub(crate) mod crc;
+pub(crate) mod frame;
 mod index;
 mod inflate;
 mod reader;
@@ -29,6 +29,8 @@ use std::path::PathBuf;
 
 pub use crate::error::Location;
 pub use compression::{Compression, UnknownCompression};
+pub use crc::masked_crc32c;
+pub use frame::framed_len;
 pub use index::{IndexError, IndexProblem, IndexedFiles, RecordId, RecordIndex, index_path};
 pub use inflate::{DecodeError, Format};
 pub use reader::{
@@ -45,8 +47,11 @@ pub enum CorruptionKind {
         "length CRC mismatch (length field says {length}, stored CRC {stored:#010x}, computed {computed:#010x})"
     )]
     LengthCrc {
+        /// The record length its header states.
         length: u64,
+        /// The CRC stored in the file.
         stored: u32,
+        /// The CRC of the bytes read.
         computed: u32,
     },
     /// The data does not match its CRC.
@@ -54,31 +59,53 @@ pub enum CorruptionKind {
         "data CRC mismatch over {length} bytes (stored {stored:#010x}, computed {computed:#010x})"
     )]
     DataCrc {
+        /// The record length its header states.
         length: u64,
+        /// The CRC stored in the file.
         stored: u32,
+        /// The CRC of the bytes read.
         computed: u32,
     },
     /// The stream ends inside a 12-byte record header.
     #[error("truncated record header: the stream ends {available} bytes into the 12-byte header")]
-    TruncatedHeader { available: usize },
+    TruncatedHeader {
+        /// The bytes there were.
+        available: usize,
+    },
     /// The stream ends inside a record's data or its CRC.
     #[error(
         "truncated record: the header promises {length} data bytes and a 4-byte CRC, the stream ends after {available} bytes"
     )]
-    TruncatedData { length: u64, available: u64 },
+    TruncatedData {
+        /// The record length its header states.
+        length: u64,
+        /// The bytes there were.
+        available: u64,
+    },
     /// The stream's first header is not a TFRecord header, and its bytes
     /// show what the file is instead (JSON, PNG, ...).
     #[error("not a TFRecord file: it starts like {what}")]
-    NotTfRecord { what: &'static str },
+    NotTfRecord {
+        /// What the bytes look like instead.
+        what: &'static str,
+    },
     /// The compressed stream around the records is damaged, or has bytes
     /// after its end (counted under a skip policy instead of failing).
     #[error("{reason}")]
-    Compressed { reason: String },
+    Compressed {
+        /// What is wrong with the compressed stream.
+        reason: String,
+    },
     /// The length field passed its CRC but exceeds the reader's limit.
     #[error(
         "implausible record length {length} bytes (limit {limit}; raise ReaderOptions::max_record_len if it is real)"
     )]
-    ImplausibleLength { length: u64, limit: u64 },
+    ImplausibleLength {
+        /// The record length its header states.
+        length: u64,
+        /// The largest length accepted.
+        limit: u64,
+    },
 }
 
 /// A corrupt record that a reader skipped or stopped at.
@@ -107,25 +134,41 @@ pub enum RecordError {
     /// A corrupt record.
     #[error("{location}: {kind}")]
     Corrupt {
+        /// Where in the input.
         location: Location,
+        /// What is wrong with it.
         kind: CorruptionKind,
     },
     /// Reading (or decompressing) failed.
     #[error("{location}: read failed: {error}")]
     Io {
+        /// Where in the input.
         location: Location,
+        /// The underlying error.
         error: io::Error,
     },
     /// The file could not be opened.
     #[error("{}: cannot open: {error}", path.display())]
-    Open { path: PathBuf, error: io::Error },
+    Open {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        error: io::Error,
+    },
     /// The output file could not be created or renamed into place.
     #[error("{}: cannot create: {error}", path.display())]
-    Create { path: PathBuf, error: io::Error },
+    Create {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        error: io::Error,
+    },
     /// Writing failed.
     #[error("{}: write failed: {error}", path.as_deref().map(|p| p.display().to_string()).unwrap_or_else(|| "<stream>".into()))]
     Write {
+        /// The file.
         path: Option<PathBuf>,
+        /// The underlying error.
         error: io::Error,
     },
 }

@@ -154,7 +154,7 @@ pub enum CheckpointError {
     )]
     Custom(String),
     /// The optimizer's state does not fit (another optimizer or model).
-    #[error("optimizer state: {0}")]
+    #[error("optimizer state")]
     Optimizer(#[source] candle_core::Error),
     /// Writing the checkpoint directory or switching it into place failed.
     #[error(transparent)]

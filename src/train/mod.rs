@@ -123,24 +123,39 @@ pub enum TrainError {
     Device(#[from] DeviceError),
     /// The batch does not fit the model's input (missing column, ragged, wrong size, bad label).
     #[error("batch {batch}: {reason}")]
-    Input { batch: u64, reason: String },
+    Input {
+        /// The batch's index in the run.
+        batch: u64,
+        /// What is wrong.
+        reason: String,
+    },
     /// A class label outside `0..classes`.
     #[error(
         "batch {batch}: row {row}: label {name:?} = {value} is outside 0..{classes} (the number of classes is {classes})"
     )]
     Label {
+        /// The batch's index in the run.
         batch: u64,
+        /// The row within the batch.
         row: usize,
+        /// The label feature.
         name: String,
+        /// The label value found.
         value: i64,
+        /// The number of classes.
         classes: usize,
     },
     /// A model that does not fit the data (see [`ModelConfig::for_input`]).
     #[error(transparent)]
     Model(#[from] ModelChoiceError),
-    /// A configuration that cannot work (empty hidden sizes, ...).
-    #[error("invalid training configuration: {0}")]
-    Config(String),
+    /// A setting that cannot work: which one, and why.
+    #[error("{setting}: {reason}")]
+    Config {
+        /// The setting.
+        setting: Setting,
+        /// Why it cannot work, with its value.
+        reason: String,
+    },
     /// The data source failed (I/O, corruption, parse error), with the
     /// pipeline's error and its location.
     #[error("data")]
@@ -148,29 +163,37 @@ pub enum TrainError {
     /// A tensor operation failed inside candle.
     #[error("{context}")]
     Candle {
+        /// What was being done.
         context: &'static str,
         #[source]
+        /// The underlying error.
         source: candle_core::Error,
     },
     /// A checkpoint that cannot be written, read or used.
     #[error("checkpoint {}", path.display())]
     Checkpoint {
+        /// The directory or file.
         path: std::path::PathBuf,
         #[source]
+        /// The underlying error.
         source: Box<CheckpointError>,
     },
     /// A TensorBoard event file that cannot be written.
     #[error("event file {}", path.display())]
     Events {
+        /// The directory or file.
         path: std::path::PathBuf,
         #[source]
+        /// The underlying error.
         source: std::io::Error,
     },
     /// An output (predictions) that cannot be written.
     #[error("{}: cannot write", path.display())]
     Output {
+        /// The directory or file.
         path: std::path::PathBuf,
         #[source]
+        /// The underlying error.
         source: std::io::Error,
     },
     /// A worker thread (device prefetch) panicked.
@@ -181,30 +204,100 @@ pub enum TrainError {
     Spawn(&'static str, #[source] std::io::Error),
 }
 
+/// A training setting, as [`TrainError::Config`] names it (a front end
+/// maps each to its own flag or argument).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Setting {
+    /// The optimizer's learning rate.
+    LearningRate,
+    /// The optimizer's weight decay.
+    WeightDecay,
+    /// SGD's momentum.
+    Momentum,
+    /// Adam's moment decay rates and epsilon.
+    AdamMoments,
+    /// The number of classes.
+    Classes,
+    /// The hidden layer sizes.
+    HiddenSizes,
+    /// The embedding table's rows and width.
+    Embedding,
+    /// The label feature.
+    Label,
+    /// The input features.
+    Inputs,
+    /// The run's length (epochs, steps).
+    RunLength,
+    /// The learning-rate schedule.
+    LrSchedule,
+}
+
+impl Setting {
+    /// What the setting is called in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Setting::LearningRate => "learning rate",
+            Setting::WeightDecay => "weight decay",
+            Setting::Momentum => "momentum",
+            Setting::AdamMoments => "Adam's moments",
+            Setting::Classes => "classes",
+            Setting::HiddenSizes => "hidden sizes",
+            Setting::Embedding => "embedding",
+            Setting::Label => "label",
+            Setting::Inputs => "inputs",
+            Setting::RunLength => "run length",
+            Setting::LrSchedule => "learning-rate schedule",
+        }
+    }
+}
+
+impl std::fmt::Display for Setting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// Why [`parse_device`] gave no device.
 #[derive(Debug, thiserror::Error)]
 pub enum DeviceError {
     /// Not `cpu`, `cuda` or `cuda:N`.
     #[error("unknown device {name:?} (expected cpu, cuda or cuda:N)")]
-    Unknown { name: String },
+    Unknown {
+        /// The label feature.
+        name: String,
+    },
     /// `cuda` in a build without the `cuda` feature.
     #[error(
         "cuda:{ordinal}: this tfpipe was built without the `cuda` feature; rebuild with `cargo build --release --features cuda` (needs a CUDA toolkit)"
     )]
-    NotBuilt { ordinal: usize },
+    NotBuilt {
+        /// The GPU index (`cuda:N`).
+        ordinal: usize,
+    },
     /// The driver, or the GPU, is missing or refused to start (candle's
     /// error, without its backtrace, is the source).
     #[error(
         "cuda:{ordinal}: no usable CUDA device (an NVIDIA GPU and its driver are needed; `nvidia-smi` lists them)"
     )]
     Unavailable {
+        /// The GPU index (`cuda:N`).
         ordinal: usize,
         #[source]
+        /// The underlying error.
         error: candle_core::Error,
     },
 }
 
 impl TrainError {
+    /// A [`Config`](TrainError::Config) error for `setting`.
+    pub(crate) fn config(setting: Setting, reason: impl Into<String>) -> TrainError {
+        TrainError::Config {
+            setting,
+            reason: reason.into(),
+        }
+    }
+
     pub(crate) fn candle(context: &'static str) -> impl FnOnce(candle_core::Error) -> TrainError {
         move |source| TrainError::Candle {
             context,
@@ -243,10 +336,13 @@ impl TrainError {
 
     /// Whether the error is about bad input data (exit code 1 in the CLI)
     /// rather than usage or I/O.
-    pub fn is_bad_data(&self) -> bool {
+    pub fn is_data_error(&self) -> bool {
         match self {
-            TrainError::Data(e) => e.location().is_some(),
-            TrainError::Input { .. } | TrainError::Label { .. } => true,
+            TrainError::Data(e) => e.is_data_error(),
+            TrainError::Input { .. } => true,
+            // A label beyond the classes is fixed by the number of classes
+            // (or by training a regression), not by other data.
+            TrainError::Label { .. } => false,
             TrainError::Checkpoint { source, .. } => {
                 matches!(**source, CheckpointError::Checksum { .. })
             }

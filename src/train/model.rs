@@ -14,9 +14,9 @@ use candle_core::{D, DType, Device, Tensor};
 use candle_nn::{Conv2d, Conv2dConfig, Linear, VarBuilder, VarMap};
 use serde::{Deserialize, Serialize};
 
-use super::TrainError;
 use super::ops;
 use super::tensor::BatchTensors;
+use super::{Setting, TrainError};
 
 /// What a model learns, which chooses the loss and the metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -199,24 +199,40 @@ impl<M: Model + ?Sized> Model for Box<M> {
 pub enum ModelConfig {
     /// A classifier: `inputs -> hidden[0] -> ... -> classes`, ReLU between layers.
     Mlp {
+        /// Input values per example.
         inputs: usize,
+        /// Hidden layer sizes, in order.
         hidden: Vec<usize>,
+        /// The number of classes.
         classes: usize,
     },
     /// The same MLP with one output, for regression.
-    Regressor { inputs: usize, hidden: Vec<usize> },
+    Regressor {
+        /// Input values per example.
+        inputs: usize,
+        /// Hidden layer sizes, in order.
+        hidden: Vec<usize>,
+    },
     /// LeNet-5-like for 1x28x28 inputs: conv 5x5 (6, padded) -> pool ->
     /// conv 5x5 (16) -> pool -> 400 -> 120 -> 84 -> classes.
-    Cnn { classes: usize },
+    Cnn {
+        /// The number of classes.
+        classes: usize,
+    },
     /// A bag-of-tokens classifier: each token id in `0..vocab` looks up a
     /// `dim`-wide embedding; the embeddings of a row's real tokens (the
     /// mask) are averaged; the average, beside the row's `inputs` dense
     /// features when there are any, feeds an MLP `hidden -> classes`.
     Embedding {
+        /// Token ids are in `0..vocab`: the embedding table's rows.
         vocab: usize,
+        /// The embedding width.
         dim: usize,
+        /// Input values per example.
         inputs: usize,
+        /// Hidden layer sizes, in order.
         hidden: Vec<usize>,
+        /// The number of classes.
         classes: usize,
     },
 }
@@ -337,25 +353,31 @@ impl ModelConfig {
         if let Task::Classification { classes } = self.task()
             && classes < 2
         {
-            return Err(TrainError::Config(format!(
-                "{classes} classes: a classifier needs at least 2"
-            )));
+            return Err(TrainError::config(
+                Setting::Classes,
+                format!("{classes} classes: a classifier needs at least 2"),
+            ));
         }
         if let ModelConfig::Embedding { vocab, dim, .. } = self
             && (*vocab == 0 || *dim == 0)
         {
-            return Err(TrainError::Config(format!(
-                "embedding of {vocab} tokens x {dim}: both must be at least 1"
-            )));
+            return Err(TrainError::config(
+                Setting::Embedding,
+                format!("{vocab} tokens x {dim}: both must be at least 1"),
+            ));
         }
         if let Some((inputs, hidden, _)) = self.head_layers() {
             if inputs == 0 {
-                return Err(TrainError::Config("the MLP has no input features".into()));
+                return Err(TrainError::config(
+                    Setting::Inputs,
+                    "the MLP has no input features",
+                ));
             }
             if hidden.contains(&0) {
-                return Err(TrainError::Config(format!(
-                    "hidden sizes {hidden:?} contain 0"
-                )));
+                return Err(TrainError::config(
+                    Setting::HiddenSizes,
+                    format!("{hidden:?} contain 0"),
+                ));
             }
         }
         Ok(())
@@ -432,9 +454,7 @@ impl BuiltinModel {
             }
             (ModelConfig::Embedding { vocab, dim, .. }, None) => {
                 let Some((inputs, hidden, outputs)) = config.head_layers() else {
-                    return Err(TrainError::Config(
-                        "an embedding model without its head".into(),
-                    ));
+                    unreachable!("an embedding model always has its head");
                 };
                 Net::Embedding {
                     table: candle_nn::embedding(*vocab, *dim, vb.pp("embedding"))
@@ -443,7 +463,7 @@ impl BuiltinModel {
                 }
             }
             (ModelConfig::Mlp { .. } | ModelConfig::Regressor { .. }, None) => {
-                return Err(TrainError::Config("an MLP without its layers".into()));
+                unreachable!("an MLP always has its layers");
             }
             (ModelConfig::Cnn { classes }, _) => {
                 let padded = Conv2dConfig {
@@ -612,7 +632,8 @@ pub fn seed_vars(varmap: &VarMap, seed: u64, device: &Device) -> Result<(), Trai
     let data = varmap
         .data()
         .lock()
-        .map_err(|_| TrainError::Config("variable map lock poisoned".into()))?;
+        // A panic elsewhere cannot leave the map half-written: seeding rewrites every variable.
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     for (name, var) in data.iter() {
         let dims = var.dims().to_vec();
         let count: usize = dims.iter().product();
@@ -864,7 +885,13 @@ mod tests {
             hidden: vec![0],
             classes: 3,
         };
-        assert!(matches!(bad.validate(), Err(TrainError::Config(_))));
+        assert!(matches!(
+            bad.validate(),
+            Err(TrainError::Config {
+                setting: Setting::HiddenSizes,
+                ..
+            })
+        ));
         assert!(ModelConfig::Cnn { classes: 1 }.validate().is_err());
     }
 }

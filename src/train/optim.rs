@@ -26,7 +26,7 @@ use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor, Var};
 use serde::{Deserialize, Serialize};
 
-use super::TrainError;
+use super::{Setting, TrainError};
 
 /// An optimizer's state as checkpoints store it: the number of updates
 /// applied, and named state tensors per variable (Adam's `m` and `v`, SGD's
@@ -180,17 +180,19 @@ pub enum OptimizerKind {
 }
 
 impl std::str::FromStr for OptimizerKind {
-    type Err = String;
+    type Err = crate::error::UnknownName;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.to_ascii_lowercase().as_str() {
             "adam" => Ok(OptimizerKind::Adam),
             // Our AdamW is the fused one; the old name stays accepted.
             "adamw" | "adamw-fused" | "adamw_fused" => Ok(OptimizerKind::AdamW),
             "sgd" => Ok(OptimizerKind::Sgd),
-            _ => Err(format!(
-                "unknown optimizer {s:?} (expected adam, adamw or sgd)"
-            )),
+            _ => Err(crate::error::UnknownName {
+                what: "optimizer",
+                name: s.to_string(),
+                expected: "adam, adamw or sgd",
+            }),
         }
     }
 }
@@ -265,25 +267,38 @@ impl OptimizerConfig {
 
     /// Checks the settings.
     pub fn validate(&self) -> Result<(), TrainError> {
-        let bad = |what: &str, value: f64, rule: &str| {
-            Err(TrainError::Config(format!("{what} {value} {rule}")))
+        let bad = |setting: Setting, what: &str, value: f64, rule: &str| {
+            Err(TrainError::config(
+                setting,
+                format!("{what} {value} {rule}"),
+            ))
         };
         if !(self.lr.is_finite() && self.lr > 0.0) {
-            return bad("learning rate", self.lr, "must be a positive number");
+            return bad(
+                Setting::LearningRate,
+                "",
+                self.lr,
+                "must be a positive number",
+            );
         }
         if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
-            return bad("weight decay", self.weight_decay, "must be >= 0");
+            return bad(Setting::WeightDecay, "", self.weight_decay, "must be >= 0");
         }
         if !(self.momentum.is_finite() && (0.0..1.0).contains(&self.momentum)) {
-            return bad("momentum", self.momentum, "must be in [0, 1)");
+            return bad(Setting::Momentum, "", self.momentum, "must be in [0, 1)");
         }
-        for (what, b) in [("beta1", self.beta1), ("beta2", self.beta2)] {
+        for (what, b) in [("beta1 ", self.beta1), ("beta2 ", self.beta2)] {
             if !(b.is_finite() && (0.0..1.0).contains(&b)) {
-                return bad(what, b, "must be in [0, 1)");
+                return bad(Setting::AdamMoments, what, b, "must be in [0, 1)");
             }
         }
         if !(self.eps.is_finite() && self.eps > 0.0) {
-            return bad("epsilon", self.eps, "must be a positive number");
+            return bad(
+                Setting::AdamMoments,
+                "epsilon ",
+                self.eps,
+                "must be a positive number",
+            );
         }
         Ok(())
     }

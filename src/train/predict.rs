@@ -385,7 +385,7 @@ impl Predictor {
             }
             let batch = match batch.map_err(TrainError::data) {
                 Ok(batch) => batch,
-                Err(e) if e.is_bad_data() => {
+                Err(e) if e.is_data_error() => {
                     bad_data.get_or_insert(e);
                     continue;
                 }

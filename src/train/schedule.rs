@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::TrainError;
+use super::{Setting, TrainError};
 
 /// How the learning rate changes over training, after an optional linear warm-up.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -87,18 +87,24 @@ impl LrSchedule {
             Decay::Constant => Ok(()),
             Decay::Step { epochs, gamma } => {
                 if epochs == 0 || !(gamma.is_finite() && gamma > 0.0) {
-                    Err(TrainError::Config(format!(
-                        "step decay every {epochs} epochs by {gamma}: needs at least 1 epoch and a positive factor"
-                    )))
+                    Err(TrainError::config(
+                        Setting::LrSchedule,
+                        format!(
+                            "step decay every {epochs} epochs by {gamma}: needs at least 1 epoch and a positive factor"
+                        ),
+                    ))
                 } else {
                     Ok(())
                 }
             }
             Decay::Cosine { steps, min_lr } => {
                 if steps == 0 || !(min_lr.is_finite() && min_lr >= 0.0) {
-                    Err(TrainError::Config(format!(
-                        "cosine decay over {steps} steps to {min_lr}: needs at least 1 step and a rate >= 0"
-                    )))
+                    Err(TrainError::config(
+                        Setting::LrSchedule,
+                        format!(
+                            "cosine decay over {steps} steps to {min_lr}: needs at least 1 step and a rate >= 0"
+                        ),
+                    ))
                 } else {
                     Ok(())
                 }

@@ -19,8 +19,8 @@ use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value as Json};
 
-use super::TrainError;
 use super::model::Task;
+use super::{Setting, TrainError};
 use crate::batch::{Batch, Column, Values};
 use crate::example::{DType, FeatureSpec, Layout, Schema};
 
@@ -188,9 +188,10 @@ impl InputSpec {
         if let Some(label) = &schema.label
             && schema.feature(label).is_none()
         {
-            return Err(TrainError::Config(format!(
-                "label {label:?} is not one of the schema's features"
-            )));
+            return Err(TrainError::config(
+                Setting::Label,
+                format!("{label:?} is not one of the schema's features"),
+            ));
         }
         let mut features = Vec::new();
         let mut skipped = Vec::new();
@@ -210,11 +211,14 @@ impl InputSpec {
                         Task::Classification { .. } => "one int64 class id or text class name",
                         Task::Regression => "one float32 or int64 value",
                     };
-                    return Err(TrainError::Config(format!(
-                        "label {:?} must be {want} per example (it is {})",
-                        f.name,
-                        describe_feature(f)
-                    )));
+                    return Err(TrainError::config(
+                        Setting::Label,
+                        format!(
+                            "{:?} must be {want} per example (it is {})",
+                            f.name,
+                            describe_feature(f)
+                        ),
+                    ));
                 }
                 // A label is never filled in: a record without one is an
                 // error naming its file and record, not a silent 0 (a
@@ -258,9 +262,12 @@ impl InputSpec {
             } else {
                 join(&skipped)
             };
-            return Err(TrainError::Config(format!(
-                "no input features: the models need at least one fixed-shape int64, float32 or uint8 feature, or a variable-length int64 one (token ids), besides the label (other features: {others}); numbers stored as text (bytes) must be converted as numbers"
-            )));
+            return Err(TrainError::config(
+                Setting::Inputs,
+                format!(
+                    "none besides the label (other features: {others}): the models need at least one fixed-shape int64, float32 or uint8 feature, or a variable-length int64 one (token ids); numbers stored as text (bytes) must be converted as numbers"
+                ),
+            ));
         }
         // An image folder converted without decoding holds the encoded bytes
         // (skipped: the models take no bytes) and the images' size: a model
@@ -272,11 +279,14 @@ impl InputSpec {
             && features.iter().all(|(name, _)| is_image_size(name))
         {
             let sizes: Vec<&str> = features.iter().map(|(n, _)| n.as_str()).collect();
-            return Err(TrainError::Config(format!(
-                "the only inputs are an image's size ({}); the image itself ({:?}) is encoded bytes, which the models cannot take: decode the images into pixels (a uint8 feature) to train on them",
-                sizes.join(", "),
-                encoded.name
-            )));
+            return Err(TrainError::config(
+                Setting::Inputs,
+                format!(
+                    "only an image's size ({}): the image itself ({:?}) is encoded bytes, which the models cannot take; decode the images into pixels (a uint8 feature) to train on them",
+                    sizes.join(", "),
+                    encoded.name
+                ),
+            ));
         }
         Ok(InputSelection {
             spec: InputSpec {
@@ -802,7 +812,7 @@ mod tests {
         let err = InputSpec::from_schema(&only_text, Task::Classification { classes: 3 })
             .unwrap_err()
             .to_string();
-        assert!(err.contains("no input features"), "{err}");
+        assert!(err.contains("inputs: none besides the label"), "{err}");
         assert!(err.contains("island (bytes)"), "{err}");
         assert!(err.contains("fixed-shape int64, float32 or uint8"), "{err}");
 

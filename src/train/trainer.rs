@@ -40,7 +40,7 @@ use super::optim::{OptimizerConfig, TrainOptimizer};
 use super::prefetch::{BatchEvent, BatchStream, BoxError, Fetched};
 use super::report::{DeviceStartup, EpochReport, TrainReport, Verdict};
 use super::tensor::{BatchTensors, Standardize};
-use super::{Resume, TrainError};
+use super::{ModelChoiceError, Resume, Setting, TrainError};
 
 /// What observers see after each step.
 #[derive(Debug, Clone, Copy)]
@@ -232,16 +232,17 @@ impl Trainer {
         builtin: Option<ModelConfig>,
     ) -> Result<Trainer, TrainError> {
         if config.length.epochs == Some(0) || config.length.steps == Some(0) {
-            return Err(TrainError::Config(
-                "nothing to do: 0 epochs or 0 steps".into(),
+            return Err(TrainError::config(
+                Setting::RunLength,
+                "nothing to do: 0 epochs or 0 steps",
             ));
         }
         if model.task() != config.input.spec.task {
-            return Err(TrainError::Config(format!(
-                "the model learns {:?} but the input spec says {:?}",
-                model.task(),
-                config.input.spec.task
-            )));
+            return Err(TrainError::Model(ModelChoiceError::TaskMismatch {
+                model: model.describe(),
+                model_task: model.task(),
+                input_task: config.input.spec.task,
+            }));
         }
         let mut state = State {
             model,

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use tfpipe::pipeline::{Interleave, Parallelism, Pipeline, Record};
 use tfpipe::tfrecord::Compression;
-use tfpipe::tfrecord::frame::framed_len;
+use tfpipe::tfrecord::framed_len;
 
 use crate::common::{index_record, record_index, watchdog, write_shards};
 

@@ -108,8 +108,11 @@ fn a_changed_object_fails_the_restore_with_its_location() {
     }
     server.put(&url, changed);
     let error = match pipeline.start_from(&state) {
-        Ok(mut it) => it.next().and_then(Result::err).map(|e| e.to_string()),
-        Err(e) => Some(e.to_string()),
+        Ok(mut it) => it
+            .next()
+            .and_then(Result::err)
+            .map(|e| tfpipe::error::display_chain(&e)),
+        Err(e) => Some(tfpipe::error::display_chain(&e)),
     };
     let error = error.expect("the restore fails");
     assert!(error.contains(&url), "{error}");
