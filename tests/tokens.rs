@@ -249,3 +249,93 @@ fn bucketing_and_packing_cut_the_padding_of_the_token_set() {
     assert!(fractions[1] < fractions[0] / 2.0, "{fractions:?}");
     assert!(fractions[2] < fractions[1], "{fractions:?}");
 }
+
+/// `tfpipe train --pack` and `--bucket-boundaries`: the embedding model
+/// learns the token set from packed and from bucketed batches, and the
+/// report gives each mode's padding fraction; `tfpipe bench` reports it too.
+#[test]
+fn tfpipe_train_and_bench_pack_and_bucket_the_token_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let set = TokenSet::default();
+    let train = set.write(&dir.path().join("train"), 0, 3000).unwrap();
+    let validation = set.write(&dir.path().join("val"), 3000, 300).unwrap();
+    let mut fractions = Vec::new();
+    for (mode, flags) in [
+        ("padded", vec![]),
+        ("bucketed", vec!["--bucket-boundaries", "12,16,20,24,28"]),
+        ("packed", vec!["--pack", "64"]),
+    ] {
+        let report_path = dir.path().join(format!("{mode}.json"));
+        let out = assert_cmd::Command::cargo_bin("tfpipe")
+            .unwrap()
+            .arg("train")
+            .arg("--schema")
+            .arg(&train.schema)
+            .arg("--data")
+            .arg(&train.data)
+            .arg("--validation-data")
+            .arg(&validation.data)
+            .args(["--epochs", "5", "--batch-size", "32", "--report-json"])
+            .arg(&report_path)
+            .args(&flags)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{mode}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            stdout.contains(&format!("sequences  {mode}: padding")),
+            "{stdout}"
+        );
+        let report: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&report_path).unwrap()).unwrap();
+        assert_eq!(report["sequences"]["mode"], mode, "{report}");
+        // Every epoch trains on every record, packed or not.
+        assert_eq!(report["examples"], 15_000, "{mode}: {report}");
+        let accuracy = report["val_accuracy"].as_f64().unwrap();
+        assert!(accuracy > 0.85, "{mode}: {report}");
+        fractions.push(report["sequences"]["padding_fraction"].as_f64().unwrap());
+    }
+    assert!(
+        fractions[2] < fractions[1] && fractions[1] < fractions[0],
+        "{fractions:?}"
+    );
+
+    let out = assert_cmd::Command::cargo_bin("tfpipe")
+        .unwrap()
+        .arg("bench")
+        .arg("--schema")
+        .arg(&train.schema)
+        .arg("--data")
+        .arg(&train.data)
+        .args(["--batch-size", "32", "--pack", "64", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["examples"], 3000, "{report}");
+    assert_eq!(report["sequences"]["mode"], "packed", "{report}");
+    // A bad setting is refused before any work, naming the flags.
+    let out = assert_cmd::Command::cargo_bin("tfpipe")
+        .unwrap()
+        .arg("bench")
+        .arg("--schema")
+        .arg(&train.schema)
+        .arg("--data")
+        .arg(&train.data)
+        .args(["--bucket-boundaries", "20,10"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("--bucket-boundaries"),
+        "{stderr}"
+    );
+}

@@ -6,9 +6,14 @@
 //! schema, an unreadable file) stops the run: it is printed once, with its
 //! location, and no report follows (exit 1 for bad data, 2 otherwise).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use tfpipe::Batch;
+use tfpipe::train::{PaddingMeter, SequenceReport, Sequences, token_feature};
 
 use anyhow::Context as _;
 use serde::Serialize;
@@ -60,6 +65,8 @@ pub struct Args {
     /// Passes over the data.
     #[arg(long, default_value_t = 1, value_parser = super::count::<u64>)]
     epochs: u64,
+    #[command(flatten)]
+    pub sequences: super::SequenceFlags,
     /// Stop after this many batches.
     #[arg(long, value_parser = super::count::<u64>)]
     take: Option<u64>,
@@ -92,6 +99,9 @@ struct Report {
     shuffle_fill_s: f64,
     peak_rss_bytes: Option<u64>,
     bottleneck: Option<String>,
+    /// How token sequences were batched and the padding it cost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sequences: Option<SequenceReport>,
     /// Per-stage metrics, upstream first.
     stages: Vec<StageMetrics>,
     #[serde(skip)]
@@ -231,10 +241,33 @@ fn run_once(
             ..ShuffleOptions::default()
         });
     }
-    let mut batches = records
+    let parsed = records
         .batch(args.batch_size)
-        .parse_batches(schema.clone(), parallelism)
-        .prefetch(args.prefetch);
+        .parse_batches(schema.clone(), parallelism);
+    // Sequences regrouped as asked; `rows_in` counts the examples going in
+    // (packed rows hold several).
+    let sequences = args.sequences.resolve(args.batch_size)?;
+    let (meter, rows_in) = (PaddingMeter::default(), Arc::new(AtomicU64::new(0)));
+    let parsed = match token_feature(schema) {
+        Some(tokens) => {
+            let (tokens, counted, m) = (tokens.to_string(), Arc::clone(&rows_in), meter.clone());
+            let counted = parsed.map(move |b: Batch| {
+                counted.fetch_add(b.num_rows as u64, Ordering::Relaxed);
+                b
+            });
+            sequences
+                .apply(counted, &tokens, schema.label.as_deref(), args.batch_size)
+                .map(move |b: Batch| {
+                    m.record(&b, &tokens);
+                    b
+                })
+        }
+        None if sequences == Sequences::Padded => parsed,
+        None => anyhow::bail!(
+            "--bucket-boundaries and --pack need a variable-length int64 feature (token ids) in the schema"
+        ),
+    };
+    let mut batches = parsed.prefetch(args.prefetch);
     if let Some(n) = args.take {
         batches = batches.take(n);
     }
@@ -251,6 +284,9 @@ fn run_once(
         count += 1;
     }
     let seconds = constructed.elapsed().as_secs_f64();
+    if let Sequences::Packed { .. } = sequences {
+        examples = rows_in.load(Ordering::Relaxed);
+    }
     let stages = it.metrics();
     drop(it);
     let payload: u64 = stages.stage("tfrecord").map_or(0, |s| s.bytes_out);
@@ -276,6 +312,7 @@ fn run_once(
         shuffle_fill_s: stages.stage("shuffle").map_or(0, |s| s.first_output_ns) as f64 / 1e9,
         peak_rss_bytes: peak_rss_bytes(),
         bottleneck: stages.bottleneck_stage().map(str::to_string),
+        sequences: SequenceReport::new(&sequences, &meter),
         stages: stages.stages.clone(),
         metrics: stages,
     })
@@ -294,6 +331,16 @@ fn print_report(out: &mut impl Write, r: &Report) -> io::Result<()> {
         r.time_to_first_batch_from_process_start_s * 1e3,
         r.shuffle_fill_s * 1e3
     )?;
+    if let Some(s) = &r.sequences {
+        writeln!(
+            out,
+            "sequences {}: padding {:.1}% of the token cells ({} of {})",
+            s.mode,
+            100.0 * s.padding_fraction,
+            s.pad_tokens,
+            s.token_cells
+        )?;
+    }
     match r.peak_rss_bytes {
         Some(b) => writeln!(out, "peak RSS: {:.1} MB", b as f64 / 1e6)?,
         None => writeln!(out, "peak RSS: unknown (no /proc/self/status)")?,

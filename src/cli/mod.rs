@@ -119,6 +119,56 @@ pub struct ParseFlags {
     pub num_parallel_calls: tfpipe::Parallelism,
 }
 
+/// How variable-length token sequences are batched (`train`, `bench`):
+/// parsed into [`tfpipe::train::Sequences`], which the library applies.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct SequenceFlags {
+    /// Batch token sequences of similar length together: bucket boundaries,
+    /// e.g. `12,16,20,24` (tf.data's bucket_by_sequence_length).
+    #[arg(
+        long,
+        value_name = "B1,B2,...",
+        value_delimiter = ',',
+        conflicts_with = "pack"
+    )]
+    pub bucket_boundaries: Option<Vec<usize>>,
+    /// With --bucket-boundaries: one batch size per bucket, one more than
+    /// the boundaries (default: --batch-size for every bucket).
+    #[arg(
+        long,
+        value_name = "N1,N2,...",
+        value_delimiter = ',',
+        requires = "bucket_boundaries"
+    )]
+    pub bucket_batch_sizes: Option<Vec<usize>>,
+    /// Pack token sequences first-fit into rows of LENGTH tokens, --batch-size
+    /// rows per batch, with segment ids (longer sequences are truncated).
+    #[arg(long, value_name = "LENGTH", value_parser = positive::<usize>)]
+    pub pack: Option<usize>,
+}
+
+impl SequenceFlags {
+    /// The batching these flags ask for, checked (with the flags to fix).
+    pub fn resolve(&self, batch_size: usize) -> anyhow::Result<tfpipe::train::Sequences> {
+        use tfpipe::train::Sequences;
+        let sequences = match (&self.bucket_boundaries, self.pack) {
+            (Some(boundaries), _) => match &self.bucket_batch_sizes {
+                Some(sizes) => Sequences::Bucketed {
+                    boundaries: boundaries.clone(),
+                    batch_sizes: sizes.clone(),
+                },
+                None => Sequences::bucketed(boundaries.clone(), batch_size),
+            },
+            (None, Some(length)) => Sequences::Packed { length },
+            (None, None) => Sequences::Padded,
+        };
+        sequences.check().map_err(|e| {
+            anyhow::anyhow!("{e} (check --bucket-boundaries, --bucket-batch-sizes and --pack)")
+        })?;
+        Ok(sequences)
+    }
+}
+
 /// `--report-json`, shared by the subcommands that end with a report.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ReportFlags {

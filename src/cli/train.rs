@@ -129,6 +129,8 @@ pub struct Args {
     pub shuffle_buffer: usize,
     #[command(flatten)]
     pub parse: super::ParseFlags,
+    #[command(flatten)]
+    pub sequences: super::SequenceFlags,
     /// Batches the device-prefetch stage converts ahead (0: on the training thread).
     #[arg(long, default_value_t = 2, value_parser = super::count::<usize>)]
     pub prefetch: usize,
@@ -384,7 +386,7 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         parallelism,
         rank,
         label_classes: label_classes.clone(),
-        sequences: Default::default(),
+        sequences: args.sequences.resolve(args.batch_size)?,
         padding: Default::default(),
     };
     // What the pipeline's order depends on: checkpoints record it, and a
@@ -455,6 +457,7 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         shuffle_buffer: 0,
         // Every rank evaluates all of it (the same numbers on every rank).
         rank: None,
+        padding: Default::default(),
         ..data.clone()
     });
     let run = RunOptions {

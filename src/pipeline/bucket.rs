@@ -96,6 +96,16 @@ impl BucketOptions {
         self.boundaries.partition_point(|&b| b <= length)
     }
 
+    /// Fails (as [`Pipeline::start`] would) when the settings make no sense.
+    pub fn check(&self) -> Result<(), PipelineError> {
+        match self.problem() {
+            Some(p) => Err(PipelineError::Config(format!(
+                "bucket_by_sequence_length: {p}"
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// Why these settings make no sense, if they do not.
     fn problem(&self) -> Option<String> {
         let b = &self.boundaries;

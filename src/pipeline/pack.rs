@@ -90,6 +90,14 @@ impl PackOptions {
         self.length
     }
 
+    /// Fails (as [`Pipeline::start`] would) when the settings make no sense.
+    pub fn check(&self) -> Result<(), PipelineError> {
+        match self.problem() {
+            Some(p) => Err(PipelineError::Config(format!("pack: {p}"))),
+            None => Ok(()),
+        }
+    }
+
     fn problem(&self) -> Option<String> {
         if self.features.is_empty() {
             return Some("no feature to pack".into());

@@ -26,7 +26,6 @@ use crate::{Batch, Schema};
 use super::prefetch::{BatchStream, BoxError};
 use super::sequences::{PaddingMeter, Sequences};
 use super::trainer::resume_pipeline;
-use crate::example::{DType, Layout};
 
 /// The files, schema and batching of a training run: read (files
 /// interleaved 4 at a time, 16 records each), shuffle, batch, parse per
@@ -116,15 +115,7 @@ impl TrainData {
     /// The token feature: the schema's first var-length int64 feature that
     /// is not the label (what the embedding model reads).
     pub fn token_feature(&self) -> Option<&str> {
-        self.schema
-            .features
-            .iter()
-            .find(|f| {
-                f.layout == Layout::Var
-                    && f.dtype == DType::Int64
-                    && self.schema.label.as_deref() != Some(f.name.as_str())
-            })
-            .map(|f| f.name.as_str())
+        super::sequences::token_feature(&self.schema)
     }
 
     /// Sets the shuffle buffer (0: file order).

@@ -89,7 +89,7 @@ pub use report::{DeviceStartup, EpochReport, Startup, TrainReport, Verdict};
 pub use resume::{Resume, ResumeAt};
 pub use run::RunOutputs;
 pub use schedule::{Decay, LrSchedule};
-pub use sequences::{PaddingMeter, Sequences, padding_of};
+pub use sequences::{PaddingMeter, SequenceReport, Sequences, padding_of, token_feature};
 pub use tensor::{
     BatchTensors, InputSelection, InputSpec, SkippedFeature, Standardize, TokenSpec,
     batch_to_tensors, classes_from_metadata,

@@ -299,6 +299,10 @@ pub struct TrainReport {
     /// What the user should know (e.g. optimizer state not restored).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// How token sequences were batched and the padding it cost (runs with a
+    /// token feature, through [`TrainData::fit`](super::TrainData::fit)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequences: Option<super::SequenceReport>,
     /// Per-epoch numbers.
     pub epochs: Vec<EpochReport>,
 }
@@ -323,6 +327,16 @@ impl fmt::Display for TrainReport {
         }
         if !self.skipped_features.is_empty() {
             writeln!(f, "skipped features: {}", join(&self.skipped_features))?;
+        }
+        if let Some(s) = &self.sequences {
+            writeln!(
+                f,
+                "sequences  {}: padding {:.1}% of the token cells ({} of {})",
+                s.mode,
+                100.0 * s.padding_fraction,
+                s.pad_tokens,
+                s.token_cells
+            )?;
         }
         // `{:#}` leaves the per-epoch lines out (for callers that printed
         // them as the epochs ended).

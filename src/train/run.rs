@@ -81,13 +81,17 @@ impl TrainData {
             trainer.restart_epoch();
         }
         let open = self.opener(position);
-        match validation {
+        let mut report = match validation {
             Some(v) => {
                 let v = v.clone();
                 let mut open_validation = move || v.open(0);
                 trainer.fit(open, Some(&mut open_validation))
             }
             None => trainer.fit(open, None),
+        }?;
+        if self.token_feature().is_some() {
+            report.sequences = super::SequenceReport::new(&self.sequences, &self.padding);
         }
+        Ok(report)
     }
 }

@@ -109,6 +109,69 @@ impl Sequences {
     }
 }
 
+/// The token feature of `schema`: its first var-length int64 feature that
+/// is not the label (what the embedding model reads and what
+/// [`Sequences`] regroups by).
+pub fn token_feature(schema: &crate::Schema) -> Option<&str> {
+    use crate::example::{DType, Layout};
+    schema
+        .features
+        .iter()
+        .find(|f| {
+            f.layout == Layout::Var
+                && f.dtype == DType::Int64
+                && schema.label.as_deref() != Some(f.name.as_str())
+        })
+        .map(|f| f.name.as_str())
+}
+
+/// What a run's sequence batching cost, for its report.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SequenceReport {
+    /// `padded`, `bucketed` or `packed`.
+    pub mode: String,
+    /// Pad tokens over all token cells of the batches read.
+    pub padding_fraction: f64,
+    /// Pad tokens.
+    pub pad_tokens: u64,
+    /// All token cells (real and pad).
+    pub token_cells: u64,
+}
+
+impl SequenceReport {
+    /// The report of `meter` under `sequences`; `None` before any token.
+    pub fn new(sequences: &Sequences, meter: &PaddingMeter) -> Option<SequenceReport> {
+        let (pad, cells) = meter.counts();
+        Some(SequenceReport {
+            mode: sequences.mode().to_string(),
+            padding_fraction: meter.fraction()?,
+            pad_tokens: pad,
+            token_cells: cells,
+        })
+    }
+}
+
+impl Sequences {
+    /// Checks the settings, as the pipeline would at its start.
+    ///
+    /// ```
+    /// use tfpipe::train::Sequences;
+    /// assert!(Sequences::bucketed(vec![8, 16], 32).check().is_ok());
+    /// assert!(Sequences::bucketed(vec![16, 8], 32).check().is_err());
+    /// assert!(Sequences::Packed { length: 0 }.check().is_err());
+    /// ```
+    pub fn check(&self) -> Result<(), crate::PipelineError> {
+        match self {
+            Sequences::Padded => Ok(()),
+            Sequences::Bucketed {
+                boundaries,
+                batch_sizes,
+            } => BucketOptions::new("", boundaries.clone(), batch_sizes.clone()).check(),
+            Sequences::Packed { length } => PackOptions::new([""], *length, 1).check(),
+        }
+    }
+}
+
 /// Pad tokens and all token cells of the batches seen (shared by clones).
 ///
 /// ```

@@ -826,6 +826,7 @@ impl Trainer {
                 .iter()
                 .any(|s| !s.is_identity()),
             warnings: self.warnings.clone(),
+            sequences: None,
             interrupted: false,
             stopped_early: false,
             epochs,
