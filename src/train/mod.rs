@@ -91,7 +91,7 @@ pub use run::RunOutputs;
 pub use schedule::{Decay, LrSchedule};
 pub use sequences::{PaddingMeter, SequenceReport, Sequences, padding_of, token_feature};
 pub use tensor::{
-    BatchTensors, InputSelection, InputSpec, SkippedFeature, Standardize, TokenSpec,
+    BatchTensors, InputSelection, InputSpec, Pooling, SkippedFeature, Standardize, TokenSpec,
     batch_to_tensors, classes_from_metadata,
 };
 pub use tensorboard::{EventWriter, Scalar};

@@ -611,7 +611,13 @@ fn masked_mean(table: &candle_nn::Embedding, batch: &BatchTensors) -> candle_cor
     if let Some(pool) = &batch.pool {
         // Packed rows: each sequence's mean over its own cells.
         let (rows, width, dim) = embedded.dims3()?;
-        return pool.matmul(&embedded.reshape((rows * width, dim))?); // [sequences, dim]
+        let cells = embedded.reshape((rows * width, dim))?;
+        // One extra row takes the padding's sum, then goes.
+        let zeros = Tensor::zeros((batch.rows + 1, dim), cells.dtype(), cells.device())?;
+        let sums = zeros
+            .index_add(&pool.index, &cells, 0)?
+            .narrow(0, 0, batch.rows)?;
+        return sums.broadcast_div(&pool.lengths); // [sequences, dim]
     }
     let summed = embedded.broadcast_mul(&mask.unsqueeze(2)?)?.sum(1)?; // [rows, dim]
     let counts = mask.sum_keepdim(1)?.clamp(1f32, f32::MAX)?; // [rows, 1]

@@ -369,14 +369,25 @@ pub struct BatchTensors {
     pub tokens: Option<Tensor>,
     /// `[rows, longest]` float32: 1 for a real token, 0 for padding.
     pub mask: Option<Tensor>,
-    /// For a packed batch ([`Sequences::Packed`](super::Sequences)):
-    /// `[sequences, rows * width]` float32, each sequence's averaging
-    /// weights over the flattened token cells (`1 / its length` on its own
-    /// cells). Then `tokens` and `mask` are the packed rows, while
-    /// `labels`, `features` and [`rows`](Self::rows) count sequences.
-    pub pool: Option<Tensor>,
+    /// For a packed batch ([`Sequences::Packed`](super::Sequences)): which
+    /// sequence each token cell belongs to, and its averaging weight. Then
+    /// `tokens` and `mask` are the packed rows, while `labels`, `features`
+    /// and [`rows`](Self::rows) count sequences.
+    pub pool: Option<Pooling>,
     /// The number of examples.
     pub rows: usize,
+}
+
+/// How a packed batch's token cells pool into sequences: sequence `index[c]`
+/// sums cell `c`'s embedding (padding goes to one extra sequence past the
+/// last, dropped), and each sum is divided by the sequence's length.
+#[derive(Debug, Clone)]
+pub struct Pooling {
+    /// `[rows * width]` u32: the sequence of each flattened token cell
+    /// (`sequences` for padding).
+    pub index: Tensor,
+    /// `[sequences, 1]` float32: each sequence's length, at least 1.
+    pub lengths: Tensor,
 }
 
 /// Converts `batch` (consumed, so its buffers can move into tensors) for the
@@ -554,7 +565,7 @@ fn packed_to_tensors(
         }
     };
     let sequences = sequence_of.len();
-    let mut pool = vec![0f32; sequences * cells];
+    let mut cell_sequence = vec![sequences as u32; cells];
     let mut lengths = vec![0u32; sequences];
     let mut token_ids = vec![0u32; cells];
     let mut mask = vec![0f32; cells];
@@ -579,16 +590,8 @@ fn packed_to_tensors(
         }
         token_ids[cell] = id as u32;
         mask[cell] = 1.0;
-        pool[n * cells + cell] = 1.0;
+        cell_sequence[cell] = n as u32;
         lengths[n] += 1;
-    }
-    for (n, &length) in lengths.iter().enumerate() {
-        if length > 1 {
-            let scale = 1.0 / length as f32;
-            pool[n * cells..(n + 1) * cells]
-                .iter_mut()
-                .for_each(|w| *w *= scale);
-        }
     }
     let labels = match &spec.label {
         Some(name) => {
@@ -613,7 +616,11 @@ fn packed_to_tensors(
         .map_err(err("feature tensor"))?;
     let tokens = Tensor::from_vec(token_ids, (rows, *width), cpu).map_err(err("token tensor"))?;
     let mask = Tensor::from_vec(mask, (rows, *width), cpu).map_err(err("token mask"))?;
-    let pool = Tensor::from_vec(pool, (sequences, cells), cpu).map_err(err("pooling weights"))?;
+    let cell_sequence =
+        Tensor::from_vec(cell_sequence, cells, cpu).map_err(err("pooling index"))?;
+    let lengths: Vec<f32> = lengths.iter().map(|&n| n.max(1) as f32).collect();
+    let lengths =
+        Tensor::from_vec(lengths, (sequences, 1), cpu).map_err(err("sequence lengths"))?;
     let to_device = |t: Tensor| {
         if device.is_cpu() {
             Ok(t)
@@ -627,7 +634,10 @@ fn packed_to_tensors(
         labels: labels.map(to_device).transpose()?,
         tokens: Some(to_device(tokens)?),
         mask: Some(to_device(mask)?),
-        pool: Some(to_device(pool)?),
+        pool: Some(Pooling {
+            index: to_device(cell_sequence)?,
+            lengths: to_device(lengths)?,
+        }),
         rows: sequences,
     })
 }
