@@ -10,8 +10,8 @@
 
 use serde::Deserialize;
 use tfpipe::pipeline::{
-    Exhausted, Interleave, Parallelism, Pipeline, PipelineError, Rank, Record, Remainder,
-    TfRecordFiles,
+    BucketOptions, Exhausted, Interleave, PackOptions, PadValue, PaddedShape, Padding, Parallelism,
+    Pipeline, PipelineError, Rank, Record, Remainder, TfRecordFiles,
 };
 use tfpipe::tfrecord::{Compression, ReaderOptions};
 use tfpipe::{Batch, GlobalShuffle, IndexedFiles, Schema};
@@ -82,6 +82,37 @@ pub(crate) enum Op {
     /// The elements of another dataset after these.
     Concatenate {
         other: Vec<Op>,
+    },
+    /// Parsed rows one at a time.
+    Unbatch,
+    /// Parsed rows regrouped into batches of `batch_size`.
+    Rebatch {
+        batch_size: usize,
+        drop_remainder: bool,
+    },
+    /// Parsed rows in batches of `batch_size`, ragged features padded.
+    PaddedBatch {
+        batch_size: usize,
+        padded_shape: Option<usize>,
+        padding_value: serde_json::Value,
+        mask: bool,
+        drop_remainder: bool,
+    },
+    /// Parsed rows batched by the length of `feature`.
+    BucketBySequenceLength {
+        feature: String,
+        bucket_boundaries: Vec<usize>,
+        bucket_batch_sizes: Vec<usize>,
+        padding_value: serde_json::Value,
+        pad_to_bucket_boundary: bool,
+        drop_remainder: bool,
+    },
+    /// Parsed rows packed first-fit into rows of `length`.
+    Pack {
+        features: Vec<String>,
+        length: usize,
+        num_packing_bins: usize,
+        padding_value: serde_json::Value,
     },
 }
 
@@ -327,6 +358,47 @@ macro_rules! generic {
     };
 }
 
+/// The parsed pipeline a row stage needs (a parse still pending parses
+/// each record on its own), and whether its elements are batches.
+fn parsed(built: Built, op: &Op) -> Result<(Pipeline<Batch>, bool), PlanError> {
+    match finish(built) {
+        Built::Parsed { pipeline, batched } => Ok((pipeline, batched)),
+        other => Err(PlanError::Invalid(format!(
+            "{}() of {}: it regroups parsed rows; call parse() first",
+            op_name(op),
+            kind(&other)
+        ))),
+    }
+}
+
+fn op_name(op: &Op) -> &'static str {
+    match op {
+        Op::Unbatch => "unbatch",
+        Op::Rebatch { .. } => "rebatch",
+        Op::PaddedBatch { .. } => "padded_batch",
+        Op::BucketBySequenceLength { .. } => "bucket_by_sequence_length",
+        Op::Pack { .. } => "pack",
+        _ => "this operation",
+    }
+}
+
+/// A JSON number or string as a pad value (null: zero).
+fn pad_value(value: &serde_json::Value) -> Result<PadValue, PlanError> {
+    Ok(match value {
+        serde_json::Value::Null => PadValue::default(),
+        serde_json::Value::String(s) => PadValue::Bytes(s.as_bytes().to_vec()),
+        v => match (v.as_i64(), v.as_f64()) {
+            (Some(i), _) => PadValue::Int(i),
+            (None, Some(f)) => PadValue::Float(f),
+            _ => {
+                return Err(PlanError::Invalid(format!(
+                    "padding_value={v}: expected a number or a string"
+                )));
+            }
+        },
+    })
+}
+
 fn apply(built: Built, op: &Op) -> Result<Built, PlanError> {
     Ok(match (built, op) {
         (_, Op::Tfrecord { .. }) => {
@@ -495,6 +567,86 @@ fn apply(built: Built, op: &Op) -> Result<Built, PlanError> {
             vec![finish(built), build(other)?],
             &Combine::Concatenate,
         )?,
+        (built, op @ (Op::Unbatch | Op::Rebatch { .. } | Op::PaddedBatch { .. })) => {
+            let (pipeline, batched) = parsed(built, op)?;
+            match op {
+                Op::Unbatch => Built::Parsed {
+                    pipeline: pipeline.unbatch(),
+                    batched: false,
+                },
+                Op::Rebatch {
+                    batch_size,
+                    drop_remainder,
+                } => Built::Parsed {
+                    pipeline: pipeline.rebatch(*batch_size, *drop_remainder),
+                    batched: true,
+                },
+                Op::PaddedBatch {
+                    batch_size,
+                    padded_shape,
+                    padding_value,
+                    mask,
+                    drop_remainder,
+                } => {
+                    let mut padding = Padding::new().value(pad_value(padding_value)?);
+                    if let Some(width) = padded_shape {
+                        padding = padding.shape(PaddedShape::Fixed(*width));
+                    }
+                    if *mask {
+                        padding = padding.mask();
+                    }
+                    Built::Parsed {
+                        pipeline: pipeline.padded_batch(*batch_size, padding, *drop_remainder),
+                        batched: true,
+                    }
+                }
+                _ => Built::Parsed { pipeline, batched },
+            }
+        }
+        (
+            built,
+            op @ Op::BucketBySequenceLength {
+                feature,
+                bucket_boundaries,
+                bucket_batch_sizes,
+                padding_value,
+                pad_to_bucket_boundary,
+                drop_remainder,
+            },
+        ) => {
+            let (pipeline, _) = parsed(built, op)?;
+            let options = BucketOptions::new(
+                feature.clone(),
+                bucket_boundaries.clone(),
+                bucket_batch_sizes.clone(),
+            )
+            .padding(Padding::new().value(pad_value(padding_value)?))
+            .pad_to_bucket_boundary(*pad_to_bucket_boundary)
+            .drop_remainder(*drop_remainder);
+            options.check()?;
+            Built::Parsed {
+                pipeline: pipeline.bucket_by_sequence_length(options),
+                batched: true,
+            }
+        }
+        (
+            built,
+            op @ Op::Pack {
+                features,
+                length,
+                num_packing_bins,
+                padding_value,
+            },
+        ) => {
+            let (pipeline, _) = parsed(built, op)?;
+            let options = PackOptions::new(features.clone(), *length, *num_packing_bins)
+                .pad_value(pad_value(padding_value)?);
+            options.check()?;
+            Built::Parsed {
+                pipeline: pipeline.pack(options),
+                batched: true,
+            }
+        }
         (_, Op::SampleFrom { .. } | Op::ChooseFrom { .. }) => {
             return Err(PlanError::Invalid(
                 "sample_from(...) and choose_from(...) start a dataset; they cannot follow \

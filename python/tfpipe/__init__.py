@@ -245,6 +245,81 @@ class Dataset:
         _check_parallel(num_parallel_calls, allow_none=False)
         return self._then(op="parse", schema=_json.loads(schema.to_json()), num_parallel_calls=num_parallel_calls)
 
+    def unbatch(self) -> "Dataset":
+        """Parsed rows one at a time (arrays without the batch dimension),
+        like ``tf.data``'s ``unbatch``. Resumable, as every stage here."""
+        return self._then(op="unbatch")
+
+    def rebatch(self, batch_size: int, drop_remainder: bool = False) -> "Dataset":
+        """Parsed rows regrouped into batches of ``batch_size`` (``tf.data``'s
+        ``rebatch``); the last of each epoch may be shorter unless ``drop_remainder``."""
+        return self._then(op="rebatch", batch_size=_count(batch_size, "batch_size"), drop_remainder=bool(drop_remainder))
+
+    def padded_batch(
+        self,
+        batch_size: int,
+        padded_shape: Optional[int] = None,
+        padding_value: Union[int, float, str, None] = None,
+        mask: bool = False,
+        drop_remainder: bool = False,
+    ) -> "Dataset":
+        """Parsed rows in batches of ``batch_size`` with every variable-length
+        feature padded dense: to the batch's longest row, or to
+        ``padded_shape`` (a longer row is an error), with ``padding_value``
+        (default 0, or the empty string). ``mask`` adds ``NAME_mask`` (1 for
+        a value, 0 for padding) beside each padded feature."""
+        return self._then(
+            op="padded_batch",
+            batch_size=_count(batch_size, "batch_size"),
+            padded_shape=None if padded_shape is None else _count(padded_shape, "padded_shape"),
+            padding_value=padding_value,
+            mask=bool(mask),
+            drop_remainder=bool(drop_remainder),
+        )
+
+    def bucket_by_sequence_length(
+        self,
+        feature: str,
+        bucket_boundaries: Sequence[int],
+        bucket_batch_sizes: Sequence[int],
+        padding_value: Union[int, float, str, None] = None,
+        pad_to_bucket_boundary: bool = False,
+        drop_remainder: bool = False,
+    ) -> "Dataset":
+        """Parsed rows batched with rows of similar ``feature`` length
+        (``tf.data``'s ``bucket_by_sequence_length``): bucket ``i`` holds
+        lengths in ``[b[i-1], b[i])`` and emits padded batches of
+        ``bucket_batch_sizes[i]`` (one more size than boundaries)."""
+        return self._then(
+            op="bucket_by_sequence_length",
+            feature=str(feature),
+            bucket_boundaries=[_count(b, "bucket_boundaries") for b in bucket_boundaries],
+            bucket_batch_sizes=[_count(b, "bucket_batch_sizes") for b in bucket_batch_sizes],
+            padding_value=padding_value,
+            pad_to_bucket_boundary=bool(pad_to_bucket_boundary),
+            drop_remainder=bool(drop_remainder),
+        )
+
+    def pack(
+        self,
+        features: Sequence[str],
+        length: int,
+        num_packing_bins: int,
+        padding_value: Union[int, float, str, None] = None,
+    ) -> "Dataset":
+        """Packs parsed rows first-fit into batches of ``num_packing_bins``
+        rows of ``length`` values (Grain's first-fit packing): for each packed
+        feature ``F``, ``F``, ``F_segment_ids`` (1, 2, ... per sequence, 0 for
+        padding) and ``F_positions``. A scalar feature packs as one value per
+        sequence; longer sequences are truncated; other features are dropped."""
+        return self._then(
+            op="pack",
+            features=[str(f) for f in features],
+            length=_count(length, "length"),
+            num_packing_bins=_count(num_packing_bins, "num_packing_bins"),
+            padding_value=padding_value,
+        )
+
     def prefetch(self, buffer_size: int) -> "Dataset":
         """Runs everything before it on a thread, ``buffer_size`` elements ahead."""
         return self._then(op="prefetch", buffer_size=_count(buffer_size, "buffer_size", 0))
