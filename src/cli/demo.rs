@@ -19,8 +19,8 @@ use tfpipe::train::{
 
 use super::Status;
 use super::common::{ms_since, set_compute_threads, write_json};
+use super::fit::{RunOptions, train};
 use super::predict::{Job, Output, predict};
-use super::train::{RunOptions, train};
 
 /// Arguments of `tfpipe demo`.
 #[derive(Debug, Default, clap::Args)]

@@ -20,6 +20,7 @@ mod cat;
 mod common;
 mod convert;
 mod demo;
+mod fit;
 mod index;
 mod inspect;
 pub mod interrupt;
@@ -27,6 +28,7 @@ mod predict;
 mod rank;
 mod serve;
 mod train;
+mod train_flags;
 
 /// A fast, honest streaming dataset engine for TFRecord files.
 ///

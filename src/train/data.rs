@@ -433,6 +433,11 @@ pub struct UnknownLabel {
 const MAX_TEXT_CLASSES: usize = 100_000;
 
 impl LabelClasses {
+    /// The label feature.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
     /// The classes of `label`, in class-id order.
     pub fn new(label: impl Into<String>, names: Vec<String>) -> LabelClasses {
         let ids = names
