@@ -6,17 +6,18 @@
 //! and prints; the decisions are the library's (`tfpipe::train`).
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
 use tfpipe::Schema;
 use tfpipe::example::{DType, SchemaMetadata};
+use tfpipe::pipeline::Rank;
 use tfpipe::pipeline::{Pipeline, Remainder};
 use tfpipe::train::{
-    InputSpec, LabelClasses, ModelChoice, ModelConfig, ModelInput, Placement, Reproducibility,
-    Resume, ResumeAt, RunControl, RunLength, SchemaMeta, Task, TaskKind, TrainConfig, TrainData,
-    parse_device,
+    DataFingerprint, InputSpec, LabelClasses, ModelChoice, ModelConfig, ModelInput, Placement,
+    Reproducibility, Resume, ResumeAt, RunControl, RunLength, SchemaMeta, SkippedFeature, Task,
+    TaskKind, TrainConfig, TrainData, TrainReport, parse_device,
 };
 
 use super::common::{
@@ -111,6 +112,106 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
     let threads = set_compute_threads(args.runtime.compute_threads)?;
     // Resolve and check everything before any work starts.
     let rank = args.rank.resolve()?;
+    prepare_outputs(&mut args, rank)?;
+    // Device init (on CUDA: the context, cuBLAS and cuRAND handles).
+    let init = Instant::now();
+    let device = parse_device(&super::rank::device(&args.runtime.device)?)?;
+    let device_init = init.elapsed();
+    let resumed = args.outputs.resume.as_ref().map(Resume::read).transpose()?;
+    let inputs = Inputs::from_flags(&args, rank, resumed.as_ref())?;
+    let model = choose_model(&args, resumed.as_ref(), &inputs)?;
+    check_model_size(&model, &inputs.spec, args.batch_size, args.prefetch)?;
+    let optimizer = args.optimizer.config(resumed.as_ref())?;
+    let steps_per_epoch = inputs
+        .recorded
+        .records
+        .map(|r| r.div_ceil(args.batch_size as u64).max(1));
+    let schedule = args
+        .optimizer
+        .schedule(args.steps, args.epochs, steps_per_epoch)?;
+    if let (Some(resume), None) = (&args.outputs.resume, &args.outputs.save) {
+        eprintln!(
+            "tfpipe: warning: --resume without --save: this run's progress will not be saved (add --save DIR; --save {} continues in place)",
+            resume.display()
+        );
+    }
+    // SIGINT, SIGTERM and SIGHUP stop training after the current step; the
+    // observers still run, so `--save` saves, and the exit is 128 + signal.
+    let interrupt = interrupt::install().context("installing the signal handlers")?;
+    let outputs = args.outputs.outputs()?;
+    let seed = run_seed(&args, resumed.as_ref());
+    let data = TrainData {
+        files: args.data.clone(),
+        reader: args.compression.reader_options(),
+        schema: inputs.schema.clone(),
+        batch_size: args.batch_size,
+        shuffle_buffer: args.shuffle_buffer,
+        seed,
+        parallelism: args.parse.num_parallel_calls,
+        rank,
+        label_classes: inputs.label_classes.clone(),
+    };
+    // What the pipeline's order depends on: checkpoints record it, and a
+    // resume must read the same data the same way. Taken only when a
+    // checkpoint is written or read: it costs a glob listing, and a sample
+    // read or a HEAD per file, that a run without checkpoints need not pay.
+    let fingerprint = match outputs.save.is_some() || resumed.is_some() {
+        true => Some(data.fingerprint().map_err(anyhow::Error::from_boxed)?),
+        false => None,
+    };
+    let resume_position = match &resumed {
+        Some(resume) => resume_position(resume, fingerprint.as_ref(), args.outputs.force_resume)?,
+        None => None,
+    };
+    let config = TrainConfig::new(inputs.model_input())
+        .length(
+            RunLength::new()
+                .epochs(args.epochs)
+                .steps(args.steps)
+                .examples_per_epoch(inputs.recorded.records),
+        )
+        .placement(Placement::new().device(device).prefetch(args.prefetch))
+        .reproducibility(
+            Reproducibility::new()
+                .seed(seed)
+                .resume(args.outputs.resume.clone())
+                .data(fingerprint),
+        )
+        .schedule(schedule)
+        .control(
+            RunControl::new()
+                .stop_flag(interrupt.flag())
+                .origin(super::process_start()),
+        );
+    let validation = (!args.validation_data.is_empty()).then(|| TrainData {
+        files: args.validation_data.clone(),
+        shuffle_buffer: 0,
+        // Every rank evaluates all of it (the same numbers on every rank).
+        rank: None,
+        ..data.clone()
+    });
+    let run = RunOptions {
+        outputs,
+        tuner: threads.tuner(),
+        resume_position,
+        device_init,
+    };
+    let report = train(config, model, optimizer, &data, validation.as_ref(), &run)?;
+    print_report(&args, &report)?;
+    if report.interrupted {
+        let note = if args.outputs.save.is_some() {
+            "checkpoint saved"
+        } else {
+            "nothing saved (no --save)"
+        };
+        return Err(interrupt.error().note(note).into());
+    }
+    Ok(Status::Ok)
+}
+
+/// Gives each rank its own output paths, picks the next numbered version
+/// for `--save-versions`, and checks every destination before any work.
+fn prepare_outputs(args: &mut Args, rank: Option<Rank>) -> anyhow::Result<()> {
     super::rank::per_rank_paths(
         rank,
         [
@@ -127,244 +228,208 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
     }
     check_output_dir(args.outputs.save.as_deref(), "--save")?;
     check_output_dir(args.outputs.logdir.as_deref(), "--logdir")?;
-    check_output_file(args.report.report_json.as_deref(), "--report-json")?;
-    // Device init (on CUDA: the context, cuBLAS and cuRAND handles).
-    let init = Instant::now();
-    let device = parse_device(&super::rank::device(&args.runtime.device)?)?;
-    let device_init = init.elapsed();
-    let resumed = args.outputs.resume.as_ref().map(Resume::read).transpose()?;
-    let (mut schema, recorded_classes) = load_schema(
-        &args.features,
-        args.schema.as_deref(),
-        args.label.as_deref(),
-    )?;
-    select_inputs(&mut schema, args.inputs.as_deref(), args.exclude.as_deref())?;
-    let mut recorded = match &args.schema {
-        Some(path) if args.label.is_none() || args.label == schema.label => read_facts(path)?,
-        _ => SchemaMetadata::default(),
-    };
-    super::note_skipped_indexes(&args.data)?;
-    if rank.is_some() {
-        // Steps per epoch (the schedule, the progress bar) come from this rank's share.
-        let files = super::rank::share(
-            Pipeline::tfrecord_files(&args.data)?,
-            rank,
-            Remainder::Drop,
-            true,
+    check_output_file(args.report.report_json.as_deref(), "--report-json")
+}
+
+/// What the model trains on: the schema it parses, the input spec, the
+/// text label's classes, and what the schema file records.
+struct Inputs {
+    schema: Schema,
+    spec: InputSpec,
+    skipped: Vec<SkippedFeature>,
+    label_classes: Option<LabelClasses>,
+    recorded: SchemaMetadata,
+}
+
+impl Inputs {
+    /// The schema, task and inputs the flags and the data give, checked
+    /// against the resumed checkpoint's and the validation data's
+    /// vocabularies.
+    fn from_flags(
+        args: &Args,
+        rank: Option<Rank>,
+        resumed: Option<&Resume>,
+    ) -> anyhow::Result<Inputs> {
+        let (mut schema, recorded_classes) = load_schema(
+            &args.features,
+            args.schema.as_deref(),
+            args.label.as_deref(),
         )?;
-        recorded.records = files.rank_share().map(|s| s.records);
-    }
-    let Some(label) = schema.label.clone() else {
-        bail!("no label: name the label feature with --label NAME");
-    };
-    let label_dtype = schema.feature(&label).map_or(DType::Int64, |f| f.dtype);
-    let requested = args
-        .task
-        .as_deref()
-        .map(str::parse::<TaskKind>)
-        .transpose()
-        .context("--task")?;
-    let kind = TaskKind::for_label(label_dtype, requested);
-    let float_label = label_dtype == DType::Float32;
-    let label_classes = match kind {
-        TaskKind::Classification => {
-            text_label_classes(&args, &schema, &label, resumed.as_ref(), &recorded)?
+        select_inputs(&mut schema, args.inputs.as_deref(), args.exclude.as_deref())?;
+        let mut recorded = match &args.schema {
+            Some(path) if args.label.is_none() || args.label == schema.label => read_facts(path)?,
+            _ => SchemaMetadata::default(),
+        };
+        super::note_skipped_indexes(&args.data)?;
+        if rank.is_some() {
+            // Steps per epoch (the schedule, the progress bar) come from this rank's share.
+            let files = super::rank::share(
+                Pipeline::tfrecord_files(&args.data)?,
+                rank,
+                Remainder::Drop,
+                true,
+            )?;
+            recorded.records = files.rank_share().map(|s| s.records);
         }
-        TaskKind::Regression => None,
-    };
-    let task = match kind {
-        TaskKind::Regression => Task::Regression,
-        TaskKind::Classification => {
-            let task = Task::classification(args.classes, label_classes.as_ref(), recorded_classes)
-                .map_err(with_hint)?;
-            // The last layer alone holds classes x hidden weights.
-            check_size("--classes", task.outputs() as u128 * 4 * 64)?;
-            task
-        }
-    };
-    // Parse only what the model takes: skipped features cost nothing.
-    let selection = match InputSpec::from_schema(&schema, task) {
-        Ok(s) => s,
-        Err(e) => {
-            let hint = if matches!(task, Task::Classification { .. }) && float_label {
+        let Some(label) = schema.label.clone() else {
+            bail!("no label: name the label feature with --label NAME");
+        };
+        let label_dtype = schema.feature(&label).map_or(DType::Int64, |f| f.dtype);
+        let requested = args
+            .task
+            .as_deref()
+            .map(str::parse::<TaskKind>)
+            .transpose()
+            .context("--task")?;
+        let kind = TaskKind::for_label(label_dtype, requested);
+        let label_classes = match kind {
+            TaskKind::Classification => {
+                text_label_classes(args, &schema, &label, resumed, &recorded)?
+            }
+            TaskKind::Regression => None,
+        };
+        let task = match kind {
+            TaskKind::Regression => Task::Regression,
+            TaskKind::Classification => {
+                let task =
+                    Task::classification(args.classes, label_classes.as_ref(), recorded_classes)
+                        .map_err(with_hint)?;
+                // The last layer alone holds classes x hidden weights.
+                check_size("--classes", task.outputs() as u128 * 4 * 64)?;
+                task
+            }
+        };
+        // Parse only what the model takes: skipped features cost nothing.
+        let selection = InputSpec::from_schema(&schema, task).map_err(|e| {
+            let hint = if kind == TaskKind::Classification && label_dtype == DType::Float32 {
                 "a float32 label is a regression target (--task regression)"
             } else {
                 "choose the inputs with --feature NAME:DTYPE[:SHAPE], or convert numbers as such (`tfpipe convert csv --column NAME:float32`)"
             };
-            return Err(anyhow::Error::new(e).context(hint));
-        }
-    };
-    let schema = selection.schema;
-    let input = selection.spec;
-    if let Some(resume) = &resumed {
-        check_vocabulary(
-            resume.label_vocabulary(),
-            recorded.label_vocabulary.as_deref(),
-            &format!(
-                "the checkpoint {}",
-                args.outputs
-                    .resume
-                    .as_deref()
-                    .unwrap_or(Path::new(""))
-                    .display()
-            ),
-            "this data's schema",
-        )?;
+            anyhow::Error::new(e).context(hint)
+        })?;
+        let inputs = Inputs {
+            schema: selection.schema,
+            spec: selection.spec,
+            skipped: selection.skipped,
+            label_classes,
+            recorded,
+        };
+        inputs.check_vocabularies(args, resumed)?;
+        Ok(inputs)
     }
-    // Validation data converted on its own has its own schema file: its
-    // vocabulary must be the training data's.
-    if let Some(first) = args.validation_data.first()
-        && let Ok(files) = Pipeline::tfrecord_files([first.as_str()])
-        && let Some(path) = files.paths().first().and_then(|p| schema_file_beside(p))
+
+    /// Fails when the resumed checkpoint, or the validation data's own
+    /// schema file, records another label vocabulary than this data's.
+    fn check_vocabularies(&self, args: &Args, resumed: Option<&Resume>) -> anyhow::Result<()> {
+        if let Some(resume) = resumed {
+            check_vocabulary(
+                resume.label_vocabulary(),
+                self.recorded.label_vocabulary.as_deref(),
+                &format!("the checkpoint {}", resume.dir().display()),
+                "this data's schema",
+            )?;
+        }
+        // Validation data converted on its own has its own schema file: its
+        // vocabulary must be the training data's.
+        if let Some(first) = args.validation_data.first()
+            && let Ok(files) = Pipeline::tfrecord_files([first.as_str()])
+            && let Some(path) = files.paths().first().and_then(|p| schema_file_beside(p))
+        {
+            check_vocabulary(
+                self.recorded.label_vocabulary.as_deref(),
+                read_facts(&path)?.label_vocabulary.as_deref(),
+                "the training data",
+                &format!("the validation data's schema {}", path.display()),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The model's input as checkpoints record it.
+    fn model_input(&self) -> ModelInput {
+        ModelInput::new(self.spec.clone())
+            .schema(SchemaMeta::from_schema(&self.schema))
+            .label_vocabulary(
+                self.label_classes
+                    .as_ref()
+                    .map(|c| c.names().to_vec())
+                    .or_else(|| self.recorded.label_vocabulary.clone()),
+            )
+            .skipped_features(self.skipped.clone())
+    }
+}
+
+/// The resumed checkpoint's model unless the flags ask for one; otherwise
+/// the one the flags and the data choose, said aloud when the data chose.
+fn choose_model(
+    args: &Args,
+    resumed: Option<&Resume>,
+    inputs: &Inputs,
+) -> anyhow::Result<ModelConfig> {
+    if let Some(model) = resumed.and_then(Resume::model)
+        && !args.model.any()
     {
-        check_vocabulary(
-            recorded.label_vocabulary.as_deref(),
-            read_facts(&path)?.label_vocabulary.as_deref(),
-            "the training data",
-            &format!("the validation data's schema {}", path.display()),
-        )?;
+        return Ok(model.clone());
     }
-    let resumed_model = resumed.as_ref().and_then(|r| r.model().cloned());
-    let model = match resumed_model {
-        Some(model) if !args.model.any() => model,
-        _ => {
-            let chosen = model_config(&args.model, &input, recorded.vocab_size)?;
-            // Never a silent switch: say which model the data chose, and why.
-            if let Some(why) = &chosen.chosen_because {
-                eprintln!(
-                    "tfpipe: model {} because {why} (choose with --model)",
-                    chosen.config.describe()
-                );
-            }
-            chosen.config
-        }
-    };
-    check_model_size(&model, &input, args.batch_size, args.prefetch)?;
-    let optimizer = args.optimizer.config(resumed.as_ref())?;
-    let parallelism = args.parse.num_parallel_calls;
-    if args.batch_size == 0 {
-        bail!("--batch-size must be at least 1");
-    }
-    let steps_per_epoch = recorded
-        .records
-        .map(|r| r.div_ceil(args.batch_size as u64).max(1));
-    let schedule = args
-        .optimizer
-        .schedule(args.steps, args.epochs, steps_per_epoch)?;
-    if let (Some(resume), None) = (&args.outputs.resume, &args.outputs.save) {
+    let chosen = model_config(&args.model, &inputs.spec, inputs.recorded.vocab_size)?;
+    // Never a silent switch: say which model the data chose, and why.
+    if let Some(why) = &chosen.chosen_because {
         eprintln!(
-            "tfpipe: warning: --resume without --save: this run's progress will not be saved (add --save DIR; --save {} continues in place)",
-            resume.display()
+            "tfpipe: model {} because {why} (choose with --model)",
+            chosen.config.describe()
         );
     }
-    // SIGINT, SIGTERM and SIGHUP stop training after the current step; the
-    // observers still run, so `--save` saves, and the exit is 128 + signal.
-    let interrupt = interrupt::install().context("installing the signal handlers")?;
-    let outputs = args.outputs.outputs()?;
-    // One seed schedule per training: a resumed run keeps the checkpoint's.
-    let seed = match &resumed {
-        Some(resume) => {
-            if resume.seed() != args.seed && args.seed != 0 {
-                eprintln!(
-                    "tfpipe: warning: --seed {} ignored: the checkpoint's run is seeded {}, and resuming continues its schedule",
-                    args.seed,
-                    resume.seed()
-                );
-            }
+    Ok(chosen.config)
+}
+
+/// The run's seed: a resumed run keeps the checkpoint's (one seed
+/// schedule per training), and says so when `--seed` asked for another.
+fn run_seed(args: &Args, resumed: Option<&Resume>) -> u64 {
+    let Some(resume) = resumed else {
+        return args.seed;
+    };
+    if resume.seed() != args.seed && args.seed != 0 {
+        eprintln!(
+            "tfpipe: warning: --seed {} ignored: the checkpoint's run is seeded {}, and resuming continues its schedule",
+            args.seed,
             resume.seed()
-        }
-        None => args.seed,
-    };
-    let data = TrainData {
-        files: args.data.clone(),
-        reader: args.compression.reader_options(),
-        schema: schema.clone(),
-        batch_size: args.batch_size,
-        shuffle_buffer: args.shuffle_buffer,
-        seed,
-        parallelism,
-        rank,
-        label_classes: label_classes.clone(),
-    };
-    // What the pipeline's order depends on: checkpoints record it, and a
-    // resume must read the same data the same way. Taken only when a
-    // checkpoint is written or read: it costs a glob listing, and a sample
-    // read or a HEAD per file, that a run without checkpoints need not pay.
-    let fingerprint = match outputs.save.is_some() || resumed.is_some() {
-        true => Some(data.fingerprint().map_err(anyhow::Error::from_boxed)?),
-        false => None,
-    };
-    let resume_at = match &resumed {
-        Some(resume) => Some(
-            resume
-                .position(fingerprint.as_ref(), args.outputs.force_resume)
-                .map_err(with_hint)?,
-        ),
-        None => None,
-    };
-    match &resume_at {
-        Some(ResumeAt::EpochStart {
+        );
+    }
+    resume.seed()
+}
+
+/// Where the resumed run's data starts (`None`: the start of the
+/// checkpoint's epoch, said when it is not exact).
+fn resume_position(
+    resume: &Resume,
+    fingerprint: Option<&DataFingerprint>,
+    force: bool,
+) -> anyhow::Result<Option<serde_json::Value>> {
+    let at = resume.position(fingerprint, force).map_err(with_hint)?;
+    match &at {
+        ResumeAt::EpochStart {
             forced: Some(differences),
             ..
-        }) => eprintln!(
+        } => eprintln!(
             "tfpipe: warning: --force-resume: {}: restarting the checkpoint's epoch from its beginning (no longer exact)",
             differences.join("; ")
         ),
-        Some(ResumeAt::EpochStart {
+        ResumeAt::EpochStart {
             forced: None,
             epoch,
-        }) if *epoch > 0 => eprintln!(
+        } if *epoch > 0 => eprintln!(
             "tfpipe: note: the checkpoint holds no pipeline position: resuming at the start of epoch {epoch}"
         ),
         _ => {}
     }
-    let resume_position = resume_at.and_then(|at| at.pipeline_state().cloned());
-    let config = TrainConfig::new(
-        ModelInput::new(input)
-            .schema(SchemaMeta::from_schema(&schema))
-            .label_vocabulary(
-                label_classes
-                    .as_ref()
-                    .map(|c| c.names().to_vec())
-                    .or_else(|| recorded.label_vocabulary.clone()),
-            )
-            .skipped_features(selection.skipped),
-    )
-    .length(
-        RunLength::new()
-            .epochs(args.epochs)
-            .steps(args.steps)
-            .examples_per_epoch(recorded.records),
-    )
-    .placement(Placement::new().device(device).prefetch(args.prefetch))
-    .reproducibility(
-        Reproducibility::new()
-            .seed(seed)
-            .resume(args.outputs.resume.clone())
-            .data(fingerprint),
-    )
-    .schedule(schedule)
-    .control(
-        RunControl::new()
-            .stop_flag(interrupt.flag())
-            .origin(super::process_start()),
-    );
-    let validation = (!args.validation_data.is_empty()).then(|| TrainData {
-        files: args.validation_data.clone(),
-        shuffle_buffer: 0,
-        // Every rank evaluates all of it (the same numbers on every rank).
-        rank: None,
-        ..data.clone()
-    });
-    let run = RunOptions {
-        outputs,
-        tuner: threads.tuner(),
-        resume_position,
-        device_init,
-    };
-    let report = train(config, model, optimizer, &data, validation.as_ref(), &run)?;
+    Ok(at.pipeline_state().cloned())
+}
+
+/// The report on stdout (the per-epoch lines were printed as the epochs
+/// ended), where the checkpoint went, and `--report-json`.
+fn print_report(args: &Args, report: &TrainReport) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
-    // The per-epoch lines were printed as the epochs ended.
     write!(stdout, "{report:#}")?;
     if let Some(dir) = &args.outputs.save {
         writeln!(
@@ -375,17 +440,9 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         )?;
     }
     if let Some(path) = &args.report.report_json {
-        write_json(path, &report)?;
+        write_json(path, report)?;
     }
-    if report.interrupted {
-        let note = if args.outputs.save.is_some() {
-            "checkpoint saved"
-        } else {
-            "nothing saved (no --save)"
-        };
-        return Err(interrupt.error().note(note).into());
-    }
-    Ok(Status::Ok)
+    Ok(())
 }
 
 /// A text label's classes: the resumed checkpoint's (class ids must not
