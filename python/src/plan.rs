@@ -10,7 +10,8 @@
 
 use serde::Deserialize;
 use tfpipe::pipeline::{
-    Interleave, Parallelism, Pipeline, PipelineError, Rank, Record, Remainder, TfRecordFiles,
+    Exhausted, Interleave, Parallelism, Pipeline, PipelineError, Rank, Record, Remainder,
+    TfRecordFiles,
 };
 use tfpipe::tfrecord::{Compression, ReaderOptions};
 use tfpipe::{Batch, GlobalShuffle, IndexedFiles, Schema};
@@ -66,6 +67,57 @@ pub(crate) enum Op {
         count: u64,
     },
     IgnoreErrors,
+    /// Starts a dataset: a weighted mixture of datasets.
+    SampleFrom {
+        datasets: Vec<Vec<Op>>,
+        weights: Vec<f64>,
+        seed: u64,
+        stop_on_empty_dataset: bool,
+    },
+    /// Starts a dataset: each element from the dataset `choices` names.
+    ChooseFrom {
+        datasets: Vec<Vec<Op>>,
+        choices: Vec<usize>,
+    },
+    /// The elements of another dataset after these.
+    Concatenate {
+        other: Vec<Op>,
+    },
+}
+
+/// How a combining operation joins pipelines of one element type.
+enum Combine<'a> {
+    Sample {
+        weights: &'a [f64],
+        seed: u64,
+        exhausted: Exhausted,
+    },
+    Choose {
+        choices: &'a [usize],
+    },
+    Concatenate,
+}
+
+impl Combine<'_> {
+    fn apply<T: Send + 'static>(&self, inputs: Vec<Pipeline<T>>) -> Pipeline<T> {
+        match self {
+            Combine::Sample {
+                weights,
+                seed,
+                exhausted,
+            } => Pipeline::sample_from(inputs, weights, *seed, *exhausted),
+            Combine::Choose { choices } => {
+                Pipeline::choose_from(inputs, Pipeline::from_vec(choices.to_vec()))
+            }
+            Combine::Concatenate => {
+                let mut inputs = inputs.into_iter();
+                match inputs.next() {
+                    Some(first) => inputs.fold(first, Pipeline::concatenate),
+                    None => Pipeline::from_iterator(Vec::new()),
+                }
+            }
+        }
+    }
 }
 
 /// Why a description cannot be built: a mistake in the chain (a Python
@@ -118,9 +170,33 @@ pub(crate) fn build(ops: &[Op]) -> Result<Built, PlanError> {
             };
             Built::Files(Pipeline::tfrecord_files(paths)?.reader_options(options))
         }
+        Some(Op::SampleFrom {
+            datasets,
+            weights,
+            seed,
+            stop_on_empty_dataset,
+        }) => {
+            let exhausted = if *stop_on_empty_dataset {
+                Exhausted::Stop
+            } else {
+                Exhausted::Renormalize
+            };
+            let how = Combine::Sample {
+                weights,
+                seed: *seed,
+                exhausted,
+            };
+            combine("sample_from", built_all(datasets)?, &how)?
+        }
+        Some(Op::ChooseFrom { datasets, choices }) => combine(
+            "choose_from",
+            built_all(datasets)?,
+            &Combine::Choose { choices },
+        )?,
         _ => {
             return Err(PlanError::Invalid(
-                "a dataset starts with Dataset.tfrecord(...)".into(),
+                "a dataset starts with Dataset.tfrecord(...), sample_from(...) or choose_from(...)"
+                    .into(),
             ));
         }
     };
@@ -128,6 +204,51 @@ pub(crate) fn build(ops: &[Op]) -> Result<Built, PlanError> {
         built = apply(built, op)?;
     }
     Ok(finish(built))
+}
+
+/// Builds each description of a combining operation's inputs.
+fn built_all(datasets: &[Vec<Op>]) -> Result<Vec<Built>, PlanError> {
+    datasets.iter().map(|ops| build(ops)).collect()
+}
+
+/// Joins pipelines that yield the same kind of element.
+fn combine(name: &str, inputs: Vec<Built>, how: &Combine) -> Result<Built, PlanError> {
+    let inputs: Vec<Built> = inputs.into_iter().map(records).collect();
+    let kinds: Vec<&str> = inputs.iter().map(kind).collect();
+    let batched: Vec<bool> = inputs
+        .iter()
+        .filter_map(|b| match b {
+            Built::Parsed { batched, .. } => Some(*batched),
+            _ => None,
+        })
+        .collect();
+    if kinds.windows(2).any(|k| k[0] != k[1]) || batched.windows(2).any(|b| b[0] != b[1]) {
+        return Err(PlanError::Invalid(format!(
+            "{name}(): the datasets must yield the same kind of element (here: {})",
+            kinds.join(", ")
+        )));
+    }
+    let mut records = Vec::new();
+    let mut record_batches = Vec::new();
+    let mut parsed = Vec::new();
+    for input in inputs {
+        match input {
+            Built::Records(p, _) => records.push(p),
+            Built::RecordBatches(p) => record_batches.push(p),
+            Built::Parsed { pipeline, .. } => parsed.push(pipeline),
+            Built::Files(_) | Built::Global(_) => unreachable!("records() leaves no files"),
+        }
+    }
+    Ok(if !records.is_empty() {
+        Built::Records(how.apply(records), None)
+    } else if !record_batches.is_empty() {
+        Built::RecordBatches(how.apply(record_batches))
+    } else {
+        Built::Parsed {
+            pipeline: how.apply(parsed),
+            batched: batched.first().copied().unwrap_or(true),
+        }
+    })
 }
 
 /// A finished plan: a pending parse with no `batch` after it parses each record.
@@ -369,5 +490,17 @@ fn apply(built: Built, op: &Op) -> Result<Built, PlanError> {
         (built, Op::Take { count }) => generic!(built, |p| p.take(*count)),
         (built, Op::Skip { count }) => generic!(built, |p| p.skip(*count)),
         (built, Op::IgnoreErrors) => generic!(built, |p| p.ignore_errors()),
+        (built, Op::Concatenate { other }) => combine(
+            "concatenate",
+            vec![finish(built), build(other)?],
+            &Combine::Concatenate,
+        )?,
+        (_, Op::SampleFrom { .. } | Op::ChooseFrom { .. }) => {
+            return Err(PlanError::Invalid(
+                "sample_from(...) and choose_from(...) start a dataset; they cannot follow \
+                 another operation"
+                    .into(),
+            ));
+        }
     })
 }

@@ -110,6 +110,61 @@ class Dataset:
             raise ValueError("Dataset.tfrecord(): no paths given")
         return Dataset([{"op": "tfrecord", "paths": names, "compression": "none" if compression is None else str(compression)}])
 
+    @staticmethod
+    def sample_from(
+        datasets: Sequence["Dataset"],
+        weights: Optional[Sequence[float]] = None,
+        seed: Optional[int] = None,
+        stop_on_empty_dataset: bool = False,
+    ) -> "Dataset":
+        """A weighted mixture (tf.data's ``sample_from_datasets``): each
+        element comes from ``datasets[i]`` with probability ``weights[i] /
+        sum(weights)`` (equal weights by default), drawn from ``seed`` (drawn
+        now if ``None``), so the same seed gives the same sequence; a new one
+        each epoch under `repeat`. When the drawn dataset is exhausted the
+        mixture stops (``stop_on_empty_dataset=True``) or draws among the
+        others, their weights renormalised. Each input keeps its own stages
+        and threads; its errors name it (``sample_from[1]``), and the state of
+        the mixture covers every input."""
+        inputs = _inputs(datasets, "sample_from")
+        if weights is None:
+            weights = [1.0] * len(inputs)
+        weights = [float(w) for w in weights]
+        if len(weights) != len(inputs):
+            raise ValueError(f"sample_from(): {len(weights)} weights for {len(inputs)} datasets")
+        if any(not (w >= 0.0) or w == float("inf") for w in weights) or sum(weights) <= 0.0:
+            raise ValueError(f"sample_from(): weights={weights}: finite, not negative, not all zero")
+        if seed is None:
+            seed = _random.getrandbits(63)
+        return Dataset(
+            [
+                {
+                    "op": "sample_from",
+                    "datasets": inputs,
+                    "weights": weights,
+                    "seed": _seed(seed),
+                    "stop_on_empty_dataset": bool(stop_on_empty_dataset),
+                }
+            ]
+        )
+
+    @staticmethod
+    def choose_from(datasets: Sequence["Dataset"], choices: Iterable[int]) -> "Dataset":
+        """Each element from the dataset the next of ``choices`` (indices into
+        ``datasets``) names (tf.data's ``choose_from_datasets``, with the
+        choices as a list); stops when the choices end or name an exhausted
+        dataset. A choice out of range is an error in its place."""
+        inputs = _inputs(datasets, "choose_from")
+        picks = [_count(c, "choice", 0) for c in choices]
+        return Dataset([{"op": "choose_from", "datasets": inputs, "choices": picks}])
+
+    def concatenate(self, other: "Dataset") -> "Dataset":
+        """The elements of this dataset, then those of ``other`` (which must
+        yield the same kind of element)."""
+        if not isinstance(other, Dataset):
+            raise TypeError(f"concatenate(): expected a Dataset, got {type(other).__name__}")
+        return self._then(op="concatenate", other=list(other._ops))
+
     # -- file-level ----------------------------------------------------------
 
     def shard(self, num_shards: int, index: int) -> "Dataset":
@@ -236,7 +291,12 @@ class Dataset:
     def __repr__(self) -> str:
         parts = []
         for op in self._ops:
-            args = ", ".join(f"{k}={v!r}" for k, v in op.items() if k not in ("op", "schema"))
+            hidden = ("op", "schema", "datasets", "other")
+            args = ", ".join(f"{k}={v!r}" for k, v in op.items() if k not in hidden)
+            if "datasets" in op:
+                args = f"<{len(op['datasets'])} datasets>, " + args
+            if "other" in op:
+                args = "<a dataset>" + args
             if op["op"] == "parse":
                 args = "schema=..., " + args
             parts.append(f"{op['op']}({args})")
@@ -288,6 +348,16 @@ def set_bucket_options(base: str, options: Dict[str, str]) -> None:
     _tfpipe.set_bucket_options(base, {str(k): str(v) for k, v in options.items()})
 
 
+def _inputs(datasets: Sequence[Dataset], name: str) -> List[List[Dict[str, Any]]]:
+    inputs = list(datasets)
+    if not inputs:
+        raise ValueError(f"{name}(): no datasets given")
+    for ds in inputs:
+        if not isinstance(ds, Dataset):
+            raise TypeError(f"{name}(): expected Datasets, got {type(ds).__name__}")
+    return [list(ds._ops) for ds in inputs]
+
+
 def _count(value: Any, name: str, least: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         try:
@@ -322,6 +392,14 @@ def _worker_share(ds: Dataset, worker: int, workers: int) -> Dataset:
     data-parallel job: rank ``r`` of ``w`` and worker ``k`` of ``n`` read the
     share ``k * w + r`` of ``w * n``, a part of rank ``r``'s share."""
     ops = [dict(op) for op in ds._ops]
+    # A mixture shares each of its inputs (and a concatenated dataset its own).
+    for op in ops:
+        if "datasets" in op:
+            op["datasets"] = [list(_worker_share(Dataset(d), worker, workers)._ops) for d in op["datasets"]]
+        if "other" in op:
+            op["other"] = list(_worker_share(Dataset(op["other"]), worker, workers)._ops)
+    if ops[0]["op"] in ("sample_from", "choose_from"):
+        return Dataset(ops)
     pos = 2 if len(ops) > 1 and ops[1]["op"] == "global_shuffle" else 1
     if len(ops) > pos and ops[pos]["op"] == "rank":
         r, w = ops[pos]["rank"], ops[pos]["world_size"]

@@ -1,0 +1,126 @@
+"""Combining datasets: sample_from, choose_from and concatenate, as the Rust
+engine runs them (tests/pipeline/combine.rs checks them against tf.data)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import pickle
+import random
+
+import pytest
+
+import tfpipe
+from conftest import SCHEMA
+
+
+def _ids(ds):
+    return [int(i) for b in ds for i in b["id"]]
+
+
+def test_concatenate_reads_one_then_the_other(small):
+    a = tfpipe.Dataset.tfrecord(small[:2])
+    b = tfpipe.Dataset.tfrecord(small[2:])
+    ds = a.concatenate(b).batch(30).parse(SCHEMA)
+    assert _ids(ds) == list(range(100))
+    assert [len(x["id"]) for x in ds] == [30, 30, 30, 10], "batches cross the join, as in tf.data"
+
+
+def test_sample_from_is_seeded_weighted_and_covers_every_record(small):
+    a = tfpipe.Dataset.tfrecord(small[:1])  # ids 0..24
+    b = tfpipe.Dataset.tfrecord(small[1:])  # ids 25..99
+    mix = tfpipe.Dataset.sample_from([a, b], [0.5, 0.5], seed=11).batch(10).parse(SCHEMA)
+    first = _ids(mix)
+    assert sorted(first) == list(range(100)), "renormalised: every record once"
+    assert first == _ids(mix), "the same seed draws the same sequence"
+    other = tfpipe.Dataset.sample_from([a, b], [0.5, 0.5], seed=12).batch(10).parse(SCHEMA)
+    assert _ids(other) != first
+    # Each input keeps its order.
+    assert [i for i in first if i < 25] == list(range(25))
+    stopped = _ids(tfpipe.Dataset.sample_from([a, b], [0.5, 0.5], seed=11, stop_on_empty_dataset=True).batch(10).parse(SCHEMA))
+    assert len(stopped) < 100 and stopped == first[: len(stopped)]
+
+
+def test_sample_from_proportions_within_five_sigma(tmp_path):
+    """Each draw picks input 0 with probability 1/4: over n draws the count is
+    binomial, and more than 5 standard deviations off has probability < 6e-7."""
+    sources = []
+    for marker in (0, 1):
+        path = tmp_path / f"only-{marker}.tfrecord"
+        with tfpipe.TFRecordWriter(path) as w:
+            for _ in range(1000):
+                w.write(tfpipe.encode_example({"id": marker}))
+        sources.append(tfpipe.Dataset.tfrecord(str(path)).repeat())
+    n, p = 20_000, 0.25
+    mix = tfpipe.Dataset.sample_from(sources, [1, 3], seed=5).take(n).batch(1000).parse(["id:int64"])
+    ids = _ids(mix)
+    assert len(ids) == n
+    mean, sigma = n * p, (n * p * (1 - p)) ** 0.5
+    assert abs(ids.count(0) - mean) <= 5 * sigma, (ids.count(0), mean, sigma)
+
+
+def test_choose_from_follows_the_choices(small):
+    a = tfpipe.Dataset.tfrecord(small[:1])
+    b = tfpipe.Dataset.tfrecord(small[1:2])
+    ds = tfpipe.Dataset.choose_from([a, b], [1, 0, 0, 1]).batch(10).parse(SCHEMA)
+    assert _ids(ds) == [25, 0, 1, 26]
+
+
+def test_a_mixture_resumes_exactly_from_its_state(small):
+    inputs = [
+        tfpipe.Dataset.tfrecord(small[:2]).interleave(2, 3, num_parallel_calls=2).shuffle(10, seed=1),
+        tfpipe.Dataset.tfrecord(small[2:]).shuffle(7, seed=2).prefetch(3),
+    ]
+    ds = tfpipe.Dataset.sample_from(inputs, [2, 1], seed=4).repeat(2).batch(6).parse(SCHEMA, num_parallel_calls=2)
+    full = [b["id"].tolist() for b in ds]
+    assert sorted(i for b in full for i in b) == sorted(list(range(100)) * 2)
+    rng = random.Random(3)
+    for cut in sorted(rng.sample(range(len(full) + 1), 4)):
+        it = iter(ds)
+        head = [next(it)["id"].tolist() for _ in range(cut)]
+        state = json.loads(json.dumps(it.get_state()))
+        del it
+        assert head + [b["id"].tolist() for b in ds.iter(state=state)] == full, cut
+
+
+def test_errors_name_the_input_and_metrics_list_each_input(tmp_path, small):
+    bad = tmp_path / "bad.tfrecord"
+    bad.write_bytes(pathlib.Path(small[0]).read_bytes()[:50])
+    mix = tfpipe.Dataset.sample_from([tfpipe.Dataset.tfrecord(small[1:]), tfpipe.Dataset.tfrecord([str(bad)])], seed=1)
+    with pytest.raises(tfpipe.DataError) as err:
+        for _ in mix:
+            pass
+    assert "sample_from[1]" in str(err.value) and err.value.path == str(bad)
+    it = iter(tfpipe.Dataset.sample_from([tfpipe.Dataset.tfrecord(small[:2]), tfpipe.Dataset.tfrecord(small[2:])], seed=1))
+    for _ in it:
+        pass
+    names = [s["name"] for s in it.metrics()["stages"]]
+    for name in ("sample_from[0]/tfrecord", "sample_from[0]", "sample_from[1]/tfrecord", "sample_from[1]", "sample_from"):
+        assert name in names, names
+
+
+def test_combined_datasets_pickle_and_check_their_arguments(small):
+    a = tfpipe.Dataset.tfrecord(small)
+    ds = tfpipe.Dataset.sample_from([a, a.skip(3)], [1, 2], seed=3).concatenate(a)
+    assert pickle.loads(pickle.dumps(ds)) == ds
+    assert "sample_from" in repr(ds)
+    with pytest.raises(ValueError):
+        tfpipe.Dataset.sample_from([a, a], [1])
+    with pytest.raises(ValueError):
+        tfpipe.Dataset.sample_from([a], [-1])
+    with pytest.raises(ValueError):
+        tfpipe.Dataset.sample_from([])
+    with pytest.raises(TypeError):
+        a.concatenate([a])
+    with pytest.raises(ValueError, match="same kind of element"):
+        iter(a.concatenate(a.batch(2)))
+
+
+def test_worker_shares_of_a_mixture_are_disjoint_and_cover_it(small):
+    """A DataLoader's workers each read a share of every input of a mixture."""
+    a = tfpipe.Dataset.tfrecord(small[:2])
+    b = tfpipe.Dataset.tfrecord(small[2:])
+    ds = tfpipe.Dataset.sample_from([a, b], seed=1).concatenate(a).batch(100).parse(SCHEMA)
+    shares = [_ids(tfpipe._worker_share(ds, k, 2)) for k in range(2)]
+    assert sorted(shares[0] + shares[1]) == sorted(list(range(100)) + list(range(50)))
+    assert len(shares[0]) == len(shares[1]) == 75
