@@ -169,3 +169,83 @@ fn tfpipe_train_picks_the_embedding_model_and_learns_the_token_set() {
         "{first}"
     );
 }
+
+/// A packed batch gives one example per sequence, each pooled over its own
+/// tokens only: the model's outputs equal those of the unpacked batch.
+#[test]
+fn packed_sequences_pool_on_their_own() {
+    use tfpipe::pipeline::Pipeline;
+    use tfpipe::train::Sequences;
+    let config = ModelConfig::Embedding {
+        vocab: 10,
+        dim: 4,
+        inputs: 0,
+        hidden: vec![8],
+        classes: 2,
+    };
+    let (model, _) = tfpipe::train::BuiltinModel::init(config, 3, &Device::Cpu).unwrap();
+    let out = |batch: Batch| -> (Vec<Vec<f32>>, Vec<u32>) {
+        let t = batch_to_tensors(batch, &spec(Some(10)), 0, &Device::Cpu).unwrap();
+        let labels = t.labels.as_ref().unwrap().to_vec1().unwrap();
+        (model.forward(&t).unwrap().to_vec2().unwrap(), labels)
+    };
+    let (plain, plain_labels) = out(ragged());
+    let packed: Vec<Batch> = Sequences::Packed { length: 4 }
+        .apply(
+            Pipeline::from_vec(vec![ragged()]),
+            "tokens",
+            Some("label"),
+            8,
+        )
+        .start()
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(packed.len(), 1);
+    // Rows of 2 + 0 tokens, then 3 tokens: two packed rows of 4.
+    assert_eq!(packed[0].num_rows, 2);
+    let (outputs, labels) = out(packed[0].clone());
+    assert_eq!(labels, plain_labels);
+    assert_eq!(outputs.len(), 3);
+    for (a, b) in outputs.iter().flatten().zip(plain.iter().flatten()) {
+        assert!((a - b).abs() < 1e-5, "{outputs:?} vs {plain:?}");
+    }
+}
+
+/// The three batchings of the token set through `TrainData`: every record
+/// arrives once (as an example), and the padding fraction falls from padded
+/// to bucketed to packed.
+#[test]
+fn bucketing_and_packing_cut_the_padding_of_the_token_set() {
+    use tfpipe::train::{Sequences, TrainData};
+    let dir = tempfile::tempdir().unwrap();
+    let files = TokenSet::default()
+        .write(&dir.path().join("t"), 0, 2000)
+        .unwrap();
+    let schema = tfpipe::Schema::load(&files.schema).unwrap();
+    let input = InputSpec {
+        task: Task::Classification { classes: 4 },
+        ..spec(Some(200))
+    };
+    let mut fractions = Vec::new();
+    for sequences in [
+        Sequences::Padded,
+        Sequences::bucketed(vec![12, 16, 20, 24, 28], 32),
+        Sequences::Packed { length: 64 },
+    ] {
+        let data = TrainData::new([files.data.display().to_string()], schema.clone(), 32)
+            .shuffle_buffer(500)
+            .sequences(sequences.clone());
+        let mut stream = data.open(0).unwrap();
+        let mut examples = 0;
+        while let Some(batch) = stream.next_batch() {
+            let t = batch_to_tensors(batch.unwrap(), &input, 0, &Device::Cpu).unwrap();
+            examples += t.rows;
+        }
+        assert_eq!(examples, 2000, "{sequences:?}");
+        fractions.push(data.padding.fraction().unwrap());
+    }
+    assert!(fractions[0] > 0.2, "{fractions:?}");
+    assert!(fractions[1] < fractions[0] / 2.0, "{fractions:?}");
+    assert!(fractions[2] < fractions[1], "{fractions:?}");
+}

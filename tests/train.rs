@@ -1822,6 +1822,8 @@ fn train_data_fit_writes_its_outputs_and_resumes_through_resume() {
         parallelism: tfpipe::pipeline::Parallelism::Fixed(1),
         rank: None,
         label_classes: None,
+        sequences: Default::default(),
+        padding: Default::default(),
     };
     let validation = TrainData {
         files: vec![d.join("valid.tfrecord").to_string_lossy().into_owned()],

@@ -100,6 +100,8 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         parallelism: Parallelism::Auto,
         rank: None,
         label_classes: None,
+        sequences: Default::default(),
+        padding: Default::default(),
         reader: tfpipe::tfrecord::ReaderOptions::default(),
     };
     // `builtin` times the weights' upload itself (the report's device start-up).

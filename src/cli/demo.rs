@@ -110,6 +110,8 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         parallelism: Parallelism::Auto,
         rank: None,
         label_classes: None,
+        sequences: Default::default(),
+        padding: Default::default(),
     };
     let test = TrainData {
         files: set.test.clone(),

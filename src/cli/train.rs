@@ -150,6 +150,8 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         parallelism: args.parse.num_parallel_calls,
         rank,
         label_classes: inputs.label_classes.clone(),
+        sequences: Default::default(),
+        padding: Default::default(),
     };
     // What the pipeline's order depends on: checkpoints record it, and a
     // resume must read the same data the same way. Taken only when a

@@ -39,6 +39,7 @@ pub struct BucketOptions {
     padding: Padding,
     pad_to_bucket_boundary: bool,
     drop_remainder: bool,
+    no_padding: bool,
 }
 
 impl BucketOptions {
@@ -57,6 +58,7 @@ impl BucketOptions {
             padding: Padding::new(),
             pad_to_bucket_boundary: false,
             drop_remainder: false,
+            no_padding: false,
         }
     }
 
@@ -78,6 +80,14 @@ impl BucketOptions {
     /// Drops each epoch's partial buckets instead of emitting them. By default off.
     pub fn drop_remainder(mut self, on: bool) -> Self {
         self.drop_remainder = on;
+        self
+    }
+
+    /// Emits each bucket's rows as they are, ragged columns unpadded
+    /// (`tf.data`'s `no_padding=True`), for a consumer that pads per batch
+    /// itself. By default off.
+    pub fn no_padding(mut self, on: bool) -> Self {
+        self.no_padding = on;
         self
     }
 
@@ -190,6 +200,9 @@ impl Buckets {
             .map(|(_, r)| r)
             .collect();
         let batch = rows::gather(STAGE, &rows)?;
+        if self.options.no_padding {
+            return Ok(batch);
+        }
         let mut padding = self.options.padding.clone();
         if self.options.pad_to_bucket_boundary {
             let width = self.options.boundaries[i] - 1;

@@ -12,7 +12,9 @@
 //! inner...]`, padded with the pad value), `F_segment_ids` (int32 `[rows,
 //! length]`: 1, 2, ... for the sequences of a row in order, 0 for padding)
 //! and `F_positions` (int32: 0, 1, ... within each sequence, 0 for padding).
-//! Other features are dropped.
+//! Features not packed are dropped. A scalar feature packs as one value per
+//! sequence (a per-sequence label: `label` `[rows, length]` with its own
+//! segment ids, which match the other features' for the same sequence).
 //!
 //! A sequence longer than `length` is truncated to its first `length`
 //! values (steps), silently, as T5's and Grain's single-bin packers do;
@@ -39,27 +41,42 @@ use crate::batch::{Batch, Column, Values};
 #[derive(Debug, Clone, PartialEq)]
 pub struct PackOptions {
     features: Vec<String>,
+    /// The packed length of each feature, in `features`' order.
+    lengths: Vec<usize>,
     length: usize,
     bins: usize,
     pad: PadValue,
 }
 
 impl PackOptions {
-    /// Packs `features` (var-length or sequence features, packed together:
-    /// a row goes where all of them fit) into rows of `length` values, with
-    /// `bins` packed rows open at once (the rows of each output batch).
-    /// Longer sequences are truncated to `length`.
+    /// Packs `features` (packed together: a row goes where all of them fit)
+    /// into rows of `length` values each, with `bins` packed rows open at
+    /// once (the rows of each output batch). A var-length feature's length
+    /// is its values per row; a fixed sequence's, its steps; a dense
+    /// feature's, its first dimension, and a scalar's, 1 (as in Grain: a
+    /// per-sequence label packs as one value per sequence). Longer
+    /// sequences are truncated to the length.
     pub fn new<S: Into<String>>(
         features: impl IntoIterator<Item = S>,
         length: usize,
         bins: usize,
     ) -> PackOptions {
+        let features: Vec<String> = features.into_iter().map(Into::into).collect();
         PackOptions {
-            features: features.into_iter().map(Into::into).collect(),
+            lengths: vec![length; features.len()],
+            features,
             length,
             bins,
             pad: PadValue::default(),
         }
+    }
+
+    /// Packs feature `name` to `length` values instead of the common length.
+    pub fn feature_length(mut self, name: &str, length: usize) -> PackOptions {
+        if let Some(i) = self.features.iter().position(|f| f == name) {
+            self.lengths[i] = length;
+        }
+        self
     }
 
     /// The pad value. By default zero.
@@ -77,16 +94,17 @@ impl PackOptions {
         if self.features.is_empty() {
             return Some("no feature to pack".into());
         }
-        if self.length == 0 || self.bins == 0 {
+        let longest = self.lengths.iter().copied().max().unwrap_or(0);
+        if self.lengths.contains(&0) || self.bins == 0 {
             return Some(format!(
-                "length {} and bins {} must be positive",
-                self.length, self.bins
+                "lengths {:?} and bins {} must be positive",
+                self.lengths, self.bins
             ));
         }
-        if self.length.saturating_mul(self.bins) > super::MAX_PADDED_VALUES {
+        if longest.saturating_mul(self.bins) > super::MAX_PADDED_VALUES {
             return Some(format!(
-                "{} bins of length {} is too large",
-                self.bins, self.length
+                "{} bins of length {longest} is too large",
+                self.bins
             ));
         }
         None
@@ -162,16 +180,10 @@ impl Packer {
         self.options
             .features
             .iter()
-            .map(|name| {
+            .zip(&self.options.lengths)
+            .map(|(name, &length)| {
                 let column = super::bucket::column_of(STAGE, row, name)?;
-                match column.row_splits.as_slice() {
-                    [splits] if !matches!(column.values, Values::Sparse { .. }) => {
-                        Ok((splits[row.row + 1] - splits[row.row]).min(self.options.length))
-                    }
-                    _ => Err(element_error(format!(
-                        "feature {name:?} is not a var-length or fixed-sequence feature"
-                    ))),
-                }
+                Ok(sequence_of(column, row.row)?.len.min(length))
             })
             .collect()
     }
@@ -180,7 +192,8 @@ impl Packer {
         bin.fill
             .iter()
             .zip(lengths)
-            .all(|(f, l)| f + l <= self.options.length)
+            .zip(&self.options.lengths)
+            .all(|((f, l), max)| f + l <= *max)
     }
 
     fn add(bin: &mut Bin, id: u64, row: BatchRow, lengths: &[usize]) {
@@ -192,8 +205,8 @@ impl Packer {
     fn emit(&mut self) -> Output<Batch> {
         let bins = std::mem::take(&mut self.bins);
         let mut columns = Vec::with_capacity(3 * self.options.features.len());
-        for name in &self.options.features {
-            columns.extend(self.pack_feature(name, &bins)?);
+        for (name, &length) in self.options.features.iter().zip(&self.options.lengths) {
+            columns.extend(self.pack_feature(name, length, &bins)?);
         }
         Ok(Batch {
             num_rows: bins.len(),
@@ -202,16 +215,23 @@ impl Packer {
     }
 
     /// Feature `name` of `bins`: values, segment ids, positions.
-    fn pack_feature(&self, name: &str, bins: &[Bin]) -> Result<[Column; 3], PipelineError> {
-        let length = self.options.length;
-        let first = bins
+    fn pack_feature(
+        &self,
+        name: &str,
+        length: usize,
+        bins: &[Bin],
+    ) -> Result<[Column; 3], PipelineError> {
+        let (first, first_row) = bins
             .iter()
             .flat_map(|b| b.rows.first())
             .next()
-            .map(|(_, r)| super::bucket::column_of(STAGE, r, name))
+            .map(|(_, r)| {
+                Ok::<_, PipelineError>((super::bucket::column_of(STAGE, r, name)?, r.row))
+            })
             .transpose()?
             .ok_or_else(|| element_error("no rows to pack".into()))?;
-        let inner = first.inner_len();
+        let unit_shape = sequence_of(first, first_row)?.unit_shape;
+        let inner: usize = unit_shape.iter().product();
         let unit = pad_unit(first, &self.options.pad).map_err(|e| element_error(e.to_string()))?;
         let cells = bins.len() * length;
         let mut values = empty_like(&first.values, cells * inner);
@@ -221,16 +241,16 @@ impl Packer {
             let mut used = 0;
             for (segment, (_, row)) in bin.rows.iter().enumerate() {
                 let column = super::bucket::column_of(STAGE, row, name)?;
+                let sequence = sequence_of(column, row.row)?;
                 if std::mem::discriminant(&column.values) != std::mem::discriminant(&first.values)
-                    || column.inner_shape != first.inner_shape
+                    || sequence.unit_shape != unit_shape
                 {
                     return Err(element_error(format!(
                         "feature {name:?} differs in type or shape between rows"
                     )));
                 }
-                let splits = &column.row_splits[0];
-                let start = splits[row.row];
-                let n = (splits[row.row + 1] - start).min(length);
+                let start = sequence.start;
+                let n = sequence.len.min(length);
                 push_range(
                     &mut values,
                     &column.values,
@@ -245,7 +265,7 @@ impl Packer {
             positions.extend(std::iter::repeat_n(0, length - used));
         }
         let mut inner_shape = vec![length];
-        inner_shape.extend_from_slice(&first.inner_shape);
+        inner_shape.extend_from_slice(&unit_shape);
         let dense = |name: String, values| Column {
             name,
             values,
@@ -262,6 +282,47 @@ impl Packer {
             dense(format!("{name}_segment_ids"), Values::Int32(segments)),
             dense(format!("{name}_positions"), Values::Int32(positions)),
         ])
+    }
+}
+
+/// Where one row's sequence of a feature lies: units `start..start + len`
+/// of the flat values, each unit `unit_shape` values.
+struct Sequence {
+    start: usize,
+    len: usize,
+    unit_shape: Vec<usize>,
+}
+
+/// Row `row` of `column` as a sequence: a var-length or fixed-sequence row
+/// (its values or steps), a dense row (its first dimension), a scalar (one
+/// value).
+fn sequence_of(column: &Column, row: usize) -> Result<Sequence, PipelineError> {
+    match column.row_splits.as_slice() {
+        _ if matches!(column.values, Values::Sparse { .. }) => Err(element_error(format!(
+            "feature {:?} is sparse and cannot be packed",
+            column.name
+        ))),
+        [splits] => Ok(Sequence {
+            start: splits[row],
+            len: splits[row + 1] - splits[row],
+            unit_shape: column.inner_shape.clone(),
+        }),
+        [] => match column.inner_shape.split_first() {
+            None => Ok(Sequence {
+                start: row,
+                len: 1,
+                unit_shape: Vec::new(),
+            }),
+            Some((&first, rest)) => Ok(Sequence {
+                start: row * first,
+                len: first,
+                unit_shape: rest.to_vec(),
+            }),
+        },
+        _ => Err(element_error(format!(
+            "feature {:?} has two ragged levels and cannot be packed",
+            column.name
+        ))),
     }
 }
 

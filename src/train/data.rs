@@ -24,7 +24,9 @@ use crate::tfrecord::ReaderOptions;
 use crate::{Batch, Schema};
 
 use super::prefetch::{BatchStream, BoxError};
+use super::sequences::{PaddingMeter, Sequences};
 use super::trainer::resume_pipeline;
+use crate::example::{DType, Layout};
 
 /// The files, schema and batching of a training run: read (files
 /// interleaved 4 at a time, 16 records each), shuffle, batch, parse per
@@ -72,6 +74,14 @@ pub struct TrainData {
     /// into class ids right after parsing. By default `None` (an int64
     /// label holds class ids already).
     pub label_classes: Option<LabelClasses>,
+    /// How variable-length token sequences are batched: padded per batch,
+    /// bucketed by length, or packed. By default [`Sequences::Padded`].
+    /// Applies to the schema's token feature (its first var-length int64
+    /// feature); without one it changes nothing.
+    pub sequences: Sequences,
+    /// Pad tokens and all token cells of the batches read (shared by
+    /// clones; [`validation`](Self::validation) data counts its own).
+    pub padding: PaddingMeter,
 }
 
 impl TrainData {
@@ -92,7 +102,29 @@ impl TrainData {
             parallelism: Parallelism::Auto,
             rank: None,
             label_classes: None,
+            sequences: Sequences::Padded,
+            padding: PaddingMeter::default(),
         }
+    }
+
+    /// Sets how token sequences are batched.
+    pub fn sequences(mut self, sequences: Sequences) -> TrainData {
+        self.sequences = sequences;
+        self
+    }
+
+    /// The token feature: the schema's first var-length int64 feature that
+    /// is not the label (what the embedding model reads).
+    pub fn token_feature(&self) -> Option<&str> {
+        self.schema
+            .features
+            .iter()
+            .find(|f| {
+                f.layout == Layout::Var
+                    && f.dtype == DType::Int64
+                    && self.schema.label.as_deref() != Some(f.name.as_str())
+            })
+            .map(|f| f.name.as_str())
     }
 
     /// Sets the shuffle buffer (0: file order).
@@ -133,6 +165,7 @@ impl TrainData {
             files: files.into_iter().map(Into::into).collect(),
             shuffle_buffer: 0,
             rank: None,
+            padding: PaddingMeter::default(),
             ..self.clone()
         }
     }
@@ -163,10 +196,22 @@ impl TrainData {
         let parsed = records
             .batch(self.batch_size)
             .parse_batches(self.schema.clone(), self.parallelism);
-        match &self.label_classes {
-            Some(classes) => classes.apply(parsed).prefetch(2),
-            None => parsed.prefetch(2),
-        }
+        let parsed = match &self.label_classes {
+            Some(classes) => classes.apply(parsed),
+            None => parsed,
+        };
+        let Some(tokens) = self.token_feature().map(str::to_string) else {
+            return parsed.prefetch(2);
+        };
+        let label = self.schema.label.as_deref();
+        let meter = self.padding.clone();
+        self.sequences
+            .apply(parsed, &tokens, label, self.batch_size)
+            .map(move |batch: Batch| {
+                meter.record(&batch, &tokens);
+                batch
+            })
+            .prefetch(2)
     }
 
     /// The whole run's pipeline: read, shuffle with the run's seed, `repeat`

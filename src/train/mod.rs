@@ -52,6 +52,7 @@ mod report;
 mod resume;
 mod run;
 mod schedule;
+mod sequences;
 mod tensor;
 mod tensorboard;
 mod threads;
@@ -88,6 +89,7 @@ pub use report::{DeviceStartup, EpochReport, Startup, TrainReport, Verdict};
 pub use resume::{Resume, ResumeAt};
 pub use run::RunOutputs;
 pub use schedule::{Decay, LrSchedule};
+pub use sequences::{PaddingMeter, Sequences, padding_of};
 pub use tensor::{
     BatchTensors, InputSelection, InputSpec, SkippedFeature, Standardize, TokenSpec,
     batch_to_tensors, classes_from_metadata,

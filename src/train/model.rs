@@ -124,7 +124,7 @@ pub trait Model: Send {
     /// }
     ///
     /// let features = Tensor::ones((2, 1), candle_core::DType::F32, &Device::Cpu)?;
-    /// let batch = BatchTensors { features, labels: None, tokens: None, mask: None, rows: 2 };
+    /// let batch = BatchTensors { features, labels: None, tokens: None, mask: None, pool: None, rows: 2 };
     /// assert_eq!(Dropping.forward_t(&batch, true)?.sum_all()?.to_scalar::<f32>()?, 0.0);
     /// assert_eq!(Dropping.forward_t(&batch, false)?.sum_all()?.to_scalar::<f32>()?, 2.0);
     /// # Ok::<(), candle_core::Error>(())
@@ -608,6 +608,11 @@ fn masked_mean(table: &candle_nn::Embedding, batch: &BatchTensors) -> candle_cor
         ));
     };
     let embedded = candle_core::Module::forward(table, ids)?; // [rows, longest, dim]
+    if let Some(pool) = &batch.pool {
+        // Packed rows: each sequence's mean over its own cells.
+        let (rows, width, dim) = embedded.dims3()?;
+        return pool.matmul(&embedded.reshape((rows * width, dim))?); // [sequences, dim]
+    }
     let summed = embedded.broadcast_mul(&mask.unsqueeze(2)?)?.sum(1)?; // [rows, dim]
     let counts = mask.sum_keepdim(1)?.clamp(1f32, f32::MAX)?; // [rows, 1]
     summed.broadcast_div(&counts)

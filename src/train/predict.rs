@@ -313,6 +313,7 @@ impl Predictor {
             labels: None,
             tokens: None,
             mask: None,
+            pool: None,
             rows: features.dim(0).map_err(TrainError::candle("prediction"))?,
         };
         self.model

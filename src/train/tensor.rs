@@ -13,6 +13,8 @@
 //! the rest (bytes, variable-length, sequences) is skipped and reported, and
 //! left out of the schema the data is parsed with, so it costs nothing.
 
+use std::collections::HashMap;
+
 use std::fmt;
 
 use candle_core::{Device, Tensor};
@@ -367,6 +369,12 @@ pub struct BatchTensors {
     pub tokens: Option<Tensor>,
     /// `[rows, longest]` float32: 1 for a real token, 0 for padding.
     pub mask: Option<Tensor>,
+    /// For a packed batch ([`Sequences::Packed`](super::Sequences)):
+    /// `[sequences, rows * width]` float32, each sequence's averaging
+    /// weights over the flattened token cells (`1 / its length` on its own
+    /// cells). Then `tokens` and `mask` are the packed rows, while
+    /// `labels`, `features` and [`rows`](Self::rows) count sequences.
+    pub pool: Option<Tensor>,
     /// The number of examples.
     pub rows: usize,
 }
@@ -379,6 +387,11 @@ pub fn batch_to_tensors(
     index: u64,
     device: &Device,
 ) -> Result<BatchTensors, TrainError> {
+    if let Some(t) = &spec.tokens
+        && batch.column(&format!("{}_segment_ids", t.name)).is_some()
+    {
+        return packed_to_tensors(batch, spec, t, index, device);
+    }
     let rows = batch.num_rows;
     let bad = |reason: String| TrainError::Input {
         batch: index,
@@ -454,7 +467,168 @@ pub fn batch_to_tensors(
         labels: opt(labels)?,
         tokens: opt(tokens)?,
         mask: opt(mask)?,
+        pool: None,
         rows,
+    })
+}
+
+/// A packed batch (tokens `[rows, width]` with segment ids, the label packed
+/// beside them) as tensors with one example per sequence: the sequences are
+/// the label's segments in order, each pooling its own token cells.
+fn packed_to_tensors(
+    mut batch: Batch,
+    spec: &InputSpec,
+    t: &TokenSpec,
+    index: u64,
+    device: &Device,
+) -> Result<BatchTensors, TrainError> {
+    let bad = |reason: String| TrainError::Input {
+        batch: index,
+        reason,
+    };
+    if !spec.features.is_empty() {
+        return Err(bad(format!(
+            "a packed batch carries only the tokens and the label; the model's other inputs ({}) cannot be packed",
+            spec.features
+                .iter()
+                .map(|(n, _)| n.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    let rows = batch.num_rows;
+    let column = |batch: &mut Batch, name: String| {
+        take_column(batch, &name)
+            .ok_or_else(|| bad(format!("no column {name:?} in the packed batch")))
+    };
+    let ids = column(&mut batch, t.name.clone())?;
+    let segments = column(&mut batch, format!("{}_segment_ids", t.name))?;
+    let (Values::Int64(ids), Values::Int32(segments), [width]) =
+        (&ids.values, &segments.values, ids.inner_shape.as_slice())
+    else {
+        return Err(bad(format!(
+            "token column {:?} is not packed int64",
+            t.name
+        )));
+    };
+    let cells = rows * width;
+    if ids.len() != cells || segments.len() != cells {
+        return Err(bad(format!(
+            "packed token column {:?} has {} values for {rows} rows of {width}",
+            t.name,
+            ids.len()
+        )));
+    }
+    // The sequences, in order: the label's segments, or the tokens' without a label.
+    let mut sequence_of: HashMap<(usize, i32), usize> = HashMap::new();
+    let mut label_values: Vec<f64> = Vec::new();
+    let label_is_int = match &spec.label {
+        Some(name) => {
+            let label = column(&mut batch, name.clone())?;
+            let label_segments = column(&mut batch, format!("{name}_segment_ids"))?;
+            let (Values::Int32(label_segments), [label_width]) =
+                (&label_segments.values, label.inner_shape.as_slice())
+            else {
+                return Err(bad(format!("label {name:?} is not packed")));
+            };
+            for (i, &s) in label_segments.iter().enumerate() {
+                if s > 0 {
+                    sequence_of.insert((i / label_width, s), label_values.len());
+                    label_values.push(match &label.values {
+                        Values::Int64(v) => v[i] as f64,
+                        Values::Float32(v) => f64::from(v[i]),
+                        _ => return Err(bad(format!("label {name:?} is not int64 or float32"))),
+                    });
+                }
+            }
+            matches!(label.values, Values::Int64(_))
+        }
+        None => {
+            for (i, &s) in segments.iter().enumerate() {
+                let next = sequence_of.len();
+                if s > 0 {
+                    sequence_of.entry((i / width, s)).or_insert(next);
+                }
+            }
+            true
+        }
+    };
+    let sequences = sequence_of.len();
+    let mut pool = vec![0f32; sequences * cells];
+    let mut lengths = vec![0u32; sequences];
+    let mut token_ids = vec![0u32; cells];
+    let mut mask = vec![0f32; cells];
+    for (cell, (&s, &id)) in segments.iter().zip(ids.iter()).enumerate() {
+        if s == 0 {
+            continue;
+        }
+        let Some(&n) = sequence_of.get(&(cell / width, s)) else {
+            return Err(bad(format!(
+                "row {}: token segment {s} has no label",
+                cell / width
+            )));
+        };
+        let fits = id >= 0 && t.vocab.is_none_or(|v| (id as u64) < v as u64);
+        if !fits || id > i64::from(u32::MAX) {
+            return Err(bad(format!(
+                "row {}: token id {id} in {:?} is outside 0..{} (the vocabulary size)",
+                cell / width,
+                t.name,
+                t.vocab.map_or("2^32".into(), |v| v.to_string())
+            )));
+        }
+        token_ids[cell] = id as u32;
+        mask[cell] = 1.0;
+        pool[n * cells + cell] = 1.0;
+        lengths[n] += 1;
+    }
+    for (n, &length) in lengths.iter().enumerate() {
+        if length > 1 {
+            let scale = 1.0 / length as f32;
+            pool[n * cells..(n + 1) * cells]
+                .iter_mut()
+                .for_each(|w| *w *= scale);
+        }
+    }
+    let labels = match &spec.label {
+        Some(name) => {
+            let values = if label_is_int {
+                Values::Int64(label_values.iter().map(|&v| v as i64).collect())
+            } else {
+                Values::Float32(label_values.iter().map(|&v| v as f32).collect())
+            };
+            let col = Column {
+                name: name.clone(),
+                values,
+                row_splits: Vec::new(),
+                inner_shape: Vec::new(),
+            };
+            Some(label_tensor(&col, name, spec.task, index)?)
+        }
+        None => None,
+    };
+    let cpu = &Device::Cpu;
+    let err = TrainError::candle;
+    let features = Tensor::zeros((sequences, 0), candle_core::DType::F32, cpu)
+        .map_err(err("feature tensor"))?;
+    let tokens = Tensor::from_vec(token_ids, (rows, *width), cpu).map_err(err("token tensor"))?;
+    let mask = Tensor::from_vec(mask, (rows, *width), cpu).map_err(err("token mask"))?;
+    let pool = Tensor::from_vec(pool, (sequences, cells), cpu).map_err(err("pooling weights"))?;
+    let to_device = |t: Tensor| {
+        if device.is_cpu() {
+            Ok(t)
+        } else {
+            t.to_device(device)
+                .map_err(TrainError::candle("host-to-device copy"))
+        }
+    };
+    Ok(BatchTensors {
+        features: to_device(features)?,
+        labels: labels.map(to_device).transpose()?,
+        tokens: Some(to_device(tokens)?),
+        mask: Some(to_device(mask)?),
+        pool: Some(to_device(pool)?),
+        rows: sequences,
     })
 }
 
