@@ -101,9 +101,30 @@ pub enum StateError {
         /// Why it cannot.
         why: String,
     },
-    /// The state does not fit this pipeline.
-    #[error("the state does not fit this pipeline: {0}")]
-    Mismatch(String),
+    /// The state does not fit this pipeline: which stage, and why.
+    #[error("the state does not fit this pipeline: stage {stage}: {reason}")]
+    Mismatch {
+        /// The stage (or operator) the state does not fit.
+        stage: String,
+        /// Why it does not.
+        reason: String,
+    },
+    /// A stage's saved data does not decode as that stage's state.
+    #[error("the state does not fit this pipeline: stage {stage}: its data does not decode")]
+    Decode {
+        /// The stage.
+        stage: String,
+        /// Why it does not decode.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// No record starts any more where a buffered record was read: the
+    /// file changed since the state was taken.
+    #[error("{position}: no record starts there any more (the file changed?)")]
+    Moved {
+        /// The buffered record's position.
+        position: String,
+    },
     /// A buffered record could not be read back.
     #[error("re-reading a buffered record")]
     Reread(#[source] RecordError),
@@ -135,6 +156,16 @@ pub struct StageState {
     pub inputs: Vec<StageState>,
 }
 
+impl StateError {
+    /// A [`Mismatch`](StateError::Mismatch) of `stage`.
+    pub(crate) fn mismatch(stage: impl Into<String>, reason: impl Into<String>) -> StateError {
+        StateError::Mismatch {
+            stage: stage.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
 impl StageState {
     pub(crate) fn new(stage: &str, data: serde_json::Value) -> StageState {
         StageState {
@@ -153,13 +184,15 @@ impl StageState {
     /// This stage's data as `D`, after checking the name.
     pub(crate) fn data<D: for<'de> Deserialize<'de>>(&self, stage: &str) -> Result<D, StateError> {
         if self.stage != stage {
-            return Err(StateError::Mismatch(format!(
-                "expected stage {stage}, the state has {}",
-                self.stage
-            )));
+            return Err(StateError::mismatch(
+                stage,
+                format!("the state is for stage {}", self.stage),
+            ));
         }
-        serde_json::from_value(self.data.clone())
-            .map_err(|e| StateError::Mismatch(format!("stage {stage}: {e}")))
+        serde_json::from_value(self.data.clone()).map_err(|source| StateError::Decode {
+            stage: stage.to_string(),
+            source,
+        })
     }
 }
 
@@ -504,9 +537,9 @@ fn corrupt(p: &RecordPosition, kind: CorruptionKind) -> StateError {
 }
 
 fn missing(p: &RecordPosition) -> StateError {
-    StateError::Mismatch(format!(
-        "{p}: no record starts there any more (the file changed?)"
-    ))
+    StateError::Moved {
+        position: p.to_string(),
+    }
 }
 
 /// A started stage: events in order, and where it stands.
