@@ -188,7 +188,7 @@ impl<T: Send + 'static> Pipeline<T> {
         out.error = error;
         out.origin = origin;
         match problem {
-            Some(message) => out.invalid(|| format!("sample_from: {message}")),
+            Some(message) => out.invalid("sample_from", || message),
             None => out,
         }
     }
@@ -242,7 +242,7 @@ impl<T: Send + 'static> Pipeline<T> {
         });
         out.error = error;
         out.origin = origin;
-        out.invalid_if(empty, || "choose_from: needs at least one input".into())
+        out.invalid_if(empty, "choose_from", || "needs at least one input".into())
     }
 }
 
