@@ -13,7 +13,7 @@ use anyhow::{Context, bail};
 use tfpipe::Schema;
 use tfpipe::example::{DType, SchemaMetadata};
 use tfpipe::pipeline::Rank;
-use tfpipe::pipeline::{Pipeline, Remainder};
+use tfpipe::pipeline::{MixSource, Pipeline, Remainder};
 use tfpipe::train::{
     DataFingerprint, InputSpec, LabelClasses, ModelChoice, ModelConfig, ModelInput, Placement,
     Reproducibility, Resume, ResumeAt, RunControl, RunLength, SchemaMeta, SkippedFeature, Task,
@@ -31,9 +31,21 @@ use super::{CompressionFlag, Status, interrupt};
 /// Arguments of `tfpipe train`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Training data: TFRecord files or globs (compression from the suffix).
-    #[arg(long, required = true, num_args = 1..)]
+    /// Training data: TFRecord files, globs or dataset directories
+    /// (compression from the suffix).
+    #[arg(long, required_unless_present = "mix", num_args = 1..)]
     pub data: Vec<String>,
+    /// A weighted source FILES=WEIGHT (repeatable), instead of --data: each
+    /// source is read on its own and the sources are mixed by weight
+    /// (tf.data's sample_from_datasets, renormalised as sources run out), e.g.
+    /// --mix 'web/*.tfrecord=0.7' --mix 'books/=0.3'.
+    #[arg(long, value_name = "FILES=WEIGHT", conflicts_with = "data")]
+    pub mix: Vec<MixSource>,
+    /// Features read from the key=value directories of each record's file
+    /// (comma-separated; a Spark dataset's partition columns), typed by the
+    /// --feature spec of that name if there is one, else bytes.
+    #[arg(long, value_name = "A,B,...", value_delimiter = ',')]
+    pub partition_features: Vec<String>,
     #[command(flatten)]
     pub compression: CompressionFlag,
     /// A feature to parse, NAME:DTYPE[:SHAPE] (e.g. image_raw:uint8:28x28, label:int64).
@@ -113,6 +125,7 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
     // Resolve and check everything before any work starts.
     let rank = args.rank.resolve()?;
     prepare_outputs(&mut args, rank)?;
+    let weights = super::mix_into_data(&mut args.data, &args.mix);
     // Device init (on CUDA: the context, cuBLAS and cuRAND handles).
     let init = Instant::now();
     let device = parse_device(&super::rank::device(&args.runtime.device)?)?;
@@ -152,6 +165,8 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         label_classes: inputs.label_classes.clone(),
         sequences: Default::default(),
         padding: Default::default(),
+        weights,
+        partition_features: args.partition_features.clone(),
     };
     // What the pipeline's order depends on: checkpoints record it, and a
     // resume must read the same data the same way. Taken only when a
@@ -190,6 +205,7 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         shuffle_buffer: 0,
         // Every rank evaluates all of it (the same numbers on every rank).
         rank: None,
+        weights: Vec::new(),
         ..data.clone()
     });
     let run = RunOptions {
