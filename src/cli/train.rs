@@ -6,14 +6,13 @@
 //! and prints; the decisions are the library's (`tfpipe::train`).
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
 use tfpipe::Schema;
 use tfpipe::example::{DType, SchemaMetadata};
 use tfpipe::pipeline::Rank;
-use tfpipe::pipeline::{MixSource, Pipeline, Remainder};
+use tfpipe::pipeline::{Pipeline, Remainder};
 use tfpipe::train::{
     DataFingerprint, InputSpec, LabelClasses, ModelChoice, ModelConfig, ModelInput, Placement,
     Reproducibility, Resume, ResumeAt, RunControl, RunLength, SchemaMeta, SkippedFeature, Task,
@@ -25,99 +24,9 @@ use super::common::{
     load_schema, read_facts, schema_file_beside, set_compute_threads, write_json,
 };
 use super::fit::{RunOptions, train};
-use super::train_flags::{ModelFlags, OptimizerFlags, OutputFlags, model_error, with_hint};
-use super::{CompressionFlag, Status, interrupt};
-
-/// Arguments of `tfpipe train`.
-#[derive(Debug, clap::Args)]
-pub struct Args {
-    /// Training data: TFRecord files, globs or dataset directories
-    /// (compression from the suffix).
-    #[arg(long, required_unless_present = "mix", num_args = 1..)]
-    pub data: Vec<String>,
-    /// A weighted source FILES=WEIGHT (repeatable), instead of --data: each
-    /// source is read on its own and the sources are mixed by weight
-    /// (tf.data's sample_from_datasets, renormalised as sources run out), e.g.
-    /// --mix 'web/*.tfrecord=0.7' --mix 'books/=0.3'.
-    #[arg(long, value_name = "FILES=WEIGHT", conflicts_with = "data")]
-    pub mix: Vec<MixSource>,
-    /// Features read from the key=value directories of each record's file
-    /// (comma-separated; a Spark dataset's partition columns), typed by the
-    /// --feature spec of that name if there is one, else bytes.
-    #[arg(long, value_name = "A,B,...", value_delimiter = ',')]
-    pub partition_features: Vec<String>,
-    #[command(flatten)]
-    pub compression: CompressionFlag,
-    /// A feature to parse, NAME:DTYPE[:SHAPE] (e.g. image_raw:uint8:28x28, label:int64).
-    /// With --schema, overrides the schema file's feature of that name (or adds one).
-    #[arg(long = "feature")]
-    pub features: Vec<String>,
-    /// The model's inputs: only these features (comma-separated), besides the label.
-    /// By default every feature the models can take.
-    #[arg(
-        long,
-        value_name = "A,B,...",
-        value_delimiter = ',',
-        conflicts_with = "exclude"
-    )]
-    pub inputs: Option<Vec<String>>,
-    /// Features that are not inputs (comma-separated), e.g. an id column.
-    #[arg(long, value_name = "A,B,...", value_delimiter = ',')]
-    pub exclude: Option<Vec<String>>,
-    /// A schema file (`PREFIX.features.json` from `tfpipe convert`).
-    #[arg(long)]
-    pub schema: Option<PathBuf>,
-    /// The label feature: int64 class ids (classification) or float32
-    /// values (regression). By default the schema's label.
-    #[arg(long)]
-    pub label: Option<String>,
-    /// The number of classes (labels must be below it). By default the size
-    /// of the label vocabulary `tfpipe convert` recorded in the schema file,
-    /// else 10.
-    #[arg(long, value_parser = super::positive::<usize>)]
-    pub classes: Option<usize>,
-    /// classification or regression. By default regression for a float32
-    /// label, classification otherwise.
-    #[arg(long)]
-    pub task: Option<String>,
-    /// Validation data, evaluated after every epoch (`--test-data` is an alias).
-    #[arg(long = "validation-data", visible_alias = "test-data", num_args = 1..)]
-    pub validation_data: Vec<String>,
-    #[command(flatten)]
-    pub model: ModelFlags,
-    #[command(flatten)]
-    pub optimizer: OptimizerFlags,
-    /// Epochs to train (with --resume: this many more). By default 1.
-    #[arg(long, conflicts_with = "steps", value_parser = super::count::<u64>)]
-    pub epochs: Option<u64>,
-    /// Steps to train instead of epochs (with --resume: this many more).
-    #[arg(long, value_parser = super::count::<u64>)]
-    pub steps: Option<u64>,
-    /// Examples per batch.
-    #[arg(long, default_value_t = 256, value_parser = super::positive::<usize>)]
-    pub batch_size: usize,
-    /// Shuffle buffer size in examples (0: no shuffle).
-    #[arg(long, default_value_t = 10_000, value_parser = super::count::<usize>)]
-    pub shuffle_buffer: usize,
-    #[command(flatten)]
-    pub parse: super::ParseFlags,
-    /// Batches the device-prefetch stage converts ahead (0: on the training thread).
-    #[arg(long, default_value_t = 2, value_parser = super::count::<usize>)]
-    pub prefetch: usize,
-    #[command(flatten)]
-    pub runtime: super::RuntimeFlags,
-    #[command(flatten)]
-    pub outputs: OutputFlags,
-    #[command(flatten)]
-    pub report: super::ReportFlags,
-    /// Seeds weight initialisation and the shuffle (which reseeds itself
-    /// each epoch from this seed and the epoch number). A resumed run keeps
-    /// the checkpoint's.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
-    #[command(flatten)]
-    pub rank: super::rank::RankArgs,
-}
+pub use super::train_flags::Args;
+use super::train_flags::{ModelFlags, model_error, with_hint};
+use super::{Status, interrupt};
 
 /// Runs `tfpipe train`.
 pub fn run(mut args: Args) -> anyhow::Result<Status> {

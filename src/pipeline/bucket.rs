@@ -276,11 +276,14 @@ impl Grouper for Buckets {
     ) -> Result<(), StateError> {
         let ids: Vec<Vec<u64>> = serde_json::from_value(saved.clone())?;
         if ids.len() != self.buckets.len() {
-            return Err(StateError::Mismatch(format!(
-                "stage {STAGE}: {} buckets saved, {} configured",
-                ids.len(),
-                self.buckets.len()
-            )));
+            return Err(StateError::mismatch(
+                STAGE,
+                format!(
+                    "{} buckets saved, {} configured",
+                    ids.len(),
+                    self.buckets.len()
+                ),
+            ));
         }
         for (bucket, ids) in self.buckets.iter_mut().zip(&ids) {
             *bucket = rows::take_rows(STAGE, ids, rows)?;

@@ -328,10 +328,13 @@ fn resumed<D: for<'de> Deserialize<'de>>(
     match state.data::<D>(op) {
         Ok(data) if state.inputs.len() == inputs => (Some(data), Some(state.inputs.clone())),
         Ok(_) => {
-            env.restore_failed(StateError::Mismatch(format!(
-                "{op}: {} inputs in the state, {inputs} in the pipeline",
-                state.inputs.len()
-            )));
+            env.restore_failed(StateError::mismatch(
+                op,
+                format!(
+                    "{} inputs in the state, {inputs} in the pipeline",
+                    state.inputs.len()
+                ),
+            ));
             (None, None)
         }
         Err(error) => {

@@ -289,10 +289,13 @@ impl PositionStream {
                 // A state taken over other files: its count of records read
                 // means nothing in this file set's order.
                 Some(then) if *then != files_now => {
-                    env.restore_failed(StateError::Mismatch(format!(
-                        "stage {stage}: the state was taken over {} file(s) of {} records, this pipeline reads {} file(s) of {} records, or other files",
-                        then.files, then.records, files_now.files, files_now.records
-                    )));
+                    env.restore_failed(StateError::mismatch(
+                        stage,
+                        format!(
+                            "the state was taken over {} file(s) of {} records, this pipeline reads {} file(s) of {} records, or other files",
+                            then.files, then.records, files_now.files, files_now.records
+                        ),
+                    ));
                     0
                 }
                 _ => e.emitted,

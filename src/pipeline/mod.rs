@@ -440,16 +440,20 @@ impl From<usize> for Parallelism {
 }
 
 impl std::str::FromStr for Parallelism {
-    type Err = String;
+    type Err = crate::error::UnknownName;
 
     /// `auto` or a positive number.
-    fn from_str(s: &str) -> Result<Parallelism, String> {
+    fn from_str(s: &str) -> Result<Parallelism, Self::Err> {
         if s.eq_ignore_ascii_case("auto") {
             return Ok(Parallelism::Auto);
         }
         match s.parse::<usize>() {
             Ok(n) if n > 0 => Ok(Parallelism::Fixed(n)),
-            _ => Err(format!("{s:?}: expected `auto` or a positive number")),
+            _ => Err(crate::error::UnknownName {
+                what: "parallelism",
+                name: s.to_string(),
+                expected: "`auto` or a positive number",
+            }),
         }
     }
 }
@@ -624,10 +628,10 @@ impl Env {
             return (None, None);
         };
         if state.stage != name {
-            self.restore_failed(StateError::Mismatch(format!(
-                "expected stage {name}, the state has {}",
-                state.stage
-            )));
+            self.restore_failed(StateError::mismatch(
+                name,
+                format!("the state is for stage {}", state.stage),
+            ));
             return (None, None);
         }
         (Some(state.clone()), state.inputs.first().cloned())

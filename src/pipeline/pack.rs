@@ -388,7 +388,7 @@ impl Grouper for Packer {
             };
             for (id, row) in rows::take_rows(STAGE, &ids, rows)? {
                 let lengths = self.lengths(&row).map_err(|e| {
-                    StateError::Mismatch(format!("stage {STAGE}: a saved row no longer packs: {e}"))
+                    StateError::mismatch(STAGE, format!("a saved row no longer packs: {e}"))
                 })?;
                 Self::add(&mut bin, id, row, &lengths);
             }

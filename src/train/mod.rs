@@ -34,6 +34,7 @@
 //! is read only after `device.synchronize()`, so compute times are kernel
 //! times, not launch times.
 
+mod build;
 mod checkpoint;
 mod choice;
 mod clock;
