@@ -1,6 +1,6 @@
 //! The engine under the row-regrouping stages (`unbatch`, `rebatch`,
 //! `window`, `bucket_by_sequence_length`, `pack`): split each input element
-//! into rows, hand the rows one by one to a [`Grouper`] that holds some of
+//! into rows, hand the rows one by one to a `Grouper` that holds some of
 //! them and emits outputs, and make the whole thing resumable by replay.
 //!
 //! # State by replay

@@ -124,7 +124,7 @@ impl StreamPosition {
 /// Two ways in: [`Trainer::builtin`] builds one of the built-in models
 /// (MLP, CNN) and one of our optimizers from their configs;
 /// [`Trainer::new`] takes a model of your own, its `VarMap` and any
-/// optimizer ([`OptimizerConfig::build`] for ours, [`Foreign`](super::Foreign)
+/// optimizer ([`OptimizerConfig::build`](super::OptimizerConfig::build) for ours, [`Foreign`](super::Foreign)
 /// around any `candle_nn::Optimizer`). Both train through the same `fit`.
 ///
 /// ```no_run
