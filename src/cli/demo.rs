@@ -112,6 +112,8 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         label_classes: None,
         sequences: Default::default(),
         padding: Default::default(),
+        weights: Vec::new(),
+        partition_features: Vec::new(),
     };
     let test = TrainData {
         files: set.test.clone(),

@@ -155,6 +155,19 @@ impl CompressionArg {
     }
 }
 
+/// Makes `--mix`'s sources the data, one pattern per source, and returns
+/// their weights (empty without `--mix`: `data` is one source).
+pub(crate) fn mix_into_data(
+    data: &mut Vec<String>,
+    mix: &[tfpipe::pipeline::MixSource],
+) -> Vec<f64> {
+    if mix.is_empty() {
+        return Vec::new();
+    }
+    *data = mix.iter().map(|m| m.files.clone()).collect();
+    mix.iter().map(|m| m.weight).collect()
+}
+
 /// Says once per process that `--data` globs left out record index files
 /// (`tfpipe index` writes `NAME.idx` beside `NAME`, so `'out/train-*'` matches
 /// both; the library reads only the data).

@@ -34,6 +34,7 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
     // Resolve and check everything before any work starts.
     let rank = args.rank.resolve()?;
     prepare_outputs(&mut args, rank)?;
+    let weights = super::mix_into_data(&mut args.data, &args.mix);
     // Device init (on CUDA: the context, cuBLAS and cuRAND handles).
     let init = Instant::now();
     let device = parse_device(&super::rank::device(&args.runtime.device)?)?;
@@ -73,6 +74,8 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         label_classes: inputs.label_classes.clone(),
         sequences: Default::default(),
         padding: Default::default(),
+        weights,
+        partition_features: args.partition_features.clone(),
     };
     // What the pipeline's order depends on: checkpoints record it, and a
     // resume must read the same data the same way. Taken only when a
@@ -111,6 +114,7 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         shuffle_buffer: 0,
         // Every rank evaluates all of it (the same numbers on every rank).
         rank: None,
+        weights: Vec::new(),
         ..data.clone()
     });
     let run = RunOptions {

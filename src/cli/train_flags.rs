@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 
 use super::CompressionFlag;
+use tfpipe::pipeline::MixSource;
 use tfpipe::train::{
     CheckpointError, Decay, LrSchedule, ModelChoiceError, ModelKind, ModelRequest, Monitor,
     OptimizerConfig, OptimizerKind, Resume, RunOutputs, Setting, TrainError,
@@ -316,9 +317,21 @@ fn model_hint(e: &ModelChoiceError) -> Option<&'static str> {
 /// Arguments of `tfpipe train`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Training data: TFRecord files or globs (compression from the suffix).
-    #[arg(long, required = true, num_args = 1..)]
+    /// Training data: TFRecord files, globs or dataset directories
+    /// (compression from the suffix).
+    #[arg(long, required_unless_present = "mix", num_args = 1..)]
     pub data: Vec<String>,
+    /// A weighted source FILES=WEIGHT (repeatable), instead of --data: each
+    /// source is read on its own and the sources are mixed by weight
+    /// (tf.data's sample_from_datasets, renormalised as sources run out), e.g.
+    /// --mix 'web/*.tfrecord=0.7' --mix 'books/=0.3'.
+    #[arg(long, value_name = "FILES=WEIGHT", conflicts_with = "data")]
+    pub mix: Vec<MixSource>,
+    /// Features read from the key=value directories of each record's file
+    /// (comma-separated; a Spark dataset's partition columns), typed by the
+    /// --feature spec of that name if there is one, else bytes.
+    #[arg(long, value_name = "A,B,...", value_delimiter = ',')]
+    pub partition_features: Vec<String>,
     #[command(flatten)]
     pub compression: CompressionFlag,
     /// A feature to parse, NAME:DTYPE[:SHAPE] (e.g. image_raw:uint8:28x28, label:int64).

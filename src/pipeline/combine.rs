@@ -56,6 +56,52 @@ pub enum Exhausted {
     Renormalize,
 }
 
+/// One weighted source of a mixture of TFRecord files, as the command
+/// line's `--mix 'GLOB=WEIGHT'` names it: paths, a glob or a dataset
+/// directory, and its weight for [`Pipeline::sample_from`].
+///
+/// Parsed from `PATTERN=WEIGHT`, split at the last `=` (so partition
+/// directories such as `out/year=2024/` stay in the pattern):
+///
+/// ```
+/// use tfpipe::pipeline::MixSource;
+/// let s: MixSource = "web/*.tfrecord=0.7".parse()?;
+/// assert_eq!((s.files.as_str(), s.weight), ("web/*.tfrecord", 0.7));
+/// let p: MixSource = "out/lang=en/=2".parse()?;
+/// assert_eq!((p.files.as_str(), p.weight), ("out/lang=en/", 2.0));
+/// assert!("web/*.tfrecord".parse::<MixSource>().is_err());
+/// assert!("web/*=-1".parse::<MixSource>().is_err());
+/// # Ok::<(), String>(())
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct MixSource {
+    /// The files: a path, glob, directory or URL.
+    pub files: String,
+    /// The source's weight (finite, not negative).
+    pub weight: f64,
+}
+
+impl std::str::FromStr for MixSource {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<MixSource, String> {
+        let usage = || {
+            format!(
+                "{text:?}: expected FILES=WEIGHT (a glob, directory or path, and a number >= 0), e.g. 'web/*.tfrecord=0.7'"
+            )
+        };
+        let (files, weight) = text.rsplit_once('=').ok_or_else(usage)?;
+        let weight: f64 = weight.trim().parse().map_err(|_| usage())?;
+        if files.is_empty() || !weight.is_finite() || weight < 0.0 {
+            return Err(usage());
+        }
+        Ok(MixSource {
+            files: files.to_string(),
+            weight,
+        })
+    }
+}
+
 /// Salt for the sampling RNG, so that a `sample_from` and a `shuffle` given
 /// the same seed do not draw the same stream.
 const SAMPLE_SALT: u64 = 0x6D69_7874_7572_6573;

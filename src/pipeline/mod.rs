@@ -157,7 +157,7 @@ mod window;
 mod worker;
 
 pub use bucket::BucketOptions;
-pub use combine::Exhausted;
+pub use combine::{Exhausted, MixSource};
 pub use global_shuffle::GlobalShuffle;
 pub use interleave::Interleave;
 pub use pack::PackOptions;
