@@ -243,20 +243,25 @@ impl<T> Thread<T> {
     }
 
     fn join_inner(&mut self) -> Result<T, Panicked> {
-        let Some(handle) = self.handle.take() else {
-            return Err(Panicked {
-                thread: self.name.clone(),
-                message: "already joined".to_string(),
-            });
-        };
-        match handle.join() {
-            Ok(result) => result,
-            // The body cannot unwind past catch_unwind; keep a message anyway.
-            Err(payload) => Err(Panicked {
-                thread: self.name.clone(),
-                message: panic_message(payload.as_ref()),
-            }),
-        }
+        joined(&self.name, self.handle.take().map(JoinHandle::join))
+    }
+}
+
+/// The body's value or its panic, from joining the thread `name`
+/// (`None`: it was joined before).
+fn joined<T>(
+    name: &str,
+    join: Option<std::thread::Result<Result<T, Panicked>>>,
+) -> Result<T, Panicked> {
+    let panicked = |message: String| Panicked {
+        thread: name.to_string(),
+        message,
+    };
+    match join {
+        None => Err(panicked("already joined".to_string())),
+        Some(Ok(result)) => result,
+        // The body cannot unwind past catch_unwind; keep a message anyway.
+        Some(Err(payload)) => Err(panicked(panic_message(payload.as_ref()))),
     }
 }
 
@@ -336,19 +341,7 @@ impl<T> ScopedThread<'_, T> {
 
     /// Waits for the body and returns its value, or its panic.
     pub fn join(mut self) -> Result<T, Panicked> {
-        let Some(handle) = self.handle.take() else {
-            return Err(Panicked {
-                thread: self.name.clone(),
-                message: "already joined".to_string(),
-            });
-        };
-        match handle.join() {
-            Ok(result) => result,
-            Err(payload) => Err(Panicked {
-                thread: self.name.clone(),
-                message: panic_message(payload.as_ref()),
-            }),
-        }
+        joined(&self.name, self.handle.take().map(|h| h.join()))
     }
 }
 

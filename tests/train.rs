@@ -1824,6 +1824,8 @@ fn train_data_fit_writes_its_outputs_and_resumes_through_resume() {
         label_classes: None,
         sequences: Default::default(),
         padding: Default::default(),
+        weights: Vec::new(),
+        partition_features: Vec::new(),
     };
     let validation = TrainData {
         files: vec![d.join("valid.tfrecord").to_string_lossy().into_owned()],
@@ -1859,4 +1861,47 @@ fn train_data_fit_writes_its_outputs_and_resumes_through_resume() {
     // The epoch's fourth and last batch, then the run's step limit.
     let rest = data.fit(&mut resumed, Some(position), None).unwrap();
     assert_eq!(rest.global_step, 4);
+}
+
+/// `--mix` trains on a weighted mixture of sources: two sources over the
+/// same converted files read every record of each once per epoch.
+#[test]
+fn cli_trains_on_a_mixture_of_sources() {
+    let dir = tempfile::tempdir().unwrap();
+    let (schema, data) = convert_penguins(dir.path());
+    let report_path = dir.path().join("train.json");
+    let out = assert_cmd::Command::cargo_bin("tfpipe")
+        .unwrap()
+        .args(["train", "--schema", &schema])
+        .args([
+            "--mix",
+            &format!("{data}=0.75"),
+            "--mix",
+            &format!("{data}=0.25"),
+        ])
+        .args(["--epochs", "2", "--report-json"])
+        .arg(&report_path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&report_path).unwrap()).unwrap();
+    assert_eq!(report["examples"], 2 * 2 * 344, "{report}");
+    // --mix and --data name the data two ways: one of them.
+    let out = assert_cmd::Command::cargo_bin("tfpipe")
+        .unwrap()
+        .args(["train", "--schema", &schema, "--data", &data])
+        .args(["--mix", &format!("{data}=1")])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--mix"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

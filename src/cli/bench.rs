@@ -20,7 +20,8 @@ use serde::Serialize;
 use tfpipe::Schema;
 use tfpipe::metrics::{PipelineMetrics, StageMetrics};
 use tfpipe::pipeline::{
-    Interleave, Parallelism, Pipeline, Remainder, ShuffleOptions, TfRecordFiles,
+    Exhausted, Interleave, MixSource, Parallelism, Pipeline, Remainder, ShuffleOptions,
+    TfRecordFiles,
 };
 
 use super::common::check_size;
@@ -30,9 +31,20 @@ use super::{CompressionFlag, Status};
 #[derive(Debug, clap::Args)]
 #[command(group(clap::ArgGroup::new("schema_source").required(true).args(["feature", "schema"])))]
 pub struct Args {
-    /// TFRecord files or globs (compression from the name unless --compression).
-    #[arg(long, num_args = 1.., required = true, value_name = "FILE|GLOB")]
+    /// TFRecord files, globs or dataset directories (compression from the name unless --compression).
+    #[arg(long, num_args = 1.., required_unless_present = "mix", value_name = "FILE|GLOB|DIR")]
     data: Vec<String>,
+    /// A weighted source FILES=WEIGHT (repeatable), instead of --data: each
+    /// source's files are interleaved on their own and the sources mixed by
+    /// weight (tf.data's sample_from_datasets, seeded by --seed,
+    /// renormalised as sources run out), then shuffled, batched and parsed.
+    #[arg(long, value_name = "FILES=WEIGHT", conflicts_with = "data")]
+    mix: Vec<MixSource>,
+    /// Features read from the key=value directories of each record's file
+    /// (comma-separated; a Spark dataset's partition columns), typed by the
+    /// --feature spec of that name if there is one, else bytes.
+    #[arg(long, value_name = "A,B,...", value_delimiter = ',')]
+    partition_features: Vec<String>,
     #[command(flatten)]
     compression: CompressionFlag,
     /// A feature spec `NAME:DTYPE[:SHAPE]` (repeatable), e.g. `image_raw:uint8:784`.
@@ -102,6 +114,9 @@ struct Report {
     /// How token sequences were batched and the padding it cost.
     #[serde(skip_serializing_if = "Option::is_none")]
     sequences: Option<SequenceReport>,
+    /// For a mixture: the source it waited on longest.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    starving_input: Option<String>,
     /// Per-stage metrics, upstream first.
     stages: Vec<StageMetrics>,
     #[serde(skip)]
@@ -109,21 +124,30 @@ struct Report {
 }
 
 /// Runs `tfpipe bench`.
-pub fn run(args: Args) -> anyhow::Result<Status> {
+pub fn run(mut args: Args) -> anyhow::Result<Status> {
     // This rank's share (every rank the same count: drop_last).
     let rank = args.rank.resolve()?;
+    let weights = super::mix_into_data(&mut args.data, &args.mix);
     super::note_skipped_indexes(&args.data)?;
-    let files = super::rank::share(
-        Pipeline::tfrecord_files(&args.data)?.reader_options(args.compression.reader_options()),
-        rank,
-        Remainder::Drop,
-        true,
-    )?;
+    // One source of all the files, or one per `--mix`.
+    let groups: Vec<Vec<String>> = if weights.is_empty() {
+        vec![args.data.clone()]
+    } else {
+        args.data.iter().map(|p| vec![p.clone()]).collect()
+    };
+    let sources = groups
+        .iter()
+        .map(|patterns| {
+            let files = Pipeline::tfrecord_files(patterns)?
+                .reader_options(args.compression.reader_options());
+            super::rank::share(files, rank, Remainder::Drop, true)
+        })
+        .collect::<anyhow::Result<Vec<TfRecordFiles>>>()?;
     let (schema, _) = super::common::load_schema(&args.feature, args.schema.as_deref(), None)?;
     check_sizes(&args, &schema)?;
-    let file_bytes: u64 = files
-        .paths()
+    let file_bytes: u64 = sources
         .iter()
+        .flat_map(|files| files.paths())
         .map(|p| tfpipe::storage::size_of(p).unwrap_or(0))
         .sum();
     let settings = if args.sweep {
@@ -138,7 +162,13 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     let mut out = stdout.lock();
     let mut reports = Vec::new();
     for parallelism in settings {
-        let report = run_once(&args, &files, &schema, parallelism, file_bytes)?;
+        let report = run_once(
+            &args,
+            (&sources, &weights),
+            &schema,
+            parallelism,
+            file_bytes,
+        )?;
         if !args.json {
             if args.sweep {
                 if reports.is_empty() {
@@ -220,19 +250,31 @@ fn check_sizes(args: &Args, schema: &Schema) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One run over `sources` (one, or a mixture with these weights).
 fn run_once(
     args: &Args,
-    files: &TfRecordFiles,
+    (sources, weights): (&[TfRecordFiles], &[f64]),
     schema: &Schema,
     parallelism: Parallelism,
     file_bytes: u64,
 ) -> anyhow::Result<Report> {
     let constructed = Instant::now();
-    let files = files.clone();
-    let cycle = args.cycle_length.min(files.paths().len()).max(1);
-    let mut records = files
-        .interleave_with(Interleave::new(cycle, 16).parallel(parallelism))
-        .repeat(Some(args.epochs));
+    let read = |files: &TfRecordFiles| {
+        let cycle = args.cycle_length.min(files.paths().len()).max(1);
+        files
+            .clone()
+            .interleave_with(Interleave::new(cycle, 16).parallel(parallelism))
+    };
+    let read = match sources {
+        [one] if weights.is_empty() => read(one),
+        _ => Pipeline::sample_from(
+            sources.iter().map(read).collect(),
+            weights,
+            args.seed,
+            Exhausted::Renormalize,
+        ),
+    };
+    let mut records = read.repeat(Some(args.epochs));
     if args.shuffle_buffer > 0 {
         records = records.shuffle_with(ShuffleOptions {
             buffer_size: args.shuffle_buffer,
@@ -241,9 +283,12 @@ fn run_once(
             ..ShuffleOptions::default()
         });
     }
-    let parsed = records
-        .batch(args.batch_size)
-        .parse_batches(schema.clone(), parallelism);
+    let batches = records.batch(args.batch_size);
+    let parsed = if args.partition_features.is_empty() {
+        batches.parse_batches(schema.clone(), parallelism)
+    } else {
+        batches.parse_batches_partitioned(schema.clone(), &args.partition_features, parallelism)
+    };
     // Sequences regrouped as asked; `rows_in` counts the examples going in
     // (packed rows hold several).
     let sequences = args.sequences.resolve(args.batch_size)?;
@@ -289,7 +334,13 @@ fn run_once(
     }
     let stages = it.metrics();
     drop(it);
-    let payload: u64 = stages.stage("tfrecord").map_or(0, |s| s.bytes_out);
+    // Every file source: `tfrecord`, or each input's `sample_from[i]/tfrecord`.
+    let payload: u64 = stages
+        .stages
+        .iter()
+        .filter(|s| s.name == "tfrecord" || s.name.ends_with("/tfrecord"))
+        .map(|s| s.bytes_out)
+        .sum();
     let (first_built, first_process) = first.unwrap_or_default();
     let per_sec = |x: f64| if seconds > 0.0 { x / seconds } else { 0.0 };
     let passes = match args.take {
@@ -313,6 +364,7 @@ fn run_once(
         peak_rss_bytes: peak_rss_bytes(),
         bottleneck: stages.bottleneck_stage().map(str::to_string),
         sequences: SequenceReport::new(&sequences, &meter),
+        starving_input: stages.starving_input().map(|s| s.name.clone()),
         stages: stages.stages.clone(),
         metrics: stages,
     })

@@ -103,6 +103,8 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         sequences: Default::default(),
         padding: Default::default(),
         reader: tfpipe::tfrecord::ReaderOptions::default(),
+        weights: Vec::new(),
+        partition_features: Vec::new(),
     };
     // `builtin` times the weights' upload itself (the report's device start-up).
     let mut trainer = Trainer::builtin(config, model, optimizer)?;

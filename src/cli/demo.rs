@@ -19,8 +19,8 @@ use tfpipe::train::{
 
 use super::Status;
 use super::common::{ms_since, set_compute_threads, write_json};
+use super::fit::{RunOptions, train};
 use super::predict::{Job, Output, predict};
-use super::train::{RunOptions, train};
 
 /// Arguments of `tfpipe demo`.
 #[derive(Debug, Default, clap::Args)]
@@ -112,6 +112,8 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         label_classes: None,
         sequences: Default::default(),
         padding: Default::default(),
+        weights: Vec::new(),
+        partition_features: Vec::new(),
     };
     let test = TrainData {
         files: set.test.clone(),

@@ -20,6 +20,7 @@ mod cat;
 mod common;
 mod convert;
 mod demo;
+mod fit;
 mod index;
 mod inspect;
 pub mod interrupt;
@@ -27,6 +28,7 @@ mod predict;
 mod rank;
 mod serve;
 mod train;
+mod train_flags;
 
 /// A fast, honest streaming dataset engine for TFRecord files.
 ///
@@ -201,6 +203,19 @@ impl CompressionArg {
             CompressionArg::Zlib => Some(Compression::Zlib),
         }
     }
+}
+
+/// Makes `--mix`'s sources the data, one pattern per source, and returns
+/// their weights (empty without `--mix`: `data` is one source).
+pub(crate) fn mix_into_data(
+    data: &mut Vec<String>,
+    mix: &[tfpipe::pipeline::MixSource],
+) -> Vec<f64> {
+    if mix.is_empty() {
+        return Vec::new();
+    }
+    *data = mix.iter().map(|m| m.files.clone()).collect();
+    mix.iter().map(|m| m.weight).collect()
 }
 
 /// Says once per process that `--data` globs left out record index files

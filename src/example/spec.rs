@@ -991,6 +991,14 @@ pub enum SchemaError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A name that is not one of the schema's features.
+    #[error("{name:?} is not a feature (features: {})", features.join(", "))]
+    UnknownFeature {
+        /// The name given.
+        name: String,
+        /// The schema's feature names.
+        features: Vec<String>,
+    },
     /// Two features share a name.
     #[error("feature {name:?} is listed twice (names must be unique)")]
     Duplicate {
@@ -1433,6 +1441,31 @@ impl Schema {
         self.features.iter().position(|f| f.name == name)
     }
 
+    /// Keeps, besides the label, only the features `names` lists (`keep`),
+    /// or all but them (`!keep`). A name that is not a feature is an error,
+    /// and the schema is left as it was.
+    ///
+    /// ```
+    /// let mut schema = tfpipe::Schema::from_feature_texts(&["a:int64", "b:float32", "y:int64"])?;
+    /// schema.label = Some("y".into());
+    /// schema.select(&["b".to_string()], false)?;
+    /// assert_eq!(schema.features.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(), ["a", "y"]);
+    /// assert!(schema.select(&["nope".to_string()], true).is_err());
+    /// # Ok::<(), tfpipe::example::SchemaError>(())
+    /// ```
+    pub fn select(&mut self, names: &[String], keep: bool) -> Result<(), SchemaError> {
+        if let Some(name) = names.iter().find(|n| self.feature(n).is_none()) {
+            return Err(SchemaError::UnknownFeature {
+                name: name.clone(),
+                features: self.features.iter().map(|f| f.name.clone()).collect(),
+            });
+        }
+        let label = self.label.clone();
+        self.features
+            .retain(|f| Some(&f.name) == label.as_ref() || names.contains(&f.name) == keep);
+        Ok(())
+    }
+
     /// This schema with `label` as its label; the feature must exist.
     pub fn with_label(mut self, label: impl Into<String>) -> Result<Schema, SchemaError> {
         self.label = Some(label.into());
@@ -1720,7 +1753,8 @@ pub fn nearest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) ->
     best.map(|(_, c)| c)
 }
 
-fn json_kind(value: &Json) -> &'static str {
+/// `a string`, `an object`, ... for messages about JSON values.
+pub(crate) fn json_kind(value: &Json) -> &'static str {
     match value {
         Json::Null => "null",
         Json::Bool(_) => "a boolean",

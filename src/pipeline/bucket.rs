@@ -99,9 +99,10 @@ impl BucketOptions {
     /// Fails (as [`Pipeline::start`] would) when the settings make no sense.
     pub fn check(&self) -> Result<(), PipelineError> {
         match self.problem() {
-            Some(p) => Err(PipelineError::Config(format!(
-                "bucket_by_sequence_length: {p}"
-            ))),
+            Some(reason) => Err(PipelineError::Config {
+                operator: STAGE.to_string(),
+                reason,
+            }),
             None => Ok(()),
         }
     }
@@ -184,7 +185,7 @@ impl Pipeline<Batch> {
     pub fn bucket_by_sequence_length(self, options: BucketOptions) -> Pipeline<Batch> {
         let problem = options.problem();
         let pipeline = match problem {
-            Some(p) => self.invalid(|| format!("bucket_by_sequence_length: {p}")),
+            Some(p) => self.invalid("bucket_by_sequence_length", || p),
             None => self,
         };
         pipeline.regroup(STAGE, rows::batch_rows, move || Buckets {
@@ -286,11 +287,14 @@ impl Grouper for Buckets {
     ) -> Result<(), StateError> {
         let ids: Vec<Vec<u64>> = serde_json::from_value(saved.clone())?;
         if ids.len() != self.buckets.len() {
-            return Err(StateError::Mismatch(format!(
-                "stage {STAGE}: {} buckets saved, {} configured",
-                ids.len(),
-                self.buckets.len()
-            )));
+            return Err(StateError::mismatch(
+                STAGE,
+                format!(
+                    "{} buckets saved, {} configured",
+                    ids.len(),
+                    self.buckets.len()
+                ),
+            ));
         }
         for (bucket, ids) in self.buckets.iter_mut().zip(&ids) {
             *bucket = rows::take_rows(STAGE, ids, rows)?;

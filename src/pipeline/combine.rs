@@ -56,6 +56,52 @@ pub enum Exhausted {
     Renormalize,
 }
 
+/// One weighted source of a mixture of TFRecord files, as the command
+/// line's `--mix 'GLOB=WEIGHT'` names it: paths, a glob or a dataset
+/// directory, and its weight for [`Pipeline::sample_from`].
+///
+/// Parsed from `PATTERN=WEIGHT`, split at the last `=` (so partition
+/// directories such as `out/year=2024/` stay in the pattern):
+///
+/// ```
+/// use tfpipe::pipeline::MixSource;
+/// let s: MixSource = "web/*.tfrecord=0.7".parse()?;
+/// assert_eq!((s.files.as_str(), s.weight), ("web/*.tfrecord", 0.7));
+/// let p: MixSource = "out/lang=en/=2".parse()?;
+/// assert_eq!((p.files.as_str(), p.weight), ("out/lang=en/", 2.0));
+/// assert!("web/*.tfrecord".parse::<MixSource>().is_err());
+/// assert!("web/*=-1".parse::<MixSource>().is_err());
+/// # Ok::<(), String>(())
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct MixSource {
+    /// The files: a path, glob, directory or URL.
+    pub files: String,
+    /// The source's weight (finite, not negative).
+    pub weight: f64,
+}
+
+impl std::str::FromStr for MixSource {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<MixSource, String> {
+        let usage = || {
+            format!(
+                "{text:?}: expected FILES=WEIGHT (a glob, directory or path, and a number >= 0), e.g. 'web/*.tfrecord=0.7'"
+            )
+        };
+        let (files, weight) = text.rsplit_once('=').ok_or_else(usage)?;
+        let weight: f64 = weight.trim().parse().map_err(|_| usage())?;
+        if files.is_empty() || !weight.is_finite() || weight < 0.0 {
+            return Err(usage());
+        }
+        Ok(MixSource {
+            files: files.to_string(),
+            weight,
+        })
+    }
+}
+
 /// Salt for the sampling RNG, so that a `sample_from` and a `shuffle` given
 /// the same seed do not draw the same stream.
 const SAMPLE_SALT: u64 = 0x6D69_7874_7572_6573;
@@ -188,7 +234,7 @@ impl<T: Send + 'static> Pipeline<T> {
         out.error = error;
         out.origin = origin;
         match problem {
-            Some(message) => out.invalid(|| format!("sample_from: {message}")),
+            Some(message) => out.invalid("sample_from", || message),
             None => out,
         }
     }
@@ -242,7 +288,7 @@ impl<T: Send + 'static> Pipeline<T> {
         });
         out.error = error;
         out.origin = origin;
-        out.invalid_if(empty, || "choose_from: needs at least one input".into())
+        out.invalid_if(empty, "choose_from", || "needs at least one input".into())
     }
 }
 
@@ -282,10 +328,13 @@ fn resumed<D: for<'de> Deserialize<'de>>(
     match state.data::<D>(op) {
         Ok(data) if state.inputs.len() == inputs => (Some(data), Some(state.inputs.clone())),
         Ok(_) => {
-            env.restore_failed(StateError::Mismatch(format!(
-                "{op}: {} inputs in the state, {inputs} in the pipeline",
-                state.inputs.len()
-            )));
+            env.restore_failed(StateError::mismatch(
+                op,
+                format!(
+                    "{} inputs in the state, {inputs} in the pipeline",
+                    state.inputs.len()
+                ),
+            ));
             (None, None)
         }
         Err(error) => {

@@ -219,9 +219,9 @@ impl GlobalShuffle {
                 "global_shuffle",
             )) as Stream<Record>
         })
-        .invalid_if(bad, move || {
+        .invalid_if(bad, "global_shuffle", move || {
             let (n, i) = shard.unwrap_or_default();
-            format!("global_shuffle shard({n}, {i}): needs num_shards > 0 and index < num_shards")
+            format!("shard({n}, {i}): needs num_shards > 0 and index < num_shards")
         })
     }
 }
@@ -289,10 +289,13 @@ impl PositionStream {
                 // A state taken over other files: its count of records read
                 // means nothing in this file set's order.
                 Some(then) if *then != files_now => {
-                    env.restore_failed(StateError::Mismatch(format!(
-                        "stage {stage}: the state was taken over {} file(s) of {} records, this pipeline reads {} file(s) of {} records, or other files",
-                        then.files, then.records, files_now.files, files_now.records
-                    )));
+                    env.restore_failed(StateError::mismatch(
+                        stage,
+                        format!(
+                            "the state was taken over {} file(s) of {} records, this pipeline reads {} file(s) of {} records, or other files",
+                            then.files, then.records, files_now.files, files_now.records
+                        ),
+                    ));
                     0
                 }
                 _ => e.emitted,

@@ -104,8 +104,8 @@ impl<T: Send + 'static> Pipeline<T> {
             || matches!(options.parallelism, Some(Parallelism::Fixed(0)));
         let depth = self.depth() + 1;
         let f = Arc::new(f);
-        self.invalid_if(bad, || {
-            "interleave: cycle_length, block_length and parallelism must be positive".into()
+        self.invalid_if(bad, "interleave", || {
+            "cycle_length, block_length and parallelism must be positive".into()
         })
         .then("interleave", move |env, input, counters| {
             let permits = options.parallelism.map(|p| {
@@ -796,11 +796,14 @@ impl<T: Send + 'static, U: Send + 'static> InterleaveStream<T, U> {
     fn restore(&mut self, state: &StageState) -> Result<(), StateError> {
         let data: InterleaveState = state.data("interleave")?;
         if data.slots.len() != self.slots.len() {
-            return Err(StateError::Mismatch(format!(
-                "interleave: {} slots in the state, cycle_length {}",
-                data.slots.len(),
-                self.slots.len()
-            )));
+            return Err(StateError::mismatch(
+                "interleave",
+                format!(
+                    "{} slots in the state, cycle_length {}",
+                    data.slots.len(),
+                    self.slots.len()
+                ),
+            ));
         }
         let first = data.slots.iter().flatten().map(|s| s.ordinal).min();
         let mut by_ordinal: std::collections::HashMap<u64, (usize, &SlotState)> = data
@@ -812,9 +815,7 @@ impl<T: Send + 'static, U: Send + 'static> InterleaveStream<T, U> {
         if let Some(first) = first {
             for ordinal in first..data.pulled {
                 let Some(input) = self.input.as_mut() else {
-                    return Err(StateError::Mismatch(
-                        "interleave: the input ended early".into(),
-                    ));
+                    return Err(StateError::mismatch("interleave", "the input ended early"));
                 };
                 let before = input.save().map_err(|e| e.to_string());
                 let event = input.next();
@@ -822,15 +823,31 @@ impl<T: Send + 'static, U: Send + 'static> InterleaveStream<T, U> {
                     continue;
                 };
                 let Some(Event::Item(Ok(x))) = event else {
-                    return Err(StateError::Mismatch(format!(
-                        "interleave: input {ordinal} is no longer an element"
-                    )));
+                    return Err(StateError::mismatch(
+                        "interleave",
+                        format!("input {ordinal} is no longer an element"),
+                    ));
                 };
-                let pipeline = call_user(self.counters.name(), || (self.open)(x))
-                    .map_err(|e| StateError::Mismatch(e.to_string()))?;
+                let pipeline = call_user(self.counters.name(), || (self.open)(x)).map_err(|e| {
+                    StateError::mismatch(
+                        "interleave",
+                        format!(
+                            "reopening input {ordinal}: {}",
+                            crate::error::display_chain(&e)
+                        ),
+                    )
+                })?;
                 let opened = self
                     .start_slot(pipeline, slot.inner.clone(), slot.skip)
-                    .map_err(|e| StateError::Mismatch(e.to_string()))?;
+                    .map_err(|e| {
+                        StateError::mismatch(
+                            "interleave",
+                            format!(
+                                "restarting input {ordinal}: {}",
+                                crate::error::display_chain(&e)
+                            ),
+                        )
+                    })?;
                 self.slots[index] = Some(opened);
                 self.meta[index] = Some(SlotMeta {
                     ordinal,

@@ -40,8 +40,9 @@ impl<T: Send + 'static> Pipeline<T> {
             if let Some(state) = env.resume_state()
                 && !state.data.is_null()
             {
-                env.restore_failed(StateError::Mismatch(
-                    "a parallel map's state given to a sequential map".into(),
+                env.restore_failed(StateError::mismatch(
+                    "map",
+                    "a parallel map's state given to a sequential map",
                 ));
             }
             Box::new(MapStream {

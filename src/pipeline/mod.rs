@@ -157,7 +157,7 @@ mod window;
 mod worker;
 
 pub use bucket::BucketOptions;
-pub use combine::Exhausted;
+pub use combine::{Exhausted, MixSource};
 pub use global_shuffle::GlobalShuffle;
 pub use interleave::Interleave;
 pub use pack::PackOptions;
@@ -269,9 +269,15 @@ pub enum PipelineError {
         /// The error.
         error: io::Error,
     },
-    /// The pipeline was built with a setting that makes no sense.
-    #[error("invalid pipeline: {0}")]
-    Config(String),
+    /// An operator was given a setting that makes no sense: which
+    /// operator, and why.
+    #[error("invalid pipeline: {operator}: {reason}")]
+    Config {
+        /// The operator (`batch`, `shuffle`, `sample_from`, ...).
+        operator: String,
+        /// What is wrong with its settings.
+        reason: String,
+    },
     /// Listing or opening object storage failed (not a missing file: that is
     /// [`NoFiles`](Self::NoFiles)).
     #[error(transparent)]
@@ -440,16 +446,20 @@ impl From<usize> for Parallelism {
 }
 
 impl std::str::FromStr for Parallelism {
-    type Err = String;
+    type Err = crate::error::UnknownName;
 
     /// `auto` or a positive number.
-    fn from_str(s: &str) -> Result<Parallelism, String> {
+    fn from_str(s: &str) -> Result<Parallelism, Self::Err> {
         if s.eq_ignore_ascii_case("auto") {
             return Ok(Parallelism::Auto);
         }
         match s.parse::<usize>() {
             Ok(n) if n > 0 => Ok(Parallelism::Fixed(n)),
-            _ => Err(format!("{s:?}: expected `auto` or a positive number")),
+            _ => Err(crate::error::UnknownName {
+                what: "parallelism",
+                name: s.to_string(),
+                expected: "`auto` or a positive number",
+            }),
         }
     }
 }
@@ -624,10 +634,10 @@ impl Env {
             return (None, None);
         };
         if state.stage != name {
-            self.restore_failed(StateError::Mismatch(format!(
-                "expected stage {name}, the state has {}",
-                state.stage
-            )));
+            self.restore_failed(StateError::mismatch(
+                name,
+                format!("the state is for stage {}", state.stage),
+            ));
             return (None, None);
         }
         (Some(state.clone()), state.inputs.first().cloned())
@@ -759,10 +769,14 @@ impl<T: Send + 'static> Pipeline<T> {
         }
     }
 
-    /// Records a configuration error, reported by [`start`](Self::start).
-    pub(crate) fn invalid(self, message: impl FnOnce() -> String) -> Self {
-        let message = message();
-        self.invalid_with(move || PipelineError::Config(message.clone()))
+    /// Records a configuration error of `operator`, reported by
+    /// [`start`](Self::start).
+    pub(crate) fn invalid(self, operator: &str, reason: impl FnOnce() -> String) -> Self {
+        let (operator, reason) = (operator.to_string(), reason());
+        self.invalid_with(move || PipelineError::Config {
+            operator: operator.clone(),
+            reason: reason.clone(),
+        })
     }
 
     /// Records an error that `make` builds (at each [`start`](Self::start)),

@@ -93,7 +93,10 @@ impl PackOptions {
     /// Fails (as [`Pipeline::start`] would) when the settings make no sense.
     pub fn check(&self) -> Result<(), PipelineError> {
         match self.problem() {
-            Some(p) => Err(PipelineError::Config(format!("pack: {p}"))),
+            Some(reason) => Err(PipelineError::Config {
+                operator: STAGE.to_string(),
+                reason,
+            }),
             None => Ok(()),
         }
     }
@@ -153,7 +156,7 @@ impl Pipeline<Batch> {
     /// ```
     pub fn pack(self, options: PackOptions) -> Pipeline<Batch> {
         let pipeline = match options.problem() {
-            Some(p) => self.invalid(|| format!("pack: {p}")),
+            Some(p) => self.invalid("pack", || p),
             None => self,
         };
         pipeline.regroup(STAGE, rows::batch_rows, move || Packer {
@@ -396,7 +399,7 @@ impl Grouper for Packer {
             };
             for (id, row) in rows::take_rows(STAGE, &ids, rows)? {
                 let lengths = self.lengths(&row).map_err(|e| {
-                    StateError::Mismatch(format!("stage {STAGE}: a saved row no longer packs: {e}"))
+                    StateError::mismatch(STAGE, format!("a saved row no longer packs: {e}"))
                 })?;
                 Self::add(&mut bin, id, row, &lengths);
             }

@@ -540,11 +540,14 @@ fn tag(records: Pipeline<Record>, rank: Rank) -> Pipeline<Record> {
             if let Some(Ok(found)) = saved.map(|s| s.data::<RankTag>("rank"))
                 && found != expected()
             {
-                env.restore_failed(StateError::Mismatch(format!(
-                    "the state was taken on rank {} of {}, this pipeline reads the share of \
-                     rank {} of {}",
-                    found.rank, found.world_size, rank.rank, rank.world_size
-                )));
+                env.restore_failed(StateError::mismatch(
+                    "rank",
+                    format!(
+                        "the state was taken on rank {} of {}, this pipeline reads the share of \
+                         rank {} of {}",
+                        found.rank, found.world_size, rank.rank, rank.world_size
+                    ),
+                ));
             }
             inner(env)
         }),

@@ -339,7 +339,7 @@ impl<I: Send + 'static, G: Grouper> RegroupStream<I, G> {
         let wanted: HashSet<u64> = saved.held.iter().copied().collect();
         let mut kept: HashMap<u64, G::Row> = HashMap::new();
         let name = self.name;
-        let mismatch = |what: String| StateError::Mismatch(format!("stage {name}: {what}"));
+        let mismatch = |what: String| StateError::mismatch(name, what);
         // The anchor restored from stays first: the held rows need it.
         let input = state
             .inputs
@@ -484,7 +484,7 @@ pub(crate) fn take_rows<R>(
     ids.iter()
         .map(|id| {
             rows.remove(id).map(|r| (*id, r)).ok_or_else(|| {
-                StateError::Mismatch(format!("stage {stage}: row {id} was not pulled again"))
+                StateError::mismatch(stage, format!("row {id} was not pulled again"))
             })
         })
         .collect()

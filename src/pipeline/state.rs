@@ -41,8 +41,9 @@
 //!
 //! # Re-reading buffered records
 //!
-//! An uncompressed file is read at each stored offset (one seek per
-//! record). An uncompressed object (`s3://...`, any URL) is read by ranged
+//! An uncompressed file is read at each stored offset with positioned
+//! reads (`tfrecord::frame::read_framed_at`, the one positioned record
+//! read, which the record index and the global shuffle use too). An uncompressed object (`s3://...`, any URL) is read by ranged
 //! GETs at the stored offsets, all in flight at once: records less than
 //! 256 KiB apart share one GET of up to 8 MiB, which a buffer filled by
 //! sequential reading makes the common case (a 10k buffer of MNIST-sized
@@ -67,7 +68,6 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{Seek, SeekFrom};
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -77,7 +77,8 @@ use serde::{Deserialize, Serialize};
 
 use super::record::{FileId, Record, RecordPosition};
 use super::{Env, Event, Stream};
-use crate::tfrecord::{Compression, FileRecordReader, ReaderOptions, RecordError, RecordReader};
+use crate::tfrecord::frame::{self, ReadAtError};
+use crate::tfrecord::{Compression, CorruptionKind, FileRecordReader, ReaderOptions, RecordError};
 
 /// Parallel stages take an upstream anchor every this many elements.
 pub const ANCHOR_EVERY: u64 = 64;
@@ -100,9 +101,30 @@ pub enum StateError {
         /// Why it cannot.
         why: String,
     },
-    /// The state does not fit this pipeline.
-    #[error("the state does not fit this pipeline: {0}")]
-    Mismatch(String),
+    /// The state does not fit this pipeline: which stage, and why.
+    #[error("the state does not fit this pipeline: stage {stage}: {reason}")]
+    Mismatch {
+        /// The stage (or operator) the state does not fit.
+        stage: String,
+        /// Why it does not.
+        reason: String,
+    },
+    /// A stage's saved data does not decode as that stage's state.
+    #[error("the state does not fit this pipeline: stage {stage}: its data does not decode")]
+    Decode {
+        /// The stage.
+        stage: String,
+        /// Why it does not decode.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// No record starts any more where a buffered record was read: the
+    /// file changed since the state was taken.
+    #[error("{position}: no record starts there any more (the file changed?)")]
+    Moved {
+        /// The buffered record's position.
+        position: String,
+    },
     /// A buffered record could not be read back.
     #[error("re-reading a buffered record")]
     Reread(#[source] RecordError),
@@ -134,6 +156,16 @@ pub struct StageState {
     pub inputs: Vec<StageState>,
 }
 
+impl StateError {
+    /// A [`Mismatch`](StateError::Mismatch) of `stage`.
+    pub(crate) fn mismatch(stage: impl Into<String>, reason: impl Into<String>) -> StateError {
+        StateError::Mismatch {
+            stage: stage.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
 impl StageState {
     pub(crate) fn new(stage: &str, data: serde_json::Value) -> StageState {
         StageState {
@@ -152,13 +184,15 @@ impl StageState {
     /// This stage's data as `D`, after checking the name.
     pub(crate) fn data<D: for<'de> Deserialize<'de>>(&self, stage: &str) -> Result<D, StateError> {
         if self.stage != stage {
-            return Err(StateError::Mismatch(format!(
-                "expected stage {stage}, the state has {}",
-                self.stage
-            )));
+            return Err(StateError::mismatch(
+                stage,
+                format!("the state is for stage {}", self.stage),
+            ));
         }
-        serde_json::from_value(self.data.clone())
-            .map_err(|e| StateError::Mismatch(format!("stage {stage}: {e}")))
+        serde_json::from_value(self.data.clone()).map_err(|source| StateError::Decode {
+            stage: stage.to_string(),
+            source,
+        })
     }
 }
 
@@ -330,7 +364,7 @@ pub(crate) fn reread<T: 'static>(stage: &str, positions: &Positions) -> Result<V
         {
             reread_object(url, &wanted, positions, options, &mut slots)?;
         } else if compression == Compression::None {
-            let mut handle = File::open(&*path).map_err(|source| {
+            let handle = File::open(&*path).map_err(|source| {
                 StateError::Reread(RecordError::Open {
                     path: path.to_path_buf(),
                     error: source,
@@ -338,14 +372,22 @@ pub(crate) fn reread<T: 'static>(stage: &str, positions: &Positions) -> Result<V
             })?;
             for i in wanted {
                 let p = positions.0[i];
-                let io = |source| {
-                    StateError::Reread(RecordError::Io {
-                        location: p.location(),
-                        error: source,
-                    })
-                };
-                handle.seek(SeekFrom::Start(p.offset())).map_err(io)?;
-                slots[i] = Some(read_one(&mut handle, &path, p, &options)?);
+                let mut record = Record::new();
+                let buf = record.buffer_mut();
+                let data =
+                    frame::read_framed_at(&handle, p.offset(), None, options.max_record_len, buf)
+                        .map_err(|e| match e {
+                        ReadAtError::Io(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                            missing(&p)
+                        }
+                        ReadAtError::Io(error) => StateError::Reread(RecordError::Io {
+                            location: p.location(),
+                            error,
+                        }),
+                        ReadAtError::Corrupt(kind) => corrupt(&p, kind),
+                    })?;
+                keep_data(buf, data);
+                slots[i] = Some(record.with_position(p));
             }
         } else {
             let mut reader = FileRecordReader::open(&*path, options).map_err(StateError::Reread)?;
@@ -440,11 +482,13 @@ fn reread_object(
             let p = positions.0[i];
             let from = usize::try_from(p.offset() - range.start).unwrap_or(usize::MAX);
             let here = bytes.get(from..).unwrap_or_default();
-            match framed_end(here) {
-                Some(end) if end > here.len() as u64 && p.offset().saturating_add(end) <= size => {
-                    longer.push((i, p.offset()..p.offset() + end));
+            match frame::parse_framed(here, options.max_record_len) {
+                Err(CorruptionKind::TruncatedData { length, .. })
+                    if p.offset().saturating_add(framed(length)) <= size =>
+                {
+                    longer.push((i, p.offset()..p.offset() + framed(length)));
                 }
-                _ => slots[i] = Some(read_one(here, Path::new(url), p, &options)?),
+                parsed => slots[i] = Some(record_from(here, parsed, p)?),
             }
         }
     }
@@ -454,52 +498,48 @@ fn reread_object(
     let ranges: Vec<_> = longer.iter().map(|(_, r)| r.clone()).collect();
     let bytes = crate::storage::read_ranges(Path::new(url), &ranges).map_err(open_error)?;
     for ((i, _), bytes) in longer.iter().zip(&bytes) {
-        slots[*i] = Some(read_one(
-            &bytes[..],
-            Path::new(url),
-            positions.0[*i],
-            &options,
-        )?);
+        let parsed = frame::parse_framed(bytes, options.max_record_len);
+        slots[*i] = Some(record_from(bytes, parsed, positions.0[*i])?);
     }
     Ok(())
 }
 
-/// The framed length of the record whose header starts `bytes`, if the
-/// header is there and its length CRC holds.
-fn framed_end(bytes: &[u8]) -> Option<u64> {
-    use crate::tfrecord::frame::{FOOTER_LEN, HEADER_LEN, Header, decode_header};
-    let header: &[u8; HEADER_LEN] = bytes.get(..HEADER_LEN)?.try_into().ok()?;
-    match decode_header(header) {
-        Header::Valid(len) => len.checked_add((HEADER_LEN + FOOTER_LEN) as u64),
-        Header::BadCrc { .. } => None,
-    }
+/// The framed size of a record of `length` data bytes.
+fn framed(length: u64) -> u64 {
+    length.saturating_add((frame::HEADER_LEN + frame::FOOTER_LEN) as u64)
 }
 
-/// Reads (and checks) the record at the start of `source`, which is
-/// `path` from `p`'s offset on (a seeked file, or bytes read from there).
-fn read_one(
-    source: impl std::io::Read,
-    path: &Path,
+/// The record at `p`, from `bytes` read there and what
+/// [`frame::parse_framed`] made of them.
+fn record_from(
+    bytes: &[u8],
+    parsed: Result<std::ops::Range<usize>, CorruptionKind>,
     p: RecordPosition,
-    options: &ReaderOptions,
 ) -> Result<Record, StateError> {
-    let mut reader = RecordReader::new(source, options.clone())
-        .with_path(path.to_path_buf())
-        .starting_at(p.record(), p.offset());
+    let data = parsed.map_err(|kind| corrupt(&p, kind))?;
     let mut record = Record::new();
-    if !reader
-        .read_record(record.buffer_mut())
-        .map_err(StateError::Reread)?
-    {
-        return Err(missing(&p));
-    }
+    record.buffer_mut().extend_from_slice(&bytes[data]);
     Ok(record.with_position(p))
 }
 
+/// Keeps only the data of the framed record in `buf`.
+fn keep_data(buf: &mut Vec<u8>, data: std::ops::Range<usize>) {
+    buf.truncate(data.end);
+    buf.drain(..data.start);
+}
+
+/// A buffered record that is no longer intact where it was read.
+fn corrupt(p: &RecordPosition, kind: CorruptionKind) -> StateError {
+    StateError::Reread(RecordError::Corrupt {
+        location: p.location(),
+        kind,
+    })
+}
+
 fn missing(p: &RecordPosition) -> StateError {
-    StateError::Mismatch(format!(
-        "{p}: no record starts there any more (the file changed?)"
-    ))
+    StateError::Moved {
+        position: p.to_string(),
+    }
 }
 
 /// A started stage: events in order, and where it stands.

@@ -274,17 +274,22 @@ impl Model {
             done
         };
         for version in done {
-            let number = version.number;
-            // Closes the queue, answers what is left, joins the thread.
-            drop(version);
-            if let Some(s) = self.lock().statuses.get_mut(&number) {
-                s.state = State::End;
-            }
-            config.emit(Event::Unloaded {
-                model: self.name.clone(),
-                version: number,
-            });
+            self.finish_unload(version, config);
         }
+    }
+
+    /// Drops `version` (which closes its queue, answers what is left and
+    /// joins its thread), marks it ended and says so.
+    fn finish_unload(&self, version: Arc<Version>, config: &ServeConfig) {
+        let number = version.number;
+        drop(version);
+        if let Some(s) = self.lock().statuses.get_mut(&number) {
+            s.state = State::End;
+        }
+        config.emit(Event::Unloaded {
+            model: self.name.clone(),
+            version: number,
+        });
     }
 
     /// Stops serving: every version unloads (at shutdown, after the
@@ -296,15 +301,7 @@ impl Model {
         }
         let rest = std::mem::take(&mut self.lock().unloading);
         for version in rest {
-            let number = version.number;
-            drop(version);
-            if let Some(s) = self.lock().statuses.get_mut(&number) {
-                s.state = State::End;
-            }
-            config.emit(Event::Unloaded {
-                model: self.name.clone(),
-                version: number,
-            });
+            self.finish_unload(version, config);
         }
     }
 }

@@ -49,8 +49,10 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::frame::{self, FOOTER_LEN, HEADER_LEN, Header};
-use super::{Compression, FileRecordReader, ReaderOptions, RecordError, RecordReader};
+use super::frame::{self, FOOTER_LEN, HEADER_LEN, ReadAtError};
+use super::{
+    Compression, CorruptionKind, FileRecordReader, ReaderOptions, RecordError, RecordReader,
+};
 use crate::error::Location;
 use crate::storage::{self, StorageError};
 
@@ -408,37 +410,30 @@ fn write_object(path: &Path, _bytes: &[u8]) -> Result<(), IndexError> {
 /// range within `framed`.
 fn check_framed(framed: &[u8]) -> Result<Range<usize>, IndexProblem> {
     let mismatch = |reason: String| IndexProblem::RecordMismatch { reason };
-    if framed.len() < HEADER_LEN + FOOTER_LEN {
-        return Err(mismatch(format!(
+    let indexed = framed.len().saturating_sub(HEADER_LEN + FOOTER_LEN);
+    let stale = |length: u64| {
+        mismatch(format!(
+            "the header says {length} data bytes, the index {indexed}: the index is stale"
+        ))
+    };
+    let data = frame::parse_framed(framed, u64::MAX).map_err(|kind| match kind {
+        CorruptionKind::TruncatedHeader { .. } => mismatch(format!(
             "{} bytes is shorter than a record frame",
             framed.len()
-        )));
-    }
-    let header: &[u8; HEADER_LEN] = framed[..HEADER_LEN]
-        .try_into()
-        .map_err(|_| mismatch("short header".into()))?;
-    let length = match frame::decode_header(header) {
-        Header::Valid(length) => length,
-        Header::BadCrc { .. } => {
-            return Err(mismatch(
-                "no record header here (length CRC mismatch): the index is stale".into(),
-            ));
+        )),
+        CorruptionKind::LengthCrc { .. } => {
+            mismatch("no record header here (length CRC mismatch): the index is stale".into())
         }
-    };
-    let expected = (framed.len() - HEADER_LEN - FOOTER_LEN) as u64;
-    if length != expected {
-        return Err(mismatch(format!(
-            "the header says {length} data bytes, the index {expected}: the index is stale"
-        )));
-    }
-    let data = HEADER_LEN..framed.len() - FOOTER_LEN;
-    let footer: &[u8; FOOTER_LEN] = framed[data.end..]
-        .try_into()
-        .map_err(|_| mismatch("short footer".into()))?;
-    if let Err((stored, computed)) = frame::check_footer(&framed[data.clone()], footer) {
-        return Err(mismatch(format!(
+        CorruptionKind::TruncatedData { length, .. } => stale(length),
+        CorruptionKind::DataCrc {
+            stored, computed, ..
+        } => mismatch(format!(
             "data CRC mismatch (stored {stored:#010x}, computed {computed:#010x})"
-        )));
+        )),
+        other => mismatch(other.to_string()),
+    })?;
+    if data.end + FOOTER_LEN != framed.len() {
+        return Err(stale(data.len() as u64));
     }
     Ok(data)
 }
@@ -633,19 +628,18 @@ impl IndexedFiles {
             }
             .into());
         };
-        let len = usize::try_from(range.end - range.start).map_err(|_| IndexError::Record {
-            location: location(),
-            problem: IndexProblem::RecordMismatch {
-                reason: "the indexed size does not fit in memory".into(),
-            },
-        })?;
-        buf.clear();
-        buf.resize(len, 0);
-        storage::read_exact_at(handle, buf, range.start).map_err(|error| RecordError::Io {
-            location: location(),
-            error,
-        })?;
-        self.check(position, range.start, buf)
+        let framed_len = range.end - range.start;
+        match frame::read_framed_at(handle, range.start, Some(framed_len), u64::MAX, buf) {
+            // The index's size must be the record's too.
+            Ok(data) if data.end + FOOTER_LEN == buf.len() => Ok(data),
+            // `check` says what is wrong, as the index sees it.
+            Ok(_) | Err(ReadAtError::Corrupt(_)) => self.check(position, range.start, buf),
+            Err(ReadAtError::Io(error)) => Err(RecordError::Io {
+                location: location(),
+                error,
+            }
+            .into()),
+        }
     }
 
     /// The byte range of the framed record at `position`, and the path of its file.

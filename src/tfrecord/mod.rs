@@ -2,7 +2,7 @@
 //!
 //! A TFRecord stream is a sequence of records, each framed as
 //! `u64 length | masked CRC of length | data | masked CRC of data`
-//! (see [`frame`]); GZIP and ZLIB files compress that whole stream.
+//! (see `frame.rs`); GZIP and ZLIB files compress that whole stream.
 //!
 //! - [`RecordReader`] reads from any `io::Read` with a reused buffer
 //!   ([`RecordReader::read_record`]) or zero-copy ([`RecordReader::next_record`]),

@@ -14,7 +14,8 @@
 //! takes 28x28 inputs. The CNN and the embedding model are classifiers; a
 //! regression takes the MLP.
 
-use super::{InputSpec, ModelConfig, Task};
+use super::{InputSpec, LabelClasses, ModelConfig, Setting, Task, TrainError};
+use crate::example::DType;
 
 /// The built-in model families.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -479,5 +480,80 @@ mod tests {
                 name: "resnet".into()
             })
         );
+    }
+}
+
+/// Whether a label is learnt as classes or as a quantity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskKind {
+    /// Class ids (int64) or class names (bytes).
+    Classification,
+    /// A float32 quantity.
+    Regression,
+}
+
+impl std::str::FromStr for TaskKind {
+    type Err = crate::error::UnknownName;
+
+    /// `classification` or `regression`.
+    fn from_str(text: &str) -> Result<TaskKind, Self::Err> {
+        match text {
+            "classification" => Ok(TaskKind::Classification),
+            "regression" => Ok(TaskKind::Regression),
+            _ => Err(crate::error::UnknownName {
+                what: "task",
+                name: text.to_string(),
+                expected: "classification or regression",
+            }),
+        }
+    }
+}
+
+impl TaskKind {
+    /// The kind a label of `dtype` asks for, unless `requested`: a float32
+    /// label is a regression target, any other a class.
+    pub fn for_label(dtype: DType, requested: Option<TaskKind>) -> TaskKind {
+        match (requested, dtype) {
+            (Some(kind), _) => kind,
+            (None, DType::Float32) => TaskKind::Regression,
+            (None, _) => TaskKind::Classification,
+        }
+    }
+}
+
+impl Task {
+    /// A classification over `classes` when given, else over the text
+    /// label's classes, else over the count the schema file `recorded`,
+    /// else 10. Refuses fewer classes than the text label has (class ids
+    /// would fall outside the output).
+    ///
+    /// ```
+    /// use tfpipe::train::{LabelClasses, Task};
+    ///
+    /// let species = LabelClasses::new("species", vec!["Adelie".into(), "Gentoo".into()]);
+    /// assert_eq!(Task::classification(None, Some(&species), None)?, Task::Classification { classes: 2 });
+    /// assert_eq!(Task::classification(None, None, Some(3))?, Task::Classification { classes: 3 });
+    /// assert!(Task::classification(Some(1), Some(&species), None).is_err());
+    /// # Ok::<(), tfpipe::train::TrainError>(())
+    /// ```
+    pub fn classification(
+        classes: Option<usize>,
+        text_label: Option<&LabelClasses>,
+        recorded: Option<usize>,
+    ) -> Result<Task, TrainError> {
+        let counted = text_label.map(|c| c.names().len());
+        let classes = classes.or(counted).or(recorded).unwrap_or(10);
+        if let (Some(count), Some(text)) = (counted, text_label)
+            && classes < count
+        {
+            return Err(TrainError::config(
+                Setting::Classes,
+                format!(
+                    "{classes}: the text label {:?} has {count} classes",
+                    text.label()
+                ),
+            ));
+        }
+        Ok(Task::Classification { classes })
     }
 }

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::batch::Values;
-use crate::pipeline::{Parallelism, Pipeline, Rank, Record, Remainder, ShuffleOptions};
+use crate::pipeline::{Exhausted, Parallelism, Pipeline, Rank, Record, Remainder, ShuffleOptions};
 use crate::rng::epoch_seed;
 use crate::tfrecord::ReaderOptions;
 use crate::{Batch, Schema};
@@ -81,6 +81,17 @@ pub struct TrainData {
     /// Pad tokens and all token cells of the batches read (shared by
     /// clones; [`validation`](Self::validation) data counts its own).
     pub padding: PaddingMeter,
+    /// Weights that make `files` a mixture: one per entry of `files`, each
+    /// entry then a source read on its own (ranked, files interleaved), the
+    /// sources mixed by [`Pipeline::sample_from`] with the run's seed
+    /// (renormalised when one runs out, so an epoch reads every record
+    /// once; the proportions hold until the first source, relative to its
+    /// weight, is done), then shuffled as one. Empty: `files` are one
+    /// source. By default empty.
+    pub weights: Vec<f64>,
+    /// Features taken from the `key=value` directories of each record's
+    /// file ([`Pipeline::parse_batches_partitioned`]). By default none.
+    pub partition_features: Vec<String>,
 }
 
 impl TrainData {
@@ -103,7 +114,21 @@ impl TrainData {
             label_classes: None,
             sequences: Sequences::Padded,
             padding: PaddingMeter::default(),
+            weights: Vec::new(),
+            partition_features: Vec::new(),
         }
+    }
+
+    /// A weighted mixture of sources (see [`weights`](Self::weights)):
+    /// `(files, weight)` pairs, each `files` a path, glob or directory.
+    pub fn mixture<S: Into<String>>(
+        mut self,
+        sources: impl IntoIterator<Item = (S, f64)>,
+    ) -> TrainData {
+        let (files, weights) = sources.into_iter().map(|(f, w)| (f.into(), w)).unzip();
+        self.files = files;
+        self.weights = weights;
+        self
     }
 
     /// Sets how token sequences are batched.
@@ -157,36 +182,77 @@ impl TrainData {
             shuffle_buffer: 0,
             rank: None,
             padding: PaddingMeter::default(),
+            weights: Vec::new(),
             ..self.clone()
         }
     }
 
-    /// The records, shuffled or not.
+    /// The records, shuffled or not: of the files, or of the mixture the
+    /// weights make of them (mixed before the one shuffle, so the memory
+    /// bound is the same).
     fn records(
         &self,
         shuffle_seed: u64,
         reshuffle_each_epoch: bool,
     ) -> Result<Pipeline<Record>, BoxError> {
-        let mut files = Pipeline::tfrecord_files(&self.files)?.reader_options(self.reader.clone());
-        if let Some(rank) = self.rank {
-            files = files.rank(rank, Remainder::Drop)?;
-        }
+        let interleave = self.shuffle_buffer > 0;
+        let read = if self.weights.is_empty() {
+            self.source(&self.files, interleave)?
+        } else {
+            if self.weights.len() != self.files.len() {
+                return Err(format!(
+                    "{} weights for {} sources: one weight per entry of the files",
+                    self.weights.len(),
+                    self.files.len()
+                )
+                .into());
+            }
+            let sources = self
+                .files
+                .iter()
+                .map(|files| self.source(std::slice::from_ref(files), interleave))
+                .collect::<Result<Vec<_>, _>>()?;
+            // Seeded like the shuffle: epoch `e` of the run and a pass
+            // opened for epoch `e` draw the same sequence.
+            Pipeline::sample_from(sources, &self.weights, shuffle_seed, Exhausted::Renormalize)
+        };
         Ok(if self.shuffle_buffer > 0 {
-            files.interleave(4, 16).shuffle_with(ShuffleOptions {
+            read.shuffle_with(ShuffleOptions {
                 buffer_size: self.shuffle_buffer,
                 seed: shuffle_seed,
                 reshuffle_each_epoch,
                 early_start: false,
             })
         } else {
+            read
+        })
+    }
+
+    /// The records of `patterns` (this rank's share), files interleaved or
+    /// read in order.
+    fn source(&self, patterns: &[String], interleave: bool) -> Result<Pipeline<Record>, BoxError> {
+        let mut files = Pipeline::tfrecord_files(patterns)?.reader_options(self.reader.clone());
+        if let Some(rank) = self.rank {
+            files = files.rank(rank, Remainder::Drop)?;
+        }
+        Ok(if interleave {
+            files.interleave(4, 16)
+        } else {
             files.records()
         })
     }
 
     fn batches(&self, records: Pipeline<Record>) -> Pipeline<Batch> {
-        let parsed = records
-            .batch(self.batch_size)
-            .parse_batches(self.schema.clone(), self.parallelism);
+        let batches = records.batch(self.batch_size);
+        let parsed = if self.partition_features.is_empty() {
+            batches.parse_batches(self.schema.clone(), self.parallelism)
+        } else {
+            batches.parse_batches_partitioned(
+                self.schema.clone(),
+                &self.partition_features,
+                self.parallelism,
+            )
+        };
         let parsed = match &self.label_classes {
             Some(classes) => classes.apply(parsed),
             None => parsed,
@@ -469,6 +535,11 @@ pub struct UnknownLabel {
 const MAX_TEXT_CLASSES: usize = 100_000;
 
 impl LabelClasses {
+    /// The label feature.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
     /// The classes of `label`, in class-id order.
     pub fn new(label: impl Into<String>, names: Vec<String>) -> LabelClasses {
         let ids = names
@@ -570,5 +641,79 @@ impl LabelClasses {
     pub fn apply(&self, batches: Pipeline<Batch>) -> Pipeline<Batch> {
         let classes = self.clone();
         batches.try_map(move |batch| classes.relabel(batch))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::example::Example;
+    use crate::example::proto::{Feature, Features, Int64List, feature};
+    use crate::tfrecord::{Compression, FileRecordWriter};
+    use crate::train::BatchEvent;
+
+    fn write(path: &Path, ids: std::ops::Range<i64>) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let mut w = FileRecordWriter::create(path, Compression::None).unwrap();
+        for id in ids {
+            let f = Feature {
+                kind: Some(feature::Kind::Int64List(Int64List { value: vec![id] })),
+            };
+            let example = Example {
+                features: Some(Features {
+                    feature: [("id".to_string(), f)].into(),
+                }),
+            };
+            w.write_record(&prost::Message::encode_to_vec(&example))
+                .unwrap();
+        }
+        w.finish().unwrap();
+    }
+
+    fn ids(batch: &Batch) -> Vec<i64> {
+        batch.columns[0].as_i64().unwrap().to_vec()
+    }
+
+    /// A mixture reads every record of every source once per epoch, a new
+    /// order each epoch, and one pass opened for epoch `e` (a run resumed
+    /// without a position) reads what the whole run reads in epoch `e`.
+    #[test]
+    fn a_mixture_reads_every_record_each_epoch_in_the_runs_seed_schedule() {
+        let dir = tempfile::tempdir().unwrap();
+        write(&dir.path().join("a/part-0"), 0..30);
+        write(&dir.path().join("a/part-1"), 30..40);
+        write(&dir.path().join("b/part-0"), 100..140);
+        let schema = Schema::from_feature_texts(&["id:int64"]).unwrap();
+        let sources = [
+            (dir.path().join("a").display().to_string(), 1.0),
+            (dir.path().join("b/part-*").display().to_string(), 2.0),
+        ];
+        let data = TrainData::new(Vec::<String>::new(), schema, 8)
+            .shuffle_buffer(16)
+            .seed(3)
+            .mixture(sources);
+        let mut run = data.open_run().unwrap();
+        let mut epochs = vec![Vec::new()];
+        while epochs.len() < 3 {
+            match run.next_event().unwrap().unwrap() {
+                BatchEvent::Batch(b) => epochs.last_mut().unwrap().extend(ids(&b)),
+                BatchEvent::EpochEnd => epochs.push(Vec::new()),
+            }
+        }
+        let all: Vec<i64> = (0..40).chain(100..140).collect();
+        for epoch in &epochs[..2] {
+            let mut sorted = epoch.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, all);
+        }
+        assert_ne!(epochs[0], epochs[1]);
+        let mut pass = data.open(1).unwrap();
+        let mut one = Vec::new();
+        while let Some(batch) = pass.next_batch() {
+            one.extend(ids(&batch.unwrap()));
+        }
+        assert_eq!(one, epochs[1]);
+        // Validation data is one source again.
+        assert!(data.validation(["x"]).weights.is_empty());
     }
 }

@@ -34,6 +34,7 @@
 //! is read only after `device.synchronize()`, so compute times are kernel
 //! times, not launch times.
 
+mod build;
 mod checkpoint;
 mod choice;
 mod clock;
@@ -70,7 +71,7 @@ pub use checkpoint::{
     Checkpoint, CheckpointError, CheckpointLoad, CheckpointMeta, DefaultMeta, FORMAT, FeatureMeta,
     META_FILE, SchemaMeta,
 };
-pub use choice::{ModelChoice, ModelChoiceError, ModelKind, ModelRequest};
+pub use choice::{ModelChoice, ModelChoiceError, ModelKind, ModelRequest, TaskKind};
 pub use config::{ModelInput, Placement, Reproducibility, RunControl, RunLength, TrainConfig};
 pub use data::{DataFingerprint, FileFingerprint, LabelClasses, TrainData, UnknownLabel};
 pub use device::parse_device;

@@ -28,19 +28,19 @@ use candle_core::{Device, Tensor};
 use candle_nn::VarMap;
 use serde::{Deserialize, Serialize};
 
+use super::TrainError;
 use super::checkpoint::{Checkpoint, CheckpointLoad, CheckpointMeta, FORMAT};
 use super::clock::{EpochClock, RunClock, ratio};
 use super::config::{RunLength, TrainConfig};
 use super::device::{device_name, first_kernel};
 use super::feeder::Feeder;
-use super::model::{BuiltinModel, Model, ModelConfig, Task};
+use super::model::{Model, ModelConfig, Task};
 use super::objective::{Evaluation, Totals, evaluate};
 use super::observer::{Control, Observer, RunInfo};
-use super::optim::{OptimizerConfig, TrainOptimizer};
+use super::optim::TrainOptimizer;
 use super::prefetch::{BatchEvent, BatchStream, BoxError, Fetched};
 use super::report::{DeviceStartup, EpochReport, TrainReport, Verdict};
 use super::tensor::{BatchTensors, Standardize};
-use super::{ModelChoiceError, Resume, Setting, TrainError};
 
 /// What observers see after each step.
 #[derive(Debug, Clone, Copy)]
@@ -68,21 +68,21 @@ pub struct Progress {
 }
 
 /// The trained state: never absent once a [`Trainer`] exists.
-struct State {
-    model: Box<dyn Model>,
-    varmap: VarMap,
-    optim: Box<dyn TrainOptimizer + Send>,
+pub(super) struct State {
+    pub(super) model: Box<dyn Model>,
+    pub(super) varmap: VarMap,
+    pub(super) optim: Box<dyn TrainOptimizer + Send>,
     /// The built-in model's config (checkpoints store it so `predict` can
     /// rebuild the model); `None` for other models.
-    builtin: Option<ModelConfig>,
+    pub(super) builtin: Option<ModelConfig>,
     /// Global step: optimizer updates applied.
-    step: u64,
+    pub(super) step: u64,
     /// Completed epochs.
-    epoch: u64,
+    pub(super) epoch: u64,
     /// Where the training stream stood after the last batch (or marker)
     /// trained on, when the stream can say: checkpoints keep it, so a
     /// resumed run continues at the next batch.
-    position: Option<StreamPosition>,
+    pub(super) position: Option<StreamPosition>,
 }
 
 /// A stream's position as a checkpoint stores it: the last captured
@@ -124,7 +124,7 @@ impl StreamPosition {
 /// Two ways in: [`Trainer::builtin`] builds one of the built-in models
 /// (MLP, CNN) and one of our optimizers from their configs;
 /// [`Trainer::new`] takes a model of your own, its `VarMap` and any
-/// optimizer ([`OptimizerConfig::build`] for ours, [`Foreign`](super::Foreign)
+/// optimizer ([`OptimizerConfig::build`](super::OptimizerConfig::build) for ours, [`Foreign`](super::Foreign)
 /// around any `candle_nn::Optimizer`). Both train through the same `fit`.
 ///
 /// ```no_run
@@ -157,141 +157,25 @@ impl StreamPosition {
 /// # Ok::<(), TrainError>(())
 /// ```
 pub struct Trainer {
-    config: TrainConfig,
-    state: State,
-    observers: Vec<Box<dyn Observer>>,
+    pub(super) config: TrainConfig,
+    pub(super) state: State,
+    pub(super) observers: Vec<Box<dyn Observer>>,
     /// An observer stopped the last `fit` early.
-    stopped_early: bool,
+    pub(super) stopped_early: bool,
     /// How the checkpoint load went, when resuming.
-    checkpoint_load: Option<CheckpointLoad>,
+    pub(super) checkpoint_load: Option<CheckpointLoad>,
     /// Things the user should know (e.g. a foreign optimizer's state not restored).
-    warnings: Vec<String>,
+    pub(super) warnings: Vec<String>,
     /// Device init, weights upload and first kernel, for the report.
-    device_startup: DeviceStartup,
+    pub(super) device_startup: DeviceStartup,
     /// When the model was ready (the trainer made): start-up's `model_ready`.
-    ready_at: Instant,
+    pub(super) ready_at: Instant,
 }
 
 /// The test-data opener `fit` takes.
 pub type TestOpener<'a> = &'a mut dyn FnMut() -> Result<Box<dyn BatchStream>, BoxError>;
 
 impl Trainer {
-    /// A trainer for `model` (whose variables are in `varmap`) with
-    /// `optimizer` over them. With [`Reproducibility::resume`](super::Reproducibility::resume), the checkpoint's weights
-    /// load into `varmap` (every variable by name and shape) and, when both
-    /// the checkpoint and `optimizer` carry optimizer state, that too; a
-    /// foreign optimizer restarts its moments (see [`warnings`](Self::warnings)).
-    pub fn new(
-        config: TrainConfig,
-        model: impl Model + 'static,
-        varmap: VarMap,
-        optimizer: impl TrainOptimizer + Send + 'static,
-    ) -> Result<Trainer, TrainError> {
-        Trainer::from_parts(config, Box::new(model), varmap, Box::new(optimizer), None)
-    }
-
-    /// A trainer for a built-in model with one of our optimizers: weights
-    /// drawn from the config's seed, or loaded from the checkpoint it
-    /// resumes (which must hold the same model).
-    pub fn builtin(
-        mut config: TrainConfig,
-        model: ModelConfig,
-        optimizer: OptimizerConfig,
-    ) -> Result<Trainer, TrainError> {
-        model.validate()?;
-        optimizer.validate()?;
-        model.check_input(&config.input.spec)?;
-        // Ids are checked against the table's size.
-        if let (ModelConfig::Embedding { vocab, .. }, Some(tokens)) =
-            (&model, config.input.spec.tokens.as_mut())
-        {
-            tokens.vocab = Some(*vocab);
-        }
-        if let Some(dir) = &config.reproducibility.resume {
-            Resume::read(dir)?.check_model(&model)?;
-        }
-        // Weights drawn on the host and uploaded, optimizer state allocated.
-        let upload = Instant::now();
-        let (built, varmap) = BuiltinModel::init(
-            model.clone(),
-            config.reproducibility.seed,
-            &config.placement.device,
-        )?;
-        let optim = optimizer.build(varmap.all_vars())?;
-        let weights_upload_ms = upload.elapsed().as_secs_f64() * 1e3;
-        let mut trainer = Trainer::from_parts(config, Box::new(built), varmap, optim, Some(model))?;
-        trainer.device_startup.weights_upload_ms = Some(weights_upload_ms);
-        Ok(trainer)
-    }
-
-    fn from_parts(
-        mut config: TrainConfig,
-        model: Box<dyn Model>,
-        varmap: VarMap,
-        optim: Box<dyn TrainOptimizer + Send>,
-        builtin: Option<ModelConfig>,
-    ) -> Result<Trainer, TrainError> {
-        if config.length.epochs == Some(0) || config.length.steps == Some(0) {
-            return Err(TrainError::config(
-                Setting::RunLength,
-                "nothing to do: 0 epochs or 0 steps",
-            ));
-        }
-        if model.task() != config.input.spec.task {
-            return Err(TrainError::Model(ModelChoiceError::TaskMismatch {
-                model: model.describe(),
-                model_task: model.task(),
-                input_task: config.input.spec.task,
-            }));
-        }
-        let mut state = State {
-            model,
-            varmap,
-            optim,
-            builtin,
-            step: 0,
-            epoch: 0,
-            position: None,
-        };
-        let mut warnings = Vec::new();
-        let mut checkpoint_load = None;
-        if let Some(dir) = config.reproducibility.resume.clone() {
-            let start = Instant::now();
-            let resume = Resume::read(&dir)?;
-            let input = &mut config.input.spec;
-            resume.check_input(input)?;
-            warnings = resume.restore(&state.varmap, &mut state.optim)?;
-            let meta = resume.meta();
-            state.step = meta.step;
-            state.epoch = meta.epoch;
-            state.position = meta
-                .pipeline_state
-                .as_ref()
-                .and_then(|v| serde_json::from_value(v.clone()).ok());
-            // Scale inputs as the checkpoint's model was trained.
-            if input.standardize.is_empty() {
-                input.standardize = meta.input.standardize.clone();
-            }
-            config.reproducibility.seed = resume.seed();
-            let load_ms = start.elapsed().as_secs_f64() * 1e3;
-            checkpoint_load = Some(CheckpointLoad {
-                load_ms,
-                pipeline_warmup_ms: 0.0,
-                overlap_ms: 0.0,
-            });
-        }
-        Ok(Trainer {
-            config,
-            state,
-            observers: Vec::new(),
-            stopped_early: false,
-            checkpoint_load,
-            warnings,
-            device_startup: DeviceStartup::default(),
-            ready_at: Instant::now(),
-        })
-    }
-
     /// Records how long creating the config's device took (the caller made it:
     /// on CUDA the context, cuBLAS and cuRAND handles), for the report's
     /// [`DeviceStartup::device_init_ms`].

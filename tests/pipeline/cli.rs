@@ -267,3 +267,75 @@ fn ranks_need_their_own_output_paths() {
     );
     assert!(stderr.contains("pred-{rank}.jsonl"), "{stderr}");
 }
+
+/// `--mix` benches a weighted mixture of sources (every record once with
+/// the default renormalising policy), a directory reads as a Spark
+/// dataset, and `--partition-features` adds its `key=value` columns.
+#[test]
+fn bench_mixes_sources_and_reads_partition_features() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a");
+    std::fs::create_dir(&a).unwrap();
+    write_shards(&a, 2, 100, Compression::None, mnist_example);
+    let b = dir.path().join("b").join("year=2024");
+    std::fs::create_dir_all(&b).unwrap();
+    write_shards(&b, 1, 50, Compression::Gzip, mnist_example);
+    std::fs::write(dir.path().join("b").join("_SUCCESS"), b"").unwrap();
+    let out = tfpipe()
+        .args(["bench", "--mix"])
+        .arg(format!("{}=0.7", a.join("part-*").display()))
+        .arg("--mix")
+        .arg(format!("{}=0.3", dir.path().join("b").display()))
+        .args([
+            "--feature",
+            "image_raw:uint8:784",
+            "--feature",
+            "label:int64",
+            "--feature",
+            "year:int64=0",
+            "--partition-features",
+            "year",
+            "--batch-size",
+            "32",
+            "--shuffle-buffer",
+            "64",
+            "--json",
+        ])
+        .timeout(std::time::Duration::from_secs(60))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["examples"], 250, "{json}");
+    let names: Vec<&str> = json["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    for name in [
+        "sample_from[0]/tfrecord",
+        "sample_from[1]/tfrecord",
+        "sample_from[0]",
+        "sample_from",
+        "parse",
+    ] {
+        assert!(names.contains(&name), "{name} not in {names:?}");
+    }
+    assert!(
+        json["starving_input"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("sample_from[")),
+        "{json}"
+    );
+    assert!(json["payload_mb_per_sec"].as_f64().unwrap() > 0.0, "{json}");
+    // A bad weight is refused with the expected form.
+    let out = tfpipe()
+        .args(["bench", "--mix", "x=heavy", "--feature", "label:int64"])
+        .timeout(std::time::Duration::from_secs(30))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("FILES=WEIGHT"));
+}

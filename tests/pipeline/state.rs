@@ -480,7 +480,7 @@ fn a_state_is_refused_on_another_rank() {
             (&zero, &from_one, "rank 1 of 2"),
         ] {
             match pipeline.start_from(state) {
-                Err(PipelineError::State(StateError::Mismatch(why))) => {
+                Err(PipelineError::State(StateError::Mismatch { reason: why, .. })) => {
                     assert!(why.contains(&format!("taken on {taken}")), "{why}")
                 }
                 other => panic!("{:?}", other.err()),
