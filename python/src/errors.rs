@@ -59,7 +59,7 @@ pub(crate) fn pipeline_error(py: Python<'_>, error: PipelineError) -> PyErr {
     match error.innermost() {
         PipelineError::NoFiles { .. } => PyFileNotFoundError::new_err(message),
         PipelineError::Schema(_) => SchemaError::new_err(message),
-        PipelineError::Config(_) | PipelineError::BadGlob { .. } | PipelineError::State(_) => {
+        PipelineError::Config { .. } | PipelineError::BadGlob { .. } | PipelineError::State(_) => {
             PyValueError::new_err(message)
         }
         PipelineError::Storage(s) if s.io_kind() == io::ErrorKind::NotFound => {

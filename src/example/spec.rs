@@ -1753,7 +1753,8 @@ pub fn nearest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) ->
     best.map(|(_, c)| c)
 }
 
-fn json_kind(value: &Json) -> &'static str {
+/// `a string`, `an object`, ... for messages about JSON values.
+pub(crate) fn json_kind(value: &Json) -> &'static str {
     match value {
         Json::Null => "null",
         Json::Bool(_) => "a boolean",

@@ -24,8 +24,8 @@ impl<T: Send + 'static> Pipeline<T> {
     /// [`batch`](Self::batch), dropping each epoch's short last batch when
     /// `drop_remainder` (`tf.data`'s `drop_remainder=True`).
     pub fn batch_with(self, size: usize, drop_remainder: bool) -> Pipeline<Vec<T>> {
-        self.invalid_if(size == 0, || {
-            "batch(0): the batch size must be positive".into()
+        self.invalid_if(size == 0, "batch", || {
+            "the batch size must be positive (0 given)".into()
         })
         .then("batch", move |env, up, counters| {
             let mut stream = BatchStream {

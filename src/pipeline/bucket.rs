@@ -174,7 +174,7 @@ impl Pipeline<Batch> {
     pub fn bucket_by_sequence_length(self, options: BucketOptions) -> Pipeline<Batch> {
         let problem = options.problem();
         let pipeline = match problem {
-            Some(p) => self.invalid(|| format!("bucket_by_sequence_length: {p}")),
+            Some(p) => self.invalid("bucket_by_sequence_length", || p),
             None => self,
         };
         pipeline.regroup(STAGE, rows::batch_rows, move || Buckets {

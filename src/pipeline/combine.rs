@@ -234,7 +234,7 @@ impl<T: Send + 'static> Pipeline<T> {
         out.error = error;
         out.origin = origin;
         match problem {
-            Some(message) => out.invalid(|| format!("sample_from: {message}")),
+            Some(message) => out.invalid("sample_from", || message),
             None => out,
         }
     }
@@ -288,7 +288,7 @@ impl<T: Send + 'static> Pipeline<T> {
         });
         out.error = error;
         out.origin = origin;
-        out.invalid_if(empty, || "choose_from: needs at least one input".into())
+        out.invalid_if(empty, "choose_from", || "needs at least one input".into())
     }
 }
 

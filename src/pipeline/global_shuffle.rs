@@ -219,9 +219,9 @@ impl GlobalShuffle {
                 "global_shuffle",
             )) as Stream<Record>
         })
-        .invalid_if(bad, move || {
+        .invalid_if(bad, "global_shuffle", move || {
             let (n, i) = shard.unwrap_or_default();
-            format!("global_shuffle shard({n}, {i}): needs num_shards > 0 and index < num_shards")
+            format!("shard({n}, {i}): needs num_shards > 0 and index < num_shards")
         })
     }
 }

@@ -104,8 +104,8 @@ impl<T: Send + 'static> Pipeline<T> {
             || matches!(options.parallelism, Some(Parallelism::Fixed(0)));
         let depth = self.depth() + 1;
         let f = Arc::new(f);
-        self.invalid_if(bad, || {
-            "interleave: cycle_length, block_length and parallelism must be positive".into()
+        self.invalid_if(bad, "interleave", || {
+            "cycle_length, block_length and parallelism must be positive".into()
         })
         .then("interleave", move |env, input, counters| {
             let permits = options.parallelism.map(|p| {

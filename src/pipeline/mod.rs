@@ -269,9 +269,15 @@ pub enum PipelineError {
         /// The error.
         error: io::Error,
     },
-    /// The pipeline was built with a setting that makes no sense.
-    #[error("invalid pipeline: {0}")]
-    Config(String),
+    /// An operator was given a setting that makes no sense: which
+    /// operator, and why.
+    #[error("invalid pipeline: {operator}: {reason}")]
+    Config {
+        /// The operator (`batch`, `shuffle`, `sample_from`, ...).
+        operator: String,
+        /// What is wrong with its settings.
+        reason: String,
+    },
     /// Listing or opening object storage failed (not a missing file: that is
     /// [`NoFiles`](Self::NoFiles)).
     #[error(transparent)]
@@ -763,10 +769,14 @@ impl<T: Send + 'static> Pipeline<T> {
         }
     }
 
-    /// Records a configuration error, reported by [`start`](Self::start).
-    pub(crate) fn invalid(self, message: impl FnOnce() -> String) -> Self {
-        let message = message();
-        self.invalid_with(move || PipelineError::Config(message.clone()))
+    /// Records a configuration error of `operator`, reported by
+    /// [`start`](Self::start).
+    pub(crate) fn invalid(self, operator: &str, reason: impl FnOnce() -> String) -> Self {
+        let (operator, reason) = (operator.to_string(), reason());
+        self.invalid_with(move || PipelineError::Config {
+            operator: operator.clone(),
+            reason: reason.clone(),
+        })
     }
 
     /// Records an error that `make` builds (at each [`start`](Self::start)),

@@ -145,7 +145,7 @@ impl Pipeline<Batch> {
     /// ```
     pub fn pack(self, options: PackOptions) -> Pipeline<Batch> {
         let pipeline = match options.problem() {
-            Some(p) => self.invalid(|| format!("pack: {p}")),
+            Some(p) => self.invalid("pack", || p),
             None => self,
         };
         pipeline.regroup(STAGE, rows::batch_rows, move || Packer {

@@ -107,8 +107,8 @@ impl<T: Send + 'static> Pipeline<T> {
     {
         let bad = matches!(options.parallelism, Parallelism::Fixed(0));
         let job = Arc::new(Job { init, f });
-        self.invalid_if(bad, || {
-            "map_parallel: parallelism must be positive (or Auto)".into()
+        self.invalid_if(bad, "map_parallel", || {
+            "parallelism must be positive (or Auto)".into()
         })
         .then(name, move |env, up, counters| {
             start_map(name, env, up, counters, options, Arc::clone(&job))

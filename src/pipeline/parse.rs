@@ -112,7 +112,7 @@ impl<R: AsRef<[u8]> + Send + 'static> Pipeline<Vec<R>> {
                 return parse_stage(self, schema, None, parallelism.into(), |r: &Vec<R>| {
                     r.as_slice()
                 })
-                .invalid(|| message);
+                .invalid("parse_batches_partitioned", || message);
             }
         };
         parse_stage(
@@ -160,7 +160,10 @@ fn parse_stage<T: Send + 'static, R: AsRef<[u8]> + 'static>(
             let schema = schema.clone();
             pipeline.invalid_with(move || match BatchParser::new(schema.clone()) {
                 Err(err) => PipelineError::Schema(err),
-                Ok(_) => PipelineError::Config("the schema became valid".into()),
+                Ok(_) => PipelineError::Config {
+                    operator: "parse".into(),
+                    reason: "the schema became valid".into(),
+                },
             })
         }
     };

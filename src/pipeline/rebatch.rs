@@ -28,8 +28,8 @@ impl<T: Send + 'static> Pipeline<Vec<T>> {
     /// # Ok::<(), tfpipe::pipeline::PipelineError>(())
     /// ```
     pub fn rebatch(self, size: usize, drop_remainder: bool) -> Pipeline<Vec<T>> {
-        self.invalid_if(size == 0, || {
-            "rebatch(0): the batch size must be positive".into()
+        self.invalid_if(size == 0, "rebatch", || {
+            "the batch size must be positive (0 given)".into()
         })
         .regroup("rebatch", rows::vec_rows, move || {
             Rebatch::new(size, drop_remainder, Ok)
@@ -57,8 +57,8 @@ impl Pipeline<Batch> {
     /// # Ok::<(), tfpipe::pipeline::PipelineError>(())
     /// ```
     pub fn rebatch(self, size: usize, drop_remainder: bool) -> Pipeline<Batch> {
-        self.invalid_if(size == 0, || {
-            "rebatch(0): the batch size must be positive".into()
+        self.invalid_if(size == 0, "rebatch", || {
+            "the batch size must be positive (0 given)".into()
         })
         .regroup("rebatch", rows::batch_rows, move || {
             Rebatch::new(size, drop_remainder, |rows: Vec<BatchRow>| {

@@ -26,8 +26,8 @@ impl<T: Send + 'static> Pipeline<T> {
     /// # Ok::<(), tfpipe::pipeline::PipelineError>(())
     /// ```
     pub fn shard(self, num_shards: usize, index: usize) -> Pipeline<T> {
-        let checked = self.invalid_if(num_shards == 0 || index >= num_shards, || {
-            format!("shard({num_shards}, {index}): needs num_shards > 0 and index < num_shards")
+        let checked = self.invalid_if(num_shards == 0 || index >= num_shards, "shard", || {
+            format!("({num_shards}, {index}): needs num_shards > 0 and index < num_shards")
         });
         checked.then("shard", move |env, up, counters| {
             let step = move |s: &mut ShardState, up: &mut Option<Stream<T>>| {
@@ -55,8 +55,17 @@ impl<T: Send + 'static> Pipeline<T> {
         })
     }
 
-    /// Records a configuration error when `bad`.
-    pub(crate) fn invalid_if(self, bad: bool, message: impl FnOnce() -> String) -> Pipeline<T> {
-        if bad { self.invalid(message) } else { self }
+    /// Records a configuration error of `operator` when `bad`.
+    pub(crate) fn invalid_if(
+        self,
+        bad: bool,
+        operator: &str,
+        reason: impl FnOnce() -> String,
+    ) -> Pipeline<T> {
+        if bad {
+            self.invalid(operator, reason)
+        } else {
+            self
+        }
     }
 }

@@ -67,8 +67,8 @@ impl<T: Send + 'static> Pipeline<T> {
 
     /// Shuffles with all the options.
     pub fn shuffle_with(self, options: ShuffleOptions) -> Pipeline<T> {
-        self.invalid_if(options.buffer_size == 0, || {
-            "shuffle: the buffer size must be positive".into()
+        self.invalid_if(options.buffer_size == 0, "shuffle", || {
+            "the buffer size must be positive".into()
         })
         .then("shuffle", move |env, up, counters| {
             let mut shuffle = Shuffle::new(env, up, counters, options);

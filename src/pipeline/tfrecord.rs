@@ -143,7 +143,9 @@ impl TfRecordFiles {
             && let Some(indexed) = &plan.indexed
         {
             return rank::indexed_share(plan, indexed)
-                .invalid_if(error.is_some(), || error.clone().unwrap_or_default())
+                .invalid_if(error.is_some(), "tfrecord_files", || {
+                    error.clone().unwrap_or_default()
+                })
                 .with_origin(origin.as_deref());
         }
         let paths = match &self.rank {
@@ -154,7 +156,9 @@ impl TfRecordFiles {
             _ => self.paths,
         };
         let records = Pipeline::from_vec(paths)
-            .invalid_if(error.is_some(), || error.clone().unwrap_or_default())
+            .invalid_if(error.is_some(), "tfrecord_files", || {
+                error.clone().unwrap_or_default()
+            })
             .interleave(options, move |path| {
                 Pipeline::tfrecord_file(path, reader.clone())
             })

@@ -37,8 +37,8 @@ impl<T: Clone + Send + 'static> Pipeline<T> {
         drop_remainder: bool,
     ) -> Pipeline<Vec<T>> {
         let bad = size == 0 || shift == 0 || stride == 0;
-        self.invalid_if(bad, || {
-            format!("window({size}, {shift}, {stride}): size, shift and stride must be positive")
+        self.invalid_if(bad, "window", || {
+            format!("({size}, {shift}, {stride}): size, shift and stride must be positive")
         })
         .regroup("window", rows::single_row, move || Window {
             size,

@@ -15,7 +15,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Map, Value as Json};
 
 use crate::batch::{Batch, Column, Values};
-use crate::example::DType;
+use crate::example::{DType, json_kind};
 use crate::train::{CheckpointMeta, DefaultMeta, Task};
 
 use super::ApiError;
@@ -259,7 +259,10 @@ impl<'s> ColumnBuilder<'s> {
                 None => return Err(bad(format!("{n} is not a uint8 (a whole number 0 to 255)"))),
             },
             (_, other) => {
-                return Err(bad(format!("expected {expected}, found {}", kind(other))));
+                return Err(bad(format!(
+                    "expected {expected}, found {}",
+                    json_kind(other)
+                )));
             }
         }
         Ok(())
@@ -378,18 +381,6 @@ fn finish(builders: Vec<ColumnBuilder<'_>>, rows: usize) -> Batch {
     }
 }
 
-/// `a string`, `an object`, ... for messages.
-fn kind(value: &Json) -> &'static str {
-    match value {
-        Json::Null => "null",
-        Json::Bool(_) => "a boolean",
-        Json::Number(_) => "a number",
-        Json::String(_) => "a string",
-        Json::Array(_) => "a list",
-        Json::Object(_) => "an object",
-    }
-}
-
 /// Cuts a path quoted back to a client to a sane length.
 fn short(path: String) -> String {
     if path.len() <= PATH_LIMIT {
@@ -431,7 +422,7 @@ pub fn rows_to_batch(
                     "{}: expected an object of the features ({}), found {}",
                     row_path(),
                     signature.input_names(),
-                    kind(other)
+                    json_kind(other)
                 )));
             }
         }
@@ -532,7 +523,7 @@ pub fn columns_to_batch(
                 let Json::Array(rows) = value else {
                     return Err(ApiError::bad_request(format!(
                         "inputs.{key}: expected a list of examples, found {}",
-                        kind(value)
+                        json_kind(value)
                     )));
                 };
                 named.push((i, rows, format!("inputs.{key}")));
@@ -543,7 +534,7 @@ pub fn columns_to_batch(
             return Err(ApiError::bad_request(format!(
                 "inputs: expected an object of the features ({}), found {}",
                 signature.input_names(),
-                kind(other)
+                json_kind(other)
             )));
         }
     };

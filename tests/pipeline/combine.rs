@@ -217,7 +217,7 @@ fn configuration_errors_are_reported_at_start() {
     ];
     for (i, p) in bad.iter().enumerate() {
         match p.start() {
-            Err(PipelineError::Config(message)) => assert!(!message.is_empty()),
+            Err(PipelineError::Config { reason, .. }) => assert!(!reason.is_empty()),
             Err(other) => panic!("case {i}: {other}"),
             Ok(_) => panic!("case {i}: started"),
         }

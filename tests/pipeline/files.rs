@@ -342,5 +342,5 @@ fn partition_values_become_features_per_row() {
     let error = read(&["label:int64", "year:int64:2"], &["year"])
         .err()
         .unwrap();
-    assert!(matches!(error, PipelineError::Config(_)), "{error}");
+    assert!(matches!(error, PipelineError::Config { .. }), "{error}");
 }
