@@ -295,28 +295,6 @@ pub(crate) fn write_json(path: &Path, value: &impl serde::Serialize) -> anyhow::
     Ok(())
 }
 
-/// The schema file `tfpipe convert` wrote for a shard
-/// `PREFIX-NNNNN-of-NNNNN.tfrecord[.gz|.zlib]`: `PREFIX.features.json`, when
-/// it exists.
-pub(crate) fn schema_file_beside(shard: &Path) -> Option<PathBuf> {
-    let name = shard.file_name()?.to_str()?;
-    let stem = name
-        .strip_suffix(".gz")
-        .or_else(|| name.strip_suffix(".zlib"))
-        .unwrap_or(name)
-        .strip_suffix(".tfrecord")?;
-    // `-00003-of-00008`: 15 ASCII characters.
-    let cut = stem.len().checked_sub(15)?;
-    let (prefix, suffix) = (stem.get(..cut)?, stem.get(cut..)?);
-    let b = suffix.as_bytes();
-    let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
-    if !(b[0] == b'-' && digits(1..6) && &suffix[6..10] == "-of-" && digits(10..15)) {
-        return None;
-    }
-    let path = shard.with_file_name(format!("{prefix}.features.json"));
-    path.is_file().then_some(path)
-}
-
 /// Fails when both label vocabularies are known and differ: the same class
 /// id would mean another label (issue: a test split converted alone records
 /// only the labels it has).

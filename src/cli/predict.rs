@@ -43,8 +43,7 @@ use tfpipe::train::{
 };
 
 use super::common::{
-    check_output_file, check_size, check_vocabulary, schema_file_beside, set_compute_threads,
-    write_json,
+    check_output_file, check_size, check_vocabulary, set_compute_threads, write_json,
 };
 use super::{CompressionFlag, Status, interrupt};
 
@@ -157,7 +156,7 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         None => Pipeline::tfrecord_files(&args.data)?
             .paths()
             .first()
-            .and_then(|p| schema_file_beside(p)),
+            .and_then(|p| tfpipe::convert::schema_file_beside(p)),
     };
     if let Some(path) = &schema_file {
         let facts = super::common::read_facts(path)?;

@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use tfpipe::Pipeline;
-use tfpipe::serve::{BatchOptions, Event, ModelSource, ServeConfig, Server, WarmupSource};
+use tfpipe::serve::{
+    BatchOptions, Event, ModelSource, ServeConfig, ServeError, Server, WarmupSource,
+};
 use tfpipe::train::parse_device;
 
 use super::{Status, interrupt};
@@ -156,8 +158,27 @@ fn config(args: &Args) -> anyhow::Result<ServeConfig> {
         events: Some(Arc::new(print_event)),
         ..ServeConfig::default()
     };
-    config.validate()?;
+    config.validate().map_err(with_flag)?;
     Ok(config)
+}
+
+/// A configuration error, with the flag that sets the setting at fault.
+fn with_flag(e: ServeError) -> anyhow::Error {
+    let flag = match &e {
+        ServeError::Config { setting, .. } => match *setting {
+            "max_batch_size" => Some("--max-batch-size"),
+            "max_enqueued_batches" => Some("--max-enqueued-batches"),
+            "connections" => Some("--max-connections"),
+            "warmup_data" => Some("--warmup-data"),
+            "models" => Some("--model NAME=PATH"),
+            _ => None,
+        },
+        _ => None,
+    };
+    match flag {
+        Some(flag) => anyhow::Error::new(e).context(flag),
+        None => anyhow::Error::new(e),
+    }
 }
 
 /// One log line per load, failure, unload, and when ready.

@@ -21,7 +21,7 @@ use tfpipe::train::{
 
 use super::common::{
     check_model_size, check_output_dir, check_output_file, check_size, check_vocabulary,
-    load_schema, read_facts, schema_file_beside, set_compute_threads, write_json,
+    load_schema, read_facts, set_compute_threads, write_json,
 };
 use super::fit::{RunOptions, train};
 pub use super::train_flags::Args;
@@ -262,7 +262,10 @@ impl Inputs {
         // vocabulary must be the training data's.
         if let Some(first) = args.validation_data.first()
             && let Ok(files) = Pipeline::tfrecord_files([first.as_str()])
-            && let Some(path) = files.paths().first().and_then(|p| schema_file_beside(p))
+            && let Some(path) = files
+                .paths()
+                .first()
+                .and_then(|p| tfpipe::convert::schema_file_beside(p))
         {
             check_vocabulary(
                 self.recorded.label_vocabulary.as_deref(),

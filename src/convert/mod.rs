@@ -79,7 +79,7 @@ pub use error::{ConvertError, ConvertOption, SourceLocation};
 pub use idx::{IdxOptions, labels_path_for};
 pub use images::{ImagesOptions, RESIZE_AVAILABLE};
 pub use json::JsonOptions;
-pub use output::{schema_path, shard_path};
+pub use output::{schema_file_beside, schema_path, shard_path};
 
 use crate::example::{DType, Layout, Schema, SchemaMetadata};
 use crate::tfrecord::Compression;

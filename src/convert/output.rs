@@ -629,6 +629,38 @@ pub fn schema_path(prefix: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// The schema file a conversion wrote beside a shard named as
+/// [`shard_path`] names them (`PREFIX-NNNNN-of-NNNNN.tfrecord[.gz|.zlib]`):
+/// [`schema_path`]`(PREFIX)`, when it exists.
+///
+/// ```
+/// let dir = tempfile::tempdir()?;
+/// let shard = dir.path().join("train-00001-of-00004.tfrecord.gz");
+/// assert_eq!(tfpipe::convert::schema_file_beside(&shard), None); // no schema file yet
+/// std::fs::write(dir.path().join("train.features.json"), "{}")?;
+/// assert_eq!(tfpipe::convert::schema_file_beside(&shard), Some(dir.path().join("train.features.json")));
+/// assert_eq!(tfpipe::convert::schema_file_beside(&dir.path().join("other.tfrecord")), None);
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn schema_file_beside(shard: &Path) -> Option<PathBuf> {
+    let name = shard.file_name()?.to_str()?;
+    let stem = name
+        .strip_suffix(".gz")
+        .or_else(|| name.strip_suffix(".zlib"))
+        .unwrap_or(name)
+        .strip_suffix(".tfrecord")?;
+    // `-00003-of-00008`: 15 ASCII characters.
+    let cut = stem.len().checked_sub(15)?;
+    let (prefix, suffix) = (stem.get(..cut)?, stem.get(cut..)?);
+    let b = suffix.as_bytes();
+    let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
+    if !(b[0] == b'-' && digits(1..6) && &suffix[6..10] == "-of-" && digits(10..15)) {
+        return None;
+    }
+    let path = schema_path(&shard.with_file_name(prefix));
+    path.is_file().then_some(path)
+}
+
 /// A shard closed under its temporary name.
 pub(crate) struct ShardDone {
     pending: ShardPending,

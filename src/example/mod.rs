@@ -15,6 +15,7 @@ mod spec;
 
 pub use decode::{BatchParser, ParseError};
 pub use proto::{Example, SequenceExample};
+#[cfg(feature = "serve")]
 pub(crate) use spec::json_kind;
 pub use spec::{
     DType, FeatureSpec, Layout, MAX_FEATURE_BYTES, Partition, SCHEMA_FORMAT, Schema, SchemaError,

@@ -229,21 +229,38 @@ impl Default for ServeConfig {
 impl ServeConfig {
     /// Refuses settings that cannot work, before anything starts.
     pub fn validate(&self) -> Result<(), ServeError> {
-        let bad = |what: &str| Err(ServeError::Config(what.into()));
+        let bad = |setting: &'static str, reason: &str| {
+            Err(ServeError::Config {
+                setting,
+                reason: reason.into(),
+            })
+        };
         if self.batching.max_batch_size == 0 {
-            return bad("the maximum batch size must be at least 1");
+            return bad(
+                "max_batch_size",
+                "the maximum batch size must be at least 1",
+            );
         }
         if self.batching.max_batch_size > 1 << 16 {
-            return bad("the maximum batch size must be at most 65536");
+            return bad(
+                "max_batch_size",
+                "the maximum batch size must be at most 65536",
+            );
         }
         if self.batching.max_enqueued_batches == 0 {
-            return bad("the queue must hold at least one batch");
+            return bad(
+                "max_enqueued_batches",
+                "the queue must hold at least one batch",
+            );
         }
         if self.connections == 0 || self.connections > 4096 {
-            return bad("connection threads must be 1 to 4096");
+            return bad("connections", "connection threads must be 1 to 4096");
         }
         if self.max_header_bytes < 256 {
-            return bad("the request head limit must be at least 256 bytes");
+            return bad(
+                "max_header_bytes",
+                "the request head limit must be at least 256 bytes",
+            );
         }
         Ok(())
     }
@@ -289,9 +306,15 @@ impl ApiError {
 /// Why the server, a version, or a warm-up file failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    /// A setting that cannot work.
-    #[error("invalid server configuration: {0}")]
-    Config(String),
+    /// A setting that cannot work: which one, and why.
+    #[error("invalid server configuration: {setting}: {reason}")]
+    Config {
+        /// The setting, as [`ServeConfig`] names it (`max_batch_size`,
+        /// `warmup_data`, ...).
+        setting: &'static str,
+        /// Why it cannot work.
+        reason: String,
+    },
     /// The address could not be bound.
     #[error("cannot listen on {addr}")]
     Bind {
@@ -369,4 +392,33 @@ pub fn error_chain(err: &dyn std::error::Error) -> String {
         cause = c.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_setting_that_cannot_work_is_named() {
+        assert!(ServeConfig::default().validate().is_ok());
+        let with = |edit: fn(&mut ServeConfig)| {
+            let mut config = ServeConfig::default();
+            edit(&mut config);
+            match config.validate() {
+                Err(ServeError::Config { setting, .. }) => setting,
+                other => panic!("accepted: {other:?}"),
+            }
+        };
+        assert_eq!(with(|c| c.batching.max_batch_size = 0), "max_batch_size");
+        assert_eq!(
+            with(|c| c.batching.max_batch_size = 1 << 20),
+            "max_batch_size"
+        );
+        assert_eq!(
+            with(|c| c.batching.max_enqueued_batches = 0),
+            "max_enqueued_batches"
+        );
+        assert_eq!(with(|c| c.connections = 0), "connections");
+        assert_eq!(with(|c| c.max_header_bytes = 10), "max_header_bytes");
+    }
 }

@@ -202,7 +202,10 @@ impl Server {
     pub fn start(config: ServeConfig, models: Vec<ModelSource>) -> Result<Server, ServeError> {
         config.validate()?;
         if models.is_empty() {
-            return Err(ServeError::Config("no model to serve".into()));
+            return Err(ServeError::Config {
+                setting: "models",
+                reason: "no model to serve".into(),
+            });
         }
         let listener = TcpListener::bind(&config.addr).map_err(|source| ServeError::Bind {
             addr: config.addr.clone(),

@@ -467,9 +467,10 @@ fn data_batches(
 ) -> Result<Vec<Batch>, ServeError> {
     let examples = read_examples(files, options.max_batch_size)?;
     if examples.is_empty() {
-        return Err(ServeError::Config(
-            "the warm-up data holds no records".into(),
-        ));
+        return Err(ServeError::Config {
+            setting: "warmup_data",
+            reason: "the warm-up data holds no records".into(),
+        });
     }
     let rows: Vec<Json> = examples
         .iter()

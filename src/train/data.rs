@@ -337,6 +337,12 @@ impl TrainData {
             seed: self.seed,
             rank: self.rank.map(|r| (r.rank(), r.world_size())),
             files,
+            mixture: self
+                .files
+                .iter()
+                .zip(&self.weights)
+                .map(|(files, weight)| format!("{files}={weight}"))
+                .collect(),
         })
     }
 }
@@ -356,6 +362,10 @@ pub struct DataFingerprint {
     pub rank: Option<(usize, usize)>,
     /// Every file, in reading order.
     pub files: Vec<FileFingerprint>,
+    /// For a mixture, its sources as `FILES=WEIGHT` ([`TrainData::weights`]);
+    /// empty for one source (and in checkpoints from before mixtures).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mixture: Vec<String>,
 }
 
 /// One data file as a checkpoint saw it: its path, size and, for a local
@@ -404,7 +414,7 @@ impl DataFingerprint {
     ///
     /// ```
     /// use tfpipe::train::DataFingerprint;
-    /// let then = DataFingerprint { batch_size: 64, shuffle_buffer: 10_000, seed: 0, rank: None, files: vec![] };
+    /// let then = DataFingerprint { batch_size: 64, shuffle_buffer: 10_000, seed: 0, rank: None, files: vec![], mixture: vec![] };
     /// let now = DataFingerprint { batch_size: 32, ..then.clone() };
     /// assert_eq!(then.differences(&now), ["batch size 64, now 32"]);
     /// ```
@@ -431,6 +441,11 @@ impl DataFingerprint {
             None => "no ranks".to_string(),
         };
         differ("ranks:", rank(self.rank), rank(now.rank));
+        let mixture = |m: &[String]| match m {
+            [] => "none".to_string(),
+            sources => sources.join(" "),
+        };
+        differ("mixture", mixture(&self.mixture), mixture(&now.mixture));
         let paths = |f: &[FileFingerprint]| f.iter().map(|f| f.path.clone()).collect::<Vec<_>>();
         if paths(&self.files) != paths(&now.files) {
             out.push(format!(
@@ -715,5 +730,39 @@ mod tests {
         assert_eq!(one, epochs[1]);
         // Validation data is one source again.
         assert!(data.validation(["x"]).weights.is_empty());
+    }
+
+    /// A resume with other weights (or one source instead of a mixture) is
+    /// a different data option, as another seed is.
+    #[test]
+    fn a_mixtures_sources_and_weights_are_in_its_fingerprint() {
+        let dir = tempfile::tempdir().unwrap();
+        write(&dir.path().join("a/part-0"), 0..3);
+        write(&dir.path().join("b/part-0"), 3..5);
+        let schema = Schema::from_feature_texts(&["id:int64"]).unwrap();
+        let (a, b) = (
+            dir.path().join("a").display().to_string(),
+            dir.path().join("b").display().to_string(),
+        );
+        let mixed = |w: f64| {
+            TrainData::new(Vec::<String>::new(), schema.clone(), 8)
+                .mixture([(a.clone(), 1.0), (b.clone(), w)])
+                .fingerprint()
+                .unwrap()
+        };
+        assert!(mixed(1.0).differences(&mixed(1.0)).is_empty());
+        assert_eq!(
+            mixed(1.0).differences(&mixed(3.0)),
+            [format!("mixture {a}=1 {b}=1, now {a}=1 {b}=3")]
+        );
+        let one = TrainData::new([a.clone(), b.clone()], schema.clone(), 8)
+            .fingerprint()
+            .unwrap();
+        assert_eq!(
+            one.differences(&mixed(1.0)),
+            [format!("mixture none, now {a}=1 {b}=1")]
+        );
+        // A fingerprint without a mixture has no such key (as before mixtures).
+        assert!(serde_json::to_value(&one).unwrap().get("mixture").is_none());
     }
 }

@@ -918,3 +918,92 @@ fn train_step(
     state.step += 1;
     Ok((loss, outputs))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::train::{InputSpec, OptimizerConfig, OptimizerKind, TrainData};
+
+    #[test]
+    fn a_run_is_one_epoch_unless_told_and_ends_at_the_first_limit() {
+        let plan = Plan::new(&RunLength::new());
+        assert!(!plan.done(0, 1_000_000) && plan.done(1, 0));
+        let plan = Plan::new(&RunLength::new().epochs(3).steps(10));
+        assert!(!plan.done(2, 9));
+        assert!(plan.done(3, 0) && plan.done(0, 10));
+        let plan = Plan::new(&RunLength::new().steps(5));
+        assert!(!plan.done(100, 4) && plan.done(0, 5));
+    }
+
+    #[test]
+    fn the_stream_position_is_the_last_capture_plus_the_events_since() {
+        let mut position = None;
+        let mut warnings = Vec::new();
+        StreamPosition::advance(&mut position, None, &mut warnings);
+        assert_eq!(position, None, "nothing captured yet");
+        let anchor = serde_json::json!({"at": 1});
+        StreamPosition::advance(&mut position, Some(Ok(anchor.clone())), &mut warnings);
+        StreamPosition::advance(&mut position, None, &mut warnings);
+        StreamPosition::advance(&mut position, None, &mut warnings);
+        assert_eq!(position, Some(StreamPosition { anchor, skip: 2 }));
+        // A stream that cannot say where it is: forgotten, and said once.
+        for _ in 0..3 {
+            StreamPosition::advance(&mut position, Some(Err("a cache".into())), &mut warnings);
+        }
+        assert_eq!(position, None);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].contains("a cache"), "{warnings:?}");
+    }
+
+    #[test]
+    fn fit_runs_the_planned_steps_over_a_file_and_counts_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d.tfrecord");
+        let mut writer =
+            crate::tfrecord::FileRecordWriter::create(&path, crate::Compression::None).unwrap();
+        use crate::example::proto::{Example, Feature, Features, FloatList, Int64List, feature};
+        for i in 0..40i64 {
+            let x: Vec<f32> = (0..4).map(|j| ((i + j) % 5) as f32).collect();
+            let kind = |k| Feature { kind: Some(k) };
+            let features = [
+                (
+                    "x".to_string(),
+                    kind(feature::Kind::FloatList(FloatList { value: x })),
+                ),
+                (
+                    "y".to_string(),
+                    kind(feature::Kind::Int64List(Int64List { value: vec![i % 2] })),
+                ),
+            ];
+            let example = Example {
+                features: Some(Features {
+                    feature: features.into_iter().collect(),
+                }),
+            };
+            writer
+                .write_record(&prost::Message::encode_to_vec(&example))
+                .unwrap();
+        }
+        writer.finish().unwrap();
+        let schema = crate::Schema::from_feature_texts(&["x:float32:4", "y:int64"])
+            .unwrap()
+            .with_label("y")
+            .unwrap();
+        let data = TrainData::new([path.to_string_lossy()], schema, 8).shuffle_buffer(0);
+        let input = InputSpec::from_schema(&data.schema, Task::Classification { classes: 2 })
+            .unwrap()
+            .spec;
+        let model = ModelConfig::Mlp {
+            inputs: 4,
+            hidden: vec![3],
+            classes: 2,
+        };
+        let config = TrainConfig::new(input).length(RunLength::new().steps(7));
+        let optimizer = OptimizerConfig::default_for(OptimizerKind::Sgd);
+        let mut trainer = Trainer::builtin(config, model, optimizer).unwrap();
+        let report = data.fit(&mut trainer, None, None).unwrap();
+        // 40 records in batches of 8: one epoch of 5 steps, then 2 more.
+        assert_eq!((report.global_step, trainer.epoch()), (7, 1));
+        assert_eq!(report.epochs[0].steps, 5);
+    }
+}
