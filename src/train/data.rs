@@ -343,6 +343,10 @@ impl TrainData {
                 .zip(&self.weights)
                 .map(|(files, weight)| format!("{files}={weight}"))
                 .collect(),
+            sequences: match &self.sequences {
+                Sequences::Padded => String::new(),
+                other => other.describe(),
+            },
         })
     }
 }
@@ -366,6 +370,11 @@ pub struct DataFingerprint {
     /// empty for one source (and in checkpoints from before mixtures).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mixture: Vec<String>,
+    /// How token sequences are batched when not padded per batch
+    /// ([`Sequences::describe`]); empty for padding (and in checkpoints
+    /// from before bucketing and packing).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub sequences: String,
 }
 
 /// One data file as a checkpoint saw it: its path, size and, for a local
@@ -414,7 +423,7 @@ impl DataFingerprint {
     ///
     /// ```
     /// use tfpipe::train::DataFingerprint;
-    /// let then = DataFingerprint { batch_size: 64, shuffle_buffer: 10_000, seed: 0, rank: None, files: vec![], mixture: vec![] };
+    /// let then = DataFingerprint { batch_size: 64, shuffle_buffer: 10_000, seed: 0, rank: None, files: vec![], mixture: vec![], sequences: String::new() };
     /// let now = DataFingerprint { batch_size: 32, ..then.clone() };
     /// assert_eq!(then.differences(&now), ["batch size 64, now 32"]);
     /// ```
@@ -446,6 +455,15 @@ impl DataFingerprint {
             sources => sources.join(" "),
         };
         differ("mixture", mixture(&self.mixture), mixture(&now.mixture));
+        let sequences = |s: &str| match s {
+            "" => "padded".to_string(),
+            mode => mode.to_string(),
+        };
+        differ(
+            "token batching",
+            sequences(&self.sequences),
+            sequences(&now.sequences),
+        );
         let paths = |f: &[FileFingerprint]| f.iter().map(|f| f.path.clone()).collect::<Vec<_>>();
         if paths(&self.files) != paths(&now.files) {
             out.push(format!(
@@ -692,6 +710,33 @@ mod tests {
     /// A mixture reads every record of every source once per epoch, a new
     /// order each epoch, and one pass opened for epoch `e` (a run resumed
     /// without a position) reads what the whole run reads in epoch `e`.
+    #[test]
+    fn the_token_batching_mode_is_part_of_the_fingerprint() {
+        let then = DataFingerprint {
+            batch_size: 32,
+            shuffle_buffer: 0,
+            seed: 0,
+            rank: None,
+            files: vec![],
+            mixture: vec![],
+            sequences: String::new(),
+        };
+        let packed = DataFingerprint {
+            sequences: Sequences::Packed { length: 64 }.describe(),
+            ..then.clone()
+        };
+        assert_eq!(
+            then.differences(&packed),
+            ["token batching padded, now packed into rows of 64 tokens"]
+        );
+        assert!(!then.only_batch_size_differs(&packed));
+        // A checkpoint from before the field reads as padded.
+        let mut json = serde_json::to_value(&then).unwrap();
+        json.as_object_mut().unwrap().remove("sequences");
+        let old: DataFingerprint = serde_json::from_value(json).unwrap();
+        assert!(old.differences(&then).is_empty());
+    }
+
     #[test]
     fn a_mixture_reads_every_record_each_epoch_in_the_runs_seed_schedule() {
         let dir = tempfile::tempdir().unwrap();

@@ -55,6 +55,20 @@ impl Sequences {
         }
     }
 
+    /// The mode with its settings, as checkpoints record it:
+    /// `bucketed by [12, 16] into batches of [32, 32, 32]`, `packed into
+    /// rows of 64 tokens`, or `padded`.
+    pub fn describe(&self) -> String {
+        match self {
+            Sequences::Padded => "padded".to_string(),
+            Sequences::Bucketed {
+                boundaries,
+                batch_sizes,
+            } => format!("bucketed by {boundaries:?} into batches of {batch_sizes:?}"),
+            Sequences::Packed { length } => format!("packed into rows of {length} tokens"),
+        }
+    }
+
     /// A word for reports: `padded`, `bucketed` or `packed`.
     pub fn mode(&self) -> &'static str {
         match self {
