@@ -384,14 +384,7 @@ fn print_report(out: &mut impl Write, r: &Report) -> io::Result<()> {
         r.shuffle_fill_s * 1e3
     )?;
     if let Some(s) = &r.sequences {
-        writeln!(
-            out,
-            "sequences {}: padding {:.1}% of the token cells ({} of {})",
-            s.mode,
-            100.0 * s.padding_fraction,
-            s.pad_tokens,
-            s.token_cells
-        )?;
+        writeln!(out, "sequences {s}")?;
     }
     match r.peak_rss_bytes {
         Some(b) => writeln!(out, "peak RSS: {:.1} MB", b as f64 / 1e6)?,

@@ -98,13 +98,7 @@ impl BucketOptions {
 
     /// Fails (as [`Pipeline::start`] would) when the settings make no sense.
     pub fn check(&self) -> Result<(), PipelineError> {
-        match self.problem() {
-            Some(reason) => Err(PipelineError::Config {
-                operator: STAGE.to_string(),
-                reason,
-            }),
-            None => Ok(()),
-        }
+        PipelineError::config_check(STAGE, self.problem())
     }
 
     /// Why these settings make no sense, if they do not.

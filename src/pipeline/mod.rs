@@ -324,6 +324,21 @@ impl From<crate::storage::StorageError> for PipelineError {
 }
 
 impl PipelineError {
+    /// `Err(Config)` of `operator` when there is a `problem` with its
+    /// settings (as [`Pipeline::start`] would report it).
+    pub(crate) fn config_check(
+        operator: &str,
+        problem: Option<String>,
+    ) -> Result<(), PipelineError> {
+        match problem {
+            Some(reason) => Err(PipelineError::Config {
+                operator: operator.to_string(),
+                reason,
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// The error itself, under the [`Source`](Self::Source) wrappers of
     /// combined pipelines (which name the input it came from).
     pub fn innermost(&self) -> &PipelineError {

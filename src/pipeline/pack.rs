@@ -92,13 +92,7 @@ impl PackOptions {
 
     /// Fails (as [`Pipeline::start`] would) when the settings make no sense.
     pub fn check(&self) -> Result<(), PipelineError> {
-        match self.problem() {
-            Some(reason) => Err(PipelineError::Config {
-                operator: STAGE.to_string(),
-                reason,
-            }),
-            None => Ok(()),
-        }
+        PipelineError::config_check(STAGE, self.problem())
     }
 
     fn problem(&self) -> Option<String> {

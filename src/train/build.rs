@@ -7,7 +7,7 @@
 //! resumed checkpoint's weights (and, where it can, optimizer state) are
 //! loaded.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use candle_nn::VarMap;
 
@@ -30,7 +30,15 @@ impl Trainer {
         varmap: VarMap,
         optimizer: impl TrainOptimizer + Send + 'static,
     ) -> Result<Trainer, TrainError> {
-        Trainer::from_parts(config, Box::new(model), varmap, Box::new(optimizer), None)
+        let resume = read_resume(&config)?;
+        Trainer::from_parts(
+            config,
+            Box::new(model),
+            varmap,
+            Box::new(optimizer),
+            None,
+            resume,
+        )
     }
 
     /// A trainer for a built-in model with one of our optimizers: weights
@@ -50,8 +58,11 @@ impl Trainer {
         {
             tokens.vocab = Some(*vocab);
         }
-        if let Some(dir) = &config.reproducibility.resume {
-            Resume::read(dir)?.check_model(&model)?;
+        // Read once: the model is checked against it before any weights
+        // are drawn, and the same read restores them.
+        let resume = read_resume(&config)?;
+        if let Some((resume, _)) = &resume {
+            resume.check_model(&model)?;
         }
         // Weights drawn on the host and uploaded, optimizer state allocated.
         let upload = Instant::now();
@@ -62,7 +73,8 @@ impl Trainer {
         )?;
         let optim = optimizer.build(varmap.all_vars())?;
         let weights_upload_ms = upload.elapsed().as_secs_f64() * 1e3;
-        let mut trainer = Trainer::from_parts(config, Box::new(built), varmap, optim, Some(model))?;
+        let mut trainer =
+            Trainer::from_parts(config, Box::new(built), varmap, optim, Some(model), resume)?;
         trainer.device_startup.weights_upload_ms = Some(weights_upload_ms);
         Ok(trainer)
     }
@@ -73,6 +85,7 @@ impl Trainer {
         varmap: VarMap,
         optim: Box<dyn TrainOptimizer + Send>,
         builtin: Option<ModelConfig>,
+        resume: Option<(Resume, Duration)>,
     ) -> Result<Trainer, TrainError> {
         if config.length.epochs == Some(0) || config.length.steps == Some(0) {
             return Err(TrainError::config(
@@ -98,9 +111,8 @@ impl Trainer {
         };
         let mut warnings = Vec::new();
         let mut checkpoint_load = None;
-        if let Some(dir) = config.reproducibility.resume.clone() {
+        if let Some((resume, read)) = resume {
             let start = Instant::now();
-            let resume = Resume::read(&dir)?;
             let input = &mut config.input.spec;
             resume.check_input(input)?;
             warnings = resume.restore(&state.varmap, &mut state.optim)?;
@@ -116,7 +128,7 @@ impl Trainer {
                 input.standardize = meta.input.standardize.clone();
             }
             config.reproducibility.seed = resume.seed();
-            let load_ms = start.elapsed().as_secs_f64() * 1e3;
+            let load_ms = (start.elapsed() + read).as_secs_f64() * 1e3;
             checkpoint_load = Some(CheckpointLoad {
                 load_ms,
                 pipeline_warmup_ms: 0.0,
@@ -134,6 +146,17 @@ impl Trainer {
             ready_at: Instant::now(),
         })
     }
+}
+
+/// The checkpoint `config` resumes, read, and how long reading it took
+/// (part of the report's checkpoint load time).
+fn read_resume(config: &TrainConfig) -> Result<Option<(Resume, Duration)>, TrainError> {
+    let Some(dir) = &config.reproducibility.resume else {
+        return Ok(None);
+    };
+    let start = Instant::now();
+    let resume = Resume::read(dir)?;
+    Ok(Some((resume, start.elapsed())))
 }
 
 #[cfg(test)]

@@ -329,14 +329,7 @@ impl fmt::Display for TrainReport {
             writeln!(f, "skipped features: {}", join(&self.skipped_features))?;
         }
         if let Some(s) = &self.sequences {
-            writeln!(
-                f,
-                "sequences  {}: padding {:.1}% of the token cells ({} of {})",
-                s.mode,
-                100.0 * s.padding_fraction,
-                s.pad_tokens,
-                s.token_cells
-            )?;
+            writeln!(f, "sequences  {s}")?;
         }
         // `{:#}` leaves the per-epoch lines out (for callers that printed
         // them as the epochs ended).

@@ -152,6 +152,20 @@ pub struct SequenceReport {
     pub token_cells: u64,
 }
 
+/// `packed: padding 5.5% of the token cells (12 of 220)`.
+impl std::fmt::Display for SequenceReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: padding {:.1}% of the token cells ({} of {})",
+            self.mode,
+            100.0 * self.padding_fraction,
+            self.pad_tokens,
+            self.token_cells
+        )
+    }
+}
+
 impl SequenceReport {
     /// The report of `meter` under `sequences`; `None` before any token.
     pub fn new(sequences: &Sequences, meter: &PaddingMeter) -> Option<SequenceReport> {

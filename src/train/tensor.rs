@@ -390,6 +390,16 @@ pub struct Pooling {
     pub lengths: Tensor,
 }
 
+/// `t` on `device`: moved there, or as it is on the CPU.
+fn on_device(t: Tensor, device: &Device) -> Result<Tensor, TrainError> {
+    if device.is_cpu() {
+        Ok(t)
+    } else {
+        t.to_device(device)
+            .map_err(TrainError::candle("host-to-device copy"))
+    }
+}
+
 /// Converts `batch` (consumed, so its buffers can move into tensors) for the
 /// model. `index` names the batch in errors.
 pub fn batch_to_tensors(
@@ -464,14 +474,7 @@ pub fn batch_to_tensors(
         Some((ids, mask)) => (Some(ids), Some(mask)),
         None => (None, None),
     };
-    let to_device = |t: Tensor| {
-        if device.is_cpu() {
-            Ok(t)
-        } else {
-            t.to_device(device)
-                .map_err(TrainError::candle("host-to-device copy"))
-        }
-    };
+    let to_device = |t: Tensor| on_device(t, device);
     let opt = |t: Option<Tensor>| t.map(to_device).transpose();
     Ok(BatchTensors {
         features: to_device(features)?,
@@ -621,14 +624,7 @@ fn packed_to_tensors(
     let lengths: Vec<f32> = lengths.iter().map(|&n| n.max(1) as f32).collect();
     let lengths =
         Tensor::from_vec(lengths, (sequences, 1), cpu).map_err(err("sequence lengths"))?;
-    let to_device = |t: Tensor| {
-        if device.is_cpu() {
-            Ok(t)
-        } else {
-            t.to_device(device)
-                .map_err(TrainError::candle("host-to-device copy"))
-        }
-    };
+    let to_device = |t: Tensor| on_device(t, device);
     Ok(BatchTensors {
         features: to_device(features)?,
         labels: labels.map(to_device).transpose()?,
