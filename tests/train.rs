@@ -855,6 +855,13 @@ fn cli_trains_on_a_converted_csv_with_nothing_else() {
     );
     // An integer target may be a quantity: the hint names regression too.
     assert!(stderr.contains("--task regression"), "{stderr}");
+    // The label is named by its record (the first Gentoo, row 152 of the
+    // CSV), not by the shuffled batch it came in.
+    assert!(
+        stderr.contains("penguins-00000-of-00001.tfrecord: record 152 at byte "),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("batch "), "{stderr}");
 }
 
 /// A label missing from a record is an error naming its file and record,

@@ -132,15 +132,19 @@ pub enum TrainError {
         /// What is wrong.
         reason: String,
     },
-    /// A class label outside `0..classes`.
+    /// A class label outside `0..classes`, named by its record where that
+    /// is known ([`TrainData::fit`] finds it), else by batch and row.
     #[error(
-        "batch {batch}: row {row}: label {name:?} = {value} is outside 0..{classes} (the number of classes is {classes})"
+        "{}label {name:?} = {value} is outside 0..{classes} (the number of classes is {classes})",
+        label_place(*.batch, *.row, .location.as_ref())
     )]
     Label {
         /// The batch's index in the run.
         batch: u64,
         /// The row within the batch.
         row: usize,
+        /// The record: its file, index and offset.
+        location: Option<Location>,
         /// The label feature.
         name: String,
         /// The label value found.
@@ -205,6 +209,14 @@ pub enum TrainError {
     /// A thread could not be started.
     #[error("cannot start the {0} thread")]
     Spawn(&'static str, #[source] std::io::Error),
+}
+
+/// Where a bad label is: its record, else its batch and row.
+fn label_place(batch: u64, row: usize, location: Option<&Location>) -> String {
+    match location {
+        Some(at) => format!("{at}: "),
+        None => format!("batch {batch}: row {row}: "),
+    }
 }
 
 /// A training setting, as [`TrainError::Config`] names it (a front end
