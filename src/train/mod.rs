@@ -42,6 +42,7 @@ mod config;
 mod data;
 mod device;
 mod feeder;
+mod missing;
 mod model;
 mod objective;
 mod observer;
@@ -75,6 +76,7 @@ pub use choice::{ModelChoice, ModelChoiceError, ModelKind, ModelRequest, TaskKin
 pub use config::{ModelInput, Placement, Reproducibility, RunControl, RunLength, TrainConfig};
 pub use data::{DataFingerprint, FileFingerprint, LabelClasses, TrainData, UnknownLabel};
 pub use device::parse_device;
+pub use missing::MissingLabels;
 pub use model::{BuiltinModel, Model, ModelConfig, Task, seed_vars};
 pub use objective::Evaluation;
 pub use observer::{Checkpointer, Control, EarlyStopping, Monitor, Observer, RunInfo, TensorBoard};

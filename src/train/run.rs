@@ -97,6 +97,9 @@ impl TrainData {
         if self.token_feature().is_some() {
             report.sequences = super::SequenceReport::new(&self.sequences, &self.padding);
         }
+        if self.missing_labels.skips() {
+            report.skipped_unlabelled = Some(self.missing_labels.skipped());
+        }
         Ok(report)
     }
 }
