@@ -855,6 +855,13 @@ fn cli_trains_on_a_converted_csv_with_nothing_else() {
     );
     // An integer target may be a quantity: the hint names regression too.
     assert!(stderr.contains("--task regression"), "{stderr}");
+    // The label is named by its record (the first Gentoo, row 152 of the
+    // CSV), not by the shuffled batch it came in.
+    assert!(
+        stderr.contains("penguins-00000-of-00001.tfrecord: record 152 at byte "),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("batch "), "{stderr}");
 }
 
 /// A label missing from a record is an error naming its file and record,
@@ -905,6 +912,35 @@ fn a_missing_label_is_an_error_naming_file_and_record_not_a_zero() {
         "{stderr}"
     );
     assert!(stderr.contains("Miles_per_Gallon"), "{stderr}");
+    assert!(stderr.contains("--skip-missing-labels"), "{stderr}");
+
+    // Asked to, the run skips the 8 records without a label, counts them
+    // (once per epoch: the second epoch, read ahead, is not counted twice)
+    // and trains on the others.
+    let report = dir.path().join("report.json");
+    let out = assert_cmd::Command::cargo_bin("tfpipe")
+        .unwrap()
+        .arg("train")
+        .arg("--schema")
+        .arg(dir.path().join("cars.features.json"))
+        .arg("--data")
+        .arg(dir.path().join("cars-00000-of-00001.tfrecord"))
+        .args(["--label", "Miles_per_Gallon", "--task", "regression"])
+        .args(["--epochs", "2", "--skip-missing-labels", "--report-json"])
+        .arg(&report)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stdout.contains("skipped    8 training records without a label per epoch"),
+        "{stdout}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(report["skipped_unlabelled"], 8, "{report}");
+    assert_eq!(report["examples"], 2 * (406 - 8), "{report}");
 }
 
 #[test]
@@ -1826,6 +1862,7 @@ fn train_data_fit_writes_its_outputs_and_resumes_through_resume() {
         padding: Default::default(),
         weights: Vec::new(),
         partition_features: Vec::new(),
+        missing_labels: Default::default(),
     };
     let validation = TrainData {
         files: vec![d.join("valid.tfrecord").to_string_lossy().into_owned()],
@@ -1903,5 +1940,120 @@ fn cli_trains_on_a_mixture_of_sources() {
         String::from_utf8_lossy(&out.stderr).contains("--mix"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Writes `batches`' rows as Examples of `x` only, each into the
+/// `label=K/` partition of its class (Spark's `partitionBy("label")`): the
+/// label lives in the path, not in the records.
+fn write_partitioned(dir: &std::path::Path, batches: &[Batch]) {
+    use tfpipe::example::Example;
+    use tfpipe::example::proto::{Feature, Features, FloatList, feature};
+    let mut writers: Vec<_> = (0..CLASSES)
+        .map(|class| {
+            let part = dir.join(format!("label={class}"));
+            std::fs::create_dir_all(&part).unwrap();
+            let compression = if class == 1 {
+                tfpipe::Compression::Gzip
+            } else {
+                tfpipe::Compression::None
+            };
+            let name = if class == 1 {
+                "part-r-00001.gz"
+            } else {
+                "part-r-00000"
+            };
+            tfpipe::tfrecord::FileRecordWriter::create(part.join(name), compression).unwrap()
+        })
+        .collect();
+    for b in batches {
+        let (Values::Float32(x), Values::Int64(y)) = (&b.columns[0].values, &b.columns[1].values)
+        else {
+            unreachable!()
+        };
+        for r in 0..b.num_rows {
+            let mut f = std::collections::BTreeMap::new();
+            f.insert(
+                "x".to_string(),
+                Feature {
+                    kind: Some(feature::Kind::FloatList(FloatList {
+                        value: x[r * WIDTH..(r + 1) * WIDTH].to_vec(),
+                    })),
+                },
+            );
+            let example = Example {
+                features: Some(Features { feature: f }),
+            };
+            writers[y[r] as usize]
+                .write_record(&example.encode_to_vec())
+                .unwrap();
+        }
+    }
+    for w in writers {
+        w.finish().unwrap();
+    }
+}
+
+/// `train --partition-features label` on a Spark-style directory whose
+/// records hold no label: the label comes from each file's `label=K/`
+/// directory, and the model learns it (an empty GZIP part, `_SUCCESS` and a
+/// `.crc` file beside the parts are skipped).
+#[test]
+fn cli_trains_on_a_label_from_spark_partition_directories() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("out");
+    write_partitioned(&data, &dataset(6, 16, 30));
+    let test = dir.path().join("test");
+    write_partitioned(&test, &dataset(2, 16, 31));
+    // Spark's empty part: a GZIP stream of nothing (20 bytes).
+    let empty = data.join("label=2").join("part-r-00009.gz");
+    tfpipe::tfrecord::FileRecordWriter::create(&empty, tfpipe::Compression::Gzip)
+        .unwrap()
+        .finish()
+        .unwrap();
+    assert_eq!(std::fs::metadata(&empty).unwrap().len(), 20);
+    std::fs::write(data.join("_SUCCESS"), b"").unwrap();
+    std::fs::write(data.join("label=0").join(".part-r-00000.crc"), b"junk").unwrap();
+    let report_path = dir.path().join("train.json");
+    let train = |extra: &[&str]| {
+        assert_cmd::Command::cargo_bin("tfpipe")
+            .unwrap()
+            .arg("train")
+            .arg("--data")
+            .arg(&data)
+            .arg("--test-data")
+            .arg(&test)
+            .args(["--feature", "x:float32:8", "--feature", "label:int64"])
+            .args(["--label", "label", "--classes", "3", "--batch-size", "16"])
+            .args(["--epochs", "3", "--hidden", "16", "--seed", "3"])
+            .args([
+                "--optimizer",
+                "sgd",
+                "--compute-threads",
+                "1",
+                "--report-json",
+            ])
+            .arg(&report_path)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = train(&["--partition-features", "label"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&report_path).unwrap()).unwrap();
+    assert_eq!(report["examples"], 3 * 96, "{report}");
+    assert!(report["val_accuracy"].as_f64().unwrap() > 0.8, "{report}");
+    // Without the flag the records have no label: an error naming a file.
+    let out = train(&[]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("label") && stderr.contains("part-r-0000"),
+        "{stderr}"
     );
 }

@@ -18,14 +18,21 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::batch::Values;
-use crate::pipeline::{Exhausted, Parallelism, Pipeline, Rank, Record, Remainder, ShuffleOptions};
+use crate::pipeline::{
+    Exhausted, Parallelism, Pipeline, Rank, Record, Remainder, ShuffleOptions, split_by_weight,
+};
 use crate::rng::epoch_seed;
 use crate::tfrecord::ReaderOptions;
 use crate::{Batch, Schema};
 
+use super::MissingLabels;
 use super::prefetch::{BatchStream, BoxError};
 use super::sequences::{PaddingMeter, Sequences};
 use super::trainer::resume_pipeline;
+
+/// Files read at once (a shuffled run's interleave); a mixture's sources
+/// share them by weight.
+const CYCLE_LENGTH: usize = 4;
 
 /// The files, schema and batching of a training run: read (files
 /// interleaved 4 at a time, 16 records each), shuffle, batch, parse per
@@ -92,6 +99,9 @@ pub struct TrainData {
     /// Features taken from the `key=value` directories of each record's
     /// file ([`Pipeline::parse_batches_partitioned`]). By default none.
     pub partition_features: Vec<String>,
+    /// What a record without its label does: an error naming it, or
+    /// skipped and counted ([`MissingLabels::skip`]). By default an error.
+    pub missing_labels: MissingLabels,
 }
 
 impl TrainData {
@@ -116,6 +126,7 @@ impl TrainData {
             padding: PaddingMeter::default(),
             weights: Vec::new(),
             partition_features: Vec::new(),
+            missing_labels: MissingLabels::default(),
         }
     }
 
@@ -183,6 +194,7 @@ impl TrainData {
             rank: None,
             padding: PaddingMeter::default(),
             weights: Vec::new(),
+            missing_labels: self.missing_labels.fresh(),
             ..self.clone()
         }
     }
@@ -197,7 +209,7 @@ impl TrainData {
     ) -> Result<Pipeline<Record>, BoxError> {
         let interleave = self.shuffle_buffer > 0;
         let read = if self.weights.is_empty() {
-            self.source(&self.files, interleave)?
+            self.source(&self.files, interleave, CYCLE_LENGTH)?
         } else {
             if self.weights.len() != self.files.len() {
                 return Err(format!(
@@ -207,10 +219,13 @@ impl TrainData {
                 )
                 .into());
             }
+            // The sources share the files open at once, by weight.
+            let cycles = split_by_weight(CYCLE_LENGTH, &self.weights);
             let sources = self
                 .files
                 .iter()
-                .map(|files| self.source(std::slice::from_ref(files), interleave))
+                .zip(cycles)
+                .map(|(files, cycle)| self.source(std::slice::from_ref(files), interleave, cycle))
                 .collect::<Result<Vec<_>, _>>()?;
             // Seeded like the shuffle: epoch `e` of the run and a pass
             // opened for epoch `e` draw the same sequence.
@@ -228,21 +243,27 @@ impl TrainData {
         })
     }
 
-    /// The records of `patterns` (this rank's share), files interleaved or
-    /// read in order.
-    fn source(&self, patterns: &[String], interleave: bool) -> Result<Pipeline<Record>, BoxError> {
+    /// The records of `patterns` (this rank's share), `cycle` files
+    /// interleaved or read in order.
+    fn source(
+        &self,
+        patterns: &[String],
+        interleave: bool,
+        cycle: usize,
+    ) -> Result<Pipeline<Record>, BoxError> {
         let mut files = Pipeline::tfrecord_files(patterns)?.reader_options(self.reader.clone());
         if let Some(rank) = self.rank {
             files = files.rank(rank, Remainder::Drop)?;
         }
         Ok(if interleave {
-            files.interleave(4, 16)
+            files.interleave(cycle, 16)
         } else {
             files.records()
         })
     }
 
-    fn batches(&self, records: Pipeline<Record>) -> Pipeline<Batch> {
+    /// `records` batched and parsed; `epoch` is the run's epoch they start in.
+    fn batches(&self, records: Pipeline<Record>, epoch: u64) -> Pipeline<Batch> {
         let batches = records.batch(self.batch_size);
         let parsed = if self.partition_features.is_empty() {
             batches.parse_batches(self.schema.clone(), self.parallelism)
@@ -253,6 +274,9 @@ impl TrainData {
                 self.parallelism,
             )
         };
+        let parsed = self
+            .missing_labels
+            .apply(self.schema.label.as_deref(), epoch, parsed);
         let parsed = match &self.label_classes {
             Some(classes) => classes.apply(parsed),
             None => parsed,
@@ -276,7 +300,7 @@ impl TrainData {
     /// epoch), parse per batch, prefetch.
     pub fn run_pipeline(&self) -> Result<Pipeline<Batch>, BoxError> {
         let records = self.records(self.seed, true)?.repeat(None);
-        Ok(self.batches(records))
+        Ok(self.batches(records, 0))
     }
 
     /// The whole run from its start.
@@ -289,7 +313,7 @@ impl TrainData {
     /// of a run resumed without a pipeline position.
     pub fn open(&self, epoch: u64) -> Result<Box<dyn BatchStream>, BoxError> {
         let records = self.records(epoch_seed(self.seed, epoch), false)?;
-        Ok(Box::new(self.batches(records).start()?))
+        Ok(Box::new(self.batches(records, epoch).start()?))
     }
 
     /// What [`Trainer::fit`](super::Trainer::fit) calls to open each epoch's

@@ -188,7 +188,7 @@ fn resumed_stream_equals_the_uninterrupted_one() {
 }
 
 /// A random combination (`sample_from`, `concatenate`, `choose_from`,
-/// `zip`) of two or three random pipelines, itself maybe prefetched and
+/// `zip`, `zip_all`) of two or three random pipelines, itself maybe prefetched and
 /// repeated.
 fn random_mixture(rng: &mut Rng, patterns: [&str; 2], desc: &mut String) -> Pipeline<Vec<u64>> {
     let k = 2 + rng.below(2) as usize;
@@ -221,6 +221,10 @@ fn random_mixture(rng: &mut Rng, patterns: [&str; 2], desc: &mut String) -> Pipe
             let selector: Vec<usize> = (0..300).map(|_| rng.below(k as u64) as usize).collect();
             *desc += "choose_from";
             Pipeline::choose_from(inputs, Pipeline::from_vec(selector))
+        }
+        _ if k == 3 => {
+            *desc += "zip_all";
+            Pipeline::zip_all(inputs).map(|rows: Vec<Vec<u64>>| rows.concat())
         }
         _ => {
             *desc += "zip";
@@ -487,5 +491,16 @@ fn a_state_is_refused_on_another_rank() {
             }
         }
         assert!(one.start_from(&plain).is_err());
+        // A state of an earlier version, whose shares were whole files
+        // round robin, would resume on other records: refused.
+        let json = from_zero.to_json();
+        assert!(json.contains(r#""runs":true"#), "{json}");
+        let old = PipelineState::from_json(&json.replace(r#","runs":true"#, "")).unwrap();
+        match zero.start_from(&old) {
+            Err(PipelineError::State(StateError::Mismatch { reason: why, .. })) => {
+                assert!(why.contains("earlier version"), "{why}")
+            }
+            other => panic!("{:?}", other.err()),
+        }
     });
 }
