@@ -15,7 +15,11 @@
 //! - **through the record index**, when every file is uncompressed and has
 //!   one beside it (`FILE.idx`, from `tfpipe index`; see [`IndexedFiles`]):
 //!   the counts are a lookup (nothing is read to plan), and a run that
-//!   starts inside a file opens it at that record's offset;
+//!   starts inside a file opens it at that record's offset. Each file's
+//!   records are counted as they are read: a file holding other records
+//!   than its index lists (rewritten in place at the same size, which the
+//!   index's size check cannot see) ends in an error naming it, never in
+//!   an uneven share;
 //! - **else by reading and dropping** the records of that file before the
 //!   run (one file's worth at most); [`RankShare::warning`] says when a
 //!   rank drops more than it keeps. An index that exists but disagrees with
@@ -100,7 +104,7 @@ use std::sync::Arc;
 use super::state::{Sequential, StateError};
 use super::{Env, Event, Pipeline, PipelineError, Record, Stream, TfRecordFiles};
 use crate::tfrecord::{Compression, FileRecordReader, Position, ReaderOptions};
-use crate::tfrecord::{IndexError, IndexedFiles};
+use crate::tfrecord::{IndexError, IndexProblem, IndexedFiles};
 
 /// One process's place in a data-parallel job: `rank` of `world_size`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -336,6 +340,10 @@ pub(crate) struct Segment {
     /// Whether they run to the file's end (then the file is read to its
     /// end, not cut at `len`).
     to_end: bool,
+    /// Whether `len` comes from the file's record index: the records read
+    /// are then checked to be exactly `len`, so that a stale index (a file
+    /// rewritten at the same size) fails instead of unbalancing the ranks.
+    indexed: bool,
 }
 
 impl Segment {
@@ -348,6 +356,7 @@ impl Segment {
             start: None,
             len: 0,
             to_end: true,
+            indexed: false,
         }
     }
 
@@ -360,9 +369,13 @@ impl Segment {
             }
             None => Pipeline::tfrecord_file(&self.path, options.clone()),
         };
-        match self.to_end {
+        let records = match self.to_end {
             true => records,
             false => records.take(self.len),
+        };
+        match self.indexed {
+            true => expect_count(records, self.path.clone(), self.first, self.len),
+            false => records,
         }
     }
 
@@ -401,6 +414,7 @@ fn cut(base: &[Segment], indexed: Option<&IndexedFiles>, (from, to): (u64, u64))
                 start,
                 len: hi - lo,
                 to_end: s.to_end && hi == seg_end,
+                indexed: s.indexed,
             });
         }
         seg_start = seg_end;
@@ -564,6 +578,7 @@ impl TfRecordFiles {
                 start: None,
                 len,
                 to_end: true,
+                indexed: indexed.is_some(),
             })
             .collect();
         Ok((segments, indexed))
@@ -580,6 +595,52 @@ impl TfRecordFiles {
 pub(crate) fn apply(plan: &RankPlan, records: Pipeline<Record>) -> Pipeline<Record> {
     let outer = plan.outer.iter().map(|r| (r.rank, r.world_size)).collect();
     tag(records, plan.share.rank, outer)
+}
+
+/// What an `index_count` stage stores: the records passed so far.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct Passed {
+    passed: u64,
+}
+
+/// `records` (of `path` from record `first` on), which must be exactly
+/// `len`, the count the record index gave: fewer (or, read to the file's
+/// end, more) end in an error naming the file and the index.
+fn expect_count(
+    records: Pipeline<Record>,
+    path: PathBuf,
+    first: u64,
+    len: u64,
+) -> Pipeline<Record> {
+    records.then("index_count", move |env, up, _counters| {
+        let path = path.clone();
+        let mut reported = false;
+        let step = move |s: &mut Passed, up: &mut Option<Stream<Record>>| {
+            let event = up.as_mut()?.next();
+            match &event {
+                Some(Event::Item(Ok(_))) => s.passed += 1,
+                None if s.passed != len && !reported => {
+                    reported = true;
+                    let error = IndexError::Invalid {
+                        data: path.clone(),
+                        index: crate::tfrecord::index_path(&path, None),
+                        problem: IndexProblem::CountMismatch {
+                            first,
+                            indexed: len,
+                            found: s.passed,
+                        },
+                    };
+                    return Some(Event::Item(Err(PipelineError::Index {
+                        stage: "rank".to_string(),
+                        error,
+                    })));
+                }
+                _ => {}
+            }
+            event
+        };
+        Box::new(Sequential::new(env, "index_count", up, step)) as Stream<Record>
+    })
 }
 
 /// What the `rank` stage stores: whose share the state is.

@@ -110,6 +110,19 @@ pub enum IndexProblem {
         /// What is wrong.
         reason: String,
     },
+    /// The data file holds another number of records than the index
+    /// lists (rewritten in place at the same size).
+    #[error(
+        "the index lists {indexed} records from record {first} on, but the data file has {found} (stale index: rebuild it)"
+    )]
+    CountMismatch {
+        /// The first record counted.
+        first: u64,
+        /// The records the index lists from there.
+        indexed: u64,
+        /// The records read from there.
+        found: u64,
+    },
     /// The data file is compressed.
     #[error(
         "{compression}-compressed files cannot be indexed (there are no byte offsets to seek to)"

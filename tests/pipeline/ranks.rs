@@ -316,3 +316,41 @@ fn a_rank_of_a_rank_splits_that_share() {
         assert_eq!(parts, share, "rank {r}");
     }
 }
+
+/// A file rewritten at the same size keeps an index that tiles it but
+/// counts other records: the share planned from it would differ from what
+/// is read, so reading it fails, naming the file and the stale index.
+#[test]
+fn a_stale_index_of_a_same_size_file_fails_instead_of_unbalancing_the_ranks() {
+    use tfpipe::{RecordIndex, index_path};
+    let dir = tempfile::tempdir().unwrap();
+    // Two records of 8 bytes each (48 bytes framed) per file.
+    let paths = write_shards(dir.path(), 2, 2, Compression::None, index_record);
+    for p in &paths {
+        RecordIndex::build(p)
+            .unwrap()
+            .write(&index_path(p, None))
+            .unwrap();
+    }
+    // One record of 32 bytes: 48 bytes framed too.
+    let mut w = tfpipe::tfrecord::FileRecordWriter::create(&paths[0], Compression::None).unwrap();
+    w.write_record(&[7u8; 32]).unwrap();
+    w.finish().unwrap();
+    let pattern = dir.path().join("part-*.tfrecord").display().to_string();
+    let files = Pipeline::tfrecord_files([&pattern])
+        .unwrap()
+        .rank(Rank::new(0, 2).unwrap(), Remainder::Drop)
+        .unwrap();
+    assert_eq!(files.rank_share().unwrap().records, 2);
+    let error = files
+        .records()
+        .start()
+        .unwrap()
+        .find_map(Result::err)
+        .expect("an error")
+        .to_string();
+    assert!(
+        error.contains("part-0.tfrecord") && error.contains("stale index"),
+        "{error}"
+    );
+}
