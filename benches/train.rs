@@ -77,6 +77,7 @@ fn schema() -> Schema {
                 dtype: DType::Int64,
                 layout: Layout::Fixed(vec![]),
                 default: None,
+                image: None,
             },
         ],
         label: Some("label".into()),

@@ -467,6 +467,7 @@ impl FeatureStats {
             dtype,
             layout,
             default,
+            image: None,
         };
         Some(spec.to_string())
     }

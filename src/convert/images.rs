@@ -308,6 +308,7 @@ impl<'a> ImagesSource<'a> {
             dtype,
             layout: Layout::Fixed(Vec::new()),
             default: None,
+            image: None,
         };
         let mut features = match self.options.resize {
             None => vec![
@@ -319,6 +320,7 @@ impl<'a> ImagesSource<'a> {
                 dtype: DType::Uint8,
                 layout: Layout::Fixed(vec![h as usize, w as usize, 3]),
                 default: None,
+                image: None,
             }],
         };
         features.push(scalar("image/height", DType::Int64));
