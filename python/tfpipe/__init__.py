@@ -178,9 +178,11 @@ class Dataset:
 
         With no arguments, reads torchrun's (``RANK``, ``WORLD_SIZE``) or
         Slurm's (``SLURM_PROCID``, ``SLURM_NTASKS``) variables as the
-        ``tfpipe`` CLI does; outside a launcher it reads everything. Shares
-        whole files when there are at least as many files as ranks, else
-        records. Call it right after `tfrecord` (or `global_shuffle`).
+        ``tfpipe`` CLI does; outside a launcher it reads everything. The
+        files in order are cut into consecutive runs of records, one per
+        rank (whole files, and part of a file where a cut falls inside it),
+        so at most ``world_size - 1`` records are dropped per epoch. Call it
+        right after `tfrecord` (or `global_shuffle`).
         """
         if (rank is None) != (world_size is None):
             raise ValueError("rank(): give both rank and world_size, or neither (to read the launcher's variables)")
@@ -410,7 +412,7 @@ def parse_examples(records: Sequence[bytes], schema: Union[Schema, Sequence[str]
 def index(paths: Union[PathLike, Iterable[PathLike]]) -> List[str]:
     """Writes a record index (``FILE.idx``, tfrecord2idx's format) beside each
     file (paths or globs) and returns their paths; `Dataset.global_shuffle`
-    and ``rank`` by record use them."""
+    and ``rank`` (a share starting inside a file) use them."""
     if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__"):
         paths = [paths]
     return [str(p) for p in _tfpipe.index([_os.fsdecode(_os.fspath(p)) for p in paths])]  # type: ignore[arg-type]

@@ -151,16 +151,17 @@ pub fn share(
     let files = files.rank(rank, remainder)?;
     if let (true, Some(share)) = (report, files.rank_share()) {
         let by = match share.by {
-            ShareBy::File => "by file",
-            ShareBy::Record => "by record",
+            ShareBy::File => "whole files",
+            ShareBy::Record => "a file split by record",
         };
         eprintln!(
-            "tfpipe: rank {} of {}: {} of {} records per epoch ({by}; {} dropped on this rank, as DistributedSampler's drop_last)",
+            "tfpipe: rank {} of {}: {} of {} records per epoch ({by}; {} dropped on this rank, {} per epoch over all ranks, as DistributedSampler's drop_last)",
             rank.rank(),
             rank.world_size(),
             share.records,
             share.total_records,
-            share.dropped
+            share.dropped,
+            share.dropped_total
         );
         if let Some(warning) = &share.warning {
             eprintln!("tfpipe: warning: {warning}");

@@ -5,44 +5,37 @@
 //! per epoch*, so that collective training (an all-reduce per step) never
 //! waits forever on a rank that ran out of data:
 //!
-//! - **By file** when there are at least as many files as ranks: rank `r`
-//!   reads files `r, r + w, r + 2w, ...` (as [`TfRecordFiles::shard`]).
-//! - **By record** otherwise: every rank reads every file in the same
-//!   deterministic order and keeps records `r, r + w, ...` of that stream.
-//!   Every rank then reads all the data to use `1/w` of it: a
-//!   [`RankShare::warning`] says so.
-//! - **By record through the index**, when every file is uncompressed and
-//!   has a record index beside it (`FILE.idx`, from `tfpipe index`; see
-//!   [`IndexedFiles`]): rank `r` keeps global records `r, r + w, ...` of the
-//!   files in order ([`IndexedFiles::shard_records`]) and reads only those,
-//!   by position, each checked against the index (a stale index fails at the
-//!   first record it misplaces, with its location). The counts come from the
-//!   indexes, so nothing is read to plan the share. The order within the
-//!   share is file order, not the interleave's (the interleave settings do
-//!   not apply), and a state taken this way restores only into a pipeline
-//!   that finds the same indexes. An index that exists but disagrees with
-//!   its file (wrong size, malformed) is not used: the warning says so and
-//!   the share is planned and read as without one.
+//! The files in order are one run of `n` records, cut into `w` consecutive
+//! runs: rank `r`'s run starts at record `r * (n / w) + min(r, n % w)` and
+//! is `n / w` records long, one more for the first `n % w` ranks. A file
+//! inside a run is read whole, as a file of its own in the interleave; a
+//! file that a cut falls in is read in part by the two ranks it is cut
+//! between ([`ShareBy::Record`]):
 //!
-//! The counts per rank differ (files differ in size; `n` records do not
-//! split evenly), so with [`Remainder::Drop`] every rank stops after the
-//! smallest share's count, like PyTorch's `DistributedSampler(drop_last=True)`:
-//! the shares are disjoint, equal, and together cover every record except
-//! the dropped tail of the larger shares (the last records of each share in
-//! reading order, the same ones each epoch: shuffle after this stage mixes
-//! the rest, not the choice of what is dropped). [`RankShare::dropped`] says
-//! how many, and the warning names them when they are more than the
-//! unavoidable `< world_size` of an uneven split. [`Remainder::Keep`] keeps
-//! every record (shares then differ in size): for prediction, where no rank
+//! - **through the record index**, when every file is uncompressed and has
+//!   one beside it (`FILE.idx`, from `tfpipe index`; see [`IndexedFiles`]):
+//!   the counts are a lookup (nothing is read to plan), and a run that
+//!   starts inside a file opens it at that record's offset;
+//! - **else by reading and dropping** the records of that file before the
+//!   run (one file's worth at most); [`RankShare::warning`] says when a
+//!   rank drops more than it keeps. An index that exists but disagrees with
+//!   its file (wrong size, malformed) is not used: the warning says so.
+//!
+//! So a rank reads its own records and at most part of one more file,
+//! whatever the number of files (one file for eight ranks, or eight files
+//! for three). With [`Remainder::Drop`] every rank stops after `n / w`
+//! records, like PyTorch's `DistributedSampler(drop_last=True)`: the shares
+//! are disjoint, equal, and together cover every record but the last record
+//! of each of the first `n % w` runs, fewer than `w` records per epoch (the
+//! same ones each epoch: a shuffle after this stage mixes the rest, not the
+//! choice of what is dropped). [`RankShare::dropped`] and
+//! [`RankShare::dropped_total`] say how many. [`Remainder::Keep`] keeps
+//! every record (shares then differ by one): for prediction, where no rank
 //! waits for another.
 //!
-//! Equal counts need the counts: `rank` reads the framing of every file once
-//! (all of them, on every rank: the counts of the other ranks' shares decide
-//! this one's), except for a by-record share through the index, where they
-//! are a lookup. A by-file share counts by reading even when indexes exist:
-//! its records are then read without the index, so a stale index of a
-//! same-size file would go unnoticed and miscount, and a miscounted share
-//! would leave the ranks uneven.
+//! Equal counts need the counts: without indexes, `rank` reads the framing
+//! of every file once (all of them, on every rank: where the cuts fall
+//! depends on every file's count).
 //!
 //! # Launchers
 //!
@@ -73,10 +66,8 @@
 //!    number of records per epoch, hence (same batch size) the same number
 //!    of steps, so every rank reaches every all-reduce. An uneven share
 //!    would leave the others blocked in NCCL forever. The dropped records
-//!    are the tail of the larger shares (at most `W - 1` records per epoch
-//!    for a by-record share; for a by-file share, the difference between
-//!    the largest and the smallest share, which [`RankShare::warning`]
-//!    reports).
+//!    are the last record of the longer runs, at most `W - 1` records per
+//!    epoch.
 //! 4. **Gradient all-reduce.** Rank 0 creates an NCCL `Id` (`cudarc::nccl::Id::new`)
 //!    and hands its 128 bytes to the others out of band (a file on shared
 //!    storage, or the launcher's rendezvous); each process builds its
@@ -108,7 +99,7 @@ use std::sync::Arc;
 
 use super::state::{Sequential, StateError};
 use super::{Env, Event, Pipeline, PipelineError, Record, Stream, TfRecordFiles};
-use crate::tfrecord::{Compression, FileRecordReader, ReaderOptions};
+use crate::tfrecord::{Compression, FileRecordReader, Position, ReaderOptions};
 use crate::tfrecord::{IndexError, IndexedFiles};
 
 /// One process's place in a data-parallel job: `rank` of `world_size`.
@@ -285,12 +276,13 @@ pub enum Remainder {
     Keep,
 }
 
-/// How the data is split between ranks.
+/// How this rank's share cuts the files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ShareBy {
-    /// Whole files per rank.
+    /// Whole files only.
     File,
-    /// Every `world_size`-th record of the whole stream.
+    /// At least one file read in part (a cut between two ranks' runs falls
+    /// inside it).
     Record,
 }
 
@@ -317,24 +309,111 @@ pub struct RankShare {
 #[derive(Debug, Clone)]
 pub(crate) struct RankPlan {
     pub(crate) share: RankShare,
-    /// Every file, in order (for by-record shares).
-    pub(crate) all_paths: Vec<PathBuf>,
-    /// For a by-record share of files that all have a record index: the
-    /// files with their indexes, read by position (this rank's records only).
-    pub(crate) indexed: Option<IndexedFiles>,
+    /// This rank's run of records, file by file, in order.
+    pub(crate) segments: Vec<Segment>,
 }
 
-/// Reads in flight for a by-record share read through the index.
-const INDEXED_READ_AHEAD: usize = 64;
+/// The part of one file a share reads: `take` records from record `first`
+/// on (`None`: to the file's end).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Segment {
+    pub(crate) path: PathBuf,
+    /// The first record of the share in this file.
+    pub(crate) first: u64,
+    /// Where record `first` starts, from the record index; `None` when the
+    /// records before it are read and dropped.
+    pub(crate) start: Option<Position>,
+    /// Records to read; `None` for the rest of the file.
+    pub(crate) take: Option<u64>,
+}
+
+impl Segment {
+    /// All of `path`.
+    pub(crate) fn whole_file(path: PathBuf) -> Segment {
+        Segment {
+            path,
+            first: 0,
+            start: None,
+            take: None,
+        }
+    }
+
+    /// This segment's records.
+    pub(crate) fn records(&self, options: &ReaderOptions) -> Pipeline<Record> {
+        let records = match self.start {
+            Some(start) => Pipeline::tfrecord_file_at(&self.path, options.clone(), start),
+            None if self.first > 0 => {
+                Pipeline::tfrecord_file(&self.path, options.clone()).skip(self.first)
+            }
+            None => Pipeline::tfrecord_file(&self.path, options.clone()),
+        };
+        match self.take {
+            Some(n) => records.take(n),
+            None => records,
+        }
+    }
+
+    /// Whether the segment is a whole file.
+    fn whole(&self) -> bool {
+        self.first == 0 && self.take.is_none()
+    }
+}
+
+/// The run of records `[from, to)` of the files in order (`counts[f]`
+/// records in file `f`), as one segment per file it touches. A file wholly
+/// inside the run is read to its end; its first and last file may be read
+/// in part.
+fn segments(
+    paths: &[PathBuf],
+    counts: &[u64],
+    indexed: Option<&IndexedFiles>,
+    (from, to): (u64, u64),
+) -> Vec<Segment> {
+    let mut out = Vec::new();
+    let mut file_start = 0u64;
+    for (f, (path, &count)) in paths.iter().zip(counts).enumerate() {
+        let file_end = file_start + count;
+        let (lo, hi) = (from.max(file_start), to.min(file_end));
+        if lo < hi {
+            let first = lo - file_start;
+            let start = match indexed.and_then(|i| i.index(f)).and_then(|i| i.get(first)) {
+                Some((offset, _)) if first > 0 => Some(Position {
+                    record: first,
+                    offset,
+                }),
+                _ => None,
+            };
+            out.push(Segment {
+                path: path.clone(),
+                first,
+                start,
+                take: (hi < file_end).then_some(hi - lo),
+            });
+        }
+        file_start = file_end;
+    }
+    out
+}
+
+/// The first record of rank `k`'s run when `total` records split into
+/// `w` runs of `total / w`, the first `total % w` runs one longer.
+fn run_start(k: u64, total: u64, w: u64) -> u64 {
+    k * (total / w) + k.min(total % w)
+}
 
 impl TfRecordFiles {
-    /// Reads only this rank's share of the records: by file when there are
-    /// at least as many files as ranks, else by record; with
-    /// [`Remainder::Drop`] every rank reads the same number of records per
-    /// epoch (see the [module docs](crate::pipeline::rank)). Reads the
-    /// framing of every file once, now, to count records (with the reader
-    /// options set so far: set [`reader_options`](Self::reader_options)
-    /// first), and fails on a file that cannot be read.
+    /// Reads only this rank's share of the records: the files in order are
+    /// one run of records, cut into `world_size` consecutive runs whose
+    /// lengths differ by at most one; a file inside a run is read whole, a
+    /// file a cut falls in is read in part (from its record index where one
+    /// is beside it, else by reading and dropping the records before the
+    /// share). With [`Remainder::Drop`] every rank reads the same number of
+    /// records per epoch, and fewer than `world_size` are dropped (see the
+    /// [module docs](crate::pipeline::rank)). Reads the framing of every
+    /// file once, now, to count records, unless every file has a record
+    /// index (with the reader options set so far: set
+    /// [`reader_options`](Self::reader_options) first), and fails on a file
+    /// that cannot be read.
     ///
     /// Under a launcher (`RANK`/`WORLD_SIZE` set), this process's share; a
     /// single process reads everything (and counts nothing):
@@ -352,7 +431,8 @@ impl TfRecordFiles {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
-    /// Two ranks of a job, by file, with the same count each:
+    /// Two ranks of a job over three files of 3, 3 and 2 records: 4 records
+    /// each, the second file split between them:
     ///
     /// ```
     /// use tfpipe::pipeline::{Pipeline, Rank, Remainder, ShareBy};
@@ -366,12 +446,11 @@ impl TfRecordFiles {
     /// let pattern = dir.path().join("part-*").display().to_string();
     /// let share = |r| -> Result<Vec<u8>, Box<dyn std::error::Error>> {
     ///     let files = Pipeline::tfrecord_files([&pattern])?.rank(Rank::new(r, 2)?, Remainder::Drop)?;
-    ///     assert_eq!(files.rank_share().map(|s| s.by), Some(ShareBy::File));
+    ///     assert_eq!(files.rank_share().map(|s| s.by), Some(ShareBy::Record));
     ///     Ok(files.records().start()?.map(|r| r.map(|r| r[0])).collect::<Result<_, _>>()?)
     /// };
-    /// // Rank 0 reads files 0 and 2 (5 records), rank 1 file 1 (3): both stop at 3.
-    /// assert_eq!(share(0)?, [0, 1, 2]);
-    /// assert_eq!(share(1)?, [10, 11, 12]);
+    /// assert_eq!(share(0)?, [0, 1, 2, 10]);
+    /// assert_eq!(share(1)?, [11, 12, 20, 21]);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn rank(
@@ -379,18 +458,13 @@ impl TfRecordFiles {
         rank: Rank,
         remainder: Remainder,
     ) -> Result<TfRecordFiles, PipelineError> {
-        let (r, w) = (rank.rank, rank.world_size);
-        let files = self.paths.len();
+        let (r, w) = (rank.rank as u64, rank.world_size as u64);
         let mut warnings = Vec::new();
-        // By record, an index (beside every file) makes the share exact
-        // without reading the other ranks' records, and the counts a lookup.
-        let indexed = if files < w {
-            open_indexes(&self.paths, &self.options, &mut warnings)
-        } else {
-            None
-        };
+        // An index beside every file makes the counts a lookup and lets a
+        // share start inside a file without reading what comes before.
+        let indexed = open_indexes(&self.paths, &self.options, &mut warnings);
         let counts = match &indexed {
-            Some(indexed) => (0..files)
+            Some(indexed) => (0..self.paths.len())
                 .map(|f| indexed.index(f).map_or(0, |i| i.len()))
                 .collect(),
             None => self
@@ -400,47 +474,34 @@ impl TfRecordFiles {
                 .collect::<Result<Vec<u64>, PipelineError>>()?,
         };
         let total: u64 = counts.iter().sum();
-        let (by, shares): (ShareBy, Vec<u64>) = if files >= w {
-            let shares = (0..w)
-                .map(|k| counts.iter().skip(k).step_by(w).sum())
-                .collect();
-            (ShareBy::File, shares)
-        } else {
-            let shares = (0..w as u64)
-                .map(|k| (total + (w as u64 - 1 - k)) / w as u64)
-                .collect();
-            (ShareBy::Record, shares)
-        };
-        let smallest = shares.iter().copied().min().unwrap_or(0);
-        let mine = shares[r];
+        let (smallest, extra) = (total / w, total % w);
+        let from = run_start(r, total, w);
+        let mine = run_start(r + 1, total, w) - from;
         let (records, dropped, dropped_total) = match remainder {
-            Remainder::Drop => (
-                smallest,
-                mine - smallest,
-                shares.iter().map(|s| s - smallest).sum(),
-            ),
+            Remainder::Drop => (smallest, mine - smallest, extra),
             Remainder::Keep => (mine, 0, 0),
         };
-        if by == ShareBy::Record && indexed.is_none() {
+        let segments = segments(
+            &self.paths,
+            &counts,
+            indexed.as_ref(),
+            (from, from + records),
+        );
+        let by = if segments.iter().all(Segment::whole) {
+            ShareBy::File
+        } else {
+            ShareBy::Record
+        };
+        let discarded: u64 = segments
+            .iter()
+            .filter(|s| s.start.is_none())
+            .map(|s| s.first)
+            .sum();
+        if discarded > records {
             warnings.push(format!(
-                "{files} file(s) for {w} ranks: sharding by record, so every rank reads all \
-                 {total} records to keep 1/{w} of them; give at least {w} files to shard by file"
-            ));
-        }
-        if dropped_total >= w as u64 {
-            // By file, the cure is in the file list; by record it cannot happen.
-            let cure = match by {
-                ShareBy::File => format!(
-                    "; files whose count is a multiple of {w} and of similar sizes drop less"
-                ),
-                ShareBy::Record => String::new(),
-            };
-            warnings.push(format!(
-                "the ranks' shares are uneven ({} to {} records): {dropped_total} records per \
-                 epoch are dropped so that every rank reads {smallest} ({dropped} of this \
-                 rank's){cure}",
-                smallest,
-                shares.iter().copied().max().unwrap_or(0)
+                "{} file(s) for {w} ranks: this rank reads and drops {discarded} records to reach \
+                 its share of {records} (a record index beside each file lets it start there)",
+                self.paths.len()
             ));
         }
         let share = RankShare {
@@ -452,15 +513,8 @@ impl TfRecordFiles {
             dropped_total,
             warning: (!warnings.is_empty()).then(|| warnings.join("; ")),
         };
-        let all_paths = self.paths.clone();
-        if by == ShareBy::File {
-            self.paths = self.paths.into_iter().skip(r).step_by(w).collect();
-        }
-        self.rank = Some(RankPlan {
-            share,
-            all_paths,
-            indexed,
-        });
+        self.paths = segments.iter().map(|s| s.path.clone()).collect();
+        self.rank = Some(RankPlan { share, segments });
         Ok(self)
     }
 
@@ -470,39 +524,10 @@ impl TfRecordFiles {
     }
 }
 
-/// This rank's records of a by-record share read through the index:
-/// global records `rank`, `rank + world_size`, ... (files in order), each
-/// read by position and checked against the index.
-pub(crate) fn indexed_share(plan: &RankPlan, indexed: &IndexedFiles) -> Pipeline<Record> {
-    let rank = plan.share.rank;
-    let positions = indexed
-        .shard_records(rank.world_size as u64, rank.rank as u64)
-        .unwrap_or_default();
-    let records = indexed.records(positions, INDEXED_READ_AHEAD);
-    finish(plan, records)
-}
-
-/// Applies a rank plan to the records of the files (`records` reads the
-/// rank's files for a by-file share, every file for a by-record one), and
-/// ends with a stage `rank` that names the rank in the pipeline's state.
+/// Tags a rank's records with a stage `rank` that names the rank in the
+/// pipeline's state.
 pub(crate) fn apply(plan: &RankPlan, records: Pipeline<Record>) -> Pipeline<Record> {
-    let share = &plan.share;
-    let records = match share.by {
-        ShareBy::File => records,
-        ShareBy::Record => records.shard(share.rank.world_size, share.rank.rank),
-    };
-    finish(plan, records)
-}
-
-/// The equalising `take` and the `rank` tag, after the share is selected.
-fn finish(plan: &RankPlan, records: Pipeline<Record>) -> Pipeline<Record> {
-    let share = &plan.share;
-    let records = if share.dropped > 0 {
-        records.take(share.records)
-    } else {
-        records
-    };
-    tag(records, share.rank)
+    tag(records, plan.share.rank)
 }
 
 /// What the `rank` stage stores: whose share the state is.
@@ -510,6 +535,11 @@ fn finish(plan: &RankPlan, records: Pipeline<Record>) -> Pipeline<Record> {
 struct RankTag {
     rank: usize,
     world_size: usize,
+    /// Whether the shares are consecutive runs of records; states of
+    /// earlier versions, which shared whole files round robin, lack it and
+    /// would resume on other records.
+    #[serde(default)]
+    runs: bool,
 }
 
 /// A pass-through stage whose state says which rank it was taken on, so
@@ -521,6 +551,7 @@ fn tag(records: Pipeline<Record>, rank: Rank) -> Pipeline<Record> {
     let expected = move || RankTag {
         rank: rank.rank,
         world_size: rank.world_size,
+        runs: true,
     };
     let tagged = records.then("rank", move |env, up, counters| {
         let step = move |_: &mut RankTag, up: &mut Option<Stream<Record>>| {
@@ -540,14 +571,18 @@ fn tag(records: Pipeline<Record>, rank: Rank) -> Pipeline<Record> {
             if let Some(Ok(found)) = saved.map(|s| s.data::<RankTag>("rank"))
                 && found != expected()
             {
-                env.restore_failed(StateError::mismatch(
-                    "rank",
+                let reason = if found.runs {
                     format!(
                         "the state was taken on rank {} of {}, this pipeline reads the share of \
                          rank {} of {}",
                         found.rank, found.world_size, rank.rank, rank.world_size
-                    ),
-                ));
+                    )
+                } else {
+                    "the state was taken by an earlier version, which shared whole files among \
+                     the ranks; shares are now runs of records"
+                        .to_string()
+                };
+                env.restore_failed(StateError::mismatch("rank", reason));
             }
             inner(env)
         }),

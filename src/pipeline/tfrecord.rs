@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::rank::{self, RankPlan, ShareBy};
+use super::rank::{self, RankPlan, Segment};
 use super::record::{FileId, RecordPosition};
 use super::state::{self, StageState, StageStream, StateError};
 use super::{
@@ -54,16 +54,32 @@ impl Pipeline<Record> {
 
     /// The records of one file, read lazily on first pull.
     pub fn tfrecord_file(path: impl Into<PathBuf>, options: ReaderOptions) -> Pipeline<Record> {
+        Pipeline::tfrecord_file_at(path, options, Position::default())
+    }
+
+    /// The records of one file from `start` on (a record's frame, as a
+    /// record index gives it), read lazily on first pull. A restored state
+    /// takes precedence: it is a position past `start`.
+    pub(crate) fn tfrecord_file_at(
+        path: impl Into<PathBuf>,
+        options: ReaderOptions,
+        start: Position,
+    ) -> Pipeline<Record> {
         let path: Arc<Path> = Arc::from(path.into());
+        let fresh = FileState {
+            record: start.record,
+            offset: start.offset,
+            done: false,
+        };
         Pipeline::from_build(move |env: &Env| {
             let counters = env.stage(0, "tfrecord");
             let resumed = match env.resume_state().map(|s| s.data::<FileState>("tfrecord")) {
                 Some(Ok(state)) => state,
                 Some(Err(error)) => {
                     env.restore_failed(error);
-                    FileState::default()
+                    fresh.clone()
                 }
-                None => FileState::default(),
+                None => fresh.clone(),
             };
             Box::new(FileStream {
                 path: Arc::clone(&path),
@@ -132,36 +148,21 @@ impl TfRecordFiles {
 
     /// Reads the files with these interleave settings.
     ///
-    /// After [`rank`](Self::rank), the records are this rank's share; a
-    /// share by record forces `deterministic` (every rank must see the same
-    /// order to keep disjoint records).
-    pub fn interleave_with(self, mut options: Interleave) -> Pipeline<Record> {
+    /// After [`rank`](Self::rank), the records are this rank's share: its
+    /// files, the first and last possibly in part.
+    pub fn interleave_with(self, options: Interleave) -> Pipeline<Record> {
         let reader = self.options;
         let error = self.error;
         let origin = self.paths.first().cloned();
-        if let Some(plan) = &self.rank
-            && let Some(indexed) = &plan.indexed
-        {
-            return rank::indexed_share(plan, indexed)
-                .invalid_if(error.is_some(), "tfrecord_files", || {
-                    error.clone().unwrap_or_default()
-                })
-                .with_origin(origin.as_deref());
-        }
-        let paths = match &self.rank {
-            Some(plan) if plan.share.by == ShareBy::Record => {
-                options.deterministic = true;
-                plan.all_paths.clone()
-            }
-            _ => self.paths,
+        let segments = match &self.rank {
+            Some(plan) => plan.segments.clone(),
+            None => self.paths.into_iter().map(Segment::whole_file).collect(),
         };
-        let records = Pipeline::from_vec(paths)
+        let records = Pipeline::from_vec(segments)
             .invalid_if(error.is_some(), "tfrecord_files", || {
                 error.clone().unwrap_or_default()
             })
-            .interleave(options, move |path| {
-                Pipeline::tfrecord_file(path, reader.clone())
-            })
+            .interleave(options, move |segment| segment.records(&reader))
             .with_origin(origin.as_deref());
         match &self.rank {
             Some(plan) => rank::apply(plan, records),
@@ -303,7 +304,7 @@ impl Iterator for FileStream {
 }
 
 /// A file source's state: where the next record starts, or that it is done.
-#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 struct FileState {
     record: u64,
     offset: u64,

@@ -25,7 +25,7 @@ fn share(pattern: &str, rank: usize, world: usize, remainder: Remainder) -> (Vec
 }
 
 #[test]
-fn shares_are_disjoint_equal_and_cover_by_file_and_by_record() {
+fn shares_are_disjoint_equal_and_drop_less_than_one_record_per_rank() {
     let dir = tempfile::tempdir().unwrap();
     // 5 files of 11 records (55 records).
     write_shards(dir.path(), 5, 11, Compression::None, index_record);
@@ -36,9 +36,11 @@ fn shares_are_disjoint_equal_and_cover_by_file_and_by_record() {
         let mut dropped = 0;
         for rank in 0..world {
             let (got, by) = share(&pattern, rank, world, Remainder::Drop);
+            // Runs of 55 / world records fall on file bounds for 1 and 5 only.
+            let whole = world == 1 || world == 5;
             assert_eq!(
                 by,
-                if world <= 5 {
+                if whole {
                     ShareBy::File
                 } else {
                     ShareBy::Record
@@ -59,11 +61,10 @@ fn shares_are_disjoint_equal_and_cover_by_file_and_by_record() {
         }
         // Every rank the same count, so the same number of steps.
         assert!(counts.iter().all(|&c| c == counts[0]), "{counts:?}");
-        // Nothing lost but the remainder that equal counts require.
+        // Nothing lost but the remainder that equal counts require, fewer
+        // than one record per rank (by file, 2 ranks dropped 11).
         assert_eq!(seen.len() as u64 + dropped, 55, "world {world}");
-        if world > 5 {
-            assert!(dropped < world as u64);
-        }
+        assert_eq!(dropped, 55 % world as u64, "world {world}");
         // Keep: every record exactly once.
         let mut all = BTreeSet::new();
         for rank in 0..world {
@@ -84,7 +85,8 @@ fn uneven_files_warn_and_bad_ranks_fail() {
     w.write_record(&index_record(100)).unwrap();
     w.finish().unwrap();
     let pattern = dir.path().join("part-*").display().to_string();
-    // Files 0 and 9 go to rank 0 (11 records), file 1 to rank 1 (10).
+    // 21 records: rank 0 reads file 0 (10 records; its run of 11 would
+    // take file 1's first), rank 1 the rest of file 1 and file 9.
     let files = Pipeline::tfrecord_files([&pattern])
         .unwrap()
         .rank(Rank::new(0, 2).unwrap(), Remainder::Drop)
@@ -92,28 +94,29 @@ fn uneven_files_warn_and_bad_ranks_fail() {
     let s = files.rank_share().unwrap();
     assert_eq!((s.records, s.dropped, s.dropped_total), (10, 1, 1));
     assert!(s.warning.is_none(), "{:?}", s.warning);
-    // One file for two ranks: by record, with a warning.
+    // One file for four ranks, no index: rank 3 reads and drops 8 records
+    // to keep 2, with a warning.
     let one = dir.path().join("part-0.tfrecord").display().to_string();
-    let files = Pipeline::tfrecord_files([one])
+    let files = Pipeline::tfrecord_files([&one])
         .unwrap()
-        .rank(Rank::new(1, 2).unwrap(), Remainder::Drop)
+        .rank(Rank::new(3, 4).unwrap(), Remainder::Drop)
         .unwrap();
-    assert!(
-        files
-            .rank_share()
-            .unwrap()
-            .warning
-            .as_deref()
-            .unwrap()
-            .contains("by record")
-    );
+    let warning = files.rank_share().unwrap().warning.clone().unwrap();
+    assert!(warning.contains("reads and drops 8 records"), "{warning}");
+    let got: Vec<u64> = files
+        .records()
+        .start()
+        .unwrap()
+        .map(|r| record_index(&r.unwrap()))
+        .collect();
+    assert_eq!(got, [8, 9]);
     assert!(Rank::new(2, 2).is_err());
 }
 
 /// A run's pipeline per rank (share, interleave, shuffle, repeat, batch):
 /// in every epoch the ranks' records are disjoint, every rank runs the same
 /// number of steps, and together they cover the data but the documented
-/// drop, by file (4 files, 3 ranks: uneven) and by record (4 files, 6 ranks).
+/// drop of fewer than one record per rank (4 files for 3 and for 6 ranks).
 #[test]
 fn every_epoch_the_ranks_split_the_data_and_step_together() {
     use tfpipe::pipeline::Event;
@@ -175,17 +178,47 @@ fn every_epoch_the_ranks_split_the_data_and_step_together() {
                 }
             }
             assert_eq!(seen.len() as u64 + dropped, 42, "world {world}");
+            assert!(dropped < world as u64, "world {world}: {dropped}");
         }
         // The shuffle differs by epoch (the seed schedule carries on).
         assert_ne!(per_rank[0][0].0, per_rank[0][1].0);
     }
 }
 
+/// 8 files for 3 ranks (the case): by file, rank 2 read 2 files
+/// and a quarter of the data was never trained on; now every rank reads 26
+/// of the 80 records, 2 dropped per epoch.
 #[test]
-fn by_record_with_an_index_each_rank_reads_only_its_own_records() {
+fn files_that_do_not_divide_among_the_ranks_are_split_by_record() {
+    let dir = tempfile::tempdir().unwrap();
+    write_shards(dir.path(), 8, 10, Compression::None, index_record);
+    let pattern = dir.path().join("part-*").display().to_string();
+    let mut seen = BTreeSet::new();
+    for rank in 0..3 {
+        let files = Pipeline::tfrecord_files([&pattern])
+            .unwrap()
+            .rank(Rank::new(rank, 3).unwrap(), Remainder::Drop)
+            .unwrap();
+        let s = files.rank_share().unwrap().clone();
+        assert_eq!((s.records, s.dropped_total), (26, 2), "rank {rank}");
+        assert!(s.warning.is_none(), "{:?}", s.warning);
+        let got: Vec<u64> = files
+            .interleave(3, 2)
+            .start()
+            .unwrap()
+            .map(|r| record_index(&r.unwrap()))
+            .collect();
+        assert_eq!(got.len(), 26);
+        seen.extend(got);
+    }
+    assert_eq!(seen.len(), 78);
+}
+
+#[test]
+fn with_an_index_a_share_starts_inside_a_file_without_reading_before_it() {
     use tfpipe::{RecordIndex, index_path};
     let dir = tempfile::tempdir().unwrap();
-    // 2 files of 11 records for 4 ranks: by record.
+    // 2 files of 11 records for 4 ranks: runs 0..5, 6..11, 12..17, 17..22.
     let paths = write_shards(dir.path(), 2, 11, Compression::None, index_record);
     for p in &paths {
         RecordIndex::build(p)
@@ -195,8 +228,19 @@ fn by_record_with_an_index_each_rank_reads_only_its_own_records() {
     }
     let pattern = dir.path().join("part-*.tfrecord").display().to_string();
     let world = 4;
-    let mut seen = BTreeSet::new();
-    for rank in 0..world {
+    let starts = [0u64, 6, 12, 17];
+    let read = |rank| {
+        Pipeline::tfrecord_files([&pattern])
+            .unwrap()
+            .rank(Rank::new(rank, world).unwrap(), Remainder::Drop)
+            .unwrap()
+            .interleave(2, 3)
+            .start()
+            .unwrap()
+            .map(|r| r.map(|r| record_index(&r)))
+            .collect::<Result<Vec<u64>, _>>()
+    };
+    for (rank, &start) in starts.iter().enumerate() {
         let files = Pipeline::tfrecord_files([&pattern])
             .unwrap()
             .rank(Rank::new(rank, world).unwrap(), Remainder::Drop)
@@ -204,44 +248,22 @@ fn by_record_with_an_index_each_rank_reads_only_its_own_records() {
         let s = files.rank_share().unwrap().clone();
         assert_eq!(s.by, ShareBy::Record);
         assert_eq!((s.records, s.total_records, s.dropped_total), (5, 22, 2));
-        // Through the index nobody reads everything, so no warning says so.
         assert!(s.warning.is_none(), "{:?}", s.warning);
-        let got: Vec<u64> = files
-            .interleave(2, 3)
-            .start()
-            .unwrap()
-            .map(|r| record_index(&r.unwrap()))
-            .collect();
-        // Global records rank, rank + 4, ... (files in order), 5 of them.
-        let expected: Vec<u64> = (rank as u64..22).step_by(world).take(5).collect();
-        assert_eq!(got, expected, "rank {rank}");
-        for i in got {
-            assert!(seen.insert(i), "record {i} in two shares");
-        }
+        let expected: Vec<u64> = (start..start + 5).collect();
+        assert_eq!(read(rank).unwrap(), expected, "rank {rank}");
     }
-    assert_eq!(seen.len(), 20);
 
-    // Corrupt record 13 (rank 1's, in file 1): rank 0 never reads it, so its
-    // share still reads cleanly; rank 1 fails at it, located.
+    // Corrupt record 2 of file 1 (global 13, in rank 2's run): rank 3
+    // starts at file 1's record 6 by its offset, so it never reads the bad
+    // record and its share reads cleanly; rank 2 fails at it, located.
     let index = RecordIndex::build(&paths[1]).unwrap();
     let (offset, _) = index.get(2).unwrap();
     let original = std::fs::read(&paths[1]).unwrap();
     let mut bytes = original.clone();
     bytes[offset as usize + 12] ^= 0xff;
     std::fs::write(&paths[1], &bytes).unwrap();
-    let read = |rank| {
-        Pipeline::tfrecord_files([&pattern])
-            .unwrap()
-            .rank(Rank::new(rank, world).unwrap(), Remainder::Drop)
-            .unwrap()
-            .records()
-            .start()
-            .unwrap()
-            .map(|r| r.map(|r| record_index(&r)))
-            .collect::<Result<Vec<u64>, _>>()
-    };
-    assert_eq!(read(0).unwrap(), [0, 4, 8, 12, 16]);
-    let error = read(1).unwrap_err().to_string();
+    assert_eq!(read(3).unwrap(), [17, 18, 19, 20, 21]);
+    let error = read(2).unwrap_err().to_string();
     assert!(
         error.contains("part-1.tfrecord") && error.contains("record 2"),
         "{error}"

@@ -487,5 +487,16 @@ fn a_state_is_refused_on_another_rank() {
             }
         }
         assert!(one.start_from(&plain).is_err());
+        // A state of an earlier version, whose shares were whole files
+        // round robin, would resume on other records: refused.
+        let json = from_zero.to_json();
+        assert!(json.contains(r#""runs":true"#), "{json}");
+        let old = PipelineState::from_json(&json.replace(r#","runs":true"#, "")).unwrap();
+        match zero.start_from(&old) {
+            Err(PipelineError::State(StateError::Mismatch { reason: why, .. })) => {
+                assert!(why.contains("earlier version"), "{why}")
+            }
+            other => panic!("{:?}", other.err()),
+        }
     });
 }
