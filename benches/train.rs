@@ -71,6 +71,7 @@ fn schema() -> Schema {
                 dtype: DType::Uint8,
                 layout: Layout::Fixed(vec![28, 28]),
                 default: None,
+                image: None,
             },
             FeatureSpec {
                 name: "label".into(),

@@ -17,7 +17,12 @@ progressive, 4:2:0 and 4:4:4) and MNIST digits from testdata/mnist. Outputs:
   `tf.image.resize` of the decoded RGB image;
 - `testdata/images/expected.bin.gz`: the values of every case, one after
   another at the offsets in the JSON (decodes as uint8, resizes as
-  little-endian float32).
+  little-endian float32);
+- `testdata/images/digits-tfds.tfrecord`: 120 MNIST digits as PNG in TFDS's
+  layout (`image`, `label`), written by `tf.io.TFRecordWriter`;
+- `testdata/images/photos-imagenet.tfrecord`: 6 JPEG crops in the layout of
+  tensorflow/models' `build_imagenet_data.py` (`image/encoded`,
+  `image/class/label`, `image/height`, `image/width`, `image/format`, ...).
 """
 
 import gzip
@@ -48,6 +53,50 @@ def mnist_digit(index):
         data = f.read()
     start = 16 + index * 784
     return np.frombuffer(data[start : start + 784], np.uint8).reshape(28, 28)
+
+
+def mnist_label(index):
+    with gzip.open("testdata/mnist/train-labels-idx1-ubyte.gz") as f:
+        return f.read()[8 + index]
+
+
+def feature(value):
+    if isinstance(value, bytes):
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+
+
+def write_records(path, examples):
+    with tf.io.TFRecordWriter(path) as w:
+        for features in examples:
+            example = tf.train.Example(features=tf.train.Features(feature={k: feature(v) for k, v in features.items()}))
+            w.write(example.SerializeToString())
+
+
+def write_tfrecords():
+    digits = [
+        {"image": tf.io.encode_png(mnist_digit(i)[:, :, None]).numpy(), "label": int(mnist_label(i))} for i in range(120)
+    ]
+    write_records(os.path.join(OUT, "digits-tfds.tfrecord"), digits)
+    china = load_sample_image("china.jpg")
+    flower = load_sample_image("flower.jpg")
+    photos = []
+    for i in range(6):
+        photo = (china, flower)[i % 2]
+        top, left = 40 * i, 60 * i
+        crop = photo[top : top + 36 + 4 * i, left : left + 48]
+        jpeg = tf.io.encode_jpeg(crop, quality=85).numpy()
+        photos.append(
+            {
+                "image/encoded": jpeg,
+                "image/format": b"JPEG",
+                "image/class/label": i % 2 + 1,
+                "image/class/text": (b"china", b"flower")[i % 2],
+                "image/height": crop.shape[0],
+                "image/width": crop.shape[1],
+            }
+        )
+    write_records(os.path.join(OUT, "photos-imagenet.tfrecord"), photos)
 
 
 def inputs():
@@ -122,6 +171,7 @@ def main():
     with open(os.path.join(OUT, "expected.json"), "w") as f:
         json.dump({"tensorflow": tf.__version__, "cases": cases}, f, indent=1)
         f.write("\n")
+    write_tfrecords()
     print(f"{len(files)} files, {len(cases)} cases, {len(blob)} bytes of expected values")
 
 

@@ -681,3 +681,62 @@ fn outputs_follow_the_umask() {
         assert_eq!(mode(&file), mode(&plain), "{}", file.display());
     }
 }
+
+/// `inspect` on TFRecords of encoded images written by TensorFlow (TFDS's
+/// `image`/`label` layout with PNG digits, and ImageNet's `image/encoded`
+/// with JPEGs of several sizes) suggests image specs, and the pasted specs
+/// train the CNN and the MLP.
+#[test]
+fn inspect_suggests_image_specs_that_train() {
+    let digits = repo("testdata/images/digits-tfds.tfrecord");
+    let out = run(&["inspect", &digits]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stdout.contains("--feature image:image:28x28x1 ")
+            && out
+                .stdout
+                .contains("(encoded images; as bytes: image:bytes)"),
+        "{}",
+        out.stdout
+    );
+    let photos = repo("testdata/images/photos-imagenet.tfrecord");
+    let out = run(&["inspect", &photos]);
+    assert!(
+        out.stdout
+            .contains("--feature image/encoded:image:224x224x3:center "),
+        "{}",
+        out.stdout
+    );
+    let out = run(&[
+        "train",
+        "--data",
+        &digits,
+        "--feature",
+        "image:image:28x28x1",
+        "--feature",
+        "label:int64",
+        "--label",
+        "label",
+        "--model",
+        "cnn",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "32",
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let out = run(&[
+        "train",
+        "--data",
+        &photos,
+        "--feature",
+        "image/encoded:image:16x16x3:center,area",
+        "--feature",
+        "image/class/label:int64",
+        "--label",
+        "image/class/label",
+        "--epochs",
+        "1",
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+}

@@ -88,7 +88,7 @@ pub enum ParseError {
         feature: String,
         /// Why.
         #[source]
-        source: ImageError,
+        source: Box<ImageError>,
     },
 }
 
@@ -1259,7 +1259,7 @@ enum Problem {
     /// Filling the default (this many values of this dtype) could not allocate.
     OutOfMemory(usize, DType),
     /// An image feature's bytes do not decode.
-    Image(ImageError),
+    Image(Box<ImageError>),
 }
 
 impl Problem {
@@ -1282,7 +1282,7 @@ impl Problem {
             Problem::Wire(e) => format!("malformed protobuf: {}", e.describe(record)),
             Problem::Text(t) => t,
             Problem::NoSuchKey => "missing (no such key) and the spec has no default".into(),
-            Problem::Image(e) => crate::error::display_chain(&e),
+            Problem::Image(e) => crate::error::display_chain(&*e),
             Problem::OutOfMemory(len, dtype) => format!(
                 "missing, and its default of {len} values needs {} per record: out of memory",
                 crate::example::spec::human_bytes(
@@ -1373,7 +1373,7 @@ fn finish_list(
             1 => image
                 .decode(raw, plan.len, values)
                 .map(|()| plan.len)
-                .map_err(Problem::Image),
+                .map_err(|e| Problem::Image(Box::new(e))),
             0 => Err(text(
                 "present but empty list, expected one encoded image".into(),
             )),

@@ -39,12 +39,14 @@ mod with_codecs {
         zune_jpeg::JpegDecoder::new_with_options(ZCursor::new(bytes), options)
     }
 
-    /// The size in a JPEG's frame header.
-    pub(crate) fn jpeg_size(bytes: &[u8]) -> Result<(u64, u64), ImageError> {
+    /// The size and channels (1 for one component, else 3) in a JPEG's
+    /// frame header.
+    pub(crate) fn jpeg_size(bytes: &[u8]) -> Result<(u64, u64, u8), ImageError> {
         let mut decoder = jpeg_decoder(bytes, 3);
         decoder.decode_headers().map_err(ImageError::Jpeg)?;
         let (w, h) = decoder.dimensions().unwrap_or((0, 0));
-        Ok((w as u64, h as u64))
+        let grey = decoder.info().is_some_and(|i| i.components == 1);
+        Ok((w as u64, h as u64, if grey { 1 } else { 3 }))
     }
 
     /// Decodes a JPEG (whose size the caller checked) straight into `out`.
@@ -123,6 +125,7 @@ mod with_codecs {
             format,
             width: u64::from(width),
             height: u64::from(height),
+            channels: 3,
         })?;
         let color = decoder.color_type();
         if color.bytes_per_pixel() != color.channel_count() {
@@ -148,7 +151,7 @@ mod without_codecs {
     use crate::image::decode::{Header, Image, ImageFormat, Raw};
     use crate::image::error::ImageError;
 
-    pub(crate) fn jpeg_size(_: &[u8]) -> Result<(u64, u64), ImageError> {
+    pub(crate) fn jpeg_size(_: &[u8]) -> Result<(u64, u64, u8), ImageError> {
         Err(ImageError::NotBuilt {
             format: ImageFormat::Jpeg,
         })

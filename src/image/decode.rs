@@ -95,6 +95,9 @@ pub struct Header {
     pub width: u64,
     /// Height in pixels.
     pub height: u64,
+    /// Colour channels the encoding holds, alpha not counted: 1 for grey
+    /// (a grey PNG, a one-component JPEG), else 3.
+    pub channels: u8,
 }
 
 /// Decoded pixels, `[height, width, channels]` in row-major order.
@@ -151,12 +154,12 @@ impl DecodeOptions {
 /// ```
 /// let png = std::fs::read("testdata/images/china_rgb.png")?;
 /// let header = tfpipe::image::read_header(&png)?;
-/// assert_eq!((header.width, header.height), (32, 40));
+/// assert_eq!((header.width, header.height, header.channels), (32, 40, 3));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn read_header(bytes: &[u8]) -> Result<Header, ImageError> {
     let format = ImageFormat::sniff(bytes).ok_or_else(|| unrecognized(bytes))?;
-    let (width, height) = match format {
+    let (width, height, channels) = match format {
         ImageFormat::Jpeg => codecs::jpeg_size(bytes)?,
         ImageFormat::Png => png_size(bytes)?,
         ImageFormat::Gif => small_header(bytes, format, 6, 2)?,
@@ -166,15 +169,18 @@ pub fn read_header(bytes: &[u8]) -> Result<Header, ImageError> {
         format,
         width,
         height,
+        channels,
     })
 }
 
-/// PNG's IHDR chunk: two big-endian u32 at byte 16.
-fn png_size(bytes: &[u8]) -> Result<(u64, u64), ImageError> {
-    match (bytes.get(12..16), bytes.get(16..24)) {
+/// PNG's IHDR chunk: two big-endian u32 at byte 16, then the bit depth and
+/// the colour type (0 grey, 4 grey + alpha; 2, 3 and 6 colour).
+fn png_size(bytes: &[u8]) -> Result<(u64, u64, u8), ImageError> {
+    match (bytes.get(12..16), bytes.get(16..26)) {
         (Some(b"IHDR"), Some(b)) => Ok((
             u64::from(u32::from_be_bytes([b[0], b[1], b[2], b[3]])),
             u64::from(u32::from_be_bytes([b[4], b[5], b[6], b[7]])),
+            if matches!(b[9], 0 | 4) { 1 } else { 3 },
         )),
         (Some(_), Some(_)) => Err(ImageError::Corrupt {
             format: ImageFormat::Png,
@@ -195,7 +201,7 @@ fn small_header(
     format: ImageFormat,
     at: usize,
     width: usize,
-) -> Result<(u64, u64), ImageError> {
+) -> Result<(u64, u64, u8), ImageError> {
     let field = |i: usize| -> Option<u64> {
         let b = bytes.get(at + i * width..at + (i + 1) * width)?;
         Some(match width {
@@ -204,7 +210,7 @@ fn small_header(
         })
     };
     match (field(0), field(1)) {
-        (Some(w), Some(h)) => Ok((w, h)),
+        (Some(w), Some(h)) => Ok((w, h, 3)),
         _ => Err(ImageError::Truncated {
             format,
             len: bytes.len(),
@@ -303,6 +309,7 @@ impl DecodeOptions {
             format,
             width,
             height,
+            ..
         } = header;
         if width == 0 || height == 0 {
             return Err(ImageError::Empty {

@@ -429,7 +429,7 @@ fn parse_message(location: Option<&Location>, error: &ParseError) -> String {
             feature, source, ..
         } => format!(
             "{location}: feature {feature:?}: cannot decode the image: {}",
-            crate::error::display_chain(source)
+            crate::error::display_chain(&**source)
         ),
     }
 }
