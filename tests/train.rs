@@ -855,6 +855,13 @@ fn cli_trains_on_a_converted_csv_with_nothing_else() {
     );
     // An integer target may be a quantity: the hint names regression too.
     assert!(stderr.contains("--task regression"), "{stderr}");
+    // The label is named by its record (the first Gentoo, row 152 of the
+    // CSV), not by the shuffled batch it came in.
+    assert!(
+        stderr.contains("penguins-00000-of-00001.tfrecord: record 152 at byte "),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("batch "), "{stderr}");
 }
 
 /// A label missing from a record is an error naming its file and record,
@@ -905,6 +912,35 @@ fn a_missing_label_is_an_error_naming_file_and_record_not_a_zero() {
         "{stderr}"
     );
     assert!(stderr.contains("Miles_per_Gallon"), "{stderr}");
+    assert!(stderr.contains("--skip-missing-labels"), "{stderr}");
+
+    // Asked to, the run skips the 8 records without a label, counts them
+    // (once per epoch: the second epoch, read ahead, is not counted twice)
+    // and trains on the others.
+    let report = dir.path().join("report.json");
+    let out = assert_cmd::Command::cargo_bin("tfpipe")
+        .unwrap()
+        .arg("train")
+        .arg("--schema")
+        .arg(dir.path().join("cars.features.json"))
+        .arg("--data")
+        .arg(dir.path().join("cars-00000-of-00001.tfrecord"))
+        .args(["--label", "Miles_per_Gallon", "--task", "regression"])
+        .args(["--epochs", "2", "--skip-missing-labels", "--report-json"])
+        .arg(&report)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stdout.contains("skipped    8 training records without a label per epoch"),
+        "{stdout}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(report["skipped_unlabelled"], 8, "{report}");
+    assert_eq!(report["examples"], 2 * (406 - 8), "{report}");
 }
 
 #[test]
@@ -1826,6 +1862,7 @@ fn train_data_fit_writes_its_outputs_and_resumes_through_resume() {
         padding: Default::default(),
         weights: Vec::new(),
         partition_features: Vec::new(),
+        missing_labels: Default::default(),
     };
     let validation = TrainData {
         files: vec![d.join("valid.tfrecord").to_string_lossy().into_owned()],

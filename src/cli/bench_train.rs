@@ -105,6 +105,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         reader: tfpipe::tfrecord::ReaderOptions::default(),
         weights: Vec::new(),
         partition_features: Vec::new(),
+        missing_labels: Default::default(),
     };
     // `builtin` times the weights' upload itself (the report's device start-up).
     let mut trainer = Trainer::builtin(config, model, optimizer)?;

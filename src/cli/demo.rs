@@ -114,6 +114,7 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         padding: Default::default(),
         weights: Vec::new(),
         partition_features: Vec::new(),
+        missing_labels: Default::default(),
     };
     let test = TrainData {
         files: set.test.clone(),

@@ -14,9 +14,9 @@ use tfpipe::example::{DType, SchemaMetadata};
 use tfpipe::pipeline::Rank;
 use tfpipe::pipeline::{Pipeline, Remainder};
 use tfpipe::train::{
-    DataFingerprint, InputSpec, LabelClasses, ModelChoice, ModelConfig, ModelInput, Placement,
-    Reproducibility, Resume, ResumeAt, RunControl, RunLength, SchemaMeta, SkippedFeature, Task,
-    TaskKind, TrainConfig, TrainData, TrainReport, parse_device,
+    DataFingerprint, InputSpec, LabelClasses, MissingLabels, ModelChoice, ModelConfig, ModelInput,
+    Placement, Reproducibility, Resume, ResumeAt, RunControl, RunLength, SchemaMeta,
+    SkippedFeature, Task, TaskKind, TrainConfig, TrainData, TrainReport, parse_device,
 };
 
 use super::common::{
@@ -76,6 +76,10 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         padding: Default::default(),
         weights,
         partition_features: args.partition_features.clone(),
+        missing_labels: match args.skip_missing_labels {
+            true => MissingLabels::skip(),
+            false => MissingLabels::default(),
+        },
     };
     // What the pipeline's order depends on: checkpoints record it, and a
     // resume must read the same data the same way. Taken only when a
@@ -116,6 +120,7 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         rank: None,
         padding: Default::default(),
         weights: Vec::new(),
+        missing_labels: data.missing_labels.fresh(),
         ..data.clone()
     });
     let run = RunOptions {

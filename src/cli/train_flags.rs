@@ -249,6 +249,9 @@ pub(super) fn with_hint(e: TrainError) -> anyhow::Error {
             "set the number of classes with --classes, or, if the label is a quantity rather than a class, train a regression with --task regression",
         ),
         TrainError::Model(e) => model_hint(e),
+        TrainError::Data(e) if e.parse_error().is_some_and(|p| p.is_missing()) => Some(
+            "a record lacks this feature: give it a default in its spec (NAME:DTYPE=DEFAULT), or, for the label, skip such records with --skip-missing-labels",
+        ),
         TrainError::Config { setting, .. } => setting_flag(*setting),
         TrainError::Checkpoint { source, .. } => match &**source {
             CheckpointError::OtherData {
@@ -357,6 +360,10 @@ pub struct Args {
     /// values (regression). By default the schema's label.
     #[arg(long)]
     pub label: Option<String>,
+    /// Skip the records that have no label (counted and reported) instead
+    /// of stopping at the first with an error naming it.
+    #[arg(long)]
+    pub skip_missing_labels: bool,
     /// The number of classes (labels must be below it). By default the size
     /// of the label vocabulary `tfpipe convert` recorded in the schema file,
     /// else 10.

@@ -57,6 +57,12 @@ use crate::batch::{Batch, Column, Values};
 use crate::example::spec::{DType, FeatureSpec, Layout, Partition, Schema, SchemaError, Value};
 use crate::image::{ImageError, ImageOptions, ImageWorker, OutputSlice};
 
+/// The reason of a missing feature without default (a suggestion of the
+/// nearest key may follow).
+const MISSING_NO_KEY: &str = "missing (no such key) and the spec has no default";
+/// The reason of a kind-less `Feature` without default.
+const MISSING_KINDLESS: &str = "missing (a Feature with no list set) and the spec has no default";
+
 /// Why a record could not be parsed under the schema.
 #[derive(Debug, thiserror::Error)]
 pub enum ParseError {
@@ -108,6 +114,27 @@ impl ParseError {
             ParseError::Malformed { .. } => None,
             ParseError::Feature { feature, .. } | ParseError::Image { feature, .. } => {
                 Some(feature)
+            }
+        }
+    }
+
+    /// Whether the record lacks the feature, which has no default (no
+    /// such key, or a `Feature` with no list set): the record is complete
+    /// but for it, unlike a malformed or mistyped one.
+    ///
+    /// ```
+    /// use tfpipe::example::{BatchParser, Schema};
+    /// let mut parser = BatchParser::new(Schema::from_feature_texts(&["label:int64"])?)?;
+    /// let empty_example: &[u8] = &[];
+    /// let err = parser.parse(&[empty_example]).unwrap_err();
+    /// assert!(err.is_missing() && err.feature() == Some("label"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn is_missing(&self) -> bool {
+        match self {
+            ParseError::Malformed { .. } | ParseError::Image { .. } => false,
+            ParseError::Feature { reason, .. } => {
+                reason.starts_with(MISSING_NO_KEY) || reason == MISSING_KINDLESS
             }
         }
     }
@@ -1281,7 +1308,7 @@ impl Problem {
         match self {
             Problem::Wire(e) => format!("malformed protobuf: {}", e.describe(record)),
             Problem::Text(t) => t,
-            Problem::NoSuchKey => "missing (no such key) and the spec has no default".into(),
+            Problem::NoSuchKey => MISSING_NO_KEY.into(),
             Problem::Image(e) => crate::error::display_chain(&*e),
             Problem::OutOfMemory(len, dtype) => format!(
                 "missing, and its default of {len} values needs {} per record: out of memory",
@@ -1762,9 +1789,7 @@ fn decode_feature(
                 plan.len
             }
             None if slot.is_some() => {
-                return Err(text(
-                    "missing (a Feature with no list set) and the spec has no default".into(),
-                ));
+                return Err(text(MISSING_KINDLESS.into()));
             }
             None => return Err(Problem::NoSuchKey),
         },

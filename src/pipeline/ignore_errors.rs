@@ -3,7 +3,7 @@
 //! State: none of its own, only the upstream's.
 
 use super::state::Sequential;
-use super::{Event, Pipeline, Stream};
+use super::{Event, Pipeline, PipelineError, Stream};
 
 impl<T: Send + 'static> Pipeline<T> {
     /// Drops `Err` items. Each one is counted in this stage's `skipped`
@@ -22,12 +22,50 @@ impl<T: Send + 'static> Pipeline<T> {
     /// # Ok::<(), tfpipe::pipeline::PipelineError>(())
     /// ```
     pub fn ignore_errors(self) -> Pipeline<T> {
+        self.ignore_errors_if(|_, _| true)
+    }
+
+    /// Drops the `Err` items for which `skip(error, epoch)` is true, counted
+    /// as [`ignore_errors`](Self::ignore_errors) counts them; the others
+    /// pass. `epoch` is the epoch being read as the markers tell it: 0
+    /// until the first marker passes this stage (also in a pipeline without
+    /// `repeat`), `n + 1` after the marker of epoch `n`.
+    ///
+    /// ```
+    /// use tfpipe::pipeline::Pipeline;
+    /// let got: Vec<Result<i32, String>> = Pipeline::from_vec(vec![1, 0, -1, 2])
+    ///     .try_map(|x: i32| match x {
+    ///         0 => Err("zero"),
+    ///         x if x < 0 => Err("negative"),
+    ///         x => Ok(x),
+    ///     })
+    ///     .ignore_errors_if(|e, _epoch| e.to_string().contains("zero"))
+    ///     .start()?
+    ///     .map(|r| r.map_err(|e| e.to_string()))
+    ///     .collect();
+    /// assert_eq!(got.len(), 3);
+    /// assert!(got[1].as_ref().unwrap_err().contains("negative"));
+    /// # Ok::<(), tfpipe::pipeline::PipelineError>(())
+    /// ```
+    pub fn ignore_errors_if(
+        self,
+        skip: impl Fn(&PipelineError, u64) -> bool + Send + Sync + 'static,
+    ) -> Pipeline<T> {
+        let skip = std::sync::Arc::new(skip);
         self.then("ignore_errors", move |env, up, counters| {
+            let skip = std::sync::Arc::clone(&skip);
+            let mut epoch = 0;
             let step = move |_: &mut (), up: &mut Option<Stream<T>>| {
                 let up = up.as_mut()?;
                 loop {
                     match up.next()? {
-                        Event::Item(Err(err)) => counters.add_skipped(err.to_string()),
+                        Event::Item(Err(err)) if skip(&err, epoch) => {
+                            counters.add_skipped(err.to_string())
+                        }
+                        Event::EpochEnd(e) => {
+                            epoch = e + 1;
+                            return Some(Event::EpochEnd(e));
+                        }
                         event => {
                             if let Event::Item(Ok(_)) = event {
                                 counters.add_in(1, 0);

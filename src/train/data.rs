@@ -23,6 +23,7 @@ use crate::rng::epoch_seed;
 use crate::tfrecord::ReaderOptions;
 use crate::{Batch, Schema};
 
+use super::MissingLabels;
 use super::prefetch::{BatchStream, BoxError};
 use super::sequences::{PaddingMeter, Sequences};
 use super::trainer::resume_pipeline;
@@ -92,6 +93,9 @@ pub struct TrainData {
     /// Features taken from the `key=value` directories of each record's
     /// file ([`Pipeline::parse_batches_partitioned`]). By default none.
     pub partition_features: Vec<String>,
+    /// What a record without its label does: an error naming it, or
+    /// skipped and counted ([`MissingLabels::skip`]). By default an error.
+    pub missing_labels: MissingLabels,
 }
 
 impl TrainData {
@@ -116,6 +120,7 @@ impl TrainData {
             padding: PaddingMeter::default(),
             weights: Vec::new(),
             partition_features: Vec::new(),
+            missing_labels: MissingLabels::default(),
         }
     }
 
@@ -183,6 +188,7 @@ impl TrainData {
             rank: None,
             padding: PaddingMeter::default(),
             weights: Vec::new(),
+            missing_labels: self.missing_labels.fresh(),
             ..self.clone()
         }
     }
@@ -242,7 +248,8 @@ impl TrainData {
         })
     }
 
-    fn batches(&self, records: Pipeline<Record>) -> Pipeline<Batch> {
+    /// `records` batched and parsed; `epoch` is the run's epoch they start in.
+    fn batches(&self, records: Pipeline<Record>, epoch: u64) -> Pipeline<Batch> {
         let batches = records.batch(self.batch_size);
         let parsed = if self.partition_features.is_empty() {
             batches.parse_batches(self.schema.clone(), self.parallelism)
@@ -253,6 +260,9 @@ impl TrainData {
                 self.parallelism,
             )
         };
+        let parsed = self
+            .missing_labels
+            .apply(self.schema.label.as_deref(), epoch, parsed);
         let parsed = match &self.label_classes {
             Some(classes) => classes.apply(parsed),
             None => parsed,
@@ -276,7 +286,7 @@ impl TrainData {
     /// epoch), parse per batch, prefetch.
     pub fn run_pipeline(&self) -> Result<Pipeline<Batch>, BoxError> {
         let records = self.records(self.seed, true)?.repeat(None);
-        Ok(self.batches(records))
+        Ok(self.batches(records, 0))
     }
 
     /// The whole run from its start.
@@ -289,7 +299,7 @@ impl TrainData {
     /// of a run resumed without a pipeline position.
     pub fn open(&self, epoch: u64) -> Result<Box<dyn BatchStream>, BoxError> {
         let records = self.records(epoch_seed(self.seed, epoch), false)?;
-        Ok(Box::new(self.batches(records).start()?))
+        Ok(Box::new(self.batches(records, epoch).start()?))
     }
 
     /// What [`Trainer::fit`](super::Trainer::fit) calls to open each epoch's

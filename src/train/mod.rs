@@ -42,6 +42,7 @@ mod config;
 mod data;
 mod device;
 mod feeder;
+mod missing;
 mod model;
 mod objective;
 mod observer;
@@ -75,6 +76,7 @@ pub use choice::{ModelChoice, ModelChoiceError, ModelKind, ModelRequest, TaskKin
 pub use config::{ModelInput, Placement, Reproducibility, RunControl, RunLength, TrainConfig};
 pub use data::{DataFingerprint, FileFingerprint, LabelClasses, TrainData, UnknownLabel};
 pub use device::parse_device;
+pub use missing::MissingLabels;
 pub use model::{BuiltinModel, Model, ModelConfig, Task, seed_vars};
 pub use objective::Evaluation;
 pub use observer::{Checkpointer, Control, EarlyStopping, Monitor, Observer, RunInfo, TensorBoard};
@@ -132,15 +134,19 @@ pub enum TrainError {
         /// What is wrong.
         reason: String,
     },
-    /// A class label outside `0..classes`.
+    /// A class label outside `0..classes`, named by its record where that
+    /// is known ([`TrainData::fit`] finds it), else by batch and row.
     #[error(
-        "batch {batch}: row {row}: label {name:?} = {value} is outside 0..{classes} (the number of classes is {classes})"
+        "{}label {name:?} = {value} is outside 0..{classes} (the number of classes is {classes})",
+        label_place(*.batch, *.row, .location.as_ref())
     )]
     Label {
         /// The batch's index in the run.
         batch: u64,
         /// The row within the batch.
         row: usize,
+        /// The record: its file, index and offset.
+        location: Option<Location>,
         /// The label feature.
         name: String,
         /// The label value found.
@@ -205,6 +211,14 @@ pub enum TrainError {
     /// A thread could not be started.
     #[error("cannot start the {0} thread")]
     Spawn(&'static str, #[source] std::io::Error),
+}
+
+/// Where a bad label is: its record, else its batch and row.
+fn label_place(batch: u64, row: usize, location: Option<&Location>) -> String {
+    match location {
+        Some(at) => format!("{at}: "),
+        None => format!("batch {batch}: row {row}: "),
+    }
 }
 
 /// A training setting, as [`TrainError::Config`] names it (a front end

@@ -303,6 +303,11 @@ pub struct TrainReport {
     /// token feature, through [`TrainData::fit`](super::TrainData::fit)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sequences: Option<super::SequenceReport>,
+    /// Training records skipped for lacking their label, per epoch (runs
+    /// that asked for it, through [`TrainData::fit`](super::TrainData::fit);
+    /// see [`MissingLabels::skipped`](super::MissingLabels::skipped)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped_unlabelled: Option<u64>,
     /// Per-epoch numbers.
     pub epochs: Vec<EpochReport>,
 }
@@ -330,6 +335,12 @@ impl fmt::Display for TrainReport {
         }
         if let Some(s) = &self.sequences {
             writeln!(f, "sequences  {s}")?;
+        }
+        if let Some(n) = self.skipped_unlabelled {
+            writeln!(
+                f,
+                "skipped    {n} training records without a label per epoch"
+            )?;
         }
         // `{:#}` leaves the per-epoch lines out (for callers that printed
         // them as the epochs ended).

@@ -5,6 +5,10 @@
 
 use std::path::PathBuf;
 
+use crate::Location;
+use crate::example::{BatchParser, Schema};
+use crate::pipeline::{Pipeline, Remainder};
+
 use super::{
     Checkpointer, EarlyStopping, Monitor, TensorBoard, TrainData, TrainError, TrainReport, Trainer,
 };
@@ -81,17 +85,92 @@ impl TrainData {
             trainer.restart_epoch();
         }
         let open = self.opener(position);
-        let mut report = match validation {
+        let fitted = match validation {
             Some(v) => {
                 let v = v.clone();
                 let mut open_validation = move || v.open(0);
                 trainer.fit(open, Some(&mut open_validation))
             }
             None => trainer.fit(open, None),
-        }?;
+        };
+        let mut report = fitted.map_err(|e| locate_label(e, self, validation))?;
         if self.token_feature().is_some() {
             report.sequences = super::SequenceReport::new(&self.sequences, &self.padding);
         }
+        if self.missing_labels.skips() {
+            report.skipped_unlabelled = Some(self.missing_labels.skipped());
+        }
         Ok(report)
+    }
+}
+
+/// A label error named by its record: the first record of `data` (then of
+/// `validation`) whose label is outside the classes, found by reading the
+/// label alone, in file order. The batches are shuffled, so the trainer
+/// knows only a batch and a row; the scan runs only once training has
+/// failed. Any other error, or a label not found again, is returned as is.
+fn locate_label(error: TrainError, data: &TrainData, validation: Option<&TrainData>) -> TrainError {
+    let TrainError::Label {
+        batch,
+        row,
+        location: None,
+        name,
+        value,
+        classes,
+    } = error
+    else {
+        return error;
+    };
+    let found = std::iter::once(data)
+        .chain(validation)
+        .find_map(|d| d.first_label_outside(&name, classes));
+    let (location, value) = match found {
+        Some((at, v)) => (Some(at), v),
+        None => (None, value),
+    };
+    TrainError::Label {
+        batch,
+        row,
+        location,
+        name,
+        value,
+        classes,
+    }
+}
+
+impl TrainData {
+    /// The first record (files in order, this rank's share) whose `label`
+    /// is an integer outside `0..classes`, with its value; `None` when none
+    /// is, or the data cannot be read (its own error then comes elsewhere).
+    fn first_label_outside(&self, label: &str, classes: usize) -> Option<(Location, i64)> {
+        let spec = self.schema.feature(label)?.clone();
+        let schema = Schema {
+            features: vec![spec],
+            label: Some(label.to_string()),
+        };
+        let mut parser = BatchParser::new(schema).ok()?;
+        let mut files = Pipeline::tfrecord_files(&self.files)
+            .ok()?
+            .reader_options(self.reader.clone());
+        if let Some(rank) = self.rank {
+            files = files.rank(rank, Remainder::Drop).ok()?;
+        }
+        for record in files.records().start().ok()? {
+            let record = record.ok()?;
+            let Ok(batch) = parser.parse_one(&record) else {
+                continue;
+            };
+            let Some(&v) = batch
+                .columns
+                .first()
+                .and_then(|c| c.values.as_i64()?.first())
+            else {
+                continue;
+            };
+            if v < 0 || v as u64 >= classes as u64 {
+                return Some((record.position()?.location(), v));
+            }
+        }
+        None
     }
 }

@@ -705,6 +705,7 @@ fn label_tensor(col: &Column, name: &str, task: Task, batch: u64) -> Result<Tens
                     return Err(TrainError::Label {
                         batch,
                         row,
+                        location: None,
                         name: name.into(),
                         value: v,
                         classes,

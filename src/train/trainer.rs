@@ -711,6 +711,7 @@ impl Trainer {
                 .any(|s| !s.is_identity()),
             warnings: self.warnings.clone(),
             sequences: None,
+            skipped_unlabelled: None,
             interrupted: false,
             stopped_early: false,
             epochs,
