@@ -528,6 +528,21 @@ fn absurd_counts_are_refused_before_any_loop() {
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert!(out.stderr.contains("--warmup"), "{}", out.stderr);
     assert!(out.stderr.contains("at most 1000000"), "{}", out.stderr);
+    // 10^9 parse workers aborted on a 288 GB allocation.
+    let (schema, data) = penguins(dir.path());
+    for command in ["train", "bench"] {
+        let out = run(&[
+            command,
+            "--schema",
+            &schema,
+            "--data",
+            &data,
+            "--num-parallel-calls",
+            "1000000000",
+        ]);
+        assert_eq!(out.code, 2, "{}", out.stderr);
+        assert!(out.stderr.contains("from 1 to 4096"), "{}", out.stderr);
+    }
 }
 
 /// Negative numbers reach the flag's own check, which says what is wrong
@@ -739,4 +754,33 @@ fn inspect_suggests_image_specs_that_train() {
         "1",
     ]);
     assert_eq!(out.code, 0, "{}", out.stderr);
+}
+
+/// The README's feature list names every cargo feature (`serve` was
+/// missing from it).
+#[test]
+fn the_readme_names_every_cargo_feature() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let manifest = std::fs::read_to_string(format!("{root}/Cargo.toml")).unwrap();
+    let readme = std::fs::read_to_string(format!("{root}/README.md")).unwrap();
+    let listed = readme
+        .split("- **Cargo features:**")
+        .nth(1)
+        .and_then(|rest| rest.split("\n- ").next())
+        .expect("the README's feature list");
+    let table = manifest.split("\n[features]\n").nth(1).unwrap();
+    let table = table.split("\n[").next().unwrap();
+    let names: Vec<&str> = table
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| line.split_once(" = ").map(|(name, _)| name.trim()))
+        .filter(|name| *name != "default")
+        .collect();
+    assert!(names.contains(&"serve"), "{names:?}");
+    for name in names {
+        assert!(
+            listed.contains(&format!("`{name}`")),
+            "{name} is not in: {listed}"
+        );
+    }
 }

@@ -101,11 +101,15 @@ impl<T: Send + 'static> Pipeline<T> {
     {
         let bad = options.cycle_length == 0
             || options.block_length == 0
-            || matches!(options.parallelism, Some(Parallelism::Fixed(0)));
+            || options.parallelism.is_some_and(|p| !p.is_valid());
         let depth = self.depth() + 1;
         let f = Arc::new(f);
         self.invalid_if(bad, "interleave", || {
-            "cycle_length, block_length and parallelism must be positive".into()
+            format!(
+                "cycle_length and block_length must be positive, and parallelism 1 to {} \
+                 (or Auto)",
+                super::MAX_PARALLELISM
+            )
         })
         .then("interleave", move |env, input, counters| {
             let permits = options.parallelism.map(|p| {

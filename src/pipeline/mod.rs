@@ -450,10 +450,15 @@ impl Invalid {
     }
 }
 
+/// The most workers a parallel stage may have: a larger
+/// [`Parallelism::Fixed`] is refused (a stage keeps a slot per worker, and
+/// no machine runs more threads usefully), before anything is allocated.
+pub const MAX_PARALLELISM: usize = 4096;
+
 /// How many workers a parallel stage uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Parallelism {
-    /// Exactly this many (at least 1).
+    /// Exactly this many (1 to [`MAX_PARALLELISM`]).
     Fixed(usize),
     /// Tuned while running from the stage metrics, between 1 and the cores
     /// available, starting at half the cores (`tf.data.AUTOTUNE`).
@@ -469,23 +474,39 @@ impl From<usize> for Parallelism {
 impl std::str::FromStr for Parallelism {
     type Err = crate::error::UnknownName;
 
-    /// `auto` or a positive number.
+    /// `auto` or a number from 1 to [`MAX_PARALLELISM`].
+    ///
+    /// ```
+    /// use tfpipe::Parallelism;
+    /// assert_eq!("8".parse::<Parallelism>(), Ok(Parallelism::Fixed(8)));
+    /// assert_eq!("AUTO".parse::<Parallelism>(), Ok(Parallelism::Auto));
+    /// assert!("0".parse::<Parallelism>().is_err());
+    /// assert!("1000000000".parse::<Parallelism>().is_err());
+    /// ```
     fn from_str(s: &str) -> Result<Parallelism, Self::Err> {
         if s.eq_ignore_ascii_case("auto") {
             return Ok(Parallelism::Auto);
         }
-        match s.parse::<usize>() {
-            Ok(n) if n > 0 => Ok(Parallelism::Fixed(n)),
+        match s.parse::<usize>().map(Parallelism::Fixed) {
+            Ok(p) if p.is_valid() => Ok(p),
             _ => Err(crate::error::UnknownName {
                 what: "parallelism",
                 name: s.to_string(),
-                expected: "`auto` or a positive number",
+                expected: "`auto` or a number from 1 to 4096",
             }),
         }
     }
 }
 
 impl Parallelism {
+    /// Whether a stage accepts it: `Auto`, or 1 to [`MAX_PARALLELISM`].
+    pub fn is_valid(self) -> bool {
+        match self {
+            Parallelism::Fixed(n) => (1..=MAX_PARALLELISM).contains(&n),
+            Parallelism::Auto => true,
+        }
+    }
+
     /// The most workers this setting can use on `cores` cores.
     pub(crate) fn max_workers(self, cores: usize) -> usize {
         match self {

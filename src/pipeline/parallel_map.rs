@@ -27,7 +27,8 @@ use super::autotune::Autotuner;
 use super::state::{self, ANCHOR_EVERY, Anchors, StageState, StageStream, StateError};
 use super::worker::{Worker, call_user};
 use super::{
-    BoxError, Env, Event, Parallelism, Pipeline, PipelineError, Stream, byte_size, user_error,
+    BoxError, Env, Event, MAX_PARALLELISM, Parallelism, Pipeline, PipelineError, Stream, byte_size,
+    user_error,
 };
 use crate::metrics::StageCounters;
 use crate::spawn::Cancel;
@@ -105,10 +106,11 @@ impl<T: Send + 'static> Pipeline<T> {
         I: Fn() -> S + Send + Sync + 'static,
         F: Fn(&mut S, T) -> Result<U, E> + Send + Sync + 'static,
     {
-        let bad = matches!(options.parallelism, Parallelism::Fixed(0));
+        let bad = !options.parallelism.is_valid();
         let job = Arc::new(Job { init, f });
-        self.invalid_if(bad, "map_parallel", || {
-            "parallelism must be positive (or Auto)".into()
+        let parallelism = options.parallelism;
+        self.invalid_if(bad, "map_parallel", move || {
+            format!("parallelism {parallelism:?}: needs 1 to {MAX_PARALLELISM} workers (or Auto)")
         })
         .then(name, move |env, up, counters| {
             start_map(name, env, up, counters, options, Arc::clone(&job))

@@ -30,6 +30,25 @@ fn user_error_in_parallel_map_names_the_stage_and_the_rest_goes_on() {
     assert_eq!(*got[8].as_ref().unwrap(), 8, "order kept after an error");
 }
 
+/// A parallelism no machine could run is refused at start, before a slot
+/// is allocated per worker (10^9 workers aborted on a 288 GB allocation).
+#[test]
+fn absurd_parallelism_is_refused_at_start() {
+    use tfpipe::pipeline::Interleave;
+    let huge = Parallelism::Fixed(1_000_000_000);
+    let mapped =
+        Pipeline::from_vec(vec![1u32]).map_parallel(huge, Ok::<_, std::convert::Infallible>);
+    let error = mapped.start().err().unwrap().to_string();
+    assert!(error.contains("1 to 4096"), "{error}");
+    let interleaved = Pipeline::from_vec(vec![1u32])
+        .interleave(Interleave::new(2, 2).parallel(huge), |x| {
+            Pipeline::from_vec(vec![x])
+        });
+    let error = interleaved.start().err().unwrap().to_string();
+    assert!(error.contains("1 to 4096"), "{error}");
+    assert!(Parallelism::Fixed(4096).is_valid() && !Parallelism::Fixed(0).is_valid());
+}
+
 #[test]
 fn panic_in_map_arrives_as_err_naming_the_stage() {
     for par in [None, Some(Parallelism::Fixed(2)), Some(Parallelism::Auto)] {
