@@ -31,6 +31,8 @@ cases = {
     "zip_empty": tf.data.Dataset.zip(R(0, 0), R(10, 12)),
     "zip_nested": tf.data.Dataset.zip(tf.data.Dataset.zip(R(0, 5), R(10, 15)), R(20, 23)),
     "zip_then_batch": tf.data.Dataset.zip(R(0, 5), R(10, 15)).batch(2),
+    "zip_three": tf.data.Dataset.zip(R(0, 4), R(10, 13), R(20, 25)),
+    "zip_three_empty": tf.data.Dataset.zip(R(0, 4), R(10, 10), R(20, 25)),
     "concatenate": R(0, 3).concatenate(R(10, 12)),
     "concatenate_empty_first": R(0, 0).concatenate(R(0, 3)),
     "concatenate_empty_second": R(0, 3).concatenate(R(0, 0)),

@@ -784,3 +784,51 @@ fn the_readme_names_every_cargo_feature() {
         );
     }
 }
+
+/// The path: a folder of PNG digits through `convert images`
+/// (default layout) then `train --schema` decodes the images and trains the
+/// CNN, never the image's height and width.
+#[test]
+fn converted_image_folders_train_from_their_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("digits");
+    let digit = std::fs::read(repo("testdata/images/digit.png")).unwrap();
+    for class in ["five", "zero"] {
+        std::fs::create_dir_all(root.join(class)).unwrap();
+        for i in 0..8 {
+            std::fs::write(root.join(class).join(format!("{i}.png")), &digit).unwrap();
+        }
+    }
+    let prefix = dir.path().join("img");
+    let out = run(&[
+        "convert",
+        "images",
+        &s(&root),
+        "-o",
+        &s(&prefix),
+        "--shards",
+        "1",
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let schema = s(&dir.path().join("img.features.json"));
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&schema).unwrap()).unwrap();
+    assert_eq!(json["features"][0]["dtype"], "image", "{json}");
+    assert_eq!(
+        json["features"][0]["shape"],
+        serde_json::json!([28, 28, 1]),
+        "{json}"
+    );
+    let out = run(&[
+        "train",
+        "--schema",
+        &schema,
+        "--data",
+        &s(&dir.path().join("img-*")),
+        "--model",
+        "cnn",
+        "--epochs",
+        "1",
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+}

@@ -1942,3 +1942,118 @@ fn cli_trains_on_a_mixture_of_sources() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Writes `batches`' rows as Examples of `x` only, each into the
+/// `label=K/` partition of its class (Spark's `partitionBy("label")`): the
+/// label lives in the path, not in the records.
+fn write_partitioned(dir: &std::path::Path, batches: &[Batch]) {
+    use tfpipe::example::Example;
+    use tfpipe::example::proto::{Feature, Features, FloatList, feature};
+    let mut writers: Vec<_> = (0..CLASSES)
+        .map(|class| {
+            let part = dir.join(format!("label={class}"));
+            std::fs::create_dir_all(&part).unwrap();
+            let compression = if class == 1 {
+                tfpipe::Compression::Gzip
+            } else {
+                tfpipe::Compression::None
+            };
+            let name = if class == 1 {
+                "part-r-00001.gz"
+            } else {
+                "part-r-00000"
+            };
+            tfpipe::tfrecord::FileRecordWriter::create(part.join(name), compression).unwrap()
+        })
+        .collect();
+    for b in batches {
+        let (Values::Float32(x), Values::Int64(y)) = (&b.columns[0].values, &b.columns[1].values)
+        else {
+            unreachable!()
+        };
+        for r in 0..b.num_rows {
+            let mut f = std::collections::BTreeMap::new();
+            f.insert(
+                "x".to_string(),
+                Feature {
+                    kind: Some(feature::Kind::FloatList(FloatList {
+                        value: x[r * WIDTH..(r + 1) * WIDTH].to_vec(),
+                    })),
+                },
+            );
+            let example = Example {
+                features: Some(Features { feature: f }),
+            };
+            writers[y[r] as usize]
+                .write_record(&example.encode_to_vec())
+                .unwrap();
+        }
+    }
+    for w in writers {
+        w.finish().unwrap();
+    }
+}
+
+/// `train --partition-features label` on a Spark-style directory whose
+/// records hold no label: the label comes from each file's `label=K/`
+/// directory, and the model learns it (an empty GZIP part, `_SUCCESS` and a
+/// `.crc` file beside the parts are skipped).
+#[test]
+fn cli_trains_on_a_label_from_spark_partition_directories() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("out");
+    write_partitioned(&data, &dataset(6, 16, 30));
+    let test = dir.path().join("test");
+    write_partitioned(&test, &dataset(2, 16, 31));
+    // Spark's empty part: a GZIP stream of nothing (20 bytes).
+    let empty = data.join("label=2").join("part-r-00009.gz");
+    tfpipe::tfrecord::FileRecordWriter::create(&empty, tfpipe::Compression::Gzip)
+        .unwrap()
+        .finish()
+        .unwrap();
+    assert_eq!(std::fs::metadata(&empty).unwrap().len(), 20);
+    std::fs::write(data.join("_SUCCESS"), b"").unwrap();
+    std::fs::write(data.join("label=0").join(".part-r-00000.crc"), b"junk").unwrap();
+    let report_path = dir.path().join("train.json");
+    let train = |extra: &[&str]| {
+        assert_cmd::Command::cargo_bin("tfpipe")
+            .unwrap()
+            .arg("train")
+            .arg("--data")
+            .arg(&data)
+            .arg("--test-data")
+            .arg(&test)
+            .args(["--feature", "x:float32:8", "--feature", "label:int64"])
+            .args(["--label", "label", "--classes", "3", "--batch-size", "16"])
+            .args(["--epochs", "3", "--hidden", "16", "--seed", "3"])
+            .args([
+                "--optimizer",
+                "sgd",
+                "--compute-threads",
+                "1",
+                "--report-json",
+            ])
+            .arg(&report_path)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = train(&["--partition-features", "label"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&report_path).unwrap()).unwrap();
+    assert_eq!(report["examples"], 3 * 96, "{report}");
+    assert!(report["val_accuracy"].as_f64().unwrap() > 0.8, "{report}");
+    // Without the flag the records have no label: an error naming a file.
+    let out = train(&[]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("label") && stderr.contains("part-r-0000"),
+        "{stderr}"
+    );
+}

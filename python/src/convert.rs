@@ -12,7 +12,7 @@ use numpy::ndarray::{ArrayD, IxDyn};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBytes, PyDict, PyList, PyType};
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple, PyType};
 use tfpipe::{Batch, Column, Values};
 
 use crate::iter::Elem;
@@ -26,6 +26,13 @@ pub(crate) fn elem(py: Python<'_>, elem: Elem) -> PyResult<Bound<'_, PyAny>> {
             Ok(PyList::new(py, items)?.into_any())
         }
         Elem::Batch { batch, batched } => Ok(batch_dict(py, batch, batched)?.into_any()),
+        Elem::Tuple(elems) => {
+            let items = elems
+                .into_iter()
+                .map(|e| self::elem(py, e))
+                .collect::<PyResult<Vec<_>>>()?;
+            Ok(PyTuple::new(py, items)?.into_any())
+        }
     }
 }
 

@@ -37,7 +37,12 @@ const SIGNAL_POLL: Duration = Duration::from_millis(20);
 pub(crate) enum Elem {
     Record(Record),
     Records(Vec<Record>),
-    Batch { batch: Batch, batched: bool },
+    Batch {
+        batch: Batch,
+        batched: bool,
+    },
+    /// One element of each zipped dataset.
+    Tuple(Vec<Elem>),
 }
 
 enum Request {
@@ -123,6 +128,7 @@ fn start_built(built: Built, state: Option<&PipelineState>) -> Result<Driver, Pi
         Built::Parsed { pipeline, batched } => {
             go(pipeline, state, move |batch| Elem::Batch { batch, batched })
         }
+        Built::Tuples(p) => go(p, state, Elem::Tuple),
     }
 }
 

@@ -16,6 +16,8 @@ use tfpipe::pipeline::{
 use tfpipe::tfrecord::{Compression, ReaderOptions};
 use tfpipe::{Batch, GlobalShuffle, IndexedFiles, Schema};
 
+use crate::iter::Elem;
+
 /// One chained method of a `Dataset`, as the Python side records it.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
@@ -79,15 +81,26 @@ pub(crate) enum Op {
         datasets: Vec<Vec<Op>>,
         choices: Vec<usize>,
     },
+    /// Starts a dataset: tuples of the datasets' elements.
+    Zip {
+        datasets: Vec<Vec<Op>>,
+    },
+    /// Windows of consecutive elements, each as one batch.
+    Window {
+        size: usize,
+        shift: usize,
+        stride: usize,
+        drop_remainder: bool,
+    },
     /// The elements of another dataset after these.
     Concatenate {
         other: Vec<Op>,
     },
     /// Parsed rows one at a time.
     Unbatch,
-    /// Parsed rows regrouped into batches of `batch_size`.
+    /// Parsed rows regrouped into batches of `batch_size` (a list: used in turn).
     Rebatch {
-        batch_size: usize,
+        batch_size: BatchSizes,
         drop_remainder: bool,
     },
     /// Parsed rows in batches of `batch_size`, ragged features padded.
@@ -113,7 +126,27 @@ pub(crate) enum Op {
         length: usize,
         num_packing_bins: usize,
         padding_value: serde_json::Value,
+        /// The seed of the bins' shuffle (none: not shuffled).
+        #[serde(default)]
+        shuffle_bins_seed: Option<u64>,
     },
+}
+
+/// One batch size, or several used in turn.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum BatchSizes {
+    One(usize),
+    Many(Vec<usize>),
+}
+
+impl BatchSizes {
+    fn to_vec(&self) -> Vec<usize> {
+        match self {
+            BatchSizes::One(n) => vec![*n],
+            BatchSizes::Many(sizes) => sizes.clone(),
+        }
+    }
 }
 
 /// How a combining operation joins pipelines of one element type.
@@ -188,6 +221,8 @@ pub(crate) enum Built {
         pipeline: Pipeline<Batch>,
         batched: bool,
     },
+    /// Tuples of zipped datasets' elements (of any kind, tuples included).
+    Tuples(Pipeline<Vec<Elem>>),
 }
 
 /// Builds the description `ops` (the first must be `tfrecord`).
@@ -224,9 +259,11 @@ pub(crate) fn build(ops: &[Op]) -> Result<Built, PlanError> {
             built_all(datasets)?,
             &Combine::Choose { choices },
         )?,
+        Some(Op::Zip { datasets }) => zip(built_all(datasets)?),
         _ => {
             return Err(PlanError::Invalid(
-                "a dataset starts with Dataset.tfrecord(...), sample_from(...) or choose_from(...)"
+                "a dataset starts with Dataset.tfrecord(...), sample_from(...), choose_from(...) \
+                 or zip(...)"
                     .into(),
             ));
         }
@@ -240,6 +277,26 @@ pub(crate) fn build(ops: &[Op]) -> Result<Built, PlanError> {
 /// Builds each description of a combining operation's inputs.
 fn built_all(datasets: &[Vec<Op>]) -> Result<Vec<Built>, PlanError> {
     datasets.iter().map(|ops| build(ops)).collect()
+}
+
+/// Tuples of the inputs' elements, one from each in turn.
+fn zip(inputs: Vec<Built>) -> Built {
+    let elements = inputs.into_iter().map(|b| elements(records(finish(b))));
+    Built::Tuples(Pipeline::zip_all(elements.collect()))
+}
+
+/// A built plan's elements as the iterator hands them on.
+fn elements(built: Built) -> Pipeline<Elem> {
+    match built {
+        Built::Records(p, _) => p.map(Elem::Record),
+        Built::RecordBatches(p) => p.map(Elem::Records),
+        Built::Parsed { pipeline, batched } => {
+            pipeline.map(move |batch| Elem::Batch { batch, batched })
+        }
+        Built::Tuples(p) => p.map(Elem::Tuple),
+        Built::Files(files) => files.records().map(Elem::Record),
+        Built::Global(global) => global.pipeline().map(Elem::Record),
+    }
 }
 
 /// Joins pipelines that yield the same kind of element.
@@ -262,11 +319,13 @@ fn combine(name: &str, inputs: Vec<Built>, how: &Combine) -> Result<Built, PlanE
     let mut records = Vec::new();
     let mut record_batches = Vec::new();
     let mut parsed = Vec::new();
+    let mut tuples = Vec::new();
     for input in inputs {
         match input {
             Built::Records(p, _) => records.push(p),
             Built::RecordBatches(p) => record_batches.push(p),
             Built::Parsed { pipeline, .. } => parsed.push(pipeline),
+            Built::Tuples(p) => tuples.push(p),
             Built::Files(_) | Built::Global(_) => unreachable!("records() leaves no files"),
         }
     }
@@ -274,6 +333,8 @@ fn combine(name: &str, inputs: Vec<Built>, how: &Combine) -> Result<Built, PlanE
         Built::Records(how.apply(records), None)
     } else if !record_batches.is_empty() {
         Built::RecordBatches(how.apply(record_batches))
+    } else if !tuples.is_empty() {
+        Built::Tuples(how.apply(tuples))
     } else {
         Built::Parsed {
             pipeline: how.apply(parsed),
@@ -328,6 +389,7 @@ fn kind(built: &Built) -> &'static str {
         Built::Records(..) => "records",
         Built::RecordBatches(_) => "batches of records",
         Built::Parsed { .. } => "parsed batches",
+        Built::Tuples(_) => "tuples",
     }
 }
 
@@ -353,6 +415,7 @@ macro_rules! generic {
                 pipeline: $body,
                 batched,
             },
+            Built::Tuples($p) => Built::Tuples($body),
             Built::Files(_) | Built::Global(_) => unreachable!("records() leaves no files"),
         }
     };
@@ -378,6 +441,7 @@ fn op_name(op: &Op) -> &'static str {
         Op::PaddedBatch { .. } => "padded_batch",
         Op::BucketBySequenceLength { .. } => "bucket_by_sequence_length",
         Op::Pack { .. } => "pack",
+        Op::Window { .. } => "window",
         _ => "this operation",
     }
 }
@@ -521,6 +585,7 @@ fn apply(built: Built, op: &Op) -> Result<Built, PlanError> {
                     .parse_batches(parse.schema, parse.parallelism),
                 batched: true,
             },
+            Built::Tuples(_) => return Err(of_tuples("batch")),
             other => {
                 return Err(PlanError::Invalid(format!(
                     "batch() of {}: batch once, before or after parse()",
@@ -549,6 +614,7 @@ fn apply(built: Built, op: &Op) -> Result<Built, PlanError> {
                     pipeline: p.parse_batches(schema, parallelism),
                     batched: true,
                 },
+                Built::Tuples(_) => return Err(of_tuples("parse")),
                 other => {
                     return Err(PlanError::Invalid(format!(
                         "parse() of {}: the dataset is parsed already",
@@ -578,7 +644,7 @@ fn apply(built: Built, op: &Op) -> Result<Built, PlanError> {
                     batch_size,
                     drop_remainder,
                 } => Built::Parsed {
-                    pipeline: pipeline.rebatch(*batch_size, *drop_remainder),
+                    pipeline: pipeline.rebatch_sizes(&batch_size.to_vec(), *drop_remainder),
                     batched: true,
                 },
                 Op::PaddedBatch {
@@ -636,23 +702,82 @@ fn apply(built: Built, op: &Op) -> Result<Built, PlanError> {
                 length,
                 num_packing_bins,
                 padding_value,
+                shuffle_bins_seed,
             },
         ) => {
             let (pipeline, _) = parsed(built, op)?;
-            let options = PackOptions::new(features.clone(), *length, *num_packing_bins)
+            let mut options = PackOptions::new(features.clone(), *length, *num_packing_bins)
                 .pad_value(pad_value(padding_value)?);
+            if let Some(seed) = shuffle_bins_seed {
+                options = options.shuffle_bins(*seed);
+            }
             options.check()?;
             Built::Parsed {
                 pipeline: pipeline.pack(options),
                 batched: true,
             }
         }
-        (_, Op::SampleFrom { .. } | Op::ChooseFrom { .. }) => {
+        (
+            built,
+            op @ Op::Window {
+                size,
+                shift,
+                stride,
+                drop_remainder,
+            },
+        ) => window(built, op, [*size, *shift, *stride], *drop_remainder)?,
+        (_, Op::SampleFrom { .. } | Op::ChooseFrom { .. } | Op::Zip { .. }) => {
             return Err(PlanError::Invalid(
-                "sample_from(...) and choose_from(...) start a dataset; they cannot follow \
-                 another operation"
+                "sample_from(...), choose_from(...) and zip(...) start a dataset; they cannot \
+                 follow another operation"
                     .into(),
             ));
+        }
+    })
+}
+
+/// `op()` does not apply to tuples: it belongs before the `zip`.
+fn of_tuples(op: &str) -> PlanError {
+    PlanError::Invalid(format!(
+        "{op}() of tuples: zip() yields tuples of its datasets' elements; call {op}() on each \
+         dataset before zipping them"
+    ))
+}
+
+/// Windows of records (lists of records, parsed as one batch when a parse
+/// is pending) or of parsed rows (each window one batch).
+fn window(
+    built: Built,
+    op: &Op,
+    [size, shift, stride]: [usize; 3],
+    drop_remainder: bool,
+) -> Result<Built, PlanError> {
+    Ok(match records(built) {
+        Built::Records(p, parse) => {
+            let windows = p.window(size, shift, stride, drop_remainder);
+            match parse {
+                None => Built::RecordBatches(windows),
+                Some(parse) => Built::Parsed {
+                    pipeline: windows.parse_batches(parse.schema, parse.parallelism),
+                    batched: true,
+                },
+            }
+        }
+        Built::Parsed {
+            pipeline,
+            batched: false,
+        } => Built::Parsed {
+            pipeline: pipeline.window_rows(size, shift, stride, drop_remainder),
+            batched: true,
+        },
+        Built::Tuples(_) => return Err(of_tuples("window")),
+        other => {
+            return Err(PlanError::Invalid(format!(
+                "{}() of {}: it groups single records or parsed rows; window before batch(), \
+                 or unbatch() first",
+                op_name(op),
+                kind(&other)
+            )));
         }
     })
 }

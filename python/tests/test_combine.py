@@ -124,3 +124,74 @@ def test_worker_shares_of_a_mixture_are_disjoint_and_cover_it(small):
     shares = [_ids(tfpipe._worker_share(ds, k, 2)) for k in range(2)]
     assert sorted(shares[0] + shares[1]) == sorted(list(range(100)) + list(range(50)))
     assert len(shares[0]) == len(shares[1]) == 75
+
+
+def test_zip_yields_tuples_of_each_datasets_elements(small):
+    ids = tfpipe.Dataset.tfrecord(small[:2]).batch(10).parse(SCHEMA)  # ids 0..49
+    raw = tfpipe.Dataset.tfrecord(small[2:])  # 50 records
+    rows = tfpipe.Dataset.tfrecord(small[1:]).parse(SCHEMA)  # ids 25.., one at a time
+    out = list(tfpipe.Dataset.zip(ids, raw, rows))
+    assert len(out) == 5, "ends with the shortest dataset"
+    first = out[0]
+    assert isinstance(first, tuple) and len(first) == 3
+    assert first[0]["id"].tolist() == list(range(10))
+    assert first[1] == pathlib.Path(small[2]).read_bytes()[12 : 12 + len(first[1])], "the first record's bytes"
+    assert int(first[2]["id"]) == 25 and first[2]["x"].shape == (3,)
+    assert [int(t[2]["id"]) for t in out] == [25, 26, 27, 28, 29]
+    # Dataset.zip((a, b)) is Dataset.zip(a, b); nested zips nest tuples.
+    assert tfpipe.Dataset.zip((ids, raw)) == tfpipe.Dataset.zip(ids, raw)
+    nested = next(iter(tfpipe.Dataset.zip(tfpipe.Dataset.zip(ids, rows), raw)))
+    assert isinstance(nested[0], tuple) and int(nested[0][1]["id"]) == 25
+
+
+def test_zip_resumes_exactly_and_composes_with_element_operations(small):
+    a = tfpipe.Dataset.tfrecord(small[:2]).interleave(2, 3, num_parallel_calls=2).batch(4).parse(SCHEMA)
+    b = tfpipe.Dataset.tfrecord(small[2:]).shuffle(9, seed=3).batch(4).parse(SCHEMA).prefetch(2)
+    ds = tfpipe.Dataset.zip(a, b).repeat(2).skip(1)
+
+    def key(t):
+        return (t[0]["id"].tolist(), t[1]["id"].tolist())
+
+    full = [key(t) for t in ds]
+    assert len(full) == 2 * 13 - 1
+    once = [key(t) for t in tfpipe.Dataset.zip(a, b)]
+    assert once[1:] == full[:12]
+    shuffled = [key(t) for t in tfpipe.Dataset.zip(a, b).shuffle(5, seed=1)]
+    assert shuffled != once and sorted(shuffled) == sorted(once), "a shuffle of the tuples"
+    for cut in (0, 1, 7, 12, 13, 20, len(full)):
+        it = iter(ds)
+        head = [key(next(it)) for _ in range(cut)]
+        state = json.loads(json.dumps(it.get_state()))
+        del it
+        assert head + [key(t) for t in ds.iter(state=state)] == full, cut
+
+
+def test_zip_errors_name_the_input_and_misuse_is_refused(tmp_path, small):
+    bad = tmp_path / "bad.tfrecord"
+    bad.write_bytes(pathlib.Path(small[0]).read_bytes()[:50])
+    ds = tfpipe.Dataset.zip(tfpipe.Dataset.tfrecord(small), tfpipe.Dataset.tfrecord([str(bad)]))
+    with pytest.raises(tfpipe.DataError) as err:
+        list(ds)
+    assert "zip[1]" in str(err.value) and err.value.path == str(bad)
+    pair = tfpipe.Dataset.zip(tfpipe.Dataset.tfrecord(small), tfpipe.Dataset.tfrecord(small))
+    for misuse in (pair.batch(2), pair.parse(SCHEMA), pair.window(2), pair.unbatch()):
+        with pytest.raises(ValueError, match="tuples"):
+            iter(misuse)
+    with pytest.raises(ValueError):
+        tfpipe.Dataset.zip()
+    with pytest.raises(TypeError):
+        tfpipe.Dataset.zip(pair, [1])
+    assert pickle.loads(pickle.dumps(pair)) == pair
+    # Tuples concatenate and mix with tuples, not with other elements.
+    assert len(list(pair.concatenate(pair))) == 200
+    with pytest.raises(ValueError, match="same kind of element"):
+        iter(pair.concatenate(tfpipe.Dataset.tfrecord(small)))
+
+
+def test_worker_shares_of_a_zip_keep_the_pairs(small):
+    a = tfpipe.Dataset.tfrecord(small).batch(10).parse(SCHEMA)
+    b = tfpipe.Dataset.tfrecord(small).batch(10).parse(SCHEMA).skip(1)
+    ds = tfpipe.Dataset.zip(a, b)
+    shares = [[(t[0]["id"][0], t[1]["id"][0]) for t in tfpipe._worker_share(ds, k, 2)] for k in range(2)]
+    assert sorted(shares[0] + shares[1]) == [(10 * i, 10 * i + 10) for i in range(9)]
+    assert len(shares[0]) == 5 and len(shares[1]) == 4

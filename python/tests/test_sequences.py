@@ -39,6 +39,11 @@ def test_unbatch_and_rebatch(tokens):
     sizes = [len(b["label"]) for b in _parsed(tokens).rebatch(6)]
     assert sizes == [6] * 6 + [4]
     assert [len(b["label"]) for b in _parsed(tokens).rebatch(6, drop_remainder=True)] == [6] * 6
+    cycled = list(_parsed(tokens).rebatch([3, 5]))
+    assert [len(b["label"]) for b in cycled] == [3, 5] * 5
+    assert [int(i) for b in cycled for i in b["label"]] == list(range(40))
+    with pytest.raises(ValueError):
+        _parsed(tokens).rebatch([])
 
 
 def test_padded_batch_pads_to_the_longest_row_with_a_mask(tokens):
@@ -80,9 +85,14 @@ def _sequences(batch, length):
     return out
 
 
-def test_pack_keeps_each_sequence_with_its_label_across_restarts(tokens):
-    ds = _parsed(tokens).pack(["tokens", "label"], length=12, num_packing_bins=3)
+@pytest.mark.parametrize("shuffle_bins", [False, True])
+def test_pack_keeps_each_sequence_with_its_label_across_restarts(tokens, shuffle_bins):
+    ds = _parsed(tokens).pack(["tokens", "label"], length=12, num_packing_bins=3, shuffle_bins=shuffle_bins, seed=4)
     full = [_sequences(b, 12) for b in ds]
+    plain = [_sequences(b, 12) for b in _parsed(tokens).pack(["tokens", "label"], length=12, num_packing_bins=3)]
+    # Shuffled bins: the same rows in each batch, in another order.
+    assert [sorted(b) for b in full] == [sorted(b) for b in plain]
+    assert (full != plain) == shuffle_bins
     flat = sorted(s for b in full for s in b)
     assert flat == [(i, [1000 * i + j + 1 for j in range(_length(i))]) for i in range(40)]
     assert all(len(b["tokens"]) <= 3 for b in ds)
@@ -98,3 +108,47 @@ def test_pack_keeps_each_sequence_with_its_label_across_restarts(tokens):
 def test_sequence_stages_need_parsed_rows(tokens):
     with pytest.raises(Exception, match="call parse"):
         list(tfpipe.Dataset.tfrecord(tokens).batch(4).unbatch())
+
+
+def _window_rows(n, size, shift, stride, drop):
+    """tf.data's window over range(n), each window's elements (its semantics,
+    checked against TensorFlow in tests/pipeline/tf_sequences.rs)."""
+    out = []
+    for start in range(0, n, shift):
+        w = list(range(start, n, stride))[:size]
+        if drop and len(w) < size:
+            break
+        out.append(w)
+    return out
+
+
+@pytest.mark.parametrize("size,shift,stride,drop", [(3, 3, 1, False), (4, 2, 1, True), (3, 1, 2, False), (2, 5, 1, False)])
+def test_window_of_parsed_rows_is_a_batch_per_window(tokens, size, shift, stride, drop):
+    ds = tfpipe.Dataset.tfrecord(tokens).parse(SPECS).window(size, shift, stride, drop)
+    windows = list(ds)
+    assert [w["label"].tolist() for w in windows] == _window_rows(40, size, shift, stride, drop)
+    w = windows[1]
+    assert w["tokens"].to_list() == [[1000 * i + j + 1 for j in range(_length(i))] for i in w["label"].tolist()]
+    # The same from unbatched batches, and from records parsed per window.
+    again = [w["label"].tolist() for w in _parsed(tokens).unbatch().window(size, shift, stride, drop)]
+    assert again == [w["label"].tolist() for w in windows]
+    parsed_after = tfpipe.Dataset.tfrecord(tokens).window(size, shift, stride, drop).parse(SPECS)
+    assert [w["label"].tolist() for w in parsed_after] == again
+
+
+def test_window_of_records_and_its_state(tokens):
+    records = list(tfpipe.Dataset.tfrecord(tokens))
+    windows = list(tfpipe.Dataset.tfrecord(tokens).window(4, 3))
+    assert windows == [records[i : i + 4] for i in range(0, 40, 3)]
+    ds = tfpipe.Dataset.tfrecord(tokens).parse(SPECS).window(5, 2, drop_remainder=True).repeat(2)
+    full = [w["label"].tolist() for w in ds]
+    for cut in (0, 1, 9, 18, 25, len(full)):
+        it = iter(ds)
+        head = [next(it)["label"].tolist() for _ in range(cut)]
+        state = json.loads(json.dumps(it.get_state()))
+        del it
+        assert head + [w["label"].tolist() for w in ds.iter(state=state)] == full, cut
+    with pytest.raises(ValueError, match="unbatch"):
+        iter(_parsed(tokens).window(2))
+    with pytest.raises(ValueError):
+        tfpipe.Dataset.tfrecord(tokens).window(0)

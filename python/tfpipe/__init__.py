@@ -79,7 +79,11 @@ class Dataset:
     * records: ``bytes``; after `batch`: ``list[bytes]``;
     * after `parse`: ``dict[str, numpy.ndarray | Ragged | Sparse | list[bytes]]``,
       with the batch as the first dimension if `batch` came before or after
-      the parse (a parse with no batch gives one record's values).
+      the parse (a parse with no batch gives one record's values);
+    * after `window`: a window as a batch (``list[bytes]``, or a parsed
+      batch of the window's rows);
+    * from `Dataset.zip`: a ``tuple`` with one element of each zipped
+      dataset, each of its own kind.
 
     ``parse`` then ``batch`` and ``batch`` then ``parse`` give the same
     batches; both run as one bulk parse per batch.
@@ -157,6 +161,26 @@ class Dataset:
         inputs = _inputs(datasets, "choose_from")
         picks = [_count(c, "choice", 0) for c in choices]
         return Dataset([{"op": "choose_from", "datasets": inputs, "choices": picks}])
+
+    @staticmethod
+    def zip(*datasets: Union["Dataset", Sequence["Dataset"]]) -> "Dataset":
+        """Tuples of the datasets' elements, one from each in turn (tf.data's
+        ``Dataset.zip``): ``Dataset.zip(a, b)`` or ``Dataset.zip((a, b))``
+        yields ``(a_element, b_element)``, each of its own kind (a parsed
+        dict, ``bytes``, a list of records, or a tuple of a nested zip). It
+        ends when the shortest dataset ends.
+
+        Each dataset keeps its own stages, threads and errors (an error
+        names its dataset, ``zip[1]``), and the iterator state covers them
+        all. Batch and parse each dataset before zipping: ``batch``,
+        ``parse`` and the row operations do not apply to tuples; ``shuffle``,
+        ``take``, ``skip``, ``repeat``, ``prefetch``, ``shard``,
+        ``concatenate`` and mixing do. Under a DataLoader's worker processes
+        each worker takes every n-th tuple (the datasets stay aligned).
+        """
+        if len(datasets) == 1 and not isinstance(datasets[0], Dataset):
+            datasets = tuple(datasets[0])  # type: ignore[arg-type]
+        return Dataset([{"op": "zip", "datasets": _inputs(datasets, "zip")}])  # type: ignore[arg-type]
 
     def concatenate(self, other: "Dataset") -> "Dataset":
         """The elements of this dataset, then those of ``other`` (which must
@@ -252,10 +276,17 @@ class Dataset:
         like ``tf.data``'s ``unbatch``. Resumable, as every stage here."""
         return self._then(op="unbatch")
 
-    def rebatch(self, batch_size: int, drop_remainder: bool = False) -> "Dataset":
+    def rebatch(self, batch_size: Union[int, Sequence[int]], drop_remainder: bool = False) -> "Dataset":
         """Parsed rows regrouped into batches of ``batch_size`` (``tf.data``'s
-        ``rebatch``); the last of each epoch may be shorter unless ``drop_remainder``."""
-        return self._then(op="rebatch", batch_size=_count(batch_size, "batch_size"), drop_remainder=bool(drop_remainder))
+        ``rebatch``), or of the sizes of a list in turn (each epoch starts at
+        the first); the last of each epoch may be shorter unless ``drop_remainder``."""
+        if isinstance(batch_size, int) and not isinstance(batch_size, bool):
+            sizes: Union[int, List[int]] = _count(batch_size, "batch_size")
+        else:
+            sizes = [_count(b, "batch_size") for b in batch_size]  # type: ignore[union-attr]
+            if not sizes:
+                raise ValueError("rebatch(): batch_size=[]: give at least one size")
+        return self._then(op="rebatch", batch_size=sizes, drop_remainder=bool(drop_remainder))
 
     def padded_batch(
         self,
@@ -308,18 +339,50 @@ class Dataset:
         length: int,
         num_packing_bins: int,
         padding_value: Union[int, float, str, None] = None,
+        shuffle_bins: bool = False,
+        seed: Optional[int] = None,
     ) -> "Dataset":
         """Packs parsed rows first-fit into batches of ``num_packing_bins``
         rows of ``length`` values (Grain's first-fit packing): for each packed
         feature ``F``, ``F``, ``F_segment_ids`` (1, 2, ... per sequence, 0 for
         padding) and ``F_positions``. A scalar feature packs as one value per
-        sequence; longer sequences are truncated; other features are dropped."""
-        return self._then(
+        sequence; longer sequences are truncated; other features are dropped.
+        ``shuffle_bins`` puts each batch's rows in a random order drawn from
+        ``seed`` (drawn now if ``None``), as Grain's ``shuffle_bins``."""
+        op: Dict[str, Any] = dict(
             op="pack",
             features=[str(f) for f in features],
             length=_count(length, "length"),
             num_packing_bins=_count(num_packing_bins, "num_packing_bins"),
             padding_value=padding_value,
+        )
+        if shuffle_bins:
+            op["shuffle_bins_seed"] = _seed(_random.getrandbits(63) if seed is None else seed)
+        return self._then(**op)
+
+    def window(
+        self,
+        size: int,
+        shift: Optional[int] = None,
+        stride: int = 1,
+        drop_remainder: bool = False,
+    ) -> "Dataset":
+        """Windows of ``size`` consecutive elements, a new one every ``shift``
+        elements (default ``size``), taking every ``stride``-th (tf.data's
+        ``window``); the last windows of an epoch may be short unless
+        ``drop_remainder``. Each window is one batch: of records, a
+        ``list[bytes]`` (a `parse` after it parses the window as a batch);
+        of parsed single rows (a parse with no batch, or `unbatch`), a parsed
+        batch of the window's rows, as tf.data's
+        ``ds.window(n).flat_map(lambda w: Dataset.zip(w).batch(n))`` gives.
+        Window before `batch`, or `unbatch` first."""
+        size = _count(size, "size")
+        return self._then(
+            op="window",
+            size=size,
+            shift=size if shift is None else _count(shift, "shift"),
+            stride=_count(stride, "stride"),
+            drop_remainder=bool(drop_remainder),
         )
 
     def prefetch(self, buffer_size: int) -> "Dataset":
@@ -469,12 +532,16 @@ def _worker_share(ds: Dataset, worker: int, workers: int) -> Dataset:
     data-parallel job: rank ``r`` of ``w`` and worker ``k`` of ``n`` read the
     share ``k * w + r`` of ``w * n``, a part of rank ``r``'s share."""
     ops = [dict(op) for op in ds._ops]
-    # A mixture shares each of its inputs (and a concatenated dataset its own).
+    # A mixture shares each of its inputs (and a concatenated dataset its
+    # own); a zip shares its tuples, since sharing each input would pair
+    # elements that do not belong together.
     for op in ops:
-        if "datasets" in op:
+        if "datasets" in op and op["op"] != "zip":
             op["datasets"] = [list(_worker_share(Dataset(d), worker, workers)._ops) for d in op["datasets"]]
         if "other" in op:
             op["other"] = list(_worker_share(Dataset(op["other"]), worker, workers)._ops)
+    if ops[0]["op"] == "zip":
+        return Dataset(ops[:1] + [{"op": "shard", "num_shards": workers, "index": worker}] + ops[1:])
     if ops[0]["op"] in ("sample_from", "choose_from"):
         return Dataset(ops)
     pos = 2 if len(ops) > 1 and ops[1]["op"] == "global_shuffle" else 1

@@ -21,7 +21,7 @@ use tfpipe::Schema;
 use tfpipe::metrics::{PipelineMetrics, StageMetrics};
 use tfpipe::pipeline::{
     Exhausted, Interleave, MixSource, Parallelism, Pipeline, Remainder, ShuffleOptions,
-    TfRecordFiles,
+    TfRecordFiles, split_by_weight,
 };
 
 use super::common::check_size;
@@ -68,7 +68,8 @@ pub struct Args {
     seed: u64,
     #[command(flatten)]
     parse: super::ParseFlags,
-    /// Files read at once.
+    /// Files read at once (with --mix: in all, split between the sources by
+    /// weight, at least one each).
     #[arg(long, default_value_t = 4, value_parser = super::positive::<usize>)]
     cycle_length: usize,
     /// Batches prefetched ahead of the consumer.
@@ -259,20 +260,28 @@ fn run_once(
     file_bytes: u64,
 ) -> anyhow::Result<Report> {
     let constructed = Instant::now();
-    let read = |files: &TfRecordFiles| {
-        let cycle = args.cycle_length.min(files.paths().len()).max(1);
+    let read = |files: &TfRecordFiles, cycle_length: usize| {
+        let cycle = cycle_length.min(files.paths().len()).max(1);
         files
             .clone()
             .interleave_with(Interleave::new(cycle, 16).parallel(parallelism))
     };
     let read = match sources {
-        [one] if weights.is_empty() => read(one),
-        _ => Pipeline::sample_from(
-            sources.iter().map(read).collect(),
-            weights,
-            args.seed,
-            Exhausted::Renormalize,
-        ),
+        [one] if weights.is_empty() => read(one, args.cycle_length),
+        _ => {
+            // The sources share the files open at once, by weight.
+            let cycles = split_by_weight(args.cycle_length, weights);
+            Pipeline::sample_from(
+                sources
+                    .iter()
+                    .zip(cycles)
+                    .map(|(s, c)| read(s, c))
+                    .collect(),
+                weights,
+                args.seed,
+                Exhausted::Renormalize,
+            )
+        }
     };
     let mut records = read.repeat(Some(args.epochs));
     if args.shuffle_buffer > 0 {

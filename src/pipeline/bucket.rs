@@ -14,6 +14,7 @@
 //! on restore reaches back to it.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use super::padded_batch::{PaddedShape, Padding};
 use super::rows::{self, BatchRow, Grouper, Output};
@@ -34,6 +35,7 @@ use crate::batch::{Batch, Column};
 #[derive(Debug, Clone, PartialEq)]
 pub struct BucketOptions {
     feature: String,
+    length_fn: Option<LengthFn>,
     boundaries: Vec<usize>,
     batch_sizes: Vec<usize>,
     padding: Padding,
@@ -53,6 +55,7 @@ impl BucketOptions {
     ) -> Self {
         BucketOptions {
             feature: feature.into(),
+            length_fn: None,
             boundaries,
             batch_sizes,
             padding: Padding::new(),
@@ -60,6 +63,38 @@ impl BucketOptions {
             drop_remainder: false,
             no_padding: false,
         }
+    }
+
+    /// Measures each row with `f(batch, row)` (`row` indexes `batch`'s rows)
+    /// instead of the length of the feature: `tf.data`'s
+    /// `element_length_func`. Padding still pads every ragged column. By
+    /// default the feature's length.
+    ///
+    /// ```
+    /// use tfpipe::pipeline::{BucketOptions, Pipeline};
+    /// use tfpipe::{Batch, Column, Values};
+    /// let row = |v: Vec<i64>| Batch {
+    ///     num_rows: 1,
+    ///     columns: vec![Column { name: "t".into(), row_splits: vec![vec![0, v.len()]], values: Values::Int64(v), inner_shape: vec![] }],
+    /// };
+    /// // Bucket by the count of even values.
+    /// let even = |b: &Batch, r: usize| {
+    ///     let t = b.column("t").unwrap();
+    ///     let (a, z) = (t.row_splits[0][r], t.row_splits[0][r + 1]);
+    ///     t.as_i64().unwrap()[a..z].iter().filter(|x| *x % 2 == 0).count()
+    /// };
+    /// let options = BucketOptions::new("t", vec![2], vec![2, 2]).length_fn(even);
+    /// let out: Vec<Batch> = Pipeline::from_vec(vec![row(vec![2, 4]), row(vec![1, 3, 5]), row(vec![6, 8, 1]), row(vec![7])])
+    ///     .bucket_by_sequence_length(options)
+    ///     .start()?
+    ///     .collect::<Result<_, _>>()?;
+    /// assert_eq!(out[0].columns[0].as_i64(), Some(&[2, 4, 0, 6, 8, 1][..]));
+    /// assert_eq!(out[1].columns[0].as_i64(), Some(&[1, 3, 5, 7, 0, 0][..]));
+    /// # Ok::<(), tfpipe::pipeline::PipelineError>(())
+    /// ```
+    pub fn length_fn(mut self, f: impl Fn(&Batch, usize) -> usize + Send + Sync + 'static) -> Self {
+        self.length_fn = Some(LengthFn(Arc::new(f)));
+        self
     }
 
     /// How each batch is padded (values, lengths or mask). By default
@@ -70,7 +105,9 @@ impl BucketOptions {
     }
 
     /// Pads bucket `i`'s ragged columns to `boundaries[i] - 1` instead of the
-    /// batch's longest row; a row as long as the last boundary is then an
+    /// batch's longest row, both levels of a var-length sequence (the steps
+    /// and each step's values), as `tf.data` pads every unknown dimension; a
+    /// row as long as the last boundary (or a longer step) is then an
     /// error, as in `tf.data`. By default off.
     pub fn pad_to_bucket_boundary(mut self, on: bool) -> Self {
         self.pad_to_bucket_boundary = on;
@@ -127,6 +164,26 @@ impl BucketOptions {
             return Some("padding to the bucket boundary needs at least one boundary".into());
         }
         None
+    }
+}
+
+/// `f(batch, row)`: the length of row `row` of `batch`.
+type RowLengthFn = dyn Fn(&Batch, usize) -> usize + Send + Sync;
+
+/// A user's row length function (`tf.data`'s `element_length_func`).
+#[derive(Clone)]
+struct LengthFn(Arc<RowLengthFn>);
+
+impl std::fmt::Debug for LengthFn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LengthFn(..)")
+    }
+}
+
+impl PartialEq for LengthFn {
+    /// The same function (the same `Arc`).
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
     }
 }
 
@@ -210,8 +267,8 @@ impl Buckets {
         }
         let mut padding = self.options.padding.clone();
         if self.options.pad_to_bucket_boundary {
-            let width = self.options.boundaries[i] - 1;
-            padding = padding.shape(PaddedShape::Fixed(width));
+            let width = PaddedShape::Fixed(self.options.boundaries[i] - 1);
+            padding = padding.shape(width).step_shape(width);
         }
         padding
             .apply(&batch)
@@ -222,15 +279,23 @@ impl Buckets {
     }
 
     fn place(&self, row: &BatchRow) -> Result<usize, PipelineError> {
-        let column = column_of(STAGE, row, &self.options.feature)?;
-        let length = row_length(column, row.row);
+        let (length, measured) = match &self.options.length_fn {
+            Some(f) => (
+                (f.0)(&row.batch, row.row),
+                "the length function gives".to_string(),
+            ),
+            None => {
+                let column = column_of(STAGE, row, &self.options.feature)?;
+                let what = format!("feature {:?} has length", self.options.feature);
+                (row_length(column, row.row), what)
+            }
+        };
         let bucket = self.options.bucket_of(length);
         if self.options.pad_to_bucket_boundary && bucket == self.options.boundaries.len() {
             return Err(PipelineError::Element {
                 stage: STAGE.to_string(),
                 message: format!(
-                    "feature {:?} has length {length}: padding to the bucket boundary needs lengths below the last boundary {}",
-                    self.options.feature,
+                    "{measured} {length}: padding to the bucket boundary needs lengths below the last boundary {}",
                     self.options.boundaries.last().copied().unwrap_or(0)
                 ),
             });

@@ -1,4 +1,4 @@
-//! Combining pipelines: [`zip`](Pipeline::zip), [`concatenate`](Pipeline::concatenate),
+//! Combining pipelines: [`zip`](Pipeline::zip) and [`zip_all`](Pipeline::zip_all), [`concatenate`](Pipeline::concatenate),
 //! [`sample_from`](Pipeline::sample_from) (weighted, seeded) and
 //! [`choose_from`](Pipeline::choose_from) (a selector pipeline picks), with
 //! the semantics of `tf.data`'s `Dataset.zip`, `concatenate`,
@@ -102,6 +102,53 @@ impl std::str::FromStr for MixSource {
     }
 }
 
+/// Splits `total` (files open at once, reader threads) between the inputs
+/// of a mixture in proportion to their weights, at least 1 each, so that a
+/// mixture of sources keeps as many files open as one source would
+/// (largest remainder; ties go to the earlier input). With as many inputs
+/// as `total` or more, every input gets 1 and the sum is the number of
+/// inputs.
+///
+/// ```
+/// use tfpipe::pipeline::split_by_weight;
+/// assert_eq!(split_by_weight(4, &[3.0, 3.0, 2.0]), [2, 1, 1]);
+/// assert_eq!(split_by_weight(8, &[0.7, 0.3]), [6, 2]);
+/// assert_eq!(split_by_weight(2, &[1.0, 1.0, 1.0]), [1, 1, 1]);
+/// assert_eq!(split_by_weight(4, &[100.0, 1.0, 1.0]), [2, 1, 1]);
+/// ```
+pub fn split_by_weight(total: usize, weights: &[f64]) -> Vec<usize> {
+    let n = weights.len();
+    let positive = |w: f64| if w.is_finite() && w > 0.0 { w } else { 0.0 };
+    let sum: f64 = weights.iter().map(|w| positive(*w)).sum();
+    if total <= n || sum <= 0.0 {
+        return vec![1; n];
+    }
+    let exact: Vec<f64> = weights
+        .iter()
+        .map(|w| positive(*w) / sum * total as f64)
+        .collect();
+    let mut shares: Vec<usize> = exact.iter().map(|x| x.floor() as usize).collect();
+    let mut order: Vec<usize> = (0..n).collect();
+    let fraction = |i: usize| exact[i] - exact[i].floor();
+    order.sort_by(|&a, &b| fraction(b).total_cmp(&fraction(a)));
+    let left = total.saturating_sub(shares.iter().sum());
+    for &i in order.iter().take(left) {
+        shares[i] += 1;
+    }
+    // Every input reads at least one file: the largest shares give way.
+    while let Some(empty) = shares.iter().position(|s| *s == 0) {
+        shares[empty] = 1;
+        // Among the largest, the lightest gives way (so heavier never gets less).
+        let largest = (0..n).filter(|i| shares[*i] > 1).max_by(|&a, &b| {
+            (shares[a].cmp(&shares[b])).then(positive(weights[b]).total_cmp(&positive(weights[a])))
+        });
+        if let Some(largest) = largest {
+            shares[largest] -= 1;
+        }
+    }
+    shares
+}
+
 /// Salt for the sampling RNG, so that a `sample_from` and a `shuffle` given
 /// the same seed do not draw the same stream.
 const SAMPLE_SALT: u64 = 0x6D69_7874_7572_6573;
@@ -142,6 +189,50 @@ impl<T: Send + 'static> Pipeline<T> {
         out.error = error;
         out.origin = origin;
         out
+    }
+
+    /// Zips any number of pipelines of one element type (`tf.data`'s
+    /// `Dataset.zip(*datasets)`): the `i`-th output holds the `i`-th element
+    /// of every input, in input order, and the stream ends when any input
+    /// ends (the elements already taken from the inputs before it are
+    /// dropped, as [`zip`](Self::zip) drops them). An error from an input
+    /// takes the element's place, naming the input (`zip[1]`). No inputs is
+    /// a configuration error.
+    ///
+    /// ```
+    /// use tfpipe::pipeline::Pipeline;
+    /// let rows: Vec<Vec<u32>> = Pipeline::zip_all(vec![
+    ///     Pipeline::from_vec(vec![1, 2, 3]),
+    ///     Pipeline::from_vec(vec![10, 20]),
+    ///     Pipeline::from_vec(vec![100, 200, 300]),
+    /// ])
+    /// .start()?
+    /// .collect::<Result<_, _>>()?;
+    /// assert_eq!(rows, [vec![1, 10, 100], vec![2, 20, 200]]);
+    /// # Ok::<(), tfpipe::pipeline::PipelineError>(())
+    /// ```
+    pub fn zip_all(inputs: Vec<Pipeline<T>>) -> Pipeline<Vec<T>> {
+        let empty = inputs.is_empty();
+        let error = first_invalid(inputs.iter().map(|p| &p.error));
+        let origin = inputs.iter().find_map(|p| p.origin.clone());
+        let n = inputs.len();
+        let mut out = Pipeline::from_build(move |env: &Env| {
+            let counters = env.stage(0, "zip");
+            let (saved, states) = resumed::<Done>(env, "zip", n);
+            let mut zip = ZipAll {
+                inputs: start_inputs(&inputs, env, "zip", states.as_deref()),
+                done: saved.unwrap_or_default(),
+                counters,
+                env: env.clone(),
+            };
+            if zip.done.done {
+                zip.finish();
+            }
+            Box::new(zip) as Stream<Vec<T>>
+        });
+        out.error = error;
+        out.origin = origin;
+        out.invalid_if(empty, "zip", || "needs at least one input".into())
     }
 
     /// The elements of `self`, then those of `other` (`tf.data`'s
@@ -518,7 +609,7 @@ impl<A: Send + 'static, B: Send + 'static> Iterator for Zip<A, B> {
 
     fn next(&mut self) -> Option<Event<(A, B)>> {
         let item = self.step()?;
-        count(&self.counters, &item);
+        count(&self.counters, &item, 2);
         Some(Event::Item(item))
     }
 }
@@ -529,10 +620,65 @@ impl<A: Send + 'static, B: Send + 'static> StageStream<(A, B)> for Zip<A, B> {
     }
 }
 
-/// Counts an element (or error) the combined stage hands on.
-fn count<T>(counters: &StageCounters, item: &Result<T, PipelineError>) {
+struct ZipAll<T> {
+    inputs: Vec<Input<T>>,
+    done: Done,
+    counters: Arc<StageCounters>,
+    env: Env,
+}
+
+impl<T: Send + 'static> ZipAll<T> {
+    fn finish(&mut self) {
+        self.done.done = true;
+        self.inputs.iter_mut().for_each(Input::close);
+    }
+
+    /// One element from each input in turn; the first error stops the
+    /// round (the inputs after it are not pulled, as in [`Zip`]).
+    fn step(&mut self) -> Option<Result<Vec<T>, PipelineError>> {
+        if self.done.done || self.env.cancelled() {
+            return None;
+        }
+        let mut row = Vec::with_capacity(self.inputs.len());
+        for input in &mut self.inputs {
+            match input.next() {
+                Some(Ok(x)) => row.push(x),
+                Some(Err(error)) => return Some(Err(error)),
+                None => {
+                    self.finish();
+                    return None;
+                }
+            }
+        }
+        Some(Ok(row))
+    }
+}
+
+impl<T: Send + 'static> Iterator for ZipAll<T> {
+    type Item = Event<Vec<T>>;
+
+    fn next(&mut self) -> Option<Event<Vec<T>>> {
+        let item = self.step()?;
+        count(&self.counters, &item, self.inputs.len() as u64);
+        Some(Event::Item(item))
+    }
+}
+
+impl<T: Send + 'static> StageStream<Vec<T>> for ZipAll<T> {
+    fn save(&self) -> Result<StageState, StateError> {
+        save_combined("zip", &self.done, self.inputs.iter().map(Input::save))
+    }
+}
+
+/// Counts an element (or error) the combined stage hands on, made of
+/// `taken` elements of its inputs (one, or one per input for a zip).
+fn count<T: 'static>(counters: &StageCounters, item: &Result<T, PipelineError>, taken: u64) {
     match item {
-        Ok(_) => counters.add_out(1, 0),
+        Ok(x) => {
+            let bytes = byte_size(x);
+            counters.add_in(taken, bytes);
+            counters.add_out(1, bytes);
+        }
         Err(_) => counters.add_error(),
     }
 }
@@ -557,7 +703,7 @@ impl<T: Send + 'static> Iterator for Concat<T> {
         while !self.env.cancelled() {
             let input = self.inputs.get_mut(self.current)?;
             if let Some(item) = input.next() {
-                count(&self.counters, &item);
+                count(&self.counters, &item, 1);
                 return Some(Event::Item(item));
             }
             self.current += 1;
@@ -638,7 +784,7 @@ impl<T: Send + 'static> Iterator for Sample<T> {
 
     fn next(&mut self) -> Option<Event<T>> {
         let item = self.step()?;
-        count(&self.counters, &item);
+        count(&self.counters, &item, 1);
         Some(Event::Item(item))
     }
 }
@@ -702,7 +848,7 @@ impl<T: Send + 'static> Iterator for Choose<T> {
 
     fn next(&mut self) -> Option<Event<T>> {
         let item = self.step()?;
-        count(&self.counters, &item);
+        count(&self.counters, &item, 1);
         Some(Event::Item(item))
     }
 }
@@ -735,6 +881,35 @@ mod tests {
             (2, &[0.0, 0.0][..]),
         ] {
             assert!(weights_problem(n, w).is_some(), "{n} {w:?}");
+        }
+    }
+
+    #[test]
+    fn split_by_weight_keeps_the_total_and_gives_each_input_one() {
+        let mut rng = SplitMix64(7);
+        for _ in 0..500 {
+            let n = 1 + (rng.unit() * 5.0) as usize;
+            let total = (rng.unit() * 12.0) as usize;
+            let mut weights: Vec<f64> = (0..n).map(|_| (rng.unit() * 4.0).floor()).collect();
+            if weights.iter().all(|w| *w == 0.0) {
+                weights[0] = 1.0;
+            }
+            let shares = split_by_weight(total, &weights);
+            assert_eq!(shares.len(), n);
+            assert!(
+                shares.iter().all(|s| *s >= 1),
+                "{total} {weights:?} {shares:?}"
+            );
+            let sum: usize = shares.iter().sum();
+            assert_eq!(sum, total.max(n), "{total} {weights:?} {shares:?}");
+            // A heavier input never gets fewer than a lighter one.
+            for a in 0..n {
+                for b in 0..n {
+                    if weights[a] > weights[b] {
+                        assert!(shares[a] >= shares[b], "{total} {weights:?} {shares:?}");
+                    }
+                }
+            }
         }
     }
 

@@ -157,7 +157,7 @@ mod window;
 mod worker;
 
 pub use bucket::BucketOptions;
-pub use combine::{Exhausted, MixSource};
+pub use combine::{Exhausted, MixSource, split_by_weight};
 pub use global_shuffle::GlobalShuffle;
 pub use interleave::Interleave;
 pub use pack::PackOptions;

@@ -16,6 +16,13 @@
 //! sequence (a per-sequence label: `label` `[rows, length]` with its own
 //! segment ids, which match the other features' for the same sequence).
 //!
+//! With [`PackOptions::shuffle_bins`] the rows of each emitted batch come
+//! in a seeded random order (Grain's `shuffle_bins`: first-fit fills the
+//! first bins with the longest-waiting sequences, so without it a batch's
+//! first rows are systematically older and fuller). The permutation is
+//! drawn from the seed and the id of the batch's first row, so it needs no
+//! state of its own and is the same after a restart.
+//!
 //! A sequence longer than `length` is truncated to its first `length`
 //! values (steps), silently, as T5's and Grain's single-bin packers do;
 //! Grain's first-fit packer refuses it instead.
@@ -30,6 +37,7 @@ use super::rows::{self, BatchRow, Grouper, Output};
 use super::state::StateError;
 use super::{Pipeline, PipelineError};
 use crate::batch::{Batch, Column, Values};
+use crate::rng::SplitMix64;
 
 /// The settings of [`Pipeline::pack`].
 ///
@@ -46,6 +54,7 @@ pub struct PackOptions {
     length: usize,
     bins: usize,
     pad: PadValue,
+    shuffle_seed: Option<u64>,
 }
 
 impl PackOptions {
@@ -68,7 +77,34 @@ impl PackOptions {
             length,
             bins,
             pad: PadValue::default(),
+            shuffle_seed: None,
         }
+    }
+
+    /// Emits the rows of each batch in a random order drawn from `seed`
+    /// (Grain's `shuffle_bins`; see the module doc). By default the bins'
+    /// order (the first opened first).
+    ///
+    /// ```
+    /// use tfpipe::pipeline::{PackOptions, Pipeline};
+    /// use tfpipe::{Batch, Column, Values};
+    /// let rows = |n: usize| Batch {
+    ///     num_rows: n,
+    ///     columns: vec![Column { name: "t".into(), values: Values::Int64((1..=n as i64 * 3).collect()), row_splits: vec![(0..=n).map(|i| 3 * i).collect()], inner_shape: vec![] }],
+    /// };
+    /// let packed = |options: PackOptions| -> Vec<i64> {
+    ///     let out: Vec<Batch> = Pipeline::from_vec(vec![rows(8)]).pack(options).start().unwrap().map(|b| b.unwrap()).collect();
+    ///     out[0].column("t").unwrap().as_i64().unwrap().to_vec()
+    /// };
+    /// let (plain, shuffled) = (packed(PackOptions::new(["t"], 3, 8)), packed(PackOptions::new(["t"], 3, 8).shuffle_bins(7)));
+    /// assert_eq!(plain, (1..=24).collect::<Vec<i64>>());
+    /// assert_ne!(shuffled, plain);
+    /// let rows_of = |v: &[i64]| { let mut r: Vec<Vec<i64>> = v.chunks(3).map(<[i64]>::to_vec).collect(); r.sort(); r };
+    /// assert_eq!(rows_of(&shuffled), rows_of(&plain));
+    /// ```
+    pub fn shuffle_bins(mut self, seed: u64) -> PackOptions {
+        self.shuffle_seed = Some(seed);
+        self
     }
 
     /// Packs feature `name` to `length` values instead of the common length.
@@ -117,6 +153,9 @@ impl PackOptions {
 }
 
 const STAGE: &str = "pack";
+
+/// Mixes the batch's first row id into the shuffle seed.
+const PACK_SALT: u64 = 0x9E6C_63D0_676A_9A99;
 
 impl Pipeline<Batch> {
     /// Packs the rows of incoming parsed batches first-fit into batches of
@@ -206,9 +245,16 @@ impl Packer {
         bin.fill.iter_mut().zip(lengths).for_each(|(f, l)| *f += l);
     }
 
-    /// The open bins as one batch.
+    /// The open bins as one batch (in a seeded random order when asked).
     fn emit(&mut self) -> Output<Batch> {
-        let bins = std::mem::take(&mut self.bins);
+        let mut bins = std::mem::take(&mut self.bins);
+        if let Some(seed) = self.options.shuffle_seed {
+            let first = bins.first().and_then(|b| b.rows.first()).map_or(0, |r| r.0);
+            let mut rng = SplitMix64(seed ^ first.wrapping_mul(PACK_SALT));
+            for i in (1..bins.len()).rev() {
+                bins.swap(i, rng.below(i as u64 + 1) as usize);
+            }
+        }
         let mut columns = Vec::with_capacity(3 * self.options.features.len());
         for (name, &length) in self.options.features.iter().zip(&self.options.lengths) {
             columns.extend(self.pack_feature(name, length, &bins)?);

@@ -155,9 +155,12 @@ pub enum PadInfo {
 #[derive(Debug, Clone, PartialEq)]
 pub struct PadSpec {
     /// The width of the outer ragged dimension. By default
-    /// [`PaddedShape::BatchMax`]. A second ragged level (a var-length
-    /// sequence) is always padded to the batch's longest step.
+    /// [`PaddedShape::BatchMax`].
     pub shape: PaddedShape,
+    /// The width of a second ragged level (the values of each step of a
+    /// var-length sequence). By default [`PaddedShape::BatchMax`], the
+    /// batch's longest step.
+    pub step_shape: PaddedShape,
     /// The pad value. By default zero (the empty byte string).
     pub value: PadValue,
     /// Lengths or a mask beside the column. By default none.
@@ -168,6 +171,7 @@ impl Default for PadSpec {
     fn default() -> PadSpec {
         PadSpec {
             shape: PaddedShape::BatchMax,
+            step_shape: PaddedShape::BatchMax,
             value: PadValue::default(),
             info: PadInfo::None,
         }
@@ -229,6 +233,21 @@ pub enum PadError {
         /// The fixed padded width.
         width: usize,
     },
+    /// A step of a var-length sequence holds more values than the fixed
+    /// padded step width.
+    #[error(
+        "feature {feature:?}: a step of row {row} has {length} values, more than the padded step shape {width}"
+    )]
+    StepTooLong {
+        /// The feature.
+        feature: String,
+        /// The row within the batch.
+        row: usize,
+        /// The step's values.
+        length: usize,
+        /// The fixed padded step width.
+        width: usize,
+    },
     /// The pad value does not fit the column's type.
     #[error("feature {feature:?}: cannot pad {kind} values with {value:?}")]
     Value {
@@ -262,6 +281,13 @@ impl Padding {
     /// The width for every column without an override.
     pub fn shape(mut self, shape: PaddedShape) -> Padding {
         self.default.shape = shape;
+        self
+    }
+
+    /// The width of the second ragged level (a var-length sequence's
+    /// steps) for every column without an override.
+    pub fn step_shape(mut self, shape: PaddedShape) -> Padding {
+        self.default.step_shape = shape;
         self
     }
 
@@ -325,6 +351,31 @@ fn lengths(splits: &[usize]) -> impl Iterator<Item = usize> + '_ {
     splits.windows(2).map(|w| w[1] - w[0])
 }
 
+/// The width a second ragged level pads to: its longest step, or a fixed
+/// width no step may exceed (the error names the step's row).
+fn step_width(
+    name: &str,
+    outer: &[usize],
+    steps: &[usize],
+    shape: PaddedShape,
+) -> Result<usize, PadError> {
+    let longest = lengths(steps).max().unwrap_or(0);
+    let PaddedShape::Fixed(width) = shape else {
+        return Ok(longest);
+    };
+    if let Some((step, length)) = lengths(steps).enumerate().find(|(_, l)| *l > width) {
+        return Err(PadError::StepTooLong {
+            feature: name.to_string(),
+            row: outer
+                .partition_point(|&start| start <= step)
+                .saturating_sub(1),
+            length,
+            width,
+        });
+    }
+    Ok(width)
+}
+
 /// One ragged column, padded; with its lengths or mask column.
 fn pad_column(column: &Column, spec: &PadSpec) -> Result<(Column, Option<Column>), PadError> {
     let name = &column.name;
@@ -345,9 +396,8 @@ fn pad_column(column: &Column, spec: &PadSpec) -> Result<(Column, Option<Column>
             width
         }
     };
-    // The second level (a var-length sequence) pads to its longest step.
     let step_width = match column.row_splits.get(1) {
-        Some(inner) => lengths(inner).max().unwrap_or(0),
+        Some(steps) => step_width(name, outer, steps, spec.step_shape)?,
         None => 1,
     };
     let inner = column.inner_len();

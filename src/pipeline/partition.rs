@@ -6,7 +6,7 @@
 //! Invariants: a partition feature is a scalar `int64`, `float32` or
 //! `bytes` feature of the schema (a name the schema lacks is added as a
 //! `bytes` scalar after the others); its column sits where the schema puts
-//! it. A record whose path lacks the key (or holds Hive's null,
+//! it, and it may be the schema's label. A record whose path lacks the key (or holds Hive's null,
 //! `__HIVE_DEFAULT_PARTITION__`) takes the feature's default, and without
 //! one is a bad record (a [`PipelineError::Parse`](crate::pipeline::PipelineError::Parse) with its location, like
 //! a record that does not parse), as is a value that does not parse as the
@@ -53,6 +53,15 @@ impl PartitionPlan {
         }
         let mut records = full.clone();
         records.features.clear();
+        // A label from the path (`label=3/`) is not in the records: the
+        // records' schema has no label, and the column is added back.
+        if records
+            .label
+            .as_ref()
+            .is_some_and(|label| names.iter().any(|n| n.as_ref() == label))
+        {
+            records.label = None;
+        }
         let mut features = Vec::new();
         for (index, spec) in full.features.into_iter().enumerate() {
             if !names.iter().any(|n| n.as_ref() == spec.name) {
@@ -167,5 +176,23 @@ fn column_values<'a>(dtype: DType, values: impl Iterator<Item = &'a Scalar>) -> 
             }
             Values::Bytes { data, offsets }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_label_from_the_path_leaves_the_records_schema_without_it() {
+        let mut schema = Schema::from_feature_texts(&["x:float32:8", "label:int64"]).unwrap();
+        schema.label = Some("label".into());
+        let (records, plan) = PartitionPlan::split(&schema, &["label"]).unwrap();
+        assert_eq!(records.label, None);
+        assert_eq!(records.features.len(), 1);
+        assert_eq!(plan.features[0].0, 1, "the label column keeps its place");
+        // Another partition feature leaves the label where it was.
+        let (records, _) = PartitionPlan::split(&schema, &["year"]).unwrap();
+        assert_eq!(records.label.as_deref(), Some("label"));
     }
 }

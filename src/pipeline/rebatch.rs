@@ -1,9 +1,11 @@
 //! `rebatch`: regroup the rows of incoming batches into batches of a new
-//! size (`tf.data`'s `rebatch(batch_size, drop_remainder)`), without
-//! splitting into elements first.
+//! size, or of sizes used in turn (`tf.data`'s `rebatch(batch_size,
+//! drop_remainder)`, whose `batch_size` may be a list), without splitting
+//! into elements first.
 //!
 //! Resumable by replay ([`rows`](super::rows)): the partial batch is saved
-//! as row ids.
+//! as row ids (with the turn in the list of sizes, when there are several).
+//! Each epoch starts again at the first size.
 
 use std::collections::HashMap;
 
@@ -28,12 +30,28 @@ impl<T: Send + 'static> Pipeline<Vec<T>> {
     /// # Ok::<(), tfpipe::pipeline::PipelineError>(())
     /// ```
     pub fn rebatch(self, size: usize, drop_remainder: bool) -> Pipeline<Vec<T>> {
-        self.invalid_if(size == 0, "rebatch", || {
-            "the batch size must be positive (0 given)".into()
-        })
-        .regroup("rebatch", rows::vec_rows, move || {
-            Rebatch::new(size, drop_remainder, Ok)
-        })
+        self.rebatch_sizes(&[size], drop_remainder)
+    }
+
+    /// [`rebatch`](Self::rebatch) to `sizes` in turn (`tf.data`'s
+    /// `rebatch` with a list of sizes, cycled through), starting again at
+    /// the first size each epoch.
+    ///
+    /// ```
+    /// use tfpipe::pipeline::Pipeline;
+    /// let v: Vec<Vec<u32>> = Pipeline::from_vec(vec![vec![1, 2, 3], vec![4, 5, 6, 7]])
+    ///     .rebatch_sizes(&[1, 2], false)
+    ///     .start()?
+    ///     .collect::<Result<_, _>>()?;
+    /// assert_eq!(v, [vec![1], vec![2, 3], vec![4], vec![5, 6], vec![7]]);
+    /// # Ok::<(), tfpipe::pipeline::PipelineError>(())
+    /// ```
+    pub fn rebatch_sizes(self, sizes: &[usize], drop_remainder: bool) -> Pipeline<Vec<T>> {
+        let sizes = sizes.to_vec();
+        self.invalid_if(bad_sizes(&sizes), "rebatch", || sizes_problem(&sizes))
+            .regroup("rebatch", rows::vec_rows, move || {
+                Rebatch::new(sizes.clone(), drop_remainder, Ok)
+            })
     }
 }
 
@@ -57,37 +75,75 @@ impl Pipeline<Batch> {
     /// # Ok::<(), tfpipe::pipeline::PipelineError>(())
     /// ```
     pub fn rebatch(self, size: usize, drop_remainder: bool) -> Pipeline<Batch> {
-        self.invalid_if(size == 0, "rebatch", || {
-            "the batch size must be positive (0 given)".into()
-        })
-        .regroup("rebatch", rows::batch_rows, move || {
-            Rebatch::new(size, drop_remainder, |rows: Vec<BatchRow>| {
-                rows::gather("rebatch", &rows)
-            })
-        })
+        self.rebatch_sizes(&[size], drop_remainder)
     }
+
+    /// [`rebatch`](Self::rebatch) to `sizes` in turn (`tf.data`'s
+    /// `rebatch` with a list of sizes, cycled through), starting again at
+    /// the first size each epoch.
+    pub fn rebatch_sizes(self, sizes: &[usize], drop_remainder: bool) -> Pipeline<Batch> {
+        let sizes = sizes.to_vec();
+        self.invalid_if(bad_sizes(&sizes), "rebatch", || sizes_problem(&sizes))
+            .regroup("rebatch", rows::batch_rows, move || {
+                Rebatch::new(sizes.clone(), drop_remainder, |rows: Vec<BatchRow>| {
+                    rows::gather("rebatch", &rows)
+                })
+            })
+    }
+}
+
+fn bad_sizes(sizes: &[usize]) -> bool {
+    sizes.is_empty() || sizes.contains(&0)
+}
+
+fn sizes_problem(sizes: &[usize]) -> String {
+    format!("the batch sizes {sizes:?} must be positive, at least one")
 }
 
 /// A partial batch of rows, emitted when full.
 pub(crate) struct Rebatch<R, O> {
-    size: usize,
+    /// The sizes, used in turn; never empty (checked before start).
+    sizes: Vec<usize>,
+    /// The turn of the batch being filled: its size is `sizes[turn]`.
+    turn: usize,
     drop_remainder: bool,
     rows: Vec<(u64, R)>,
     build: fn(Vec<R>) -> Output<O>,
 }
 
+/// A rebatch's saved state: the partial batch's row ids, and the turn when
+/// there are several sizes (a single size saves the ids alone, as before
+/// lists of sizes).
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
+enum RebatchState {
+    Rows(Vec<u64>),
+    Turn { rows: Vec<u64>, turn: usize },
+}
+
 impl<R, O> Rebatch<R, O> {
-    pub(crate) fn new(size: usize, drop_remainder: bool, build: fn(Vec<R>) -> Output<O>) -> Self {
+    pub(crate) fn new(
+        sizes: Vec<usize>,
+        drop_remainder: bool,
+        build: fn(Vec<R>) -> Output<O>,
+    ) -> Self {
+        let first = sizes.first().copied().unwrap_or(1);
         Rebatch {
-            size,
+            sizes,
+            turn: 0,
             drop_remainder,
-            rows: Vec::with_capacity(size.min(1 << 16)),
+            rows: Vec::with_capacity(first.min(1 << 16)),
             build,
         }
     }
 
+    fn size(&self) -> usize {
+        self.sizes.get(self.turn).copied().unwrap_or(1)
+    }
+
     fn emit(&mut self) -> Output<O> {
         let rows = std::mem::take(&mut self.rows);
+        self.turn = (self.turn + 1) % self.sizes.len().max(1);
         (self.build)(rows.into_iter().map(|(_, r)| r).collect())
     }
 }
@@ -98,18 +154,19 @@ impl<R: Send + 'static, O: Send + 'static> Grouper for Rebatch<R, O> {
 
     fn push(&mut self, id: u64, row: R) -> Option<Output<O>> {
         self.rows.push((id, row));
-        (self.rows.len() >= self.size).then(|| self.emit())
+        (self.rows.len() >= self.size()).then(|| self.emit())
     }
 
     fn flush_one(&mut self) -> Option<Output<O>> {
-        if self.rows.is_empty() {
-            return None;
-        }
-        if self.drop_remainder {
+        if self.rows.is_empty() || self.drop_remainder {
             self.rows.clear();
+            self.turn = 0;
             return None;
         }
-        Some(self.emit())
+        let out = self.emit();
+        // The next epoch starts at the first size.
+        self.turn = 0;
+        Some(out)
     }
 
     fn held(&self) -> Vec<u64> {
@@ -117,7 +174,15 @@ impl<R: Send + 'static, O: Send + 'static> Grouper for Rebatch<R, O> {
     }
 
     fn save(&self) -> serde_json::Value {
-        serde_json::json!(self.held())
+        let rows = self.held();
+        if self.sizes.len() == 1 {
+            serde_json::json!(RebatchState::Rows(rows))
+        } else {
+            serde_json::json!(RebatchState::Turn {
+                rows,
+                turn: self.turn
+            })
+        }
     }
 
     fn restore(
@@ -125,8 +190,18 @@ impl<R: Send + 'static, O: Send + 'static> Grouper for Rebatch<R, O> {
         saved: &serde_json::Value,
         rows: &mut HashMap<u64, R>,
     ) -> Result<(), StateError> {
-        let ids: Vec<u64> = serde_json::from_value(saved.clone())?;
+        let (ids, turn) = match serde_json::from_value(saved.clone())? {
+            RebatchState::Rows(ids) => (ids, 0),
+            RebatchState::Turn { rows, turn } => (rows, turn),
+        };
+        if turn >= self.sizes.len() {
+            return Err(StateError::mismatch(
+                "rebatch",
+                format!("turn {turn} saved, {} sizes configured", self.sizes.len()),
+            ));
+        }
         self.rows = rows::take_rows("rebatch", &ids, rows)?;
+        self.turn = turn;
         Ok(())
     }
 }

@@ -522,7 +522,7 @@ mod tests {
             name: "window",
             up: Some(Box::new(source) as Stream<u64>),
             split: single_row,
-            grouper: super::super::rebatch::Rebatch::new(10_000, false, Ok),
+            grouper: super::super::rebatch::Rebatch::new(vec![10_000], false, Ok),
             counters: Arc::new(StageCounters::new("window".into())),
             current: VecDeque::new(),
             next_id: 0,

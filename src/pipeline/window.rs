@@ -1,5 +1,7 @@
 //! `window`: overlapping groups of consecutive elements (`tf.data`'s
-//! `window(size, shift, stride, drop_remainder)`), each as a `Vec`.
+//! `window(size, shift, stride, drop_remainder)`), each as a `Vec`, and
+//! [`window_rows`](Pipeline::window_rows): the same over the rows of parsed
+//! batches, each window one batch.
 //!
 //! Window `k` holds the elements at `k * shift + j * stride` for `j` in
 //! `0..size`, cut short at the end of the input; there is a window for every
@@ -10,9 +12,10 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use super::Pipeline;
-use super::rows::{self, Grouper, Output};
+use super::rows::{self, BatchRow, Grouper, Output};
 use super::state::StateError;
+use super::{Pipeline, PipelineError};
+use crate::batch::Batch;
 
 impl<T: Clone + Send + 'static> Pipeline<T> {
     /// Groups elements into windows of `size`, a new window every `shift`
@@ -36,23 +39,69 @@ impl<T: Clone + Send + 'static> Pipeline<T> {
         stride: usize,
         drop_remainder: bool,
     ) -> Pipeline<Vec<T>> {
-        let bad = size == 0 || shift == 0 || stride == 0;
-        self.invalid_if(bad, "window", || {
-            format!("({size}, {shift}, {stride}): size, shift and stride must be positive")
+        self.invalid_if(bad_window(size, shift, stride), "window", || {
+            window_problem(size, shift, stride)
         })
-        .regroup("window", rows::single_row, move || Window {
-            size,
-            shift,
-            stride,
-            drop_remainder,
-            buffer: VecDeque::new(),
-            skip: 0,
+        .regroup("window", rows::single_row, move || {
+            Window::new([size, shift, stride], drop_remainder, Ok)
         })
     }
 }
 
-/// The elements from the next window's start on.
-struct Window<T> {
+impl Pipeline<Batch> {
+    /// Windows over the rows of parsed batches (each batch split into its
+    /// rows, as [`unbatch`](Self::unbatch) splits it), each window one
+    /// batch of its rows: `tf.data`'s `window` over a dataset of feature
+    /// dicts followed by batching each window (`ds.window(size, shift,
+    /// stride).flat_map(lambda w: Dataset.zip(w).batch(size))`). Rows of
+    /// one input batch are copied as one slice; a row in several windows is
+    /// copied into each.
+    ///
+    /// ```
+    /// use tfpipe::pipeline::Pipeline;
+    /// use tfpipe::{Batch, Column, Values};
+    /// let batch = |v: Vec<i64>| Batch {
+    ///     num_rows: v.len(),
+    ///     columns: vec![Column { name: "x".into(), values: Values::Int64(v), row_splits: vec![], inner_shape: vec![] }],
+    /// };
+    /// let windows: Vec<Batch> = Pipeline::from_vec(vec![batch(vec![0, 1, 2]), batch(vec![3, 4])])
+    ///     .window_rows(3, 2, 1, true)
+    ///     .start()?
+    ///     .collect::<Result<_, _>>()?;
+    /// assert_eq!(windows, [batch(vec![0, 1, 2]), batch(vec![2, 3, 4])]);
+    /// # Ok::<(), tfpipe::pipeline::PipelineError>(())
+    /// ```
+    pub fn window_rows(
+        self,
+        size: usize,
+        shift: usize,
+        stride: usize,
+        drop_remainder: bool,
+    ) -> Pipeline<Batch> {
+        self.invalid_if(bad_window(size, shift, stride), "window", || {
+            window_problem(size, shift, stride)
+        })
+        .regroup("window", rows::batch_rows, move || {
+            Window::new(
+                [size, shift, stride],
+                drop_remainder,
+                |rows: Vec<BatchRow>| rows::gather("window", &rows),
+            )
+        })
+    }
+}
+
+fn bad_window(size: usize, shift: usize, stride: usize) -> bool {
+    size == 0 || shift == 0 || stride == 0
+}
+
+fn window_problem(size: usize, shift: usize, stride: usize) -> String {
+    format!("({size}, {shift}, {stride}): size, shift and stride must be positive")
+}
+
+/// The elements from the next window's start on; `build` makes a window's
+/// output of its rows.
+struct Window<T, O> {
     size: usize,
     shift: usize,
     stride: usize,
@@ -61,9 +110,26 @@ struct Window<T> {
     /// Elements still to drop before the next window starts (`shift` larger
     /// than what was buffered).
     skip: usize,
+    build: fn(Vec<T>) -> Result<O, PipelineError>,
 }
 
-impl<T: Clone> Window<T> {
+impl<T: Clone, O> Window<T, O> {
+    fn new(
+        [size, shift, stride]: [usize; 3],
+        drop_remainder: bool,
+        build: fn(Vec<T>) -> Result<O, PipelineError>,
+    ) -> Self {
+        Window {
+            size,
+            shift,
+            stride,
+            drop_remainder,
+            buffer: VecDeque::new(),
+            skip: 0,
+            build,
+        }
+    }
+
     /// The elements a full window spans.
     fn span(&self) -> usize {
         (self.size - 1)
@@ -73,8 +139,8 @@ impl<T: Clone> Window<T> {
 
     /// The window starting at the buffer's front (as much of it as is
     /// buffered), then moves the start on by `shift`.
-    fn emit(&mut self) -> Vec<T> {
-        let window = self
+    fn emit(&mut self) -> Output<O> {
+        let window: Vec<T> = self
             .buffer
             .iter()
             .step_by(self.stride)
@@ -84,7 +150,7 @@ impl<T: Clone> Window<T> {
         let drop = self.shift.min(self.buffer.len());
         self.buffer.drain(..drop);
         self.skip = self.shift - drop;
-        window
+        (self.build)(window)
     }
 }
 
@@ -94,26 +160,26 @@ struct WindowState {
     skip: usize,
 }
 
-impl<T: Clone + Send + 'static> Grouper for Window<T> {
+impl<T: Clone + Send + 'static, O: Send + 'static> Grouper for Window<T, O> {
     type Row = T;
-    type Out = Vec<T>;
+    type Out = O;
 
-    fn push(&mut self, id: u64, row: T) -> Option<Output<Vec<T>>> {
+    fn push(&mut self, id: u64, row: T) -> Option<Output<O>> {
         if self.skip > 0 {
             self.skip -= 1;
             return None;
         }
         self.buffer.push_back((id, row));
-        (self.buffer.len() >= self.span()).then(|| Ok(self.emit()))
+        (self.buffer.len() >= self.span()).then(|| self.emit())
     }
 
-    fn flush_one(&mut self) -> Option<Output<Vec<T>>> {
+    fn flush_one(&mut self) -> Option<Output<O>> {
         if self.buffer.is_empty() || self.drop_remainder {
             self.buffer.clear();
             self.skip = 0;
             return None;
         }
-        Some(Ok(self.emit()))
+        Some(self.emit())
     }
 
     fn held(&self) -> Vec<u64> {

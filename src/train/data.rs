@@ -18,7 +18,9 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::batch::Values;
-use crate::pipeline::{Exhausted, Parallelism, Pipeline, Rank, Record, Remainder, ShuffleOptions};
+use crate::pipeline::{
+    Exhausted, Parallelism, Pipeline, Rank, Record, Remainder, ShuffleOptions, split_by_weight,
+};
 use crate::rng::epoch_seed;
 use crate::tfrecord::ReaderOptions;
 use crate::{Batch, Schema};
@@ -27,6 +29,10 @@ use super::MissingLabels;
 use super::prefetch::{BatchStream, BoxError};
 use super::sequences::{PaddingMeter, Sequences};
 use super::trainer::resume_pipeline;
+
+/// Files read at once (a shuffled run's interleave); a mixture's sources
+/// share them by weight.
+const CYCLE_LENGTH: usize = 4;
 
 /// The files, schema and batching of a training run: read (files
 /// interleaved 4 at a time, 16 records each), shuffle, batch, parse per
@@ -203,7 +209,7 @@ impl TrainData {
     ) -> Result<Pipeline<Record>, BoxError> {
         let interleave = self.shuffle_buffer > 0;
         let read = if self.weights.is_empty() {
-            self.source(&self.files, interleave)?
+            self.source(&self.files, interleave, CYCLE_LENGTH)?
         } else {
             if self.weights.len() != self.files.len() {
                 return Err(format!(
@@ -213,10 +219,13 @@ impl TrainData {
                 )
                 .into());
             }
+            // The sources share the files open at once, by weight.
+            let cycles = split_by_weight(CYCLE_LENGTH, &self.weights);
             let sources = self
                 .files
                 .iter()
-                .map(|files| self.source(std::slice::from_ref(files), interleave))
+                .zip(cycles)
+                .map(|(files, cycle)| self.source(std::slice::from_ref(files), interleave, cycle))
                 .collect::<Result<Vec<_>, _>>()?;
             // Seeded like the shuffle: epoch `e` of the run and a pass
             // opened for epoch `e` draw the same sequence.
@@ -234,15 +243,20 @@ impl TrainData {
         })
     }
 
-    /// The records of `patterns` (this rank's share), files interleaved or
-    /// read in order.
-    fn source(&self, patterns: &[String], interleave: bool) -> Result<Pipeline<Record>, BoxError> {
+    /// The records of `patterns` (this rank's share), `cycle` files
+    /// interleaved or read in order.
+    fn source(
+        &self,
+        patterns: &[String],
+        interleave: bool,
+        cycle: usize,
+    ) -> Result<Pipeline<Record>, BoxError> {
         let mut files = Pipeline::tfrecord_files(patterns)?.reader_options(self.reader.clone());
         if let Some(rank) = self.rank {
             files = files.rank(rank, Remainder::Drop)?;
         }
         Ok(if interleave {
-            files.interleave(4, 16)
+            files.interleave(cycle, 16)
         } else {
             files.records()
         })

@@ -44,6 +44,14 @@ fn case(name: &str) -> Value {
             range(0, 5).zip(range(10, 15)).zip(range(20, 23)),
             |(ab, c)| json!([pair(ab), c]),
         ),
+        "zip_three" => json_of(
+            Pipeline::zip_all(vec![range(0, 4), range(10, 13), range(20, 25)]),
+            |v| json!(v),
+        ),
+        "zip_three_empty" => json_of(
+            Pipeline::zip_all(vec![range(0, 4), range(10, 10), range(20, 25)]),
+            |v| json!(v),
+        ),
         "zip_then_batch" => json_of(range(0, 5).zip(range(10, 15)).batch(2), unzip),
         "concatenate" => json_of(range(0, 3).concatenate(range(10, 12)), one),
         "concatenate_empty_first" => json_of(range(0, 0).concatenate(range(0, 3)), one),
@@ -328,6 +336,17 @@ fn metrics_name_each_inputs_stages_and_the_starving_input() {
         .map(|n| metrics.stage(n).unwrap().elements_out)
         .sum();
     assert_eq!(taken, 400);
+    // Each input's row: what the mixture took from it, in and out; the
+    // mixture's own row: every element it took in and handed on.
+    for input in ["sample_from[0]", "sample_from[1]"] {
+        let row = metrics.stage(input).unwrap();
+        assert!(
+            row.elements_in == row.elements_out && row.elements_in > 100,
+            "{row:?}"
+        );
+    }
+    let mix = metrics.stage("sample_from").unwrap();
+    assert_eq!((mix.elements_in, mix.elements_out), (400, 400), "{mix:?}");
     assert_eq!(
         metrics.starving_input().map(|s| s.name.as_str()),
         Some("sample_from[1]")

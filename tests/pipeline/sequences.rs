@@ -151,12 +151,12 @@ fn upstream(rng: &mut Rng, batches: Vec<Batch>, desc: &mut String) -> Pipeline<B
 fn row_stages_over_parsed_batches_resume_exactly() {
     watchdog(240, || {
         let mut rng = Rng(0x005E_ED0F_5EC5);
-        for case in 0..60 {
+        for case in 0..72 {
             let (_, batches) = random_batches(&mut rng, 12);
             let mut desc = format!("case {case}: from_vec");
             let up = upstream(&mut rng, batches, &mut desc);
             let drop = rng.below(2) == 0;
-            let p = match case % 5 {
+            let p = match case % 6 {
                 0 => {
                     desc += ".unbatch()";
                     up.unbatch()
@@ -179,6 +179,12 @@ fn row_stages_over_parsed_batches_resume_exactly() {
                         .drop_remainder(drop)
                         .padding(Padding::new().lengths());
                     up.bucket_by_sequence_length(options)
+                }
+                4 => {
+                    let (size, shift, stride) =
+                        (1 + rng.below(4), 1 + rng.below(4), 1 + rng.below(2));
+                    desc += &format!(".window_rows({size}, {shift}, {stride}, {drop})");
+                    up.window_rows(size as usize, shift as usize, stride as usize, drop)
                 }
                 _ => {
                     let length = 8 + rng.below(5) as usize;
@@ -235,7 +241,8 @@ fn unpack(batch: &Batch, length: usize) -> Vec<(u64, Vec<i64>)> {
 }
 
 /// Packing keeps every non-empty sequence exactly once (truncated to the
-/// length), fills rows first-fit, and resumes from every cut.
+/// length), fills rows first-fit, and resumes from every cut, its bins
+/// shuffled or not.
 #[test]
 fn pack_keeps_every_sequence_once_across_restarts() {
     watchdog(240, || {
@@ -245,8 +252,12 @@ fn pack_keeps_every_sequence_once_across_restarts() {
             let length = 6 + rng.below(6) as usize;
             let bins = 1 + rng.below(4) as usize;
             let mut desc = format!("case {case}: pack({length}, {bins})");
-            let p =
-                upstream(&mut rng, batches, &mut desc).pack(PackOptions::new(["t"], length, bins));
+            let mut options = PackOptions::new(["t"], length, bins);
+            if case % 2 == 1 {
+                desc += ".shuffle_bins(5)";
+                options = options.shuffle_bins(5);
+            }
+            let p = upstream(&mut rng, batches, &mut desc).pack(options);
             let full = check_resumes(&p, &desc, 1);
             let mut seen: BTreeMap<(u64, u64), usize> = BTreeMap::new();
             let mut epoch = 0;
@@ -347,10 +358,18 @@ fn vec_stages_resume_exactly() {
                     desc += &format!(".window({size}, {shift}, {stride}, {drop})");
                     check_resumes(&p.window(size, shift, stride, drop), &desc, 1);
                 }
-                1 => {
+                1 if rng.below(2) == 0 => {
                     let (a, b) = (1 + rng.below(5) as usize, 1 + rng.below(5) as usize);
                     desc += &format!(".batch({a}).rebatch({b}, {drop})");
                     check_resumes(&p.batch(a).rebatch(b, drop), &desc, 1);
+                }
+                1 => {
+                    let a = 1 + rng.below(5) as usize;
+                    let sizes: Vec<usize> = (0..1 + rng.below(3))
+                        .map(|_| 1 + rng.below(4) as usize)
+                        .collect();
+                    desc += &format!(".batch({a}).rebatch_sizes({sizes:?}, {drop})");
+                    check_resumes(&p.batch(a).rebatch_sizes(&sizes, drop), &desc, 1);
                 }
                 _ => {
                     let a = 1 + rng.below(5) as usize;
@@ -415,6 +434,7 @@ fn padding_covers_every_layout() {
         "b",
         tfpipe::pipeline::PadSpec {
             shape: PaddedShape::Fixed(3),
+            step_shape: PaddedShape::BatchMax,
             value: PadValue::Bytes(b"?".to_vec()),
             info: tfpipe::pipeline::PadInfo::Lengths,
         },

@@ -188,7 +188,7 @@ fn resumed_stream_equals_the_uninterrupted_one() {
 }
 
 /// A random combination (`sample_from`, `concatenate`, `choose_from`,
-/// `zip`) of two or three random pipelines, itself maybe prefetched and
+/// `zip`, `zip_all`) of two or three random pipelines, itself maybe prefetched and
 /// repeated.
 fn random_mixture(rng: &mut Rng, patterns: [&str; 2], desc: &mut String) -> Pipeline<Vec<u64>> {
     let k = 2 + rng.below(2) as usize;
@@ -221,6 +221,10 @@ fn random_mixture(rng: &mut Rng, patterns: [&str; 2], desc: &mut String) -> Pipe
             let selector: Vec<usize> = (0..300).map(|_| rng.below(k as u64) as usize).collect();
             *desc += "choose_from";
             Pipeline::choose_from(inputs, Pipeline::from_vec(selector))
+        }
+        _ if k == 3 => {
+            *desc += "zip_all";
+            Pipeline::zip_all(inputs).map(|rows: Vec<Vec<u64>>| rows.concat())
         }
         _ => {
             *desc += "zip";

@@ -1,5 +1,7 @@
-//! tfpipe's `unbatch`, `rebatch`, `window`, `padded_batch` and
-//! `bucket_by_sequence_length` against TensorFlow's answers for the same
+//! tfpipe's `unbatch`, `rebatch` (one size or several), `window`,
+//! `window_rows`, `padded_batch` and `bucket_by_sequence_length` (by a
+//! feature's length or a length function, one or two ragged levels)
+//! against TensorFlow's answers for the same
 //! inputs, in `testdata/tf-semantics/sequences.json` (written by
 //! `scripts/tf_semantics_sequences.py`).
 
@@ -62,6 +64,47 @@ fn rebatch_matches_tf() {
     }
 }
 
+/// `rebatch_sizes` over `Vec`s and over parsed batches (of the same rows).
+#[test]
+fn rebatch_sizes_matches_tf() {
+    for case in cases("rebatch_sizes") {
+        let p = &case["params"];
+        let drop = p["drop_remainder"].as_bool().unwrap();
+        let (batch, sizes) = (p["batch"].as_u64().unwrap() as usize, usizes(&p["sizes"]));
+        let out = run(Pipeline::from_vec(ints(&case["input"]))
+            .batch(batch)
+            .rebatch_sizes(&sizes, drop));
+        assert_eq!(out, int_lists(&case["expected"]), "{}", case["name"]);
+        let parsed = run(Pipeline::from_vec(ints(&case["input"]))
+            .batch(batch)
+            .map(|rows: Vec<i64>| int_batch(&rows))
+            .rebatch_sizes(&sizes, drop));
+        let rows: Vec<Vec<i64>> = parsed
+            .iter()
+            .map(|b| b.columns[0].as_i64().unwrap().to_vec())
+            .collect();
+        assert_eq!(
+            rows,
+            int_lists(&case["expected"]),
+            "{} (parsed)",
+            case["name"]
+        );
+    }
+}
+
+/// One int64 column `x`, a value per row.
+fn int_batch(rows: &[i64]) -> Batch {
+    Batch {
+        num_rows: rows.len(),
+        columns: vec![Column {
+            name: "x".into(),
+            values: Values::Int64(rows.to_vec()),
+            row_splits: vec![],
+            inner_shape: vec![],
+        }],
+    }
+}
+
 #[test]
 fn window_matches_tf() {
     for case in cases("window") {
@@ -74,6 +117,28 @@ fn window_matches_tf() {
             p["drop_remainder"].as_bool().unwrap(),
         ));
         assert_eq!(out, int_lists(&case["expected"]), "{}", case["name"]);
+    }
+}
+
+/// `window_rows` over parsed batches of the same input, split into batches
+/// of 3 rows: each window one batch, the same rows as `tf.data`'s windows.
+#[test]
+fn window_rows_matches_tf() {
+    for case in cases("window") {
+        let p = &case["params"];
+        let n = |k: &str| p[k].as_u64().unwrap() as usize;
+        let batches: Vec<Batch> = ints(&case["input"]).chunks(3).map(int_batch).collect();
+        let out = run(Pipeline::from_vec(batches).window_rows(
+            n("size"),
+            n("shift"),
+            n("stride"),
+            p["drop_remainder"].as_bool().unwrap(),
+        ));
+        let rows: Vec<Vec<i64>> = out
+            .iter()
+            .map(|b| b.columns[0].as_i64().unwrap().to_vec())
+            .collect();
+        assert_eq!(rows, int_lists(&case["expected"]), "{}", case["name"]);
     }
 }
 
@@ -208,9 +273,15 @@ fn bucket_by_sequence_length_matches_tf() {
                 }
             })
             .collect();
-        let options = BucketOptions::new("t", usizes(&p["boundaries"]), usizes(&p["batch_sizes"]))
-            .pad_to_bucket_boundary(p["pad_to_bucket_boundary"].as_bool().unwrap())
-            .drop_remainder(p["drop_remainder"].as_bool().unwrap());
+        let mut options =
+            BucketOptions::new("t", usizes(&p["boundaries"]), usizes(&p["batch_sizes"]))
+                .pad_to_bucket_boundary(p["pad_to_bucket_boundary"].as_bool().unwrap())
+                .drop_remainder(p["drop_remainder"].as_bool().unwrap());
+        match p["length"].as_str() {
+            None => {}
+            Some("even") => options = options.length_fn(even_values),
+            Some(other) => panic!("no length function {other:?}"),
+        }
         let out = run(Pipeline::from_vec(rows).bucket_by_sequence_length(options));
         let got: Vec<(Vec<i64>, Vec<i64>, Vec<usize>)> = out
             .iter()
@@ -233,4 +304,85 @@ fn bucket_by_sequence_length_matches_tf() {
             .collect();
         assert_eq!(got, expected, "{}", case["name"]);
     }
+}
+
+/// The script's `"even"` length function: the count of even values of `t`.
+fn even_values(batch: &Batch, row: usize) -> usize {
+    let t = batch.column("t").unwrap();
+    let (a, b) = (t.row_splits[0][row], t.row_splits[0][row + 1]);
+    t.as_i64().unwrap()[a..b]
+        .iter()
+        .filter(|x| *x % 2 == 0)
+        .count()
+}
+
+/// Bucketing a two-level column (`[steps][values]`): with
+/// `pad_to_bucket_boundary` both levels pad to the boundary, as in `tf.data`.
+#[test]
+fn bucketing_a_two_level_column_matches_tf() {
+    for case in cases("bucket_two_level") {
+        let p = &case["params"];
+        let rows: Vec<Batch> = case["input"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .enumerate()
+            .map(|(i, steps)| {
+                let mut t = row("var_sequence", "int64", &[], steps);
+                t.columns[0].name = "t".into();
+                t.columns.push(Column {
+                    name: "id".into(),
+                    values: Values::Int64(vec![i as i64]),
+                    row_splits: vec![],
+                    inner_shape: vec![],
+                });
+                t
+            })
+            .collect();
+        let options = BucketOptions::new("t", usizes(&p["boundaries"]), usizes(&p["batch_sizes"]))
+            .pad_to_bucket_boundary(p["pad_to_bucket_boundary"].as_bool().unwrap());
+        let out = run(Pipeline::from_vec(rows).bucket_by_sequence_length(options));
+        let got: Vec<(Vec<i64>, Vec<i64>, Vec<usize>)> = out
+            .iter()
+            .map(|b| {
+                let t = b.column("t").unwrap();
+                let mut shape = vec![b.num_rows];
+                shape.extend_from_slice(&t.inner_shape);
+                (
+                    b.column("id").unwrap().as_i64().unwrap().to_vec(),
+                    t.as_i64().unwrap().to_vec(),
+                    shape,
+                )
+            })
+            .collect();
+        let expected: Vec<(Vec<i64>, Vec<i64>, Vec<usize>)> = case["expected"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| (ints(&b["ids"]), ints(&b["values"]), usizes(&b["shape"])))
+            .collect();
+        assert_eq!(got, expected, "{}", case["name"]);
+    }
+    // A step longer than the boundary is an error naming its row.
+    let long = row(
+        "var_sequence",
+        "int64",
+        &[],
+        &serde_json::json!([[1, 2, 3, 4]]),
+    );
+    let mut long = long;
+    long.columns[0].name = "t".into();
+    let options = BucketOptions::new("t", vec![3], vec![1, 1]).pad_to_bucket_boundary(true);
+    let err = Pipeline::from_vec(vec![long])
+        .bucket_by_sequence_length(options)
+        .start()
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("a step of row 0 has 4 values, more than the padded step shape 2"),
+        "{err}"
+    );
 }
