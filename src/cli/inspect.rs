@@ -3,7 +3,11 @@
 //! Each file is read to the end under [`OnCorruption::Skip`], so a record with
 //! a bad data CRC is counted and passed over, and lost framing (bad length CRC,
 //! truncation, a corrupt compressed stream) ends that file. Every record is
-//! also decoded; one that is not a valid protobuf message counts as corrupt.
+//! also scanned as protobuf (validated like a decode, without copying its
+//! values: `tfpipe::example::scan`); one that is not a valid message counts
+//! as corrupt. Whether a bytes value is text is decided on its first 4 KiB
+//! (the line of each feature with longer values says so), so large values
+//! cost no more than reading them.
 //! Problems go to stderr as `PATH: record N at byte M: <what>`.
 //!
 //! Record type: every record is decoded as a `SequenceExample`, whose field 1
@@ -32,10 +36,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::Context as _;
-use prost::Message;
 use serde::Serialize;
 use tfpipe::example::json::RecordType;
-use tfpipe::example::proto::{Feature, SequenceExample, feature};
+use tfpipe::example::scan::{FeatureView, ListKind, RecordScanner, RecordShape};
 use tfpipe::example::{DType, FeatureSpec, Layout, Value};
 use tfpipe::spawn::{Cancel, Thread};
 use tfpipe::tfrecord::{Compression, OnCorruption, ReaderOptions};
@@ -199,14 +202,15 @@ fn inspect_file(
     let mut problems = Vec::new();
     let mut records = 0;
     let mut has_lists = false;
+    let mut scanner = RecordScanner::new();
     loop {
         let position = reader.position();
         match reader.next_record() {
-            Ok(Some(raw)) => match SequenceExample::decode(raw) {
-                Ok(message) => {
+            Ok(Some(raw)) => match scanner.scan(raw) {
+                Ok(shape) => {
                     records += 1;
-                    has_lists |= RecordType::sniff(raw) == RecordType::Sequence;
-                    schema.add(&message);
+                    has_lists |= shape.record_type() == RecordType::Sequence;
+                    schema.add(&shape);
                 }
                 Err(err) => problems.push((
                     position.offset,
@@ -270,23 +274,36 @@ struct SchemaStats {
 }
 
 impl SchemaStats {
-    fn add(&mut self, message: &SequenceExample) {
+    fn add(&mut self, record: &RecordShape<'_>) {
         self.records += 1;
-        if let Some(context) = &message.context {
-            for (name, feature) in &context.feature {
-                self.features.entry(name.clone()).or_default().add(feature);
+        for (name, feature) in record.features() {
+            self.feature(name).add(feature);
+        }
+        for (name, list) in record.feature_lists() {
+            let stats = self.list(name);
+            stats.present += 1;
+            stats.steps.add(list.steps() as u64);
+            for step in list.iter() {
+                stats.step.add(step);
             }
         }
-        if let Some(lists) = &message.feature_lists {
-            for (name, list) in &lists.feature_list {
-                let stats = self.lists.entry(name.clone()).or_default();
-                stats.present += 1;
-                stats.steps.add(list.feature.len() as u64);
-                for step in &list.feature {
-                    stats.step.add(step);
-                }
-            }
+    }
+
+    /// The stats of feature `name` (allocating its name only the first time).
+    fn feature(&mut self, name: &str) -> &mut FeatureStats {
+        if !self.features.contains_key(name) {
+            self.features
+                .insert(name.to_string(), FeatureStats::default());
         }
+        self.features.get_mut(name).expect("inserted above")
+    }
+
+    /// The stats of feature list `name`.
+    fn list(&mut self, name: &str) -> &mut ListStats {
+        if !self.lists.contains_key(name) {
+            self.lists.insert(name.to_string(), ListStats::default());
+        }
+        self.lists.get_mut(name).expect("inserted above")
     }
 
     fn merge(&mut self, other: &SchemaStats) {
@@ -346,6 +363,8 @@ struct FeatureStats {
     /// Bytes values that are not text (not UTF-8, or with control
     /// characters other than tab and newlines): raw data such as pixels.
     binary_values: u64,
+    /// Bytes values longer than [`TEXT_SAMPLE`], checked for text on a prefix.
+    sampled_values: u64,
     /// Bytes values that are encoded images (JPEG, PNG, GIF, BMP by their
     /// signature, with a header that reads).
     images: ImagesSeen,
@@ -403,26 +422,25 @@ const KIND_NAMES: [&str; 3] = ["bytes_list", "float_list", "int64_list"];
 const DTYPES: [DType; 3] = [DType::Bytes, DType::Float32, DType::Int64];
 
 impl FeatureStats {
-    fn add(&mut self, feature: &Feature) {
+    fn add(&mut self, feature: FeatureView<'_>) {
         self.present += 1;
-        let (kind, count) = match &feature.kind {
-            Some(feature::Kind::BytesList(l)) => {
-                for value in &l.value {
-                    self.value_bytes.add(value.len() as u64);
-                    self.binary_values += u64::from(!is_text(value));
-                    if tfpipe::image::ImageFormat::sniff(value).is_some() {
-                        self.images.add(value);
-                    }
-                }
-                (0, l.value.len())
-            }
-            Some(feature::Kind::FloatList(l)) => (1, l.value.len()),
-            Some(feature::Kind::Int64List(l)) => (2, l.value.len()),
-            None => (3, 0),
+        let kind = match feature.kind() {
+            Some(ListKind::Bytes) => 0,
+            Some(ListKind::Float) => 1,
+            Some(ListKind::Int64) => 2,
+            None => 3,
         };
+        for value in feature.bytes_values() {
+            self.value_bytes.add(value.len() as u64);
+            self.binary_values += u64::from(!is_text(value));
+            self.sampled_values += u64::from(value.len() > TEXT_SAMPLE);
+            if tfpipe::image::ImageFormat::sniff(value).is_some() {
+                self.images.add(value);
+            }
+        }
         self.kinds[kind] += 1;
         if kind < 3 {
-            self.values.add(count as u64);
+            self.values.add(feature.len() as u64);
         }
     }
 
@@ -435,6 +453,7 @@ impl FeatureStats {
         self.value_bytes.merge(&other.value_bytes);
         self.binary_values += other.binary_values;
         self.images.merge(&other.images);
+        self.sampled_values += other.sampled_values;
     }
 
     /// The one list kind seen, if exactly one was.
@@ -553,6 +572,7 @@ impl FeatureStats {
             raw_spec: self.raw_spec(name, records),
             min_bytes_per_value: self.value_bytes.min,
             max_bytes_per_value: self.value_bytes.min.map(|_| self.value_bytes.max),
+            text_check_prefix_bytes: (self.sampled_values > 0).then_some(TEXT_SAMPLE),
             kind: self.kind().map(|k| KIND_NAMES[k]),
             present: self.present,
             no_list_set: self.kinds[3],
@@ -562,14 +582,35 @@ impl FeatureStats {
     }
 }
 
-/// Whether `value` reads as text: UTF-8 without control characters other
-/// than tab and line breaks.
+/// Whether a bytes value reads as text: UTF-8 without control characters
+/// other than tab and newlines. Only the first [`TEXT_SAMPLE`] bytes are
+/// checked (a character cut at that boundary counts as text), so a large
+/// value costs no more than a small one; the report says so.
 fn is_text(value: &[u8]) -> bool {
-    std::str::from_utf8(value).is_ok_and(|text| {
-        text.chars()
-            .all(|c| !c.is_control() || matches!(c, '\t' | '\n' | '\r'))
-    })
+    let sample = &value[..value.len().min(TEXT_SAMPLE)];
+    // An ASCII control byte is never part of a multi-byte character, so one
+    // settles it without decoding (raw pixels usually start with one).
+    let control = |b: &u8| (*b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r')) || *b == 0x7f;
+    if sample.iter().any(control) {
+        return false;
+    }
+    if sample.is_ascii() {
+        return true;
+    }
+    let text = match std::str::from_utf8(sample) {
+        Ok(text) => text,
+        Err(cut) if cut.error_len().is_none() && value.len() > TEXT_SAMPLE => {
+            // Only the last character was cut by the sample's end.
+            std::str::from_utf8(&sample[..cut.valid_up_to()]).unwrap_or_default()
+        }
+        Err(_) => return false,
+    };
+    text.chars()
+        .all(|c| !c.is_control() || matches!(c, '\t' | '\n' | '\r'))
 }
+
+/// Bytes of each bytes value checked by [`is_text`].
+const TEXT_SAMPLE: usize = 4096;
 
 /// `3 values`, `0-6 values`, `1 value`.
 fn values_text(range: &Range) -> String {
@@ -660,6 +701,9 @@ fn write_schema(out: &mut String, schema: &SchemaStats, record_type: RecordType)
             (stats.value_bytes.min, stats.alternative(name, records))
         {
             let _ = write!(note, " of {n} bytes ({alternative})");
+        }
+        if stats.sampled_values > 0 {
+            let _ = write!(note, ", text checked on {TEXT_SAMPLE}-byte prefixes");
         }
         if stats.kinds[3] > 0 {
             let _ = write!(note, ", no list set in {}/{records}", stats.kinds[3]);
@@ -851,6 +895,9 @@ struct FeatureJson {
     min_bytes_per_value: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_bytes_per_value: Option<u64>,
+    /// Set when values longer than this were checked for text on a prefix of this many bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text_check_prefix_bytes: Option<usize>,
     kind: Option<&'static str>,
     present: u64,
     no_list_set: u64,
@@ -868,4 +915,34 @@ struct ListJson {
     max_steps: Option<u64>,
     min_values_per_step: Option<u64>,
     max_values_per_step: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_is_utf8_without_control_characters() {
+        assert!(is_text(b"hello\tworld\n"));
+        assert!(is_text("héllo wörld".as_bytes()));
+        assert!(!is_text(b"\x00\x01pixels"));
+        assert!(!is_text(b"abc\x7f"));
+        assert!(!is_text(&[0xff, 0xfe, b'a']));
+        // U+0085 (NEXT LINE) is a C1 control character: two bytes, neither ASCII.
+        assert!(!is_text("a\u{85}b".as_bytes()));
+    }
+
+    #[test]
+    fn text_check_reads_a_prefix_of_large_values() {
+        // A two-byte character straddling the sample's end is text...
+        let mut straddling = vec![b'a'; TEXT_SAMPLE - 1];
+        straddling.extend_from_slice("é and more".as_bytes());
+        assert!(is_text(&straddling));
+        // ...and so is anything after the prefix, which is not read.
+        let mut tail = vec![b'a'; TEXT_SAMPLE];
+        tail.push(0);
+        assert!(is_text(&tail));
+        // A cut character at the end of a short value is not text.
+        assert!(!is_text(&"é".as_bytes()[..1]));
+    }
 }

@@ -154,12 +154,12 @@ impl ParseError {
 // ---------------------------------------------------------------------------
 // Wire format
 
-const VARINT: u8 = 0;
+pub(super) const VARINT: u8 = 0;
 const FIXED64: u8 = 1;
-const LEN: u8 = 2;
+pub(super) const LEN: u8 = 2;
 const START_GROUP: u8 = 3;
 const END_GROUP: u8 = 4;
-const FIXED32: u8 = 5;
+pub(super) const FIXED32: u8 = 5;
 
 /// The most values reserved per column before parsing (more grow on demand).
 const MAX_RESERVE: usize = 1 << 24;
@@ -170,14 +170,14 @@ const MAX_GROUP_DEPTH: u32 = 100;
 /// A wire-format problem. `at` is the address of the offending byte until
 /// [`WireError::offset_in`] turns it into an offset into the record.
 #[derive(Debug, Clone, Copy)]
-struct WireError {
-    at: usize,
-    what: &'static str,
+pub(super) struct WireError {
+    pub(super) at: usize,
+    pub(super) what: &'static str,
 }
 
 impl WireError {
     /// This error with `at` as an offset into `record` (which holds it).
-    fn offset_in(self, record: &[u8]) -> WireError {
+    pub(super) fn offset_in(self, record: &[u8]) -> WireError {
         WireError {
             at: self.at.wrapping_sub(record.as_ptr() as usize),
             what: self.what,
@@ -190,30 +190,30 @@ impl WireError {
     }
 }
 
-type WireResult<T> = Result<T, WireError>;
+pub(super) type WireResult<T> = Result<T, WireError>;
 
 /// A cursor over one message: `buf` is what is left of it. Sub-messages are
 /// sub-slices of the record, so positions are recovered from addresses.
 ///
 /// Two words, so cursors stay in registers on the hot path.
-#[derive(Clone, Copy)]
-struct Wire<'a> {
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Wire<'a> {
     buf: &'a [u8],
 }
 
 impl<'a> Wire<'a> {
     #[inline(always)]
-    fn new(buf: &'a [u8]) -> Wire<'a> {
+    pub(super) fn new(buf: &'a [u8]) -> Wire<'a> {
         Wire { buf }
     }
 
     #[inline(always)]
-    fn done(&self) -> bool {
+    pub(super) fn done(&self) -> bool {
         self.buf.is_empty()
     }
 
     #[inline]
-    fn err(&self, what: &'static str) -> WireError {
+    pub(super) fn err(&self, what: &'static str) -> WireError {
         WireError {
             at: self.buf.as_ptr() as usize,
             what,
@@ -222,7 +222,7 @@ impl<'a> Wire<'a> {
 
     /// This cursor's position as (offset, len) within `record`, which holds it.
     #[inline(always)]
-    fn span_in(&self, record: &[u8]) -> (usize, usize) {
+    pub(super) fn span_in(&self, record: &[u8]) -> (usize, usize) {
         (
             (self.buf.as_ptr() as usize).wrapping_sub(record.as_ptr() as usize),
             self.buf.len(),
@@ -230,7 +230,7 @@ impl<'a> Wire<'a> {
     }
 
     #[inline(always)]
-    fn varint(&mut self) -> WireResult<u64> {
+    pub(super) fn varint(&mut self) -> WireResult<u64> {
         // One- and two-byte varints (tags, lengths below 16 KiB, small ints) dominate.
         match *self.buf {
             [b0, ref rest @ ..] if b0 < 0x80 => {
@@ -266,19 +266,23 @@ impl<'a> Wire<'a> {
 
     /// The next field's number and wire type.
     #[inline(always)]
-    fn tag(&mut self) -> WireResult<(u64, u8)> {
+    pub(super) fn tag(&mut self) -> WireResult<(u64, u8)> {
         let start = *self;
         let tag = self.varint()?;
         let field = tag >> 3;
         if field == 0 {
             return Err(start.err("field number 0"));
         }
+        // Protobuf tags are 32-bit: field numbers end at 2^29 - 1.
+        if tag > u64::from(u32::MAX) {
+            return Err(start.err("field number beyond 2^29 - 1"));
+        }
         Ok((field, (tag & 7) as u8))
     }
 
     /// A length-delimited field's contents, as a cursor.
     #[inline(always)]
-    fn sub(&mut self) -> WireResult<Wire<'a>> {
+    pub(super) fn sub(&mut self) -> WireResult<Wire<'a>> {
         let start = *self;
         let len = self.varint()?;
         if len > self.buf.len() as u64 {
@@ -291,12 +295,12 @@ impl<'a> Wire<'a> {
     }
 
     #[inline(always)]
-    fn bytes(&self) -> &'a [u8] {
+    pub(super) fn bytes(&self) -> &'a [u8] {
         self.buf
     }
 
     #[inline]
-    fn fixed<const N: usize>(&mut self) -> WireResult<[u8; N]> {
+    pub(super) fn fixed<const N: usize>(&mut self) -> WireResult<[u8; N]> {
         match self.buf.split_first_chunk::<N>() {
             Some((b, rest)) => {
                 self.buf = rest;
@@ -307,7 +311,7 @@ impl<'a> Wire<'a> {
     }
 
     /// Skips the value of a field of wire type `wire_type` whose tag was just read.
-    fn skip(&mut self, field: u64, wire_type: u8) -> WireResult<()> {
+    pub(super) fn skip(&mut self, field: u64, wire_type: u8) -> WireResult<()> {
         self.skip_depth(field, wire_type, 0)
     }
 
@@ -345,7 +349,7 @@ impl<'a> Wire<'a> {
     /// (length-delimited), skips any other field, errors on `want` with another
     /// wire type.
     #[inline(always)]
-    fn next_len_field(&mut self, want: u64) -> WireResult<Option<Wire<'a>>> {
+    pub(super) fn next_len_field(&mut self, want: u64) -> WireResult<Option<Wire<'a>>> {
         let start = *self;
         let (field, wt) = self.tag()?;
         if field == want {
@@ -362,9 +366,9 @@ impl<'a> Wire<'a> {
 // ---------------------------------------------------------------------------
 // Feature kinds
 
-const KIND_BYTES: u64 = 1;
-const KIND_FLOAT: u64 = 2;
-const KIND_INT64: u64 = 3;
+pub(super) const KIND_BYTES: u64 = 1;
+pub(super) const KIND_FLOAT: u64 = 2;
+pub(super) const KIND_INT64: u64 = 3;
 
 fn kind_name(kind: u64) -> &'static str {
     match kind {
@@ -384,7 +388,8 @@ fn dtype_kind(dtype: DType) -> u64 {
 
 /// The `kind` fields (`bytes_list`/`float_list`/`int64_list`) of one `Feature`, or of
 /// every `Feature` value of a map entry (which protobuf merges into one), in order.
-struct Kinds<'a> {
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Kinds<'a> {
     /// The map entry whose value fields (field 2) are still to be visited.
     entry: Option<Wire<'a>>,
     /// The `Feature` message being walked.
@@ -392,14 +397,14 @@ struct Kinds<'a> {
 }
 
 impl<'a> Kinds<'a> {
-    fn of_entry(entry: Wire<'a>) -> Kinds<'a> {
+    pub(super) fn of_entry(entry: Wire<'a>) -> Kinds<'a> {
         Kinds {
             entry: Some(entry),
             feature: None,
         }
     }
 
-    fn of_feature(feature: Wire<'a>) -> Kinds<'a> {
+    pub(super) fn of_feature(feature: Wire<'a>) -> Kinds<'a> {
         Kinds {
             entry: None,
             feature: Some(feature),
@@ -408,7 +413,7 @@ impl<'a> Kinds<'a> {
 
     /// The next list: its kind and a cursor over the list message.
     #[inline]
-    fn next(&mut self) -> WireResult<Option<(u64, Wire<'a>)>> {
+    pub(super) fn next(&mut self) -> WireResult<Option<(u64, Wire<'a>)>> {
         loop {
             if let Some(feature) = &mut self.feature {
                 if !feature.done() {

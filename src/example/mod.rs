@@ -11,6 +11,7 @@ pub mod proto {
 
 mod decode;
 pub mod json;
+pub mod scan;
 mod spec;
 
 pub use decode::{BatchParser, ParseError};
