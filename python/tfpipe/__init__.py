@@ -529,8 +529,9 @@ def _check_parallel(value: Any, allow_none: bool) -> None:
 def _worker_share(ds: Dataset, worker: int, workers: int) -> Dataset:
     """The share of worker ``worker`` of ``workers`` (a DataLoader's worker
     processes): disjoint, read by no other worker. Composes with a rank of a
-    data-parallel job: rank ``r`` of ``w`` and worker ``k`` of ``n`` read the
-    share ``k * w + r`` of ``w * n``, a part of rank ``r``'s share."""
+    data-parallel job: worker ``k`` of ``n`` reads its part of rank ``r``'s
+    share (a second ``rank`` splits the first one's run of records; over the
+    global shuffle, the share ``k * w + r`` of ``w * n``)."""
     ops = [dict(op) for op in ds._ops]
     # A mixture shares each of its inputs (and a concatenated dataset its
     # own); a zip shares its tuples, since sharing each input would pair
@@ -545,9 +546,11 @@ def _worker_share(ds: Dataset, worker: int, workers: int) -> Dataset:
     if ops[0]["op"] in ("sample_from", "choose_from"):
         return Dataset(ops)
     pos = 2 if len(ops) > 1 and ops[1]["op"] == "global_shuffle" else 1
-    if len(ops) > pos and ops[pos]["op"] == "rank":
+    if len(ops) > pos and ops[pos]["op"] == "rank" and pos == 2:
         r, w = ops[pos]["rank"], ops[pos]["world_size"]
         ops[pos].update(rank=worker * w + r, world_size=w * workers)
+    elif len(ops) > pos and ops[pos]["op"] == "rank":
+        ops.insert(pos + 1, {"op": "rank", "rank": worker, "world_size": workers, "remainder": "keep"})
     else:
         ops.insert(pos, {"op": "rank", "rank": worker, "world_size": workers, "remainder": "keep"})
     return Dataset(ops)
