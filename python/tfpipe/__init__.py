@@ -172,11 +172,13 @@ class Dataset:
 
         Each dataset keeps its own stages, threads and errors (an error
         names its dataset, ``zip[1]``), and the iterator state covers them
-        all. Batch and parse each dataset before zipping: ``batch``,
-        ``parse`` and the row operations do not apply to tuples; ``shuffle``,
-        ``take``, ``skip``, ``repeat``, ``prefetch``, ``shard``,
-        ``concatenate`` and mixing do. Under a DataLoader's worker processes
-        each worker takes every n-th tuple (the datasets stay aligned).
+        all. ``batch`` after it gives a tuple of batches, as in tf.data (each
+        dataset must then yield single records or parsed single rows);
+        ``shuffle``, ``take``, ``skip``, ``repeat``, ``prefetch``, ``shard``,
+        ``concatenate`` and mixing take tuples; ``parse``, ``window`` and the
+        row operations belong before the zip. Under a DataLoader's worker
+        processes each worker takes every n-th tuple (the datasets stay
+        aligned).
         """
         if len(datasets) == 1 and not isinstance(datasets[0], Dataset):
             datasets = tuple(datasets[0])  # type: ignore[arg-type]
