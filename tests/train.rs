@@ -12,7 +12,8 @@ use tfpipe::tfrecord::{FileRecordReader, ReaderOptions};
 use tfpipe::train::{
     BatchStream, BoxError, Checkpoint, InputSpec, IterStream, Labels, Model, ModelConfig,
     OptimizerConfig, OptimizerKind, Outputs, Placement, PredictOptions, Predictor, Reproducibility,
-    RunLength, Task, TrainConfig, TrainError, Trainer, Verdict, WithBottleneck, batch_to_tensors,
+    RunLength, Standardize, Task, TrainConfig, TrainError, Trainer, Verdict, WithBottleneck,
+    batch_to_tensors,
 };
 
 const WIDTH: usize = 8;
@@ -2056,4 +2057,59 @@ fn cli_trains_on_a_label_from_spark_partition_directories() {
         stderr.contains("label") && stderr.contains("part-r-0000"),
         "{stderr}"
     );
+}
+
+/// uint8 inputs (MNIST's pixels) are standardised like the others by
+/// default (they were always only divided by 255), and `--rescale` keeps
+/// the division alone; the checkpoint records which, for `predict`.
+#[test]
+fn uint8_inputs_are_standardised_unless_rescale_is_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let tfpipe = || assert_cmd::Command::cargo_bin("tfpipe").unwrap();
+    let out = tfpipe()
+        .args(["convert", "idx", "testdata/mnist/test-images-idx3-ubyte.gz"])
+        .args(["--labels", "testdata/mnist/test-labels-idx1-ubyte.gz"])
+        .args(["--shards", "1", "-o"])
+        .arg(dir.path().join("m"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stats = |extra: &[&str]| {
+        let ck = dir.path().join(format!("ck{}", extra.len()));
+        let out = tfpipe()
+            .args([
+                "train",
+                "--feature",
+                "image_raw:uint8:784",
+                "--feature",
+                "label:int64",
+            ])
+            .args(["--label", "label", "--steps", "1", "--batch-size", "64"])
+            .arg("--data")
+            .arg(dir.path().join("m-00000-of-00001.tfrecord"))
+            .arg("--save")
+            .arg(&ck)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Checkpoint::read_meta(&ck).unwrap().input.standardize
+    };
+    let standardised = stats(&[]);
+    assert_eq!(standardised.len(), 1);
+    // MNIST's pixels average about 0.13 of 255, with a std of about 0.31.
+    let s = standardised[0];
+    assert!(
+        (0.05..0.25).contains(&s.mean) && (0.2..0.45).contains(&s.std),
+        "{s:?}"
+    );
+    assert_eq!(stats(&["--rescale"]), vec![Standardize::IDENTITY]);
 }

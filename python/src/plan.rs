@@ -585,7 +585,10 @@ fn apply(built: Built, op: &Op) -> Result<Built, PlanError> {
                     .parse_batches(parse.schema, parse.parallelism),
                 batched: true,
             },
-            Built::Tuples(_) => return Err(of_tuples("batch")),
+            Built::Tuples(p) => Built::Tuples(
+                p.batch_with(*batch_size, *drop_remainder)
+                    .try_map(batch_tuples),
+            ),
             other => {
                 return Err(PlanError::Invalid(format!(
                     "batch() of {}: batch once, before or after parse()",
@@ -734,6 +737,76 @@ fn apply(built: Built, op: &Op) -> Result<Built, PlanError> {
             ));
         }
     })
+}
+
+/// A batch of tuples as a tuple of batches (`tf.data`'s `batch` of a
+/// zipped dataset): the `i`-th elements of the tuples batched together.
+fn batch_tuples(tuples: Vec<Vec<Elem>>) -> Result<Vec<Elem>, String> {
+    let width = tuples.first().map_or(0, Vec::len);
+    let mut parts: Vec<Vec<Elem>> = (0..width)
+        .map(|_| Vec::with_capacity(tuples.len()))
+        .collect();
+    for tuple in tuples {
+        // A zip's tuples all have one element per input.
+        for (part, elem) in parts.iter_mut().zip(tuple) {
+            part.push(elem);
+        }
+    }
+    parts
+        .into_iter()
+        .enumerate()
+        .map(|(i, part)| batch_elems(i, part))
+        .collect()
+}
+
+/// Elements of one kind as one batch: records as a list, parsed single
+/// rows as a parsed batch, tuples as a tuple of batches.
+fn batch_elems(i: usize, elems: Vec<Elem>) -> Result<Elem, String> {
+    let already = || {
+        format!(
+            "batch() of tuples: element {i} of each tuple is a batch already (a list of \
+             records or a batched dict); batch each dataset before zip(), or none of them"
+        )
+    };
+    match elems.first() {
+        None | Some(Elem::Record(_)) => elems
+            .into_iter()
+            .map(|e| match e {
+                Elem::Record(r) => Ok(r),
+                _ => Err(already()),
+            })
+            .collect::<Result<_, _>>()
+            .map(Elem::Records),
+        Some(Elem::Batch { batched: false, .. }) => {
+            let rows = elems
+                .into_iter()
+                .map(|e| match e {
+                    Elem::Batch {
+                        batch,
+                        batched: false,
+                    } => Ok(batch),
+                    _ => Err(already()),
+                })
+                .collect::<Result<Vec<Batch>, _>>()?;
+            let batch = Batch::concat(&rows)
+                .map_err(|e| format!("batch() of tuples: element {i}'s rows differ: {e}"))?;
+            Ok(Elem::Batch {
+                batch,
+                batched: true,
+            })
+        }
+        Some(Elem::Tuple(_)) => {
+            let inner = elems
+                .into_iter()
+                .map(|e| match e {
+                    Elem::Tuple(t) => Ok(t),
+                    _ => Err(already()),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            batch_tuples(inner).map(Elem::Tuple)
+        }
+        Some(_) => Err(already()),
+    }
 }
 
 /// `op()` does not apply to tuples: it belongs before the `zip`.

@@ -174,7 +174,7 @@ def test_zip_errors_name_the_input_and_misuse_is_refused(tmp_path, small):
         list(ds)
     assert "zip[1]" in str(err.value) and err.value.path == str(bad)
     pair = tfpipe.Dataset.zip(tfpipe.Dataset.tfrecord(small), tfpipe.Dataset.tfrecord(small))
-    for misuse in (pair.batch(2), pair.parse(SCHEMA), pair.window(2), pair.unbatch()):
+    for misuse in (pair.parse(SCHEMA), pair.window(2), pair.unbatch()):
         with pytest.raises(ValueError, match="tuples"):
             iter(misuse)
     with pytest.raises(ValueError):
@@ -195,3 +195,21 @@ def test_worker_shares_of_a_zip_keep_the_pairs(small):
     shares = [[(t[0]["id"][0], t[1]["id"][0]) for t in tfpipe._worker_share(ds, k, 2)] for k in range(2)]
     assert sorted(shares[0] + shares[1]) == [(10 * i, 10 * i + 10) for i in range(9)]
     assert len(shares[0]) == 5 and len(shares[1]) == 4
+
+
+def test_a_batch_of_zipped_tuples_is_a_tuple_of_batches(small):
+    """tf.data's ``zip((features, labels)).batch(n)``: each part batched."""
+    rows = tfpipe.Dataset.tfrecord(small).parse(SCHEMA)  # single rows, ids 0..99
+    raw = tfpipe.Dataset.tfrecord(small[1:])  # records, 75
+    nested = tfpipe.Dataset.zip(rows.skip(1), rows)
+    ds = tfpipe.Dataset.zip(rows, raw, nested).batch(8, drop_remainder=True)
+    out = list(ds)
+    assert len(out) == 9, "75 tuples, 9 full batches of 8"
+    ids, records, (ahead, same) = out[0]
+    assert ids["id"].tolist() == list(range(8)) and ids["x"].shape == (8, 3)
+    assert ids["tags"].to_list()[:3] == [[], [b"t"], [b"t", b"t"]], "var-length rows stay ragged"
+    assert isinstance(records, list) and len(records) == 8 and records[0] == list(tfpipe.read_records(small[1]))[0]
+    assert ahead["id"].tolist() == list(range(1, 9)) and same["id"].tolist() == list(range(8))
+    # A part that is a batch already cannot be batched again.
+    with pytest.raises(Exception, match="a batch already"):
+        list(tfpipe.Dataset.zip(rows, raw.batch(2)).batch(4))

@@ -172,11 +172,13 @@ class Dataset:
 
         Each dataset keeps its own stages, threads and errors (an error
         names its dataset, ``zip[1]``), and the iterator state covers them
-        all. Batch and parse each dataset before zipping: ``batch``,
-        ``parse`` and the row operations do not apply to tuples; ``shuffle``,
-        ``take``, ``skip``, ``repeat``, ``prefetch``, ``shard``,
-        ``concatenate`` and mixing do. Under a DataLoader's worker processes
-        each worker takes every n-th tuple (the datasets stay aligned).
+        all. ``batch`` after it gives a tuple of batches, as in tf.data (each
+        dataset must then yield single records or parsed single rows);
+        ``shuffle``, ``take``, ``skip``, ``repeat``, ``prefetch``, ``shard``,
+        ``concatenate`` and mixing take tuples; ``parse``, ``window`` and the
+        row operations belong before the zip. Under a DataLoader's worker
+        processes each worker takes every n-th tuple (the datasets stay
+        aligned).
         """
         if len(datasets) == 1 and not isinstance(datasets[0], Dataset):
             datasets = tuple(datasets[0])  # type: ignore[arg-type]
@@ -529,8 +531,9 @@ def _check_parallel(value: Any, allow_none: bool) -> None:
 def _worker_share(ds: Dataset, worker: int, workers: int) -> Dataset:
     """The share of worker ``worker`` of ``workers`` (a DataLoader's worker
     processes): disjoint, read by no other worker. Composes with a rank of a
-    data-parallel job: rank ``r`` of ``w`` and worker ``k`` of ``n`` read the
-    share ``k * w + r`` of ``w * n``, a part of rank ``r``'s share."""
+    data-parallel job: worker ``k`` of ``n`` reads its part of rank ``r``'s
+    share (a second ``rank`` splits the first one's run of records; over the
+    global shuffle, the share ``k * w + r`` of ``w * n``)."""
     ops = [dict(op) for op in ds._ops]
     # A mixture shares each of its inputs (and a concatenated dataset its
     # own); a zip shares its tuples, since sharing each input would pair
@@ -545,9 +548,11 @@ def _worker_share(ds: Dataset, worker: int, workers: int) -> Dataset:
     if ops[0]["op"] in ("sample_from", "choose_from"):
         return Dataset(ops)
     pos = 2 if len(ops) > 1 and ops[1]["op"] == "global_shuffle" else 1
-    if len(ops) > pos and ops[pos]["op"] == "rank":
+    if len(ops) > pos and ops[pos]["op"] == "rank" and pos == 2:
         r, w = ops[pos]["rank"], ops[pos]["world_size"]
         ops[pos].update(rank=worker * w + r, world_size=w * workers)
+    elif len(ops) > pos and ops[pos]["op"] == "rank":
+        ops.insert(pos + 1, {"op": "rank", "rank": worker, "world_size": workers, "remainder": "keep"})
     else:
         ops.insert(pos, {"op": "rank", "rank": worker, "world_size": workers, "remainder": "keep"})
     return Dataset(ops)

@@ -4,8 +4,9 @@
 >>> loader = DataLoader(tfpipe.torch.IterableDataset(ds), batch_size=None)
 
 ``batch_size=None`` because the dataset batches already. Each batch is a
-``dict`` of tensors made by ``torch.from_numpy`` (no copy); `Ragged` and
-`Sparse` values and bytes pass through as they are.
+``dict`` of tensors made by ``torch.from_numpy`` (no copy), or for a zipped
+dataset a tuple of those; `Ragged` and `Sparse` values and bytes pass through
+as they are.
 
 ``num_workers=0`` is the fast path: the engine already reads, shuffles and
 parses on its own threads, with the GIL released, and hands over memory
@@ -74,6 +75,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
 def _to_torch(element: Any) -> Any:
     if isinstance(element, dict):
         return {k: _to_torch(v) for k, v in element.items()}
+    if isinstance(element, tuple):  # a zipped dataset's element
+        return tuple(_to_torch(v) for v in element)
     if type(element).__module__ == "numpy" and hasattr(element, "dtype") and element.dtype.kind in "biuf":
         return torch.from_numpy(element)
     return element

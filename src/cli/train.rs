@@ -15,7 +15,7 @@ use tfpipe::pipeline::Rank;
 use tfpipe::pipeline::{Pipeline, Remainder};
 use tfpipe::train::{
     DataFingerprint, InputSpec, LabelClasses, MissingLabels, ModelChoice, ModelConfig, ModelInput,
-    Placement, Reproducibility, Resume, ResumeAt, RunControl, RunLength, SchemaMeta,
+    PixelScaling, Placement, Reproducibility, Resume, ResumeAt, RunControl, RunLength, SchemaMeta,
     SkippedFeature, Task, TaskKind, TrainConfig, TrainData, TrainReport, parse_device,
 };
 
@@ -93,7 +93,11 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
         Some(resume) => resume_position(resume, fingerprint.as_ref(), args.outputs.force_resume)?,
         None => None,
     };
-    let config = TrainConfig::new(inputs.model_input())
+    let pixels = match args.rescale {
+        true => PixelScaling::Rescale,
+        false => PixelScaling::Standardize,
+    };
+    let config = TrainConfig::new(inputs.model_input(pixels))
         .length(
             RunLength::new()
                 .epochs(args.epochs)
@@ -283,8 +287,9 @@ impl Inputs {
     }
 
     /// The model's input as checkpoints record it.
-    fn model_input(&self) -> ModelInput {
+    fn model_input(&self, pixels: PixelScaling) -> ModelInput {
         ModelInput::new(self.spec.clone())
+            .pixels(pixels)
             .schema(SchemaMeta::from_schema(&self.schema))
             .label_vocabulary(
                 self.label_classes

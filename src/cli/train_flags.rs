@@ -364,6 +364,10 @@ pub struct Args {
     /// of stopping at the first with an error naming it.
     #[arg(long)]
     pub skip_missing_labels: bool,
+    /// Only divide uint8 inputs (pixels) by 255, as Keras' Rescaling(1/255);
+    /// by default they are then standardised like the other inputs.
+    #[arg(long)]
+    pub rescale: bool,
     /// The number of classes (labels must be below it). By default the size
     /// of the label vocabulary `tfpipe convert` recorded in the schema file,
     /// else 10.

@@ -311,30 +311,43 @@ pub(crate) struct RankPlan {
     pub(crate) share: RankShare,
     /// This rank's run of records, file by file, in order.
     pub(crate) segments: Vec<Segment>,
+    /// The files' record indexes, when every file has one.
+    indexed: Option<IndexedFiles>,
+    /// The ranks whose shares this one splits further (a rank of a rank,
+    /// such as a data loader's worker within a process's share), outermost
+    /// first.
+    outer: Vec<Rank>,
 }
 
-/// The part of one file a share reads: `take` records from record `first`
-/// on (`None`: to the file's end).
+/// The part of one file a share reads: `len` records from record `first`
+/// on (to the file's end when `to_end`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Segment {
     pub(crate) path: PathBuf,
+    /// The file's place in the file list (for its record index).
+    file: usize,
     /// The first record of the share in this file.
-    pub(crate) first: u64,
+    first: u64,
     /// Where record `first` starts, from the record index; `None` when the
     /// records before it are read and dropped.
-    pub(crate) start: Option<Position>,
-    /// Records to read; `None` for the rest of the file.
-    pub(crate) take: Option<u64>,
+    start: Option<Position>,
+    /// Records to read.
+    len: u64,
+    /// Whether they run to the file's end (then the file is read to its
+    /// end, not cut at `len`).
+    to_end: bool,
 }
 
 impl Segment {
-    /// All of `path`.
+    /// All of `path` (its record count unknown: a file not ranked).
     pub(crate) fn whole_file(path: PathBuf) -> Segment {
         Segment {
             path,
+            file: 0,
             first: 0,
             start: None,
-            take: None,
+            len: 0,
+            to_end: true,
         }
     }
 
@@ -347,50 +360,50 @@ impl Segment {
             }
             None => Pipeline::tfrecord_file(&self.path, options.clone()),
         };
-        match self.take {
-            Some(n) => records.take(n),
-            None => records,
+        match self.to_end {
+            true => records,
+            false => records.take(self.len),
         }
     }
 
     /// Whether the segment is a whole file.
     fn whole(&self) -> bool {
-        self.first == 0 && self.take.is_none()
+        self.first == 0 && self.to_end
     }
 }
 
-/// The run of records `[from, to)` of the files in order (`counts[f]`
-/// records in file `f`), as one segment per file it touches. A file wholly
-/// inside the run is read to its end; its first and last file may be read
-/// in part.
-fn segments(
-    paths: &[PathBuf],
-    counts: &[u64],
-    indexed: Option<&IndexedFiles>,
-    (from, to): (u64, u64),
-) -> Vec<Segment> {
+/// The run of records `[from, to)` of `base` (segments in order), as one
+/// segment per segment it touches: a segment wholly inside the run is kept,
+/// the first and last may be cut.
+fn cut(base: &[Segment], indexed: Option<&IndexedFiles>, (from, to): (u64, u64)) -> Vec<Segment> {
     let mut out = Vec::new();
-    let mut file_start = 0u64;
-    for (f, (path, &count)) in paths.iter().zip(counts).enumerate() {
-        let file_end = file_start + count;
-        let (lo, hi) = (from.max(file_start), to.min(file_end));
+    let mut seg_start = 0u64;
+    for s in base {
+        let seg_end = seg_start + s.len;
+        let (lo, hi) = (from.max(seg_start), to.min(seg_end));
         if lo < hi {
-            let first = lo - file_start;
-            let start = match indexed.and_then(|i| i.index(f)).and_then(|i| i.get(first)) {
-                Some((offset, _)) if first > 0 => Some(Position {
-                    record: first,
-                    offset,
-                }),
-                _ => None,
+            let skip = lo - seg_start;
+            let first = s.first + skip;
+            let start = match skip {
+                0 => s.start,
+                _ => indexed
+                    .and_then(|i| i.index(s.file))
+                    .and_then(|i| i.get(first))
+                    .map(|(offset, _)| Position {
+                        record: first,
+                        offset,
+                    }),
             };
             out.push(Segment {
-                path: path.clone(),
+                path: s.path.clone(),
+                file: s.file,
                 first,
                 start,
-                take: (hi < file_end).then_some(hi - lo),
+                len: hi - lo,
+                to_end: s.to_end && hi == seg_end,
             });
         }
-        file_start = file_end;
+        seg_start = seg_end;
     }
     out
 }
@@ -413,7 +426,8 @@ impl TfRecordFiles {
     /// file once, now, to count records, unless every file has a record
     /// index (with the reader options set so far: set
     /// [`reader_options`](Self::reader_options) first), and fails on a file
-    /// that cannot be read.
+    /// that cannot be read. Ranked again, the files split this share's run
+    /// the same way (a data loader's workers within a process's share).
     ///
     /// Under a launcher (`RANK`/`WORLD_SIZE` set), this process's share; a
     /// single process reads everything (and counts nothing):
@@ -460,20 +474,20 @@ impl TfRecordFiles {
     ) -> Result<TfRecordFiles, PipelineError> {
         let (r, w) = (rank.rank as u64, rank.world_size as u64);
         let mut warnings = Vec::new();
-        // An index beside every file makes the counts a lookup and lets a
-        // share start inside a file without reading what comes before.
-        let indexed = open_indexes(&self.paths, &self.options, &mut warnings);
-        let counts = match &indexed {
-            Some(indexed) => (0..self.paths.len())
-                .map(|f| indexed.index(f).map_or(0, |i| i.len()))
-                .collect(),
-            None => self
-                .paths
-                .iter()
-                .map(|path| count_records(path, &self.options))
-                .collect::<Result<Vec<u64>, PipelineError>>()?,
+        // A ranked list is split further: this share is a run of the
+        // earlier share's records.
+        let (base, indexed, outer) = match self.rank.take() {
+            Some(plan) => {
+                let mut outer = plan.outer;
+                outer.push(plan.share.rank);
+                (plan.segments, plan.indexed, outer)
+            }
+            None => {
+                let (base, indexed) = self.whole_files(&mut warnings)?;
+                (base, indexed, Vec::new())
+            }
         };
-        let total: u64 = counts.iter().sum();
+        let total: u64 = base.iter().map(|s| s.len).sum();
         let (smallest, extra) = (total / w, total % w);
         let from = run_start(r, total, w);
         let mine = run_start(r + 1, total, w) - from;
@@ -481,12 +495,7 @@ impl TfRecordFiles {
             Remainder::Drop => (smallest, mine - smallest, extra),
             Remainder::Keep => (mine, 0, 0),
         };
-        let segments = segments(
-            &self.paths,
-            &counts,
-            indexed.as_ref(),
-            (from, from + records),
-        );
+        let segments = cut(&base, indexed.as_ref(), (from, from + records));
         let by = if segments.iter().all(Segment::whole) {
             ShareBy::File
         } else {
@@ -514,8 +523,50 @@ impl TfRecordFiles {
             warning: (!warnings.is_empty()).then(|| warnings.join("; ")),
         };
         self.paths = segments.iter().map(|s| s.path.clone()).collect();
-        self.rank = Some(RankPlan { share, segments });
+        self.rank = Some(RankPlan {
+            share,
+            segments,
+            indexed,
+            outer,
+        });
         Ok(self)
+    }
+
+    /// Every file as a segment, with its record count (from the record
+    /// indexes when every file has one, else by reading the framing), and
+    /// the indexes.
+    fn whole_files(
+        &self,
+        warnings: &mut Vec<String>,
+    ) -> Result<(Vec<Segment>, Option<IndexedFiles>), PipelineError> {
+        // An index beside every file makes the counts a lookup and lets a
+        // share start inside a file without reading what comes before.
+        let indexed = open_indexes(&self.paths, &self.options, warnings);
+        let counts = match &indexed {
+            Some(indexed) => (0..self.paths.len())
+                .map(|f| indexed.index(f).map_or(0, |i| i.len()))
+                .collect(),
+            None => self
+                .paths
+                .iter()
+                .map(|path| count_records(path, &self.options))
+                .collect::<Result<Vec<u64>, PipelineError>>()?,
+        };
+        let segments = self
+            .paths
+            .iter()
+            .zip(counts)
+            .enumerate()
+            .map(|(file, (path, len))| Segment {
+                path: path.clone(),
+                file,
+                first: 0,
+                start: None,
+                len,
+                to_end: true,
+            })
+            .collect();
+        Ok((segments, indexed))
     }
 
     /// The share [`rank`](Self::rank) planned, if it was called.
@@ -527,7 +578,8 @@ impl TfRecordFiles {
 /// Tags a rank's records with a stage `rank` that names the rank in the
 /// pipeline's state.
 pub(crate) fn apply(plan: &RankPlan, records: Pipeline<Record>) -> Pipeline<Record> {
-    tag(records, plan.share.rank)
+    let outer = plan.outer.iter().map(|r| (r.rank, r.world_size)).collect();
+    tag(records, plan.share.rank, outer)
 }
 
 /// What the `rank` stage stores: whose share the state is.
@@ -540,6 +592,20 @@ struct RankTag {
     /// would resume on other records.
     #[serde(default)]
     runs: bool,
+    /// The ranks whose share this one splits, outermost first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    outer: Vec<(usize, usize)>,
+}
+
+impl RankTag {
+    /// `rank R of W`, and the shares it splits.
+    fn describe(&self) -> String {
+        let mut text = format!("rank {} of {}", self.rank, self.world_size);
+        for (rank, world_size) in self.outer.iter().rev() {
+            text += &format!(" within rank {rank} of {world_size}");
+        }
+        text
+    }
 }
 
 /// A pass-through stage whose state says which rank it was taken on, so
@@ -547,12 +613,14 @@ struct RankTag {
 /// unranked pipeline is refused instead of resuming on the wrong records.
 /// The rank is checked before the stages under it restore, so the error
 /// names the rank rather than a difference in shape the ranks may have.
-fn tag(records: Pipeline<Record>, rank: Rank) -> Pipeline<Record> {
-    let expected = move || RankTag {
+fn tag(records: Pipeline<Record>, rank: Rank, outer: Vec<(usize, usize)>) -> Pipeline<Record> {
+    let expected = Arc::new(move || RankTag {
         rank: rank.rank,
         world_size: rank.world_size,
         runs: true,
-    };
+        outer: outer.clone(),
+    });
+    let initial = Arc::clone(&expected);
     let tagged = records.then("rank", move |env, up, counters| {
         let step = move |_: &mut RankTag, up: &mut Option<Stream<Record>>| {
             let event = up.as_mut()?.next();
@@ -562,7 +630,7 @@ fn tag(records: Pipeline<Record>, rank: Rank) -> Pipeline<Record> {
             }
             event
         };
-        Box::new(Sequential::starting_at(env, "rank", up, expected(), step)) as Stream<Record>
+        Box::new(Sequential::starting_at(env, "rank", up, initial(), step)) as Stream<Record>
     });
     let inner = Arc::clone(&tagged.build);
     Pipeline {
@@ -573,9 +641,9 @@ fn tag(records: Pipeline<Record>, rank: Rank) -> Pipeline<Record> {
             {
                 let reason = if found.runs {
                     format!(
-                        "the state was taken on rank {} of {}, this pipeline reads the share of \
-                         rank {} of {}",
-                        found.rank, found.world_size, rank.rank, rank.world_size
+                        "the state was taken on {}, this pipeline reads the share of {}",
+                        found.describe(),
+                        expected().describe()
                     )
                 } else {
                     "the state was taken by an earlier version, which shared whole files among \

@@ -122,6 +122,22 @@ pub enum StorageError {
         /// The store's error (kept for matching its kind; see above).
         error: Box<object_store::Error>,
     },
+    /// An `http(s)://` directory whose server answers neither a WebDAV
+    /// listing (`PROPFIND`, the `source`) nor with an HTML index page of
+    /// links to its files.
+    #[cfg(feature = "object-store")]
+    #[error(
+        "{url}: an http(s) directory is listed by WebDAV (PROPFIND) or from its HTML index page, and this server gives neither (the index page: {index}); name the files instead"
+    )]
+    NoHttpListing {
+        /// The directory's URL.
+        url: String,
+        /// Why the index page did not list it.
+        index: String,
+        /// The WebDAV listing's error.
+        #[source]
+        listing: Box<StorageError>,
+    },
     /// A ranged read returned fewer bytes than asked for, every attempt.
     #[error("{url}: bytes {}..{}: the server returned {got} bytes (after {attempts} attempts)", range.start, range.end)]
     ShortRead {

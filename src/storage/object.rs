@@ -605,9 +605,9 @@ fn resolve_dataset(pattern: &str, parsed: &ParsedPattern) -> Result<Vec<PathBuf>
 fn list_keys(pattern: &str, base: &str, prefix: &str) -> Result<Vec<String>, StorageError> {
     let context = Context::get()?;
     let (store, _) = context.store(&format!("{base}/"))?;
-    let prefix = prefix.to_string();
+    let owned = prefix.to_string();
     let listed = context.run(async move {
-        let prefix = (!prefix.is_empty()).then(|| ObjectPath::from(prefix.as_str()));
+        let prefix = (!owned.is_empty()).then(|| ObjectPath::from(owned.as_str()));
         let mut stream = store.list(prefix.as_ref());
         let mut keys = Vec::new();
         while let Some(meta) = stream.next().await {
@@ -615,7 +615,138 @@ fn list_keys(pattern: &str, base: &str, prefix: &str) -> Result<Vec<String>, Sto
         }
         Ok::<_, object_store::Error>(keys)
     })?;
-    listed.map_err(|e| store_error(pattern, "LIST".into(), 1, e))
+    let error = match listed {
+        Ok(keys) => return Ok(keys),
+        Err(e) => store_error(pattern, "LIST".into(), 1, e),
+    };
+    if !base.starts_with("http://") && !base.starts_with("https://") {
+        return Err(error);
+    }
+    // A plain web server does not speak WebDAV; many list a directory as
+    // an HTML page of links (nginx's autoindex, Apache, `python -m http.server`).
+    index_keys(&context, base, prefix).map_err(|index| StorageError::NoHttpListing {
+        url: pattern.to_string(),
+        index,
+        listing: Box::new(error),
+    })
+}
+
+/// The most pages and keys an HTML index listing reads (a bound on a
+/// server whose pages link without end).
+const MAX_INDEX_PAGES: usize = 1000;
+const MAX_INDEX_KEYS: usize = 1_000_000;
+
+/// The keys below `prefix` by the HTML index pages of `base/prefix/`: each
+/// page's relative links, a link ending in `/` read as a subdirectory's
+/// page. Returns why not when the first page is not such a page.
+fn index_keys(context: &Arc<Context>, base: &str, prefix: &str) -> Result<Vec<String>, String> {
+    install_crypto_provider();
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .map_err(|e| format!("no HTTP client: {e}"))?;
+    let mut dirs = VecDeque::from([prefix.trim_end_matches('/').to_string()]);
+    let (mut keys, mut pages) = (Vec::new(), 0);
+    while let Some(dir) = dirs.pop_front() {
+        pages += 1;
+        if pages > MAX_INDEX_PAGES || keys.len() > MAX_INDEX_KEYS {
+            return Err(format!(
+                "more than {MAX_INDEX_PAGES} pages or {MAX_INDEX_KEYS} files"
+            ));
+        }
+        let url = if dir.is_empty() {
+            format!("{base}/")
+        } else {
+            format!("{base}/{dir}/")
+        };
+        let request = client.get(&url);
+        let page = context
+            .run(async move {
+                let response = request.send().await?.error_for_status()?;
+                response.text().await
+            })
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("GET {url}: {e}"))?;
+        let links = index_links(&page);
+        if links.is_empty() && pages == 1 {
+            return Err(format!("GET {url} gave a page with no relative links"));
+        }
+        for link in links {
+            let key = if dir.is_empty() {
+                link.clone()
+            } else {
+                format!("{dir}/{link}")
+            };
+            match key.strip_suffix('/') {
+                Some(sub) => dirs.push_back(sub.to_string()),
+                None => keys.push(key),
+            }
+        }
+    }
+    Ok(keys)
+}
+
+/// The relative links of an HTML index page (`href="name"` or
+/// `href='name/'`), percent-decoded, leaving out links up or out (`..`,
+/// `/...`, `scheme:`), queries and fragments (the sort links of Apache's
+/// pages).
+fn index_links(page: &str) -> Vec<String> {
+    let lower = page.to_ascii_lowercase();
+    let mut seen = std::collections::HashSet::new();
+    let mut links = Vec::new();
+    let mut from = 0;
+    while let Some(at) = lower[from..].find("href=") {
+        let start = from + at + 5;
+        from = start;
+        let Some(quote) = page[start..]
+            .chars()
+            .next()
+            .filter(|c| *c == '"' || *c == '\'')
+        else {
+            continue;
+        };
+        let Some(len) = page[start + 1..].find(quote) else {
+            break;
+        };
+        let link = &page[start + 1..start + 1 + len];
+        from = start + 1 + len;
+        let link = link.strip_prefix("./").unwrap_or(link);
+        let outward = link.is_empty()
+            || link.starts_with(['/', '?', '#', '.'])
+            || link.contains([':', '?', '#'])
+            || link.contains("..");
+        if outward {
+            continue;
+        }
+        let decoded = percent_decode(link);
+        if seen.insert(decoded.clone()) {
+            links.push(decoded);
+        }
+    }
+    links
+}
+
+/// `%XX` escapes decoded (an invalid one kept as it is).
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok());
+        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 struct ParsedPattern {
@@ -1240,6 +1371,24 @@ impl Drop for ObjectWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn index_pages_give_their_relative_links() {
+        let nginx = r#"<html><head><title>Index of /out/</title></head><body><h1>Index of /out/</h1><hr><pre><a href="../">../</a>
+<a href="lang=en/">lang=en/</a>    02-Dec-2026 04:00       -
+<a href="_SUCCESS">_SUCCESS</a>    02-Dec-2026 04:00       0
+<a href="part-r-00000%20x.gz">part-r-00000 x.gz</a>
+</pre><hr></body></html>"#;
+        assert_eq!(
+            index_links(nginx),
+            ["lang=en/", "_SUCCESS", "part-r-00000 x.gz"]
+        );
+        // Apache's sort links, absolute and outward links, and repeats are left out.
+        let apache = "<A HREF='?C=N;O=D'>Name</A> <a href='/icons/x.gif'> <a href=\"https://x/y\"> \
+                      <a href='./part-1'> <a href=\"part-1\"> <a href=\"a/../../b\"> <a href=#top>";
+        assert_eq!(index_links(apache), ["part-1"]);
+        assert_eq!(percent_decode("a%3Db%2"), "a=b%2");
+    }
 
     #[test]
     fn patterns_split_into_base_and_key() {

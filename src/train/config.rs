@@ -27,7 +27,7 @@ use candle_core::Device;
 
 use super::checkpoint::SchemaMeta;
 use super::schedule::LrSchedule;
-use super::tensor::{InputSpec, SkippedFeature};
+use super::tensor::{InputSpec, PixelScaling, SkippedFeature};
 
 /// What a training run does: one part per concern, each built with
 /// setters whose docs end with their default.
@@ -160,6 +160,8 @@ pub struct ModelInput {
     pub(super) skipped_features: Vec<SkippedFeature>,
     pub(super) schema: Option<SchemaMeta>,
     pub(super) label_vocabulary: Option<Vec<String>>,
+    /// How uint8 inputs are scaled when the statistics are taken.
+    pub(super) pixels: PixelScaling,
 }
 
 impl ModelInput {
@@ -171,6 +173,7 @@ impl ModelInput {
             skipped_features: Vec::new(),
             schema: None,
             label_vocabulary: None,
+            pixels: PixelScaling::Rescale,
         }
     }
 
@@ -193,6 +196,16 @@ impl ModelInput {
     /// them. By default none (predictions carry class ids only).
     pub fn label_vocabulary(mut self, names: impl Into<Option<Vec<String>>>) -> ModelInput {
         self.label_vocabulary = names.into();
+        self
+    }
+
+    /// How uint8 inputs are scaled: divided by 255 only, or then
+    /// standardised with the other inputs (see
+    /// [`Standardize::from_batch_with`](super::Standardize::from_batch_with)).
+    /// By default [`PixelScaling::Rescale`]. A resumed checkpoint keeps the
+    /// statistics it was trained with.
+    pub fn pixels(mut self, pixels: PixelScaling) -> ModelInput {
+        self.pixels = pixels;
         self
     }
 }

@@ -94,8 +94,8 @@ pub use run::RunOutputs;
 pub use schedule::{Decay, LrSchedule};
 pub use sequences::{PaddingMeter, SequenceReport, Sequences, padding_of, token_feature};
 pub use tensor::{
-    BatchTensors, InputSelection, InputSpec, Pooling, SkippedFeature, Standardize, TokenSpec,
-    batch_to_tensors, classes_from_metadata,
+    BatchTensors, InputSelection, InputSpec, PixelScaling, Pooling, SkippedFeature, Standardize,
+    TokenSpec, batch_to_tensors, classes_from_metadata,
 };
 pub use tensorboard::{EventWriter, Scalar};
 pub use threads::ThreadTuner;

@@ -60,6 +60,19 @@ pub struct TokenSpec {
     pub vocab: Option<usize>,
 }
 
+/// How uint8 inputs (pixels) are scaled before the model sees them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PixelScaling {
+    /// Divided by 255, to `[0, 1]` (Keras' `Rescaling(1/255)`), nothing
+    /// more. The default.
+    #[default]
+    Rescale,
+    /// Divided by 255, then standardised like int64 and float32 inputs
+    /// (the mean and standard deviation of each feature's values in the
+    /// first training batch).
+    Standardize,
+}
+
 /// `x -> (x - mean) / std` for one feature's values.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Standardize {
@@ -102,11 +115,38 @@ impl Standardize {
     /// assert_eq!(Standardize::from_batch(&batch, &spec), vec![Standardize { mean: 4000.0, std: 1000.0 }]);
     /// ```
     pub fn from_batch(batch: &Batch, spec: &InputSpec) -> Vec<Standardize> {
+        Self::from_batch_with(batch, spec, PixelScaling::Rescale)
+    }
+
+    /// [`from_batch`](Self::from_batch), with uint8 features standardised
+    /// too when `pixels` says so (their statistics are those of the values
+    /// divided by 255, which is what the standardisation is applied to).
+    ///
+    /// ```
+    /// use tfpipe::{Batch, Column, Values};
+    /// use tfpipe::train::{InputSpec, PixelScaling, Standardize, Task};
+    ///
+    /// let spec = InputSpec { features: vec![("px".into(), 2)], label: None, task: Task::Regression, standardize: vec![], tokens: None };
+    /// let batch = Batch { num_rows: 1, columns: vec![Column {
+    ///     name: "px".into(), values: Values::Uint8(vec![0, 255]), row_splits: vec![], inner_shape: vec![],
+    /// }] };
+    /// assert_eq!(Standardize::from_batch(&batch, &spec), vec![Standardize::IDENTITY]);
+    /// let standardized = Standardize::from_batch_with(&batch, &spec, PixelScaling::Standardize);
+    /// assert_eq!(standardized, vec![Standardize { mean: 0.5, std: 0.5 }]);
+    /// ```
+    pub fn from_batch_with(
+        batch: &Batch,
+        spec: &InputSpec,
+        pixels: PixelScaling,
+    ) -> Vec<Standardize> {
         spec.features
             .iter()
             .map(|(name, _)| match batch.column(name).map(|c| &c.values) {
                 Some(Values::Float32(v)) => Self::from_values(v.iter().map(|&x| f64::from(x))),
                 Some(Values::Int64(v)) => Self::from_values(v.iter().map(|&x| x as f64)),
+                Some(Values::Uint8(v)) if pixels == PixelScaling::Standardize => {
+                    Self::from_values(v.iter().map(|&b| f64::from(b) / 255.0))
+                }
                 _ => Self::IDENTITY,
             })
             .collect()

@@ -805,6 +805,7 @@ impl Trainer {
     /// Fills `input.standardize` from `stream`'s first batch when it is
     /// still empty, and returns the stream with that batch put back.
     fn with_statistics<S: BatchStream>(&mut self, mut stream: S) -> Peeked<S> {
+        let pixels = self.config.input.pixels;
         let input = &mut self.config.input.spec;
         if !input.standardize.is_empty() {
             return Peeked {
@@ -814,7 +815,7 @@ impl Trainer {
         }
         let first = stream.next_batch();
         if let Some(Ok(batch)) = &first {
-            input.standardize = Standardize::from_batch(batch, input);
+            input.standardize = Standardize::from_batch_with(batch, input, pixels);
         }
         Peeked {
             first: Some(first),

@@ -279,3 +279,40 @@ fn with_an_index_a_share_starts_inside_a_file_without_reading_before_it() {
     let warning = files.rank_share().unwrap().warning.clone().unwrap();
     assert!(warning.contains("not using the record index"), "{warning}");
 }
+
+/// A rank of a rank (a data loader's worker within a process's share)
+/// splits that share's run of records: the workers' parts are disjoint and
+/// together exactly the share, also where the share starts inside a file.
+#[test]
+fn a_rank_of_a_rank_splits_that_share() {
+    let dir = tempfile::tempdir().unwrap();
+    write_shards(dir.path(), 3, 10, Compression::None, index_record);
+    let pattern = dir.path().join("part-*").display().to_string();
+    let ranked = |r: usize| {
+        Pipeline::tfrecord_files([&pattern])
+            .unwrap()
+            .rank(Rank::new(r, 2).unwrap(), Remainder::Drop)
+            .unwrap()
+    };
+    let read = |files: tfpipe::pipeline::TfRecordFiles| -> Vec<u64> {
+        files
+            .records()
+            .start()
+            .unwrap()
+            .map(|r| record_index(&r.unwrap()))
+            .collect()
+    };
+    for r in 0..2 {
+        let share = read(ranked(r));
+        assert_eq!(share.len(), 15);
+        let mut parts = Vec::new();
+        for k in 0..4 {
+            let files = ranked(r)
+                .rank(Rank::new(k, 4).unwrap(), Remainder::Keep)
+                .unwrap();
+            assert_eq!(files.rank_share().unwrap().total_records, 15);
+            parts.extend(read(files));
+        }
+        assert_eq!(parts, share, "rank {r}");
+    }
+}

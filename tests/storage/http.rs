@@ -197,9 +197,74 @@ fn a_missing_http_object_and_an_http_glob_fail_naming_the_url() {
     assert!(matches!(err, PipelineError::NoFiles { .. }), "{err}");
     assert!(err.to_string().contains(&missing), "{err}");
 
-    // Listing over HTTP is WebDAV's PROPFIND; a plain server refuses it, and
-    // the error names the pattern (never an empty match or a panic).
+    // Listing over HTTP is WebDAV's PROPFIND or an HTML index page; this
+    // server has neither, and the error names the pattern and says why
+    // (never an empty match or a panic).
     let glob = server.url("*.tfrecord");
     let err = storage::resolve([&glob]).unwrap_err();
-    assert!(err.to_string().contains(&glob), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains(&glob) && text.contains("WebDAV") && text.contains("index page"),
+        "{text}"
+    );
+    let err = storage::resolve([server.url("")]).unwrap_err();
+    assert!(err.to_string().contains("name the files instead"), "{err}");
+}
+
+/// An `http://` URL ending in `/` is a dataset directory when the server
+/// lists it as an HTML index page (nginx's autoindex, `python -m
+/// http.server`): its part files, through `key=value/` pages, leaving out
+/// markers and pages' other links.
+#[test]
+fn an_http_directory_is_read_through_its_index_pages() {
+    let (a, b) = (records(0, 40, 30), records(1, 20, 30));
+    let page = |links: &[&str]| {
+        let items: String = links
+            .iter()
+            .map(|l| format!("<a href=\"{l}\">{l}</a>\n"))
+            .collect();
+        format!("<html><body><a href=\"../\">../</a>\n{items}</body></html>").into_bytes()
+    };
+    let files = HashMap::from([
+        (
+            "out/".to_string(),
+            page(&["lang=en/", "lang=fr/", "_SUCCESS", "?C=N;O=D"]),
+        ),
+        ("out/_SUCCESS".to_string(), Vec::new()),
+        (
+            "out/lang=en/".to_string(),
+            page(&["part-r-00000", ".part-r-00000.crc"]),
+        ),
+        (
+            "out/lang=en/part-r-00000".to_string(),
+            tfrecord(&a, Compression::None),
+        ),
+        ("out/lang=fr/".to_string(), page(&["part-r-00000.gz"])),
+        (
+            "out/lang=fr/part-r-00000.gz".to_string(),
+            tfrecord(&b, Compression::Gzip),
+        ),
+    ]);
+    let server = HttpServer::start(files);
+    let found = storage::resolve([server.url("out/")]).unwrap();
+    let found: Vec<String> = found.iter().map(|p| p.display().to_string()).collect();
+    assert_eq!(
+        found,
+        [
+            server.url("out/lang=en/part-r-00000"),
+            server.url("out/lang=fr/part-r-00000.gz")
+        ]
+    );
+    // A glob lists through the same pages.
+    let glob = storage::resolve([server.url("out/lang=*/part-*")]).unwrap();
+    assert_eq!(glob.len(), 2);
+    let got: Vec<Vec<u8>> = Pipeline::tfrecord_files([server.url("out/")])
+        .unwrap()
+        .records()
+        .start()
+        .unwrap()
+        .map(|r| r.map(|r| r.to_vec()))
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(got, [a, b].concat());
 }
