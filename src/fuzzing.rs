@@ -181,6 +181,7 @@ fn schema_from(input: &mut Bytes<'_>) -> Option<Schema> {
             dtype,
             layout,
             default: None,
+            image: None,
         };
         if matches!(spec.layout, Layout::Fixed(_)) && input.below(2) == 0 {
             let len = if input.below(2) == 0 {

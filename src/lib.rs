@@ -9,8 +9,8 @@
 //! module imports only from layers below its own:
 //!
 //! ```text
-//! storage  <  tfrecord, batch  <  example  <  pipeline  <  train, convert  <  cli
-//! (bytes)     (records) (columns) (parsing)   (streams)    (models) (raw data) (the binary)
+//! storage  <  tfrecord, batch, image  <  example  <  pipeline  <  train, convert  <  cli
+//! (bytes)     (records) (columns) (pixels) (parsing)   (streams)    (models) (raw data) (the binary)
 //! ```
 //!
 //! | module | what lives there |
@@ -19,6 +19,7 @@
 //! | [`tfrecord`] | framing, masked CRC32C, GZIP/ZLIB, [`RecordReader`] / [`RecordWriter`], the record index ([`IndexedFiles`]) |
 //! | [`example`] | `tf.train.Example` / `SequenceExample` from `proto/`, feature specs ([`Schema`]), the schema-driven [`BatchParser`] |
 //! | [`batch`] | columnar [`Batch`]es: dense, bytes (data + offsets), ragged (values + row splits) |
+//! | [`image`] | JPEG/PNG/GIF/BMP decoding, crops, resizing and augmentation to fixed-size pixels (beside `batch`, below `example`) |
 //! | [`pipeline`] | the streaming engine: sources, interleave, shard, map, shuffle, batch, prefetch, ... on bounded channels; ranks, the global shuffle ([`GlobalShuffle`]) and resumable iterator state |
 //! | [`metrics`] | per-stage counters and timers, readable while the pipeline runs; the bottleneck stage |
 //! | [`train`] | the candle training loop, stall-versus-compute and start-up reports, checkpoints, prediction |
@@ -84,7 +85,8 @@
 //! - `cuda`: train and predict on NVIDIA GPUs through candle's CUDA backend.
 //! - `object-store` (default): reading and writing `s3://`, `gs://`, `az://`
 //!   and `http(s)://` URLs through the `object_store` crate.
-//! - `images`: decoding and resizing images in `tfpipe convert images --resize`.
+//! - `images` (default): the [`image`] module (decoding, resizing and
+//!   augmenting JPEG, PNG, GIF and BMP) and `tfpipe convert images --resize`.
 //!
 //! With `default-features = false` the crate is the engine alone (records,
 //! examples, the pipeline, metrics, converters), without candle or any
@@ -106,6 +108,7 @@ pub mod error;
 pub mod example;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod image;
 pub mod metrics;
 pub mod pipeline;
 mod rng;

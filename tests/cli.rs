@@ -697,6 +697,65 @@ fn outputs_follow_the_umask() {
     }
 }
 
+/// `inspect` on TFRecords of encoded images written by TensorFlow (TFDS's
+/// `image`/`label` layout with PNG digits, and ImageNet's `image/encoded`
+/// with JPEGs of several sizes) suggests image specs, and the pasted specs
+/// train the CNN and the MLP.
+#[test]
+fn inspect_suggests_image_specs_that_train() {
+    let digits = repo("testdata/images/digits-tfds.tfrecord");
+    let out = run(&["inspect", &digits]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stdout.contains("--feature image:image:28x28x1 ")
+            && out
+                .stdout
+                .contains("(encoded images; as bytes: image:bytes)"),
+        "{}",
+        out.stdout
+    );
+    let photos = repo("testdata/images/photos-imagenet.tfrecord");
+    let out = run(&["inspect", &photos]);
+    assert!(
+        out.stdout
+            .contains("--feature image/encoded:image:224x224x3:center "),
+        "{}",
+        out.stdout
+    );
+    let out = run(&[
+        "train",
+        "--data",
+        &digits,
+        "--feature",
+        "image:image:28x28x1",
+        "--feature",
+        "label:int64",
+        "--label",
+        "label",
+        "--model",
+        "cnn",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "32",
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let out = run(&[
+        "train",
+        "--data",
+        &photos,
+        "--feature",
+        "image/encoded:image:16x16x3:center,area",
+        "--feature",
+        "image/class/label:int64",
+        "--label",
+        "image/class/label",
+        "--epochs",
+        "1",
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+}
+
 /// The README's feature list names every cargo feature (`serve` was
 /// missing from it).
 #[test]
@@ -724,4 +783,52 @@ fn the_readme_names_every_cargo_feature() {
             "{name} is not in: {listed}"
         );
     }
+}
+
+/// The path: a folder of PNG digits through `convert images`
+/// (default layout) then `train --schema` decodes the images and trains the
+/// CNN, never the image's height and width.
+#[test]
+fn converted_image_folders_train_from_their_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("digits");
+    let digit = std::fs::read(repo("testdata/images/digit.png")).unwrap();
+    for class in ["five", "zero"] {
+        std::fs::create_dir_all(root.join(class)).unwrap();
+        for i in 0..8 {
+            std::fs::write(root.join(class).join(format!("{i}.png")), &digit).unwrap();
+        }
+    }
+    let prefix = dir.path().join("img");
+    let out = run(&[
+        "convert",
+        "images",
+        &s(&root),
+        "-o",
+        &s(&prefix),
+        "--shards",
+        "1",
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let schema = s(&dir.path().join("img.features.json"));
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&schema).unwrap()).unwrap();
+    assert_eq!(json["features"][0]["dtype"], "image", "{json}");
+    assert_eq!(
+        json["features"][0]["shape"],
+        serde_json::json!([28, 28, 1]),
+        "{json}"
+    );
+    let out = run(&[
+        "train",
+        "--schema",
+        &schema,
+        "--data",
+        &s(&dir.path().join("img-*")),
+        "--model",
+        "cnn",
+        "--epochs",
+        "1",
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
 }

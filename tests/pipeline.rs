@@ -13,6 +13,8 @@ mod combine;
 mod errors;
 #[path = "pipeline/files.rs"]
 mod files;
+#[path = "pipeline/images.rs"]
+mod images;
 #[path = "pipeline/memory.rs"]
 mod memory;
 #[path = "pipeline/metrics.rs"]

@@ -11,8 +11,8 @@ use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 use tfpipe::convert::{
-    self, ConvertError, ConvertOption, CsvOptions, Format, Header, IdxOptions, ImagesOptions,
-    JsonOptions, Missing, OutputOptions, Phase, Sharding, Summary,
+    self, ConvertError, ConvertOption, CsvOptions, Format, Header, IdxOptions, ImagesLayout,
+    ImagesOptions, JsonOptions, Missing, OutputOptions, Phase, Sharding, Summary,
 };
 use tfpipe::tfrecord::Compression;
 
@@ -29,6 +29,15 @@ pub enum FormatArg {
     Idx,
     /// A folder tree ROOT/<class>/*.{png,jpg,jpeg}.
     Images,
+}
+
+/// The feature names of `convert images`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LayoutArg {
+    /// TFDS's `image` (marked as an image in the schema) and `label`.
+    Tfds,
+    /// tensorflow/models' ImageNet layout: `image/encoded`, `image/class/label`, ...
+    Imagenet,
 }
 
 /// What a column with missing values becomes.
@@ -120,6 +129,9 @@ pub struct Args {
     /// images: decode and resize to WxH, storing raw RGB pixels (needs the `images` feature).
     #[arg(long, value_name = "WxH")]
     pub resize: Option<String>,
+    /// images: the feature names [default: tfds].
+    #[arg(long, value_enum)]
+    pub layout: Option<LayoutArg>,
 }
 
 /// A whole number of at least 1, with a message that says so (clap's own
@@ -161,6 +173,7 @@ fn format_of(args: &Args) -> anyhow::Result<Format> {
     only(args.labels.is_some(), "--labels", &[Idx])?;
     only(args.as_float, "--as-float", &[Idx])?;
     only(args.resize.is_some(), "--resize", &[Images])?;
+    only(args.layout.is_some(), "--layout", &[Images])?;
     if args.schema.is_some() && !args.columns.is_empty() {
         bail!("--column does not apply with --schema: the schema gives every column's type");
     }
@@ -224,7 +237,15 @@ fn format_of(args: &Args) -> anyhow::Result<Format> {
                     }
                 }
             };
-            Format::Images(ImagesOptions { resize, schema })
+            let layout = match args.layout {
+                Some(LayoutArg::Imagenet) => ImagesLayout::Imagenet,
+                Some(LayoutArg::Tfds) | None => ImagesLayout::Tfds,
+            };
+            Format::Images(ImagesOptions {
+                layout,
+                resize,
+                schema,
+            })
         }
     })
 }

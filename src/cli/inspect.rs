@@ -365,6 +365,57 @@ struct FeatureStats {
     binary_values: u64,
     /// Bytes values longer than [`TEXT_SAMPLE`], checked for text on a prefix.
     sampled_values: u64,
+    /// Bytes values that are encoded images (JPEG, PNG, GIF, BMP by their
+    /// signature, with a header that reads).
+    images: ImagesSeen,
+}
+
+/// What the encoded images of one feature have in common.
+#[derive(Debug, Default, Clone, Copy)]
+struct ImagesSeen {
+    count: u64,
+    /// `(height, width)` while every image has the same size.
+    size: Option<(u64, u64)>,
+    mixed_sizes: bool,
+    /// Whether any image has colour (else every one is grey).
+    colour: bool,
+}
+
+impl ImagesSeen {
+    fn add(&mut self, value: &[u8]) {
+        let Ok(header) = tfpipe::image::read_header(value) else {
+            return;
+        };
+        self.merge(&ImagesSeen {
+            count: 1,
+            size: Some((header.height, header.width)),
+            mixed_sizes: false,
+            colour: header.channels > 1,
+        });
+    }
+
+    fn merge(&mut self, other: &ImagesSeen) {
+        if other.count == 0 {
+            return;
+        }
+        if self.count == 0 {
+            *self = *other;
+            return;
+        }
+        self.count += other.count;
+        self.mixed_sizes |= other.mixed_sizes || self.size != other.size;
+        self.colour |= other.colour;
+    }
+
+    /// `NAME:image:HxWxC` at the images' common size, or 224x224 with a
+    /// centre crop when sizes differ.
+    fn spec(&self, name: &str) -> String {
+        let channels = if self.colour { 3 } else { 1 };
+        match self.size {
+            Some((h, w)) if !self.mixed_sizes => format!("{name}:image:{h}x{w}x{channels}"),
+            _ => format!("{name}:image:224x224x{channels}:center"),
+        }
+    }
 }
 
 const KIND_NAMES: [&str; 3] = ["bytes_list", "float_list", "int64_list"];
@@ -383,6 +434,9 @@ impl FeatureStats {
             self.value_bytes.add(value.len() as u64);
             self.binary_values += u64::from(!is_text(value));
             self.sampled_values += u64::from(value.len() > TEXT_SAMPLE);
+            if tfpipe::image::ImageFormat::sniff(value).is_some() {
+                self.images.add(value);
+            }
         }
         self.kinds[kind] += 1;
         if kind < 3 {
@@ -398,6 +452,7 @@ impl FeatureStats {
         self.values.merge(&other.values);
         self.value_bytes.merge(&other.value_bytes);
         self.binary_values += other.binary_values;
+        self.images.merge(&other.images);
         self.sampled_values += other.sampled_values;
     }
 
@@ -434,9 +489,21 @@ impl FeatureStats {
         }
     }
 
-    /// The spec to paste: [`Self::raw_spec`] for raw data (values that are
-    /// not text), else [`Self::spec`].
+    /// `NAME:image:HxWxC` for a bytes feature that every one of the
+    /// `records` has as exactly one encoded image.
+    fn image_spec(&self, name: &str, records: u64) -> Option<String> {
+        let every_record = self.kind() == Some(0) && self.kinds[0] == records && records > 0;
+        let one_each = self.values.min == Some(1) && self.values.max == 1;
+        (every_record && one_each && self.images.count == records).then(|| self.images.spec(name))
+    }
+
+    /// The spec to paste: [`Self::image_spec`] for encoded images,
+    /// [`Self::raw_spec`] for raw data (values that are not text), else
+    /// [`Self::spec`].
     fn best_spec(&self, name: &str, records: u64) -> Option<String> {
+        if let Some(image) = self.image_spec(name, records) {
+            return Some(image);
+        }
         match self.raw_spec(name, records) {
             Some(raw) if self.binary_values > 0 => Some(raw),
             _ => self.spec(name, false, records),
@@ -447,6 +514,10 @@ impl FeatureStats {
     /// pasted spec decodes them raw, `decoded raw: NAME:uint8:N` when it
     /// reads them as strings.
     fn alternative(&self, name: &str, records: u64) -> Option<String> {
+        if self.image_spec(name, records).is_some() {
+            let spec = self.spec(name, false, records)?;
+            return Some(format!("encoded images; as bytes: {spec}"));
+        }
         let raw = self.raw_spec(name, records)?;
         let spec = self.spec(name, false, records)?;
         if self.binary_values > 0 {
@@ -486,6 +557,7 @@ impl FeatureStats {
             dtype,
             layout,
             default,
+            image: None,
         };
         Some(spec.to_string())
     }

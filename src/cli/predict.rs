@@ -358,6 +358,7 @@ fn add_key_feature(
         dtype,
         layout: Layout::Var,
         default: None,
+        image: None,
     });
     Ok(())
 }

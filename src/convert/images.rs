@@ -1,13 +1,21 @@
-//! A folder tree `ROOT/<class>/*.{png,jpg,jpeg}` to Examples, in the layout
-//! of TensorFlow's image-classification datasets: `image/encoded` (the file's
-//! bytes), `image/format` (`png` or `jpeg`), `image/height` and
-//! `image/width` (read from the PNG IHDR chunk or the JPEG SOF segment,
-//! without decoding), `image/class/label` (the index of the class folder in
-//! sorted order) and `image/class/text` (the folder name).
+//! A folder tree `ROOT/<class>/*.{png,jpg,jpeg}` to Examples.
+//!
+//! By default in TFDS's layout: `image` (the file's bytes) and `label` (the
+//! index of the class folder in sorted order), with `image` marked in the
+//! schema as an image feature (`image:image:HxWxC`) at the images' common
+//! size (read from the PNG IHDR chunk or the JPEG SOF segment, without
+//! decoding; grey when every image is), or `224x224x3:center` when sizes
+//! differ, so `tfpipe train` on the schema decodes them.
+//!
+//! With [`ImagesLayout::Imagenet`], the layout of tensorflow/models'
+//! `build_imagenet_data.py`: `image/encoded`, `image/format` (`png` or
+//! `jpeg`), `image/height`, `image/width`, `image/class/label` and
+//! `image/class/text` (the folder name).
 //!
 //! With `resize` (the `images` cargo feature), images are decoded, resized to
-//! exactly W x H and stored as raw RGB pixels in `image/raw` (uint8, H x W x 3)
-//! instead of `image/encoded` and `image/format`.
+//! exactly W x H and stored as raw RGB pixels (uint8, H x W x 3): in `image`
+//! (TFDS layout) or in `image/raw` instead of `image/encoded` and
+//! `image/format` (ImageNet layout).
 //!
 //! Order: classes sorted by name, files sorted by name within a class.
 
@@ -26,9 +34,22 @@ use crate::example::{DType, FeatureSpec, Layout, Schema};
 /// Whether this build can `--resize` (the `images` cargo feature).
 pub const RESIZE_AVAILABLE: bool = cfg!(feature = "images");
 
+/// The feature names an image folder is written with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ImagesLayout {
+    /// TFDS's `image` and `label` (the default).
+    #[default]
+    Tfds,
+    /// tensorflow/models' ImageNet layout: `image/encoded`, `image/format`,
+    /// `image/height`, `image/width`, `image/class/label`, `image/class/text`.
+    Imagenet,
+}
+
 /// Options of the image-folder converter.
 #[derive(Debug, Clone, Default)]
 pub struct ImagesOptions {
+    /// The feature names. By default TFDS's (`image`, `label`).
+    pub layout: ImagesLayout,
     /// Decode and resize every image to `(width, height)`, storing raw RGB
     /// pixels. Needs the `images` cargo feature. By default `None`.
     pub resize: Option<(u32, u32)>,
@@ -47,6 +68,9 @@ pub(crate) struct Header {
     pub(crate) format: &'static str,
     pub(crate) width: u32,
     pub(crate) height: u32,
+    /// 1 for a grey image (PNG colour type 0 or 4, a one-component JPEG),
+    /// else 3.
+    pub(crate) channels: u8,
 }
 
 /// Reads the size from a PNG's IHDR chunk or a JPEG's SOF segment.
@@ -78,10 +102,12 @@ pub(crate) fn read_header(data: &[u8]) -> Result<Header, (usize, String)> {
                 format!("PNG of {width}x{height} pixels: expected a non-empty image"),
             ));
         }
+        let grey = matches!(data.get(25), Some(0 | 4));
         return Ok(Header {
             format: "png",
             width,
             height,
+            channels: if grey { 1 } else { 3 },
         });
     }
     if data.starts_with(b"\xFF\xD8") {
@@ -141,10 +167,12 @@ pub(crate) fn read_header(data: &[u8]) -> Result<Header, (usize, String)> {
                         ),
                     ));
                 }
+                let grey = data.get(i + 7) == Some(&1);
                 return Ok(Header {
                     format: "jpeg",
                     width,
                     height,
+                    channels: if grey { 1 } else { 3 },
                 });
             }
             if len < 2 {
@@ -177,6 +205,43 @@ pub(crate) struct ImagesSource<'a> {
     items: Vec<Item>,
     /// Per item: passed the scan (bad files are skipped under `--skip-bad-rows`).
     good: Vec<bool>,
+    /// The sizes of the good images.
+    sizes: Sizes,
+}
+
+/// What the images' headers have in common.
+#[derive(Debug, Default, Clone, Copy)]
+struct Sizes {
+    /// `(height, width)` of the first image.
+    first: Option<(u32, u32)>,
+    mixed: bool,
+    colour: bool,
+}
+
+impl Sizes {
+    fn add(&mut self, header: &Header) {
+        let size = (header.height, header.width);
+        self.mixed |= self.first.is_some_and(|first| first != size);
+        self.first.get_or_insert(size);
+        self.colour |= header.channels > 1;
+    }
+
+    /// The image spec of the `image` feature: the common size, or a
+    /// 224x224 centre crop when sizes differ.
+    fn image_options(&self) -> crate::image::ImageOptions {
+        let channels = if self.colour { 3 } else { 1 };
+        match self.first {
+            Some((h, w)) if !self.mixed => {
+                crate::image::ImageOptions::new(h as usize, w as usize, channels)
+            }
+            _ => crate::image::ImageOptions {
+                crop: crate::image::Crop::Center {
+                    fraction: crate::image::DEFAULT_CENTER_FRACTION,
+                },
+                ..crate::image::ImageOptions::new(224, 224, channels)
+            },
+        }
+    }
 }
 
 /// Files listed in a directory, sorted by name.
@@ -205,6 +270,7 @@ impl<'a> ImagesSource<'a> {
             classes: Vec::new(),
             items: Vec::new(),
             good: Vec::new(),
+            sizes: Sizes::default(),
         }
     }
 
@@ -303,11 +369,24 @@ impl<'a> ImagesSource<'a> {
     }
 
     fn schema(&self) -> Schema {
+        if self.options.layout == ImagesLayout::Tfds {
+            let image = match self.options.resize {
+                None => FeatureSpec::image("image", self.sizes.image_options()),
+                Some((w, h)) => {
+                    FeatureSpec::fixed("image", DType::Uint8, &[h as usize, w as usize, 3])
+                }
+            };
+            return Schema {
+                features: vec![image, FeatureSpec::fixed("label", DType::Int64, &[])],
+                label: Some("label".into()),
+            };
+        }
         let scalar = |name: &str, dtype| FeatureSpec {
             name: name.into(),
             dtype,
             layout: Layout::Fixed(Vec::new()),
             default: None,
+            image: None,
         };
         let mut features = match self.options.resize {
             None => vec![
@@ -319,6 +398,7 @@ impl<'a> ImagesSource<'a> {
                 dtype: DType::Uint8,
                 layout: Layout::Fixed(vec![h as usize, w as usize, 3]),
                 default: None,
+                image: None,
             }],
         };
         features.push(scalar("image/height", DType::Int64));
@@ -364,6 +444,7 @@ impl Source for ImagesSource<'_> {
         let total_items = items.len() as u64;
         ctx.begin_phase(Phase::Scanning, total_items);
         let mut good: Vec<bool> = Vec::with_capacity(items.len());
+        let mut sizes = Sizes::default();
         let mut bytes_in = 0u64;
         let tasks: Vec<Self::Task> = (0..items.len())
             .step_by(FILES_PER_TASK)
@@ -382,8 +463,9 @@ impl Source for ImagesSource<'_> {
                 let n = results.len() as u64;
                 for (len, verdict) in results {
                     match verdict {
-                        Ok(_) => {
+                        Ok(header) => {
                             good.push(true);
+                            sizes.add(&header);
                             bytes_in += len;
                         }
                         Err(e) if skip => {
@@ -398,6 +480,7 @@ impl Source for ImagesSource<'_> {
             },
         )?;
         self.good = good;
+        self.sizes = sizes;
         let records = self.good.iter().filter(|&&g| g).count() as u64;
         let mut extra = Map::new();
         extra.insert("classes".into(), json!(self.classes));
@@ -445,6 +528,16 @@ impl Source for ImagesSource<'_> {
             })?;
             let class = &self.classes[item.class];
             enc.begin();
+            if self.options.layout == ImagesLayout::Tfds {
+                // Keys in sorted order, as TensorFlow serializes the map.
+                match self.options.resize {
+                    None => enc.bytes(b"image", &data),
+                    Some((w, h)) => enc.bytes(b"image", &pixels(&item.path, &data, w, h)?),
+                }
+                enc.int64(b"label", item.class as i64);
+                enc.end();
+                continue;
+            }
             enc.int64(b"image/class/label", item.class as i64);
             enc.bytes(b"image/class/text", class.as_bytes());
             match self.options.resize {
@@ -507,7 +600,8 @@ mod tests {
             Ok(Header {
                 format: "png",
                 width: 640,
-                height: 480
+                height: 480,
+                channels: 3
             })
         );
         // SOI, APP0 (length 16), fill byte, SOF0 with height 3, width 5.
@@ -519,7 +613,8 @@ mod tests {
             Ok(Header {
                 format: "jpeg",
                 width: 5,
-                height: 3
+                height: 3,
+                channels: 3
             })
         );
     }

@@ -358,6 +358,7 @@ pub(crate) fn tabular_schema(columns: &[Column], label: Option<&str>, missing: M
                 dtype,
                 layout,
                 default,
+                image: None,
             }
         })
         .collect();

@@ -77,7 +77,7 @@ use std::sync::atomic::AtomicBool;
 pub use csv::{CsvOptions, HEADER_LOOKS_LIKE_DATA, Header};
 pub use error::{ConvertError, ConvertOption, SourceLocation};
 pub use idx::{IdxOptions, labels_path_for};
-pub use images::{ImagesOptions, RESIZE_AVAILABLE};
+pub use images::{ImagesLayout, ImagesOptions, RESIZE_AVAILABLE};
 pub use json::JsonOptions;
 pub use output::{schema_file_beside, schema_path, shard_path};
 

@@ -55,6 +55,7 @@ use std::collections::HashMap;
 
 use crate::batch::{Batch, Column, Values};
 use crate::example::spec::{DType, FeatureSpec, Layout, Partition, Schema, SchemaError, Value};
+use crate::image::{ImageError, ImageOptions, ImageWorker, OutputSlice};
 
 /// The reason of a missing feature without default (a suggestion of the
 /// nearest key may follow).
@@ -83,13 +84,27 @@ pub enum ParseError {
         /// What is wrong.
         reason: String,
     },
+    /// An image feature's bytes do not decode (corrupt, truncated, too large,
+    /// or not an image).
+    #[error("record {record}: feature {feature:?}: cannot decode the image")]
+    Image {
+        /// The record's index in the batch.
+        record: usize,
+        /// The feature.
+        feature: String,
+        /// Why.
+        #[source]
+        source: Box<ImageError>,
+    },
 }
 
 impl ParseError {
     /// The index of the failing record within the batch.
     pub fn record(&self) -> usize {
         match self {
-            ParseError::Malformed { record, .. } | ParseError::Feature { record, .. } => *record,
+            ParseError::Malformed { record, .. }
+            | ParseError::Feature { record, .. }
+            | ParseError::Image { record, .. } => *record,
         }
     }
 
@@ -97,7 +112,9 @@ impl ParseError {
     pub fn feature(&self) -> Option<&str> {
         match self {
             ParseError::Malformed { .. } => None,
-            ParseError::Feature { feature, .. } => Some(feature),
+            ParseError::Feature { feature, .. } | ParseError::Image { feature, .. } => {
+                Some(feature)
+            }
         }
     }
 
@@ -115,7 +132,7 @@ impl ParseError {
     /// ```
     pub fn is_missing(&self) -> bool {
         match self {
-            ParseError::Malformed { .. } => false,
+            ParseError::Malformed { .. } | ParseError::Image { .. } => false,
             ParseError::Feature { reason, .. } => {
                 reason.starts_with(MISSING_NO_KEY) || reason == MISSING_KINDLESS
             }
@@ -126,9 +143,9 @@ impl ParseError {
     /// parse a stream in batches and want the index within the stream).
     pub fn offset_record(mut self, offset: usize) -> ParseError {
         match &mut self {
-            ParseError::Malformed { record, .. } | ParseError::Feature { record, .. } => {
-                *record += offset
-            }
+            ParseError::Malformed { record, .. }
+            | ParseError::Feature { record, .. }
+            | ParseError::Image { record, .. } => *record += offset,
         }
         self
     }
@@ -490,6 +507,64 @@ struct Plan {
     parts: Vec<Part>,
     /// `parts` in the text form, for messages.
     part_names: Vec<String>,
+    /// An image feature: the one bytes value is decoded by this worker.
+    image: Option<ImageSlot>,
+}
+
+/// A plan's image decoder. Each parser (one per pipeline worker) has its
+/// own, so the mutex is never contended; it is there so that decoding,
+/// which reuses the worker's buffers, can run from `&Plan`.
+#[derive(Debug)]
+struct ImageSlot(std::sync::Mutex<ImageWorker>);
+
+impl ImageSlot {
+    fn new(options: ImageOptions) -> Option<ImageSlot> {
+        ImageWorker::new(options)
+            .ok()
+            .map(|w| ImageSlot(std::sync::Mutex::new(w)))
+    }
+
+    /// Decodes `bytes` and appends the image's values to `values`.
+    fn decode(&self, bytes: &[u8], len: usize, values: &mut Values) -> Result<(), ImageError> {
+        let mut worker = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        // Specs hold no random choices (validated), so every element's seed is 0.
+        match values {
+            Values::Uint8(v) => {
+                let start = v.len();
+                v.resize(start + len, 0);
+                let r = worker.process(bytes, 0, OutputSlice::Uint8(&mut v[start..]));
+                if r.is_err() {
+                    v.truncate(start);
+                }
+                r
+            }
+            Values::Float32(v) => {
+                let start = v.len();
+                v.resize(start + len, 0.0);
+                let r = worker.process(bytes, 0, OutputSlice::Float32(&mut v[start..]));
+                if r.is_err() {
+                    v.truncate(start);
+                }
+                r
+            }
+            // `column_fits` gives an image column uint8 or float32 values.
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Clone for ImageSlot {
+    fn clone(&self) -> ImageSlot {
+        let worker = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let options = *worker.options();
+        ImageSlot::new(options).unwrap_or_else(|| unreachable!("options checked when first built"))
+    }
 }
 
 impl Plan {
@@ -536,9 +611,20 @@ impl Plan {
             (_, Value::Float32(v)) => Fill::Float32(v.clone()),
             (_, Value::Bytes(v)) => Fill::Bytes(v.clone()),
         });
+        let image = spec.image.and_then(ImageSlot::new);
         Plan {
-            dtype: spec.dtype,
-            raw: spec.dtype.raw_width(),
+            // An image is read from one bytes value, like the raw dtypes.
+            dtype: if image.is_some() {
+                DType::Bytes
+            } else {
+                spec.dtype
+            },
+            raw: if image.is_some() {
+                Some(1)
+            } else {
+                spec.dtype.raw_width()
+            },
+            image,
             shape,
             len,
             default,
@@ -823,6 +909,11 @@ impl BatchParser {
             Fail::Wire(e) => ParseError::Malformed {
                 record: index,
                 reason: e.describe(record),
+            },
+            Fail::Feature(feature, Problem::Image(source)) => ParseError::Image {
+                record: index,
+                feature: self.schema.features[feature].name.clone(),
+                source,
             },
             Fail::Feature(feature, problem) => {
                 let name = &self.schema.features[feature].name;
@@ -1225,20 +1316,22 @@ enum Problem {
     NoSuchKey,
     /// Filling the default (this many values of this dtype) could not allocate.
     OutOfMemory(usize, DType),
+    /// An image feature's bytes do not decode.
+    Image(Box<ImageError>),
 }
 
 impl Problem {
     fn in_partition(self, name: &str) -> Problem {
         match self {
             Problem::Text(t) => Problem::Text(format!("partition {name}: {t}")),
-            wire => wire,
+            other => other,
         }
     }
 
     fn in_step(self, index: usize) -> Problem {
         match self {
             Problem::Text(t) => Problem::Text(format!("step {index}: {t}")),
-            wire => wire,
+            other => other,
         }
     }
 
@@ -1247,6 +1340,7 @@ impl Problem {
             Problem::Wire(e) => format!("malformed protobuf: {}", e.describe(record)),
             Problem::Text(t) => t,
             Problem::NoSuchKey => MISSING_NO_KEY.into(),
+            Problem::Image(e) => crate::error::display_chain(&*e),
             Problem::OutOfMemory(len, dtype) => format!(
                 "missing, and its default of {len} values needs {} per record: out of memory",
                 crate::example::spec::human_bytes(
@@ -1332,6 +1426,20 @@ fn finish_list(
     raw: &[u8],
     values: &mut Values,
 ) -> Result<usize, Problem> {
+    if let Some(image) = &plan.image {
+        return match count {
+            1 => image
+                .decode(raw, plan.len, values)
+                .map(|()| plan.len)
+                .map_err(|e| Problem::Image(Box::new(e))),
+            0 => Err(text(
+                "present but empty list, expected one encoded image".into(),
+            )),
+            n => Err(text(format!(
+                "an image feature needs exactly one bytes value (an encoded image), found {n} values"
+            ))),
+        };
+    }
     if let Some(width) = plan.raw {
         let want = plan.len * width;
         if count == 1 {
@@ -1789,6 +1897,7 @@ const PARTITION_PLAN: Plan = Plan {
     slot: 0,
     parts: Vec::new(),
     part_names: Vec::new(),
+    image: None,
 };
 
 /// A ragged feature of one record (TensorFlow's `RaggedFeature` with `validate=True`):

@@ -10,6 +10,9 @@
 //!
 //! ```text
 //! SPEC    = NAME ":" DTYPE [":" SHAPE] ["=" DEFAULT]
+//!         | NAME ":image:" H "x" W "x" C [":" OPTION ("," OPTION)*]
+//!                                 an encoded JPEG/PNG/GIF/BMP decoded, resized to H x W,
+//!                                 C = 1 or 3 channels (options: `tfpipe::image`'s `spec.rs`)
 //! DTYPE   = int64 | float32 | bytes | uint8
 //!         | raw_int16 | raw_uint16 | raw_int32 | raw_float32 | raw_float64
 //! SHAPE   = DIMS                  fixed length: `784`, `28x28`, `0` (omitted: a scalar)
@@ -27,7 +30,7 @@
 //! DEFAULT = VALUE ("," VALUE)*    fixed-length features only: one value (broadcast) or product(DIMS)
 //! ```
 //!
-//! Examples: `image_raw:uint8:28x28`, `label:int64`, `label:int64=-1`,
+//! Examples: `image_raw:uint8:28x28`, `image/encoded:image:224x224x3:center`, `label:int64`, `label:int64=-1`,
 //! `emb:float32:3=0`, `tags:bytes:var`, `frames:float32:seq:2`, `tokens:int64:seq:var`,
 //! `lang:bytes=und`.
 //!
@@ -43,6 +46,10 @@
 //!   `validate=True`): lengths must be >= 0 and sum to the rows inside; splits must start
 //!   at 0, never decrease and end at the rows inside; a missing or empty KEY is no rows.
 //!   Trailing uniform lengths become the column's inner shape.
+//! * `image` reads a `bytes_list` holding exactly one encoded image and decodes it
+//!   ([`crate::image`]) into a fixed `uint8` `[H, W, C]` (`float32` when normalised,
+//!   `[C, H, W]` with `nchw`); in a schema file, `{"name": N, "dtype": "image",
+//!   "shape": [H, W, C], "image": "OPTIONS"}`. It takes no default.
 //! * Every fixed-length feature must fit in 2 GiB per record ([`MAX_FEATURE_BYTES`]).
 //! * `int64` defaults are decimal integers; `float32` defaults are anything Rust's `f32`
 //!   parser reads (`0.5`, `-1e-3`, `NaN`, `inf`, `-inf`; a NaN payload is not kept).
@@ -110,6 +117,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value as Json};
 
 use crate::batch::Values;
+use crate::image::ImageOptions;
 
 /// The most elements a fixed shape may have (2^31), so sizes never overflow.
 pub const MAX_SHAPE_SIZE: usize = 1 << 31;
@@ -422,6 +430,10 @@ pub struct FeatureSpec {
     /// `product(shape)` values, or one value broadcast). Without one, a
     /// missing feature is an error.
     pub default: Option<Value>,
+    /// For an encoded image (`NAME:image:HxWxC[:OPTIONS]`): how its one bytes
+    /// value is decoded into the fixed `dtype` (`uint8`, or `float32` when
+    /// normalised) of shape `layout` (`[H, W, C]`, or `[C, H, W]`).
+    pub image: Option<ImageOptions>,
 }
 
 impl FeatureSpec {
@@ -432,6 +444,7 @@ impl FeatureSpec {
             dtype,
             layout: Layout::Fixed(shape.to_vec()),
             default: None,
+            image: None,
         }
     }
 
@@ -442,6 +455,7 @@ impl FeatureSpec {
             dtype,
             layout: Layout::Var,
             default: None,
+            image: None,
         }
     }
 
@@ -449,6 +463,56 @@ impl FeatureSpec {
     pub fn with_default(mut self, default: Value) -> FeatureSpec {
         self.default = Some(default);
         self
+    }
+
+    /// An encoded image feature decoded to `options` (the spec
+    /// `NAME:image:HxWxC[:OPTIONS]`): dtype `uint8` (or `float32` for a
+    /// normalised output), layout fixed at the output shape.
+    ///
+    /// ```
+    /// use tfpipe::example::{DType, FeatureSpec, Layout};
+    /// use tfpipe::image::ImageOptions;
+    /// let spec = FeatureSpec::image("image/encoded", ImageOptions::new(28, 28, 1));
+    /// assert_eq!(spec.dtype, DType::Uint8);
+    /// assert_eq!(spec.layout, Layout::Fixed(vec![28, 28, 1]));
+    /// assert_eq!(spec.to_string(), "image/encoded:image:28x28x1");
+    /// assert_eq!(spec.to_string().parse::<FeatureSpec>().unwrap(), spec);
+    /// ```
+    pub fn image(name: impl Into<String>, options: ImageOptions) -> FeatureSpec {
+        FeatureSpec {
+            name: name.into(),
+            dtype: image_dtype(&options),
+            layout: Layout::Fixed(options.shape().to_vec()),
+            default: None,
+            image: Some(options),
+        }
+    }
+
+    /// An image spec's own checks: its dtype and layout follow its options,
+    /// and it has no default (a missing image is an error).
+    fn validate_image(&self, image: &ImageOptions) -> Result<(), String> {
+        image.check().map_err(|e| e.to_string())?;
+        if self.dtype != image_dtype(image) || self.layout != Layout::Fixed(image.shape().to_vec())
+        {
+            return Err(format!(
+                "an image feature decodes to {} of shape {:?}, not {} of layout {:?}",
+                image_dtype(image),
+                image.shape(),
+                self.dtype,
+                self.layout
+            ));
+        }
+        if self.default.is_some() {
+            return Err("an image feature takes no default".into());
+        }
+        if image.is_random() {
+            return Err(
+                "random crops and augmentations draw from each element's seed, which a feature \
+                 spec does not have: apply them with `tfpipe::image::ImageWorker`"
+                    .into(),
+            );
+        }
+        Ok(())
     }
 
     /// Values per record (`Fixed`) or per step (`FixedSequence`): `product(shape)`.
@@ -477,6 +541,9 @@ impl FeatureSpec {
                 reason,
             })
         };
+        if let Some(image) = &self.image {
+            return self.validate_image(image).or_else(bad);
+        }
         if let Some(shape) = self.layout.fixed_shape() {
             let size = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
             if size.is_none_or(|n| n > MAX_SHAPE_SIZE) {
@@ -821,6 +888,32 @@ fn parse_default(dtype: DType, text: &str) -> Result<Value, String> {
     }
 }
 
+/// The dtype an image feature decodes to.
+fn image_dtype(options: &ImageOptions) -> DType {
+    match options.output {
+        crate::image::OutputType::Uint8 => DType::Uint8,
+        crate::image::OutputType::Float32 { .. } => DType::Float32,
+    }
+}
+
+/// `NAME:image:HxWxC[:OPTIONS]` after the name: `shape` is `HxWxC[:OPTIONS]`.
+fn parse_image(
+    name: String,
+    shape: Option<&str>,
+    default: Option<&str>,
+) -> Result<FeatureSpec, String> {
+    if default.is_some() {
+        return Err("an image feature takes no default".into());
+    }
+    let shape =
+        shape.ok_or("an image feature needs its size, e.g. `image/encoded:image:224x224x3`")?;
+    let (size, options) = shape.split_once(':').unwrap_or((shape, ""));
+    Ok(FeatureSpec::image(
+        name,
+        ImageOptions::from_text(size, options)?,
+    ))
+}
+
 impl FromStr for FeatureSpec {
     type Err = SchemaError;
 
@@ -851,6 +944,9 @@ impl FromStr for FeatureSpec {
             Some((dtype, shape)) => (dtype, Some(shape)),
             None => (typed, None),
         };
+        if dtype == "image" {
+            return parse_image(name, shape, default).map_err(|e| text_error(text, e));
+        }
         let dtype: DType = dtype
             .parse()
             .map_err(|e: crate::error::UnknownName| text_error(text, e.to_string()))?;
@@ -864,6 +960,7 @@ impl FromStr for FeatureSpec {
             dtype,
             layout,
             default,
+            image: None,
         };
         spec.validate().map_err(|e| match e {
             SchemaError::Feature { reason, .. } => text_error(text, reason),
@@ -891,6 +988,18 @@ impl fmt::Display for FeatureSpec {
             write!(f, "{}", Json::String(self.name.clone()))?;
         } else {
             f.write_str(&self.name)?;
+        }
+        if let Some(image) = &self.image {
+            write!(
+                f,
+                ":image:{}x{}x{}",
+                image.height, image.width, image.channels
+            )?;
+            let options = image.options_text();
+            if !options.is_empty() {
+                write!(f, ":{options}")?;
+            }
+            return Ok(());
         }
         write!(f, ":{}", self.dtype)?;
         match &self.layout {
@@ -1160,8 +1269,9 @@ impl SchemaMetadata {
 }
 
 const RESERVED_KEYS: [&str; 3] = ["format", "features", "label"];
-const FEATURE_KEYS: [&str; 8] = [
+const FEATURE_KEYS: [&str; 9] = [
     "name",
+    "image",
     "dtype",
     "layout",
     "shape",
@@ -1187,6 +1297,16 @@ fn float_to_json(x: f32) -> Json {
 fn feature_to_json(spec: &FeatureSpec) -> Json {
     let mut obj = Map::new();
     obj.insert("name".into(), Json::from(spec.name.clone()));
+    if let Some(image) = &spec.image {
+        obj.insert("dtype".into(), Json::from("image"));
+        let size = vec![image.height, image.width, image.channels];
+        obj.insert("shape".into(), Json::from(size));
+        let options = image.options_text();
+        if !options.is_empty() {
+            obj.insert("image".into(), Json::from(options));
+        }
+        return Json::Object(obj);
+    }
     obj.insert("dtype".into(), Json::from(spec.dtype.name()));
     if !matches!(spec.layout, Layout::Fixed(_)) {
         obj.insert("layout".into(), Json::from(spec.layout.name()));
@@ -1303,6 +1423,38 @@ fn partition_from_json(value: &Json) -> Result<Partition, String> {
     }
 }
 
+/// `{"name": N, "dtype": "image", "shape": [H, W, C], "image": "OPTIONS"}`.
+fn image_from_json(name: String, obj: &Map<String, Json>) -> Result<FeatureSpec, String> {
+    if let Some(key) = obj
+        .keys()
+        .find(|k| !["name", "dtype", "shape", "image"].contains(&k.as_str()))
+    {
+        return Err(format!(
+            "{key:?} is not allowed on an image feature (valid: name, dtype, shape, image)"
+        ));
+    }
+    let size = match obj.get("shape").and_then(Json::as_array) {
+        Some(dims) if dims.len() == 3 && dims.iter().all(|d| d.as_u64().is_some()) => {
+            let dims: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
+            dims.join("x")
+        }
+        _ => return Err("an image feature needs \"shape\": [H, W, C], e.g. [224, 224, 3]".into()),
+    };
+    let options = match obj.get("image") {
+        None => "",
+        Some(Json::String(options)) => options.as_str(),
+        Some(other) => {
+            return Err(format!(
+                "invalid \"image\" {other} (expected options such as \"center,area\")"
+            ));
+        }
+    };
+    Ok(FeatureSpec::image(
+        name,
+        ImageOptions::from_text(&size, options)?,
+    ))
+}
+
 fn feature_from_json(value: &Json) -> Result<FeatureSpec, String> {
     let obj = match value {
         Json::String(text) => return text.parse().map_err(|e: SchemaError| e.to_string()),
@@ -1315,7 +1467,7 @@ fn feature_from_json(value: &Json) -> Result<FeatureSpec, String> {
     };
     if let Some(key) = obj.keys().find(|k| !FEATURE_KEYS.contains(&k.as_str())) {
         return Err(format!(
-            "unknown key {key:?} (valid: name, dtype, layout, shape, default, partitions, index_keys, size)"
+            "unknown key {key:?} (valid: name, dtype, layout, shape, default, partitions, index_keys, size, image)"
         ));
     }
     let name = obj
@@ -1323,6 +1475,12 @@ fn feature_from_json(value: &Json) -> Result<FeatureSpec, String> {
         .and_then(Json::as_str)
         .ok_or("missing or non-string \"name\"")?
         .to_string();
+    if obj.get("dtype").and_then(Json::as_str) == Some("image") {
+        return image_from_json(name, obj);
+    }
+    if obj.contains_key("image") {
+        return Err("\"image\" options need \"dtype\": \"image\"".into());
+    }
     let dtype: DType = obj
         .get("dtype")
         .and_then(Json::as_str)
@@ -1417,6 +1575,7 @@ fn feature_from_json(value: &Json) -> Result<FeatureSpec, String> {
         dtype,
         layout,
         default,
+        image: None,
     };
     spec.validate().map_err(|e| match e {
         SchemaError::Feature { reason, .. } => reason,
@@ -2115,5 +2274,60 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("missing.json"), "{err}");
+    }
+
+    #[test]
+    fn image_specs_parse_print_and_round_trip_through_schema_files() {
+        let spec = spec("image/encoded:image:8x6x3:center,float32,nchw");
+        assert_eq!(spec.dtype, DType::Float32);
+        assert_eq!(spec.layout, Layout::Fixed(vec![3, 8, 6]));
+        assert_eq!(
+            spec.to_string(),
+            "image/encoded:image:8x6x3:center,float32,nchw"
+        );
+        let schema = Schema {
+            features: vec![spec, "label:int64".parse().unwrap()],
+            label: Some("label".into()),
+        };
+        let json = schema.to_json_value();
+        assert_eq!(
+            json["features"][0],
+            serde_json::json!({"name": "image/encoded", "dtype": "image", "shape": [8, 6, 3], "image": "center,float32,nchw"})
+        );
+        assert_eq!(Schema::from_json_value(&json).unwrap(), schema);
+        let plain: Json = serde_json::json!({"features": [{"name": "img", "dtype": "image", "shape": [28, 28, 1]}]});
+        let plain = Schema::from_json_value(&plain).unwrap();
+        assert_eq!(plain.features[0].to_string(), "img:image:28x28x1");
+    }
+
+    #[test]
+    fn image_spec_mistakes_are_explained() {
+        let err = |text: &str| text.parse::<FeatureSpec>().unwrap_err().to_string();
+        assert!(
+            err("img:image").contains("needs its size"),
+            "{}",
+            err("img:image")
+        );
+        assert!(err("img:image:28x28x1=0").contains("takes no default"));
+        assert!(err("img:image:28x28x1:bicubic").contains("unknown image option"));
+        let random = crate::image::ImageOptions {
+            crop: crate::image::Crop::Random(Default::default()),
+            ..crate::image::ImageOptions::new(4, 4, 3)
+        };
+        let spec = FeatureSpec::image("img", random);
+        assert!(
+            spec.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("element's seed")
+        );
+        let json =
+            serde_json::json!({"features": [{"name": "img", "dtype": "image", "shape": [28, 28]}]});
+        assert!(
+            Schema::from_json_value(&json)
+                .unwrap_err()
+                .to_string()
+                .contains("[H, W, C]")
+        );
     }
 }

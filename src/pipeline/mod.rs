@@ -425,6 +425,12 @@ fn parse_message(location: Option<&Location>, error: &ParseError) -> String {
         ParseError::Feature {
             feature, reason, ..
         } => format!("{location}: feature {feature:?}: {reason}"),
+        ParseError::Image {
+            feature, source, ..
+        } => format!(
+            "{location}: feature {feature:?}: cannot decode the image: {}",
+            crate::error::display_chain(&**source)
+        ),
     }
 }
 

@@ -267,6 +267,7 @@ impl SchemaMeta {
                         Some(DefaultMeta::Float32(v)) => Some(Value::Float32(v.clone())),
                         None => None,
                     },
+                    image: None,
                 })
                 .collect(),
             label: if with_label { self.label.clone() } else { None },

@@ -979,12 +979,14 @@ mod tests {
             dtype: DType::Int64,
             layout: Layout::Var,
             default: None,
+            image: None,
         });
         schema.features.push(FeatureSpec {
             name: "frames".into(),
             dtype: DType::Float32,
             layout: Layout::FixedSequence(vec![2]),
             default: None,
+            image: None,
         });
         // Only the first variable-length int64 feature is the token input.
         schema.features.push(FeatureSpec {
@@ -992,6 +994,7 @@ mod tests {
             dtype: DType::Int64,
             layout: Layout::Var,
             default: None,
+            image: None,
         });
         schema.label = Some("species".into());
         let chosen = InputSpec::from_schema(&schema, Task::Classification { classes: 3 }).unwrap();

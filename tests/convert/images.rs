@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use tfpipe::convert::{ConvertError, Format, ImagesOptions};
+use tfpipe::convert::{ConvertError, Format, ImagesLayout, ImagesOptions};
 use tfpipe::example::DType;
 
 use super::common::*;
@@ -83,7 +83,10 @@ fn folders_become_classes_with_sizes_from_headers() {
     let root = dir.path().join("photos");
     tree(&root);
     let summary = run(
-        &Format::Images(ImagesOptions::default()),
+        &Format::Images(ImagesOptions {
+            layout: ImagesLayout::Imagenet,
+            ..ImagesOptions::default()
+        }),
         std::slice::from_ref(&root),
         dir.path(),
         |_| {},
@@ -181,6 +184,7 @@ fn resize_stores_raw_rgb_pixels() {
     std::fs::write(root.join("red/a.png"), png(5, 7, [200, 10, 20])).unwrap();
     let summary = run(
         &Format::Images(ImagesOptions {
+            layout: ImagesLayout::Imagenet,
             resize: Some((3, 2)),
             ..ImagesOptions::default()
         }),
@@ -201,4 +205,72 @@ fn resize_stores_raw_rgb_pixels() {
     );
     assert_eq!(rows[0]["image/width"], Feat::I(vec![3]));
     let _ = ConvertError::Interrupted;
+}
+
+/// By default the layout is TFDS's (`image`, `label`) and the schema marks
+/// `image` as an image feature: at the common size (grey when every image
+/// is), or a 224x224 centre crop when sizes differ; the schema decodes the
+/// shards.
+#[test]
+fn the_default_layout_is_tfds_with_the_image_in_the_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("photos");
+    tree(&root);
+    let summary = run(
+        &Format::Images(ImagesOptions::default()),
+        std::slice::from_ref(&root),
+        dir.path(),
+        |_| {},
+    )
+    .unwrap();
+    let (schema, _) = load_schema(&summary);
+    let specs: Vec<String> = schema.features.iter().map(|f| f.to_string()).collect();
+    assert_eq!(specs, ["image:image:224x224x3:center", "label:int64"]);
+    assert_eq!(schema.label.as_deref(), Some("label"));
+    let rows = read_rows(&summary);
+    assert_eq!(
+        rows[0]["image"],
+        Feat::B(vec![std::fs::read(root.join("cat/y.png")).unwrap()])
+    );
+    assert_eq!(rows[0]["label"], Feat::I(vec![0]));
+    assert_eq!(rows[0].len(), 2);
+
+    let digits = dir.path().join("digits");
+    let digit = std::fs::read(testdata("images/digit.png")).unwrap();
+    for class in ["seven", "zero"] {
+        std::fs::create_dir_all(digits.join(class)).unwrap();
+        for name in ["1.png", "2.png"] {
+            std::fs::write(digits.join(class).join(name), &digit).unwrap();
+        }
+    }
+    let out = dir.path().join("digits-out");
+    std::fs::create_dir(&out).unwrap();
+    let summary = run(
+        &Format::Images(ImagesOptions::default()),
+        &[digits],
+        &out,
+        |_| {},
+    )
+    .unwrap();
+    let (schema, _) = load_schema(&summary);
+    assert_eq!(schema.features[0].to_string(), "image:image:28x28x1");
+    let records: Vec<Vec<u8>> = {
+        let mut reader = tfpipe::tfrecord::FileRecordReader::open(
+            &summary.shards[0],
+            tfpipe::tfrecord::ReaderOptions::default(),
+        )
+        .unwrap();
+        let mut records = Vec::new();
+        let mut buf = Vec::new();
+        while reader.read_record(&mut buf).unwrap() {
+            records.push(buf.clone());
+        }
+        records
+    };
+    let batch = tfpipe::BatchParser::new(schema)
+        .unwrap()
+        .parse(&records)
+        .unwrap();
+    assert_eq!(batch.num_rows, 4);
+    assert_eq!(batch.columns[0].as_u8().unwrap().len(), 4 * 784);
 }

@@ -399,8 +399,5 @@ fn idx_and_images_with_a_fixed_schema() {
     );
     let summary = run(&format, &[test_root], &out, |o| o.skip_bad_rows = true).unwrap();
     assert_eq!((summary.records, summary.rows_skipped), (1, 1));
-    assert_eq!(
-        read_rows(&summary)[0]["image/class/label"],
-        Feat::I(vec![1])
-    );
+    assert_eq!(read_rows(&summary)[0]["label"], Feat::I(vec![1]));
 }

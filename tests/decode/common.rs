@@ -101,6 +101,7 @@ pub fn tf_spec(name: &str, spec: &Json, sequence: bool) -> FeatureSpec {
         dtype,
         layout,
         default,
+        image: None,
     }
 }
 

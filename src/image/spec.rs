@@ -1,0 +1,196 @@
+//! The text form of [`ImageOptions`] used by feature specs
+//! (`image/encoded:image:224x224x3:center,area,float32`): the size, then a
+//! comma-separated list of options, each at most once.
+//!
+//! ```text
+//! SIZE    = H "x" W "x" C           C is 1 or 3
+//! OPTION  = bilinear | area | nearest          the resize method (default bilinear)
+//!         | antialias                          antialias when shrinking
+//!         | center | center(F)                 square centre crop of F (default 0.875) of the shorter side
+//!         | uint8 | float32 | imagenet         output: uint8 (default), float32 in 0..1,
+//!                                              or float32 normalised with ImageNet's mean and std
+//!         | nhwc | nchw                        axis order (default nhwc)
+//!         | max_pixels(N)                      refuse larger images (default 50000000)
+//! ```
+//!
+//! Random crops and augmentations need an element's seed, so they are set
+//! on [`ImageOptions`] by code, not in a spec.
+
+use super::augment::{ImageLayout, OutputType};
+use super::crop::DEFAULT_CENTER_FRACTION;
+use super::decode::DEFAULT_MAX_PIXELS;
+use super::resize::ResizeMethod;
+use super::{Crop, ImageOptions};
+
+impl ImageOptions {
+    /// The options of `HxWxC` and an option list (see the [module doc](self)).
+    ///
+    /// ```
+    /// use tfpipe::image::{Crop, ImageOptions, ResizeMethod};
+    /// let o = ImageOptions::from_text("224x224x3", "center,area").unwrap();
+    /// assert_eq!((o.height, o.width, o.channels), (224, 224, 3));
+    /// assert_eq!(o.method, ResizeMethod::Area);
+    /// assert_eq!(o.crop, Crop::Center { fraction: 0.875 });
+    /// assert_eq!(o.options_text(), "center,area");
+    /// ```
+    pub fn from_text(size: &str, options: &str) -> Result<ImageOptions, String> {
+        let dims: Vec<usize> = size
+            .split('x')
+            .map(|d| d.trim().parse::<usize>())
+            .collect::<Result<_, _>>()
+            .map_err(|_| format!("invalid image size {size:?} (expected HxWxC, e.g. 224x224x3)"))?;
+        let [height, width, channels] = dims[..] else {
+            return Err(format!(
+                "invalid image size {size:?} (expected HxWxC, e.g. 224x224x3)"
+            ));
+        };
+        let mut o = ImageOptions::new(height, width, channels);
+        let mut seen: Vec<&str> = Vec::new();
+        for option in options.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (word, arg) = split_call(option)?;
+            let group = apply(&mut o, word, arg)?;
+            if seen.contains(&group) {
+                return Err(format!(
+                    "image option {option:?}: the {group} is given twice"
+                ));
+            }
+            seen.push(group);
+        }
+        o.check().map_err(|e| e.to_string())?;
+        Ok(o)
+    }
+
+    /// The option list in the text form (empty when every option is at its
+    /// default), such that `from_text` gives these options back.
+    pub fn options_text(&self) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        match self.crop {
+            Crop::None | Crop::Random(_) => {}
+            Crop::Center { fraction } if fraction == DEFAULT_CENTER_FRACTION => {
+                parts.push("center".into())
+            }
+            Crop::Center { fraction } => parts.push(format!("center({fraction})")),
+        }
+        if self.method != ResizeMethod::Bilinear {
+            parts.push(self.method.name().into());
+        }
+        if self.antialias {
+            parts.push("antialias".into());
+        }
+        match self.output {
+            OutputType::Uint8 => {}
+            o if o == OutputType::UNIT_FLOAT => parts.push("float32".into()),
+            o if o == OutputType::IMAGENET => parts.push("imagenet".into()),
+            // Other normalisations have no text form; written as float32 0..1.
+            OutputType::Float32 { .. } => parts.push("float32".into()),
+        }
+        if self.layout == ImageLayout::Nchw {
+            parts.push("nchw".into());
+        }
+        if self.max_pixels != DEFAULT_MAX_PIXELS {
+            parts.push(format!("max_pixels({})", self.max_pixels));
+        }
+        parts.join(",")
+    }
+}
+
+/// `word` or `word(arg)`.
+fn split_call(option: &str) -> Result<(&str, Option<&str>), String> {
+    match option.split_once('(') {
+        None => Ok((option, None)),
+        Some((word, rest)) => match rest.strip_suffix(')') {
+            Some(arg) => Ok((word, Some(arg.trim()))),
+            None => Err(format!("image option {option:?}: missing `)`")),
+        },
+    }
+}
+
+/// Applies one option; returns the group it sets (each group at most once).
+fn apply(o: &mut ImageOptions, word: &str, arg: Option<&str>) -> Result<&'static str, String> {
+    let no_arg = |group: &'static str| match arg {
+        None => Ok(group),
+        Some(_) => Err(format!("image option {word:?} takes no argument")),
+    };
+    match word {
+        "bilinear" | "area" | "nearest" => {
+            o.method = ResizeMethod::from_name(word).unwrap_or_default();
+            no_arg("resize method")
+        }
+        "antialias" => {
+            o.antialias = true;
+            no_arg("antialias")
+        }
+        "center" => {
+            let fraction = match arg {
+                None => DEFAULT_CENTER_FRACTION,
+                Some(f) => f.parse().map_err(|_| {
+                    format!("invalid centre crop fraction {f:?} (expected e.g. 0.875)")
+                })?,
+            };
+            o.crop = Crop::Center { fraction };
+            Ok("crop")
+        }
+        "uint8" | "float32" | "imagenet" => {
+            o.output = match word {
+                "uint8" => OutputType::Uint8,
+                "float32" => OutputType::UNIT_FLOAT,
+                _ => OutputType::IMAGENET,
+            };
+            no_arg("output type")
+        }
+        "nhwc" | "nchw" => {
+            o.layout = if word == "nchw" {
+                ImageLayout::Nchw
+            } else {
+                ImageLayout::Nhwc
+            };
+            no_arg("layout")
+        }
+        "max_pixels" => {
+            let n = arg.and_then(|n| n.parse().ok()).ok_or_else(|| {
+                format!(
+                    "image option max_pixels needs a count, e.g. max_pixels(100000000), not {arg:?}"
+                )
+            })?;
+            o.max_pixels = n;
+            Ok("pixel limit")
+        }
+        _ => Err(format!(
+            "unknown image option {word:?} (expected bilinear, area, nearest, antialias, center, \
+             center(F), uint8, float32, imagenet, nhwc, nchw or max_pixels(N))"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_text_form_round_trips() {
+        for options in [
+            "",
+            "center",
+            "center(0.5),nearest,antialias,imagenet,nchw",
+            "area,float32,max_pixels(1000)",
+        ] {
+            let o = ImageOptions::from_text("28x28x1", options).unwrap();
+            assert_eq!(o.options_text(), options);
+            assert_eq!(
+                ImageOptions::from_text("28x28x1", &o.options_text()).unwrap(),
+                o
+            );
+        }
+    }
+
+    #[test]
+    fn mistakes_are_explained() {
+        let err = |size, options| ImageOptions::from_text(size, options).unwrap_err();
+        assert!(err("28x28", "").contains("expected HxWxC"));
+        assert!(err("28x28x2", "").contains("channels must be 1 or 3"));
+        assert!(err("28x28x1", "area,nearest").contains("resize method is given twice"));
+        assert!(err("28x28x1", "bicubic").contains("unknown image option \"bicubic\""));
+        assert!(err("28x28x1", "center(2)").contains("(0, 1]"));
+        assert!(err("28x28x1", "max_pixels").contains("needs a count"));
+    }
+}

@@ -1,0 +1,153 @@
+//! Decoding and resizing against TensorFlow's own answers for the files of
+//! `testdata/images/` (written by `scripts/tf_images.py` with TensorFlow 2.21).
+//!
+//! PNG, GIF and BMP pixels equal `tf.io.decode_image`'s exactly. JPEG pixels
+//! differ from libjpeg-turbo's (TensorFlow's decoder) by rounding in the
+//! IDCT and the chroma upsampling: at most [`JPEG_TOLERANCE`] per value.
+//! Resized values are within [`RESIZE_TOLERANCE`] of `tf.image.resize`'s
+//! (float summation order).
+
+use std::io::Read as _;
+
+use serde_json::Value;
+
+use super::*;
+
+/// The largest difference from TensorFlow allowed for a JPEG pixel value.
+const JPEG_TOLERANCE: i32 = 6;
+/// The largest difference from TensorFlow allowed for a resized value
+/// (on the 0..=255 scale).
+const RESIZE_TOLERANCE: f32 = 1e-3;
+
+fn expected() -> (Vec<Value>, Vec<u8>) {
+    let json = std::fs::read_to_string("testdata/images/expected.json").unwrap();
+    let json: Value = serde_json::from_str(&json).unwrap();
+    let mut blob = Vec::new();
+    let gz = std::fs::File::open("testdata/images/expected.bin.gz").unwrap();
+    flate2::read::GzDecoder::new(gz)
+        .read_to_end(&mut blob)
+        .unwrap();
+    (json["cases"].as_array().unwrap().clone(), blob)
+}
+
+fn shape(case: &Value) -> Vec<usize> {
+    case["shape"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_u64().unwrap() as usize)
+        .collect()
+}
+
+fn decode(file: &str, channels: usize) -> Image {
+    let bytes = std::fs::read(format!("testdata/images/{file}")).unwrap();
+    let mut decoder = Decoder::new(DecodeOptions {
+        channels,
+        ..DecodeOptions::default()
+    })
+    .unwrap();
+    let mut image = Image::default();
+    decoder
+        .decode(&bytes, &mut image)
+        .unwrap_or_else(|e| panic!("{file}: {e}"));
+    image
+}
+
+#[test]
+fn decoding_matches_tensorflow() {
+    let (cases, blob) = expected();
+    let mut jpeg_max = 0;
+    let mut checked = 0;
+    for case in cases.iter().filter(|c| c["kind"] == "decode") {
+        let file = case["file"].as_str().unwrap();
+        let channels = case["channels"].as_u64().unwrap() as usize;
+        let image = decode(file, channels);
+        if case.get("error").is_some() {
+            // TensorFlow refuses channels=1 for GIF and BMP; tfpipe converts.
+            assert_eq!(image.channels, 1, "{file}");
+            continue;
+        }
+        assert_eq!(
+            vec![image.height, image.width, image.channels],
+            shape(case),
+            "{file}"
+        );
+        let offset = case["offset"].as_u64().unwrap() as usize;
+        let want = &blob[offset..offset + image.data.len()];
+        if file.ends_with(".jpg") {
+            let most = want
+                .iter()
+                .zip(&image.data)
+                .map(|(a, b)| (i32::from(*a) - i32::from(*b)).abs())
+                .max()
+                .unwrap();
+            assert!(
+                most <= JPEG_TOLERANCE,
+                "{file} channels {channels}: differs by {most}"
+            );
+            let total: i64 = want
+                .iter()
+                .zip(&image.data)
+                .map(|(a, b)| i64::from((i32::from(*a) - i32::from(*b)).abs()))
+                .sum();
+            eprintln!(
+                "{file} channels {channels}: largest difference {most}, mean {:.3}",
+                total as f64 / want.len() as f64
+            );
+            jpeg_max = jpeg_max.max(most);
+        } else {
+            assert!(
+                want == image.data,
+                "{file} channels {channels}: pixels differ from TensorFlow's"
+            );
+        }
+        checked += 1;
+    }
+    assert!(checked >= 28, "{checked} cases");
+    eprintln!("largest JPEG difference from TensorFlow: {jpeg_max}");
+}
+
+#[test]
+fn resizing_matches_tensorflow() {
+    let (cases, blob) = expected();
+    let mut scratch = ResizeScratch::default();
+    let mut out = Vec::new();
+    let mut worst = 0.0f32;
+    let mut checked = 0;
+    for case in cases.iter().filter(|c| c["kind"] == "resize") {
+        let file = case["file"].as_str().unwrap();
+        let method = ResizeMethod::from_name(case["method"].as_str().unwrap()).unwrap();
+        let antialias = case["antialias"].as_bool().unwrap();
+        let image = decode(file, 3);
+        let [height, width, _] = shape(case)[..] else {
+            panic!("shape")
+        };
+        let window = Window::full(image.height, image.width);
+        resize(
+            &image,
+            window,
+            height,
+            width,
+            method,
+            antialias,
+            &mut scratch,
+            &mut out,
+        );
+        let offset = case["offset"].as_u64().unwrap() as usize;
+        let want = blob[offset..offset + out.len() * 4]
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        let most = want
+            .zip(&out)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
+        assert!(
+            most <= RESIZE_TOLERANCE,
+            "{file} {method:?} antialias {antialias} to {height}x{width}: {most}"
+        );
+        worst = worst.max(most);
+        checked += 1;
+    }
+    assert_eq!(checked, 12);
+    eprintln!("largest resize difference from TensorFlow: {worst}");
+}

@@ -1,0 +1,116 @@
+//! Image features in the pipeline: `NAME:image:HxWxC` decodes encoded
+//! images in the parallel parse stage; a corrupt image is a located parse
+//! error that `ignore_errors` skips and counts.
+
+use prost::Message;
+use tfpipe::example::proto::{BytesList, Example, Feature, Features, Int64List, feature::Kind};
+use tfpipe::pipeline::{Parallelism, Pipeline};
+use tfpipe::tfrecord::Compression;
+use tfpipe::{DType, Schema};
+
+use crate::common::{watchdog, write_shards};
+
+fn example(image: Vec<u8>, label: i64) -> Vec<u8> {
+    let bytes = Feature {
+        kind: Some(Kind::BytesList(BytesList { value: vec![image] })),
+    };
+    let label = Feature {
+        kind: Some(Kind::Int64List(Int64List { value: vec![label] })),
+    };
+    let feature = [("image".to_string(), bytes), ("label".to_string(), label)].into();
+    Example {
+        features: Some(Features { feature }),
+    }
+    .encode_to_vec()
+}
+
+/// The first MNIST digit of testdata/mnist, raw, and as the PNG TensorFlow wrote.
+fn digit() -> (Vec<u8>, Vec<u8>) {
+    use std::io::Read as _;
+    let gz = std::fs::File::open("testdata/mnist/train-images-idx3-ubyte.gz").unwrap();
+    let mut idx = Vec::new();
+    flate2::read::GzDecoder::new(gz)
+        .read_to_end(&mut idx)
+        .unwrap();
+    let png = std::fs::read("testdata/images/digit.png").unwrap();
+    (idx[16..16 + 784].to_vec(), png)
+}
+
+#[test]
+fn image_features_decode_in_the_parse_stage_and_bad_ones_are_located() {
+    let (pixels, png) = digit();
+    let bad = 3u64;
+    let dir = tempfile::tempdir().unwrap();
+    let paths = write_shards(dir.path(), 1, 8, Compression::None, |i| {
+        let image = if i == bad {
+            png[..png.len() / 2].to_vec()
+        } else {
+            png.clone()
+        };
+        example(image, i as i64)
+    });
+    let schema = Schema::from_feature_texts(&["image:image:28x28x1", "label:int64"]).unwrap();
+    assert_eq!(schema.features[0].dtype, DType::Uint8);
+    let pipeline = Pipeline::tfrecord_files([paths[0].display().to_string()])
+        .unwrap()
+        .records()
+        .batch(8)
+        .parse_batches(schema, Parallelism::Fixed(2));
+    let items: Vec<_> = watchdog(20, {
+        let pipeline = pipeline.clone();
+        move || pipeline.start().unwrap().collect()
+    });
+    assert_eq!(items.len(), 2, "the error, then the batch of the others");
+    let err = items[0].as_ref().unwrap_err();
+    assert!(err.is_data_error());
+    let location = err.location().expect("located");
+    assert_eq!(location.record, bad);
+    let text = err.to_string();
+    assert!(
+        text.starts_with(&format!(
+            "stage parse: {}: record 3 at byte ",
+            paths[0].display()
+        )) && text.contains("feature \"image\": cannot decode the image: corrupt PNG"),
+        "{text}"
+    );
+    let batch = items[1].as_ref().unwrap();
+    assert_eq!(batch.num_rows, 7);
+    let column = batch.column("image").unwrap();
+    assert_eq!(column.inner_shape, [28, 28, 1]);
+    let values = column.as_u8().unwrap();
+    for row in values.chunks_exact(784) {
+        assert_eq!(row, &pixels[..], "the PNG decodes to the digit's pixels");
+    }
+
+    let (rows, skipped) = watchdog(20, move || {
+        let mut it = pipeline.ignore_errors().start().unwrap();
+        let rows: usize = it.by_ref().map(|b| b.unwrap().num_rows).sum();
+        (rows, it.metrics().stage("ignore_errors").unwrap().skipped)
+    });
+    assert_eq!((rows, skipped), (7, 1));
+}
+
+#[test]
+fn a_normalised_nchw_image_feature_is_float32() {
+    let (pixels, png) = digit();
+    let schema = Schema::from_feature_texts(&["image:image:14x14x1:area,float32,nchw"]).unwrap();
+    assert_eq!(schema.features[0].dtype, DType::Float32);
+    let mut parser = tfpipe::BatchParser::new(schema).unwrap();
+    let batch = parser.parse(&[example(png, 0)]).unwrap();
+    let values = batch.columns[0].as_f32().unwrap();
+    assert_eq!(batch.columns[0].inner_shape, [1, 14, 14]);
+    // Area halving averages each 2x2 block.
+    let block = |r: usize, c: usize| {
+        [(0, 0), (0, 1), (1, 0), (1, 1)]
+            .iter()
+            .map(|(dr, dc)| f32::from(pixels[(2 * r + dr) * 28 + 2 * c + dc]))
+            .sum::<f32>()
+            / 4.0
+            / 255.0
+    };
+    for r in 0..14 {
+        for c in 0..14 {
+            assert!((values[r * 14 + c] - block(r, c)).abs() < 1e-5);
+        }
+    }
+}
