@@ -890,6 +890,9 @@ impl BatchParser {
     ) {
         self.reset(batch, records.len());
         for (index, record) in records.iter().enumerate() {
+            if let Some(next) = records.get(index + 1) {
+                prefetch(next.as_ref());
+            }
             let record = record.as_ref();
             match self.parse_record(record, &mut batch.columns) {
                 Ok(()) => batch.num_rows += 1,
@@ -1094,6 +1097,29 @@ fn nearest_key(record: &[u8], name: &str, schema: &Schema) -> Option<String> {
             )
         })
         .map(str::to_string)
+}
+
+/// Cache lines of the next record asked for while the current one parses.
+const PREFETCH_LINES: usize = 16;
+
+/// Asks the CPU to bring the start of `record` (up to [`PREFETCH_LINES`]
+/// cache lines) into cache. Records reach the parser in shuffled order from
+/// a buffer larger than the caches, so each one would otherwise stall on
+/// its first bytes; parsing the previous record hides the wait.
+#[inline(always)]
+fn prefetch(record: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in record.chunks(64).take(PREFETCH_LINES) {
+        // SAFETY: prefetching is a hint with no architectural effect; the
+        // address is inside a live slice.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                line.as_ptr().cast(),
+            );
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = record;
 }
 
 fn reset_vec<T>(v: &mut Vec<T>, capacity: usize) {

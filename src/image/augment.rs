@@ -225,7 +225,7 @@ pub enum ImageLayout {
     Nchw,
 }
 
-/// Where [`write_output`] writes one image.
+/// Where [`ImageWorker::process`](super::ImageWorker::process) writes one image.
 #[derive(Debug)]
 pub enum OutputSlice<'a> {
     /// For [`OutputType::Uint8`].

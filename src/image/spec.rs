@@ -23,7 +23,19 @@ use super::resize::ResizeMethod;
 use super::{Crop, ImageOptions};
 
 impl ImageOptions {
-    /// The options of `HxWxC` and an option list (see the [module doc](self)).
+    /// The options of `HxWxC` and a comma-separated option list, each
+    /// option at most once:
+    ///
+    /// ```text
+    /// SIZE    = H "x" W "x" C                      C is 1 or 3
+    /// OPTION  = bilinear | area | nearest          the resize method (default bilinear)
+    ///         | antialias                          antialias when shrinking
+    ///         | center | center(F)                 square centre crop of F (default 0.875) of the shorter side
+    ///         | uint8 | float32 | imagenet         uint8 (default), float32 in 0..1, or float32
+    ///                                              normalised with ImageNet's mean and std
+    ///         | nhwc | nchw                        axis order (default nhwc)
+    ///         | max_pixels(N)                      refuse larger images (default 50000000)
+    /// ```
     ///
     /// ```
     /// use tfpipe::image::{Crop, ImageOptions, ResizeMethod};
@@ -61,7 +73,8 @@ impl ImageOptions {
     }
 
     /// The option list in the text form (empty when every option is at its
-    /// default), such that `from_text` gives these options back.
+    /// default), such that [`from_text`](Self::from_text) gives these
+    /// options back.
     pub fn options_text(&self) -> String {
         let mut parts: Vec<String> = Vec::new();
         match self.crop {
