@@ -65,10 +65,11 @@ pub struct Args {
     pub schema: Option<PathBuf>,
     /// Untimed predictions on the first batch before timing (at most
     /// 1,000,000). The first call of a process pays for allocating and
-    /// faulting in the model's buffers (without warm-up: 0.29 ms against a
-    /// steady 0.014 ms at batch 1, 7.5 against 0.32 ms at batch 32); two
-    /// passes bring the first timed prediction to the steady state.
-    #[arg(long, default_value_t = 2, value_parser = super::warmup_passes)]
+    /// faulting in the model's buffers (without warm-up: 17-20x the steady
+    /// median at batch 1, 6-8x at batch 32, 3x at batch 256); two passes
+    /// still left 1.5-2.8x at batch 32, ten bring the first timed
+    /// prediction to the steady state (0.7-1.2x) for a few milliseconds.
+    #[arg(long, default_value_t = 10, value_parser = super::warmup_passes)]
     pub warmup: usize,
     /// Examples per prediction call.
     #[arg(long, default_value_t = 32, value_parser = super::positive::<usize>)]
