@@ -20,7 +20,7 @@ use object_store::{
 use tokio::sync::oneshot;
 use url::Url;
 
-use super::resolve::{has_glob, list_prefix};
+use super::resolve::{has_glob, list_prefix, percent_decode};
 use super::{ReadOptions, StorageError};
 use crate::spawn::Thread;
 
@@ -724,29 +724,6 @@ fn index_links(page: &str) -> Vec<String> {
         }
     }
     links
-}
-
-/// `%XX` escapes decoded (an invalid one kept as it is).
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok());
-        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
-            (b'%', Some(byte)) => {
-                out.push(byte);
-                i += 3;
-            }
-            (byte, _) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 struct ParsedPattern {

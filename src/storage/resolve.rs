@@ -151,13 +151,14 @@ pub fn partition_values(path: &Path) -> Vec<(String, String)> {
         .filter(|segment| is_partition_dir(segment))
         .filter_map(|segment| {
             let (key, value) = segment.split_once('=')?;
-            Some((unescape(key), unescape(value)))
+            Some((percent_decode(key), percent_decode(value)))
         })
         .collect()
 }
 
-/// Decodes Hive's path escapes (`%XX`); a malformed escape stays as it is.
-fn unescape(text: &str) -> String {
+/// Decodes `%XX` escapes (Hive's partition paths, links in HTTP index
+/// pages); a malformed escape stays as it is.
+pub(super) fn percent_decode(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
