@@ -74,6 +74,17 @@ pub(crate) fn pipeline_error(py: Python<'_>, error: PipelineError) -> PyErr {
     }
 }
 
+/// An object-store error: `FileNotFoundError` for a missing object or
+/// bucket, else `OSError`.
+pub(crate) fn storage_error(error: tfpipe::storage::StorageError) -> PyErr {
+    let message = tfpipe::error::display_chain(&error);
+    if error.io_kind() == io::ErrorKind::NotFound {
+        PyFileNotFoundError::new_err(message)
+    } else {
+        PyOSError::new_err(message)
+    }
+}
+
 /// A schema error as `SchemaError`.
 pub(crate) fn schema_error(error: tfpipe::example::SchemaError) -> PyErr {
     SchemaError::new_err(tfpipe::error::display_chain(&error))

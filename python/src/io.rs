@@ -11,9 +11,10 @@ use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyRuntimeError, PyTypeErr
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 use tfpipe::example::proto::{
-    BytesList, Example, Feature, Features, FloatList, Int64List, feature,
+    BytesList, Example, Feature, FeatureList, FeatureLists, Features, FloatList, Int64List,
+    SequenceExample, feature,
 };
-use tfpipe::tfrecord::{Compression, FileRecordWriter};
+use tfpipe::tfrecord::{Compression, RecordSink, SinkError};
 use tfpipe::{BatchParser, RecordError};
 use tfpipe::{IndexError, RecordIndex, index_path};
 
@@ -32,16 +33,24 @@ fn record_error(py: Python<'_>, e: RecordError) -> PyErr {
     }
 }
 
-/// Writes TFRecord files; the file appears under its name only when closed
-/// without an error (see `tfpipe.TFRecordWriter`).
+fn sink_error(py: Python<'_>, e: SinkError) -> PyErr {
+    match e {
+        SinkError::Record(e) => record_error(py, e),
+        SinkError::Storage(e) => crate::errors::storage_error(e),
+    }
+}
+
+/// Writes a TFRecord file, or an object (`s3://`, `gs://`, `az://`, by
+/// multipart upload); it appears under its name only when closed without an
+/// error (see `tfpipe.TFRecordWriter`).
 #[pyclass(frozen, module = "tfpipe._tfpipe")]
 pub(crate) struct TFRecordWriter {
-    writer: Mutex<Option<FileRecordWriter>>,
+    writer: Mutex<Option<RecordSink>>,
     path: PathBuf,
 }
 
 impl TFRecordWriter {
-    fn take(&self) -> Option<FileRecordWriter> {
+    fn take(&self) -> Option<RecordSink> {
         self.writer
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -65,8 +74,9 @@ impl TFRecordWriter {
                 )));
             }
         };
-        let writer =
-            FileRecordWriter::create(&path, compression).map_err(|e| record_error(py, e))?;
+        let writer = py
+            .detach(|| RecordSink::create(&path, compression))
+            .map_err(|e| sink_error(py, e))?;
         Ok(TFRecordWriter {
             writer: Mutex::new(Some(writer)),
             path,
@@ -92,13 +102,13 @@ impl TFRecordWriter {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .as_ref()
-            .map_or(0, FileRecordWriter::records)
+            .map_or(0, RecordSink::records)
     }
 
-    /// The final path.
+    /// The final path or object URL.
     #[getter]
-    fn path(&self) -> PathBuf {
-        self.path.clone()
+    fn path(&self) -> String {
+        self.path.to_string_lossy().into_owned()
     }
 
     /// Flushes, syncs and renames the file into place. Idempotent.
@@ -107,14 +117,16 @@ impl TFRecordWriter {
             Some(writer) => py
                 .detach(|| writer.finish())
                 .map(drop)
-                .map_err(|e| record_error(py, e)),
+                .map_err(|e| sink_error(py, e)),
             None => Ok(()),
         }
     }
 
     /// Drops what was written: no file appears under the final name.
-    fn discard(&self) {
-        drop(self.take());
+    fn discard(&self, py: Python<'_>) {
+        // Aborting an object's upload is a request to the server.
+        let writer = self.take();
+        py.detach(|| drop(writer));
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -131,7 +143,7 @@ impl TFRecordWriter {
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         if exc_type.is_some_and(|t| !t.is_none()) {
-            self.discard();
+            self.discard(py);
         } else {
             self.close(py)?;
         }
@@ -257,22 +269,91 @@ fn array_feature(py: Python<'_>, name: &str, array: &Bound<'_, PyAny>) -> PyResu
     Ok(Feature { kind: Some(kind) })
 }
 
+/// `{name: value}` as `tf.train.Features`; `what` names the argument in errors.
+fn features_of(py: Python<'_>, what: &str, features: &Bound<'_, PyDict>) -> PyResult<Features> {
+    let mut map = BTreeMap::new();
+    for (key, value) in features.iter() {
+        let name: String = key
+            .extract()
+            .map_err(|_| PyTypeError::new_err(format!("{what}: feature names must be str")))?;
+        let feature = feature_of(py, &name, &value)?;
+        map.insert(name, feature);
+    }
+    Ok(Features { feature: map })
+}
+
 /// A serialized `tf.train.Example` from `{name: value}`.
 #[pyfunction]
 pub(crate) fn encode_example<'py>(
     py: Python<'py>,
     features: &Bound<'py, PyDict>,
 ) -> PyResult<Bound<'py, PyBytes>> {
-    let mut map = BTreeMap::new();
-    for (key, value) in features.iter() {
-        let name: String = key
-            .extract()
-            .map_err(|_| PyTypeError::new_err("encode_example: feature names must be str"))?;
-        let feature = feature_of(py, &name, &value)?;
-        map.insert(name, feature);
-    }
     let example = Example {
-        features: Some(Features { feature: map }),
+        features: Some(features_of(py, "encode_example", features)?),
+    };
+    Ok(PyBytes::new(py, &example.encode_to_vec()))
+}
+
+/// One feature list from a sequence of steps: a list or tuple of step
+/// values, or an array whose first axis is the steps.
+fn feature_list_of(py: Python<'_>, name: &str, steps: &Bound<'_, PyAny>) -> PyResult<FeatureList> {
+    if steps.is_instance_of::<PyBytes>() || steps.is_instance_of::<PyString>() {
+        return Err(PyTypeError::new_err(format!(
+            "feature list {name:?}: give a list of steps, not one {}",
+            steps.get_type().name()?
+        )));
+    }
+    let is_array = steps.hasattr("ndim")?;
+    if is_array && steps.getattr("ndim")?.extract::<usize>()? == 0 {
+        return Err(PyTypeError::new_err(format!(
+            "feature list {name:?}: a 0-d array has no steps; give an array whose first axis is the steps"
+        )));
+    }
+    let mut feature = Vec::new();
+    for step in steps.try_iter().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "feature list {name:?}: give a list of steps or an array, not {}",
+            steps
+                .get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        ))
+    })? {
+        feature.push(feature_of(py, name, &step?)?);
+    }
+    Ok(FeatureList { feature })
+}
+
+/// A serialized `tf.train.SequenceExample` from its context features and
+/// feature lists.
+#[pyfunction]
+#[pyo3(signature = (context = None, feature_lists = None))]
+pub(crate) fn encode_sequence_example<'py>(
+    py: Python<'py>,
+    context: Option<&Bound<'py, PyDict>>,
+    feature_lists: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let context = context
+        .map(|c| features_of(py, "encode_sequence_example: context", c))
+        .transpose()?;
+    let feature_lists = match feature_lists {
+        Some(lists) => {
+            let mut map = BTreeMap::new();
+            for (key, steps) in lists.iter() {
+                let name: String = key.extract().map_err(|_| {
+                    PyTypeError::new_err("encode_sequence_example: feature list names must be str")
+                })?;
+                let list = feature_list_of(py, &name, &steps)?;
+                map.insert(name, list);
+            }
+            Some(FeatureLists { feature_list: map })
+        }
+        None => None,
+    };
+    let example = SequenceExample {
+        context,
+        feature_lists,
     };
     Ok(PyBytes::new(py, &example.encode_to_vec()))
 }

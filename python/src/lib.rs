@@ -9,7 +9,7 @@
 //! | `plan.rs` | a dataset description (JSON ops from Python) built into a typed [`tfpipe::Pipeline`] |
 //! | `iter.rs` | the running iterator: the pipeline on a thread of its own, `next()` with the GIL released |
 //! | `convert.rs` | batches to `dict[str, numpy.ndarray]`, moved out of Rust without a copy |
-//! | `io.rs` | the record writer, `encode_example`, `parse_examples`, `index` |
+//! | `io.rs` | the record writer, `encode_example`, `encode_sequence_example`, `parse_examples`, `index` |
 //! | `errors.rs` | engine errors to Python exceptions (`DataError` with its location) |
 //!
 //! Invariants: no thread starts here except through [`tfpipe::spawn`]; no
@@ -50,6 +50,7 @@ fn _tfpipe(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<io::TFRecordWriter>()?;
     m.add_function(wrap_pyfunction!(iter::start, m)?)?;
     m.add_function(wrap_pyfunction!(io::encode_example, m)?)?;
+    m.add_function(wrap_pyfunction!(io::encode_sequence_example, m)?)?;
     m.add_function(wrap_pyfunction!(io::parse_examples, m)?)?;
     m.add_function(wrap_pyfunction!(io::index, m)?)?;
     m.add_function(wrap_pyfunction!(live_threads, m)?)?;

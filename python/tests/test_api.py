@@ -280,6 +280,48 @@ def test_encode_example_round_trip():
         tfpipe.encode_example({"o": object()})
 
 
+def test_encode_sequence_example_round_trip(tmp_path):
+    schema = [
+        "seq_id:int64",
+        "lang:bytes=und",
+        "frames:float32:seq:2",
+        "tokens:int64:seq:var",
+        "words:bytes:seq:var",
+    ]
+    rows = [
+        dict(
+            context={"seq_id": 7, "lang": "en"},
+            feature_lists={
+                "frames": np.array([[1, 2], [3, 4], [5, 6]], dtype=np.float32),
+                "tokens": [[1, 2], [], [3]],
+                "words": [[b"a"], ["b", "c"]],
+            },
+        ),
+        dict(context={"seq_id": 8}, feature_lists={"frames": [[0.5, 1.5]], "tokens": [np.array([9])]}),
+        dict(context={"seq_id": 9}),
+    ]
+    path = tmp_path / "seq.tfrecord"
+    with tfpipe.TFRecordWriter(path) as w:
+        for row in rows:
+            w.write(tfpipe.encode_sequence_example(**row))
+    got = list(tfpipe.Dataset.tfrecord(path).parse(tfpipe.Schema(schema)))
+    assert [int(r["seq_id"]) for r in got] == [7, 8, 9]
+    assert [r["lang"] for r in got] == [b"en", b"und", b"und"]
+    assert got[0]["frames"].tolist() == [[1, 2], [3, 4], [5, 6]]
+    assert got[1]["frames"].tolist() == [[0.5, 1.5]]
+    assert got[2]["frames"].shape == (0, 2)
+    assert got[0]["tokens"].to_list() == [[1, 2], [], [3]]
+    assert got[1]["tokens"].to_list() == [[9]]
+    assert got[0]["words"].to_list() == [[b"a"], [b"b", b"c"]]
+    assert got[2]["words"].to_list() == []
+    with pytest.raises(TypeError, match='feature list "words": give a list of steps'):
+        tfpipe.encode_sequence_example(feature_lists={"words": b"abc"})
+    with pytest.raises(TypeError, match='feature list "n": a 0-d array'):
+        tfpipe.encode_sequence_example(feature_lists={"n": np.int64(3)})
+    with pytest.raises(TypeError, match="cannot encode"):
+        tfpipe.encode_sequence_example(context={"o": object()})
+
+
 def test_sparse_and_ragged_features():
     records = [
         tfpipe.encode_example({"ix": [0, 2], "v": [1.0, 2.0], "vals": [1, 2, 3], "lens": [2, 1]}),

@@ -47,6 +47,7 @@ __all__ = [
     "TFRecordWriter",
     "read_records",
     "encode_example",
+    "encode_sequence_example",
     "parse_examples",
     "index",
     "DataError",
@@ -463,6 +464,27 @@ def encode_example(features: Dict[str, Any]) -> bytes:
     spec, pass the array's ``.tobytes()``.
     """
     return _tfpipe.encode_example(features)
+
+
+def encode_sequence_example(
+    context: Optional[Dict[str, Any]] = None,
+    feature_lists: Optional[Dict[str, Any]] = None,
+) -> bytes:
+    """A serialized ``tf.train.SequenceExample``.
+
+    ``context`` holds per-sequence features, given as to `encode_example`.
+    ``feature_lists`` maps each name to its steps: a list (or tuple) of step
+    values, each given as to `encode_example`, or an array whose first axis
+    is the steps (a ``[steps, n]`` float array becomes ``steps`` float lists
+    of ``n`` values). Read them back with ``NAME:DTYPE:seq:N`` or
+    ``NAME:DTYPE:seq:var`` specs::
+
+        record = tfpipe.encode_sequence_example(
+            context={"id": 7},
+            feature_lists={"tokens": [[1, 2], [], [3]]},
+        )
+    """
+    return _tfpipe.encode_sequence_example(context, feature_lists)
 
 
 def parse_examples(records: Sequence[bytes], schema: Union[Schema, Sequence[str]]) -> Dict[str, Any]:

@@ -258,6 +258,15 @@ pub enum ConvertOption {
     Output,
 }
 
+impl From<crate::tfrecord::SinkError> for ConvertError {
+    fn from(e: crate::tfrecord::SinkError) -> ConvertError {
+        match e {
+            crate::tfrecord::SinkError::Record(e) => ConvertError::Write(e),
+            crate::tfrecord::SinkError::Storage(e) => ConvertError::Storage(e),
+        }
+    }
+}
+
 impl ConvertError {
     /// An [`Options`](ConvertError::Options) error for `option`.
     pub(crate) fn options(option: ConvertOption, reason: String) -> ConvertError {

@@ -9,7 +9,7 @@
 //! it belongs to shard `n % shards`. So the bytes written never depend on the
 //! thread count or on scheduling.
 //!
-//! The output seam: a shard is written through a `ShardWriter` and sealed
+//! The output seam: a shard is written through a [`RecordSink`] and sealed
 //! into a `ShardPending`, and [`commit`] makes the whole set visible. Object
 //! storage (an `s3://...` prefix, feature `object-store`) is one variant in
 //! each and one arm in `commit`: an uncompleted multipart upload per shard,
@@ -17,7 +17,7 @@
 //! again if a later one fails, the others aborted on drop; nothing else in
 //! the converters knows where the bytes go.
 //!
-//! Safety: every shard is written through [`FileRecordWriter`] under a
+//! Safety: every local shard is written under a
 //! temporary name and sealed (synced to disk) with `finish_pending`; only when
 //! all shards and the schema file are complete are they switched into place
 //! together as one [`FileSet`], the schema file last. On any error (or
@@ -43,7 +43,7 @@ use super::{OutputOptions, Phase, Progress, Sharding, Split, SplitSummary, Summa
 use crate::atomic_file::{AtomicFile, FileSet, Pending};
 use crate::example::Schema;
 use crate::spawn::{self, Cancel, Panicked, Stopped};
-use crate::tfrecord::{Compression, FileRecordWriter};
+use crate::tfrecord::{Compression, PendingRecords, RecordSink};
 
 /// How often a conversion waiting for its workers looks at the cancel flag.
 const CANCEL_POLL: Duration = Duration::from_millis(50);
@@ -435,16 +435,13 @@ impl WriterJob<'_> {
                 Some(at)
             })
             .collect();
-        let mut files: Vec<Option<(ShardAt, ShardWriter)>> = Vec::new();
+        let mut files: Vec<Option<(ShardAt, RecordSink)>> = Vec::new();
         for (s, &n) in self.sizes.iter().enumerate() {
             for k in 0..n {
                 let flat = offsets[s] + k;
                 files.push(if flat % self.writers == self.w {
                     let path = self.options.shard_file(s, k, n);
-                    Some((
-                        (s, k),
-                        ShardWriter::create(&path, self.options.compression)?,
-                    ))
+                    Some(((s, k), RecordSink::create(&path, self.options.compression)?))
                 } else {
                     None
                 });
@@ -475,7 +472,7 @@ impl WriterJob<'_> {
         let mut done = Vec::new();
         for (at, file) in files.into_iter().flatten() {
             let (records, bytes) = (file.records(), file.bytes());
-            let pending = file.finish_pending()?;
+            let pending = ShardPending::from(file.finish_pending()?);
             done.push((
                 at,
                 ShardDone {
@@ -489,18 +486,6 @@ impl WriterJob<'_> {
     }
 }
 
-/// Where a shard is written while the conversion runs. The seam for other
-/// destinations (object storage): a variant here, one in [`ShardPending`],
-/// and its arm in [`commit`].
-enum ShardWriter {
-    /// A local file under a temporary name beside its final one.
-    File(FileRecordWriter),
-    /// An object (the prefix is an object-store URL) by multipart upload,
-    /// not completed (so invisible) until the commit.
-    #[cfg(feature = "object-store")]
-    Object(crate::tfrecord::RecordWriter<crate::storage::ObjectWriter>),
-}
-
 /// A shard written in full and not yet visible under its final name.
 pub(crate) enum ShardPending {
     /// Synced to disk under its temporary name.
@@ -510,66 +495,14 @@ pub(crate) enum ShardPending {
     Object(crate::storage::PendingObject),
 }
 
-impl ShardWriter {
-    fn create(path: &Path, compression: Compression) -> Result<ShardWriter, ConvertError> {
-        if let Some(url) = path.to_str().filter(|_| crate::storage::is_url(path)) {
-            return object_writer(url, compression);
-        }
-        Ok(ShardWriter::File(FileRecordWriter::create(
-            path,
-            compression,
-        )?))
-    }
-
-    fn write_record(&mut self, record: &[u8]) -> Result<(), ConvertError> {
-        match self {
-            ShardWriter::File(w) => Ok(w.write_record(record)?),
+impl From<PendingRecords> for ShardPending {
+    fn from(pending: PendingRecords) -> ShardPending {
+        match pending {
+            PendingRecords::File(file) => ShardPending::File(file.into_pending()),
             #[cfg(feature = "object-store")]
-            ShardWriter::Object(w) => Ok(w.write_record(record)?),
+            PendingRecords::Object(object) => ShardPending::Object(object),
         }
     }
-
-    fn records(&self) -> u64 {
-        match self {
-            ShardWriter::File(w) => w.records(),
-            #[cfg(feature = "object-store")]
-            ShardWriter::Object(w) => w.records(),
-        }
-    }
-
-    fn bytes(&self) -> u64 {
-        match self {
-            ShardWriter::File(w) => w.bytes(),
-            #[cfg(feature = "object-store")]
-            ShardWriter::Object(w) => w.bytes(),
-        }
-    }
-
-    fn finish_pending(self) -> Result<ShardPending, ConvertError> {
-        match self {
-            ShardWriter::File(w) => Ok(ShardPending::File(w.finish_pending()?.into_pending())),
-            #[cfg(feature = "object-store")]
-            ShardWriter::Object(w) => Ok(ShardPending::Object(w.finish()?.finish_pending()?)),
-        }
-    }
-}
-
-#[cfg(feature = "object-store")]
-fn object_writer(url: &str, compression: Compression) -> Result<ShardWriter, ConvertError> {
-    let object =
-        crate::storage::ObjectWriter::create(url, &crate::storage::ReadOptions::default())?;
-    Ok(ShardWriter::Object(crate::tfrecord::RecordWriter::new(
-        object,
-        compression,
-    )))
-}
-
-#[cfg(not(feature = "object-store"))]
-fn object_writer(url: &str, _compression: Compression) -> Result<ShardWriter, ConvertError> {
-    Err(crate::storage::StorageError::NotBuilt {
-        url: url.to_string(),
-    }
-    .into())
 }
 
 /// Encoded records of one task, in order: `data[ends[i-1]..ends[i]]` is record i.

@@ -22,6 +22,7 @@ pub(crate) mod frame;
 mod index;
 mod inflate;
 mod reader;
+mod sink;
 mod writer;
 
 use std::io;
@@ -37,6 +38,7 @@ pub use reader::{
     FileRecordReader, MAX_CORRUPTIONS_KEPT, OnCorruption, Position, ReaderOptions, RecordReader,
     Records,
 };
+pub use sink::{PendingRecords, RecordSink, SinkError};
 pub use writer::{FileRecordWriter, PendingFile, RecordWriter};
 
 /// What is wrong with a corrupt record.
