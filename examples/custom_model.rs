@@ -149,6 +149,7 @@ pub fn train(epochs: u64, out: Option<&std::path::Path>) -> Result<TrainReport, 
         task: model.task(),
         standardize: vec![],
         tokens: None,
+        impute: None,
     };
     let config = TrainConfig::new(input).length(RunLength::new().epochs(epochs));
     let mut trainer = Trainer::new(config, model, varmap, optimizer)?;

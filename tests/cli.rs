@@ -126,7 +126,8 @@ fn checkpoint(dir: &Path) -> (String, String, String) {
     let (schema, data) = penguins(dir);
     let ck = s(&dir.join("ck"));
     let out = run(&[
-        "train", "--schema", &schema, "--data", &data, "--epochs", "1", "--save", &ck,
+        "train", "--schema", &schema, "--data", &data, "--impute", "mean", "--epochs", "1",
+        "--save", &ck,
     ]);
     assert_eq!(out.code, 0, "{}", out.stderr);
     (schema, data, ck)
@@ -175,7 +176,7 @@ fn every_subcommand_exits_0_on_a_closed_stdout() {
             &out("q"),
         ],
         vec![
-            "train", "--schema", &schema, "--data", &data, "--epochs", "1",
+            "train", "--schema", &schema, "--data", &data, "--impute", "mean", "--epochs", "1",
         ],
         vec!["predict", "--checkpoint", &ck, "--data", &data],
         vec!["demo", "--epochs", "1", "--out", &out("demo")],
@@ -247,7 +248,7 @@ fn exit_codes_follow_the_readme() {
         assert_each_cause_once(&out.stderr);
     };
     let out = run(&[
-        "train", "--schema", &schema, "--data", &bad, "--epochs", "1",
+        "train", "--schema", &schema, "--data", &bad, "--impute", "mean", "--epochs", "1",
     ]);
     located(&out, "train");
     let out = run(&["predict", "--checkpoint", &ck, "--data", &bad]);
@@ -348,7 +349,8 @@ fn destinations_are_checked_before_any_work() {
     let is_dir = s(dir.path());
     let train = |flag: &str, value: &str| {
         run(&[
-            "train", "--schema", &schema, "--data", &data, "--epochs", "50", flag, value,
+            "train", "--schema", &schema, "--data", &data, "--impute", "mean", "--epochs", "50",
+            flag, value,
         ])
     };
     for (out, flag) in [
@@ -450,7 +452,9 @@ fn absurd_sizes_say_how_much_memory_they_need() {
         run(&args)
     };
     let train = |extra: &[&str]| {
-        let mut args = vec!["train", "--schema", &schema, "--data", &data];
+        let mut args = vec![
+            "train", "--schema", &schema, "--data", &data, "--impute", "mean",
+        ];
         args.extend_from_slice(extra);
         run(&args)
     };
@@ -555,7 +559,7 @@ fn negative_numbers_get_a_message_about_the_number() {
     for (args, needle) in [
         (
             vec![
-                "train", "--schema", &schema, "--data", &data, "--lr", "-0.1",
+                "train", "--schema", &schema, "--data", &data, "--impute", "mean", "--lr", "-0.1",
             ],
             "lr",
         ),
@@ -573,7 +577,7 @@ fn negative_numbers_get_a_message_about_the_number() {
         ),
         (
             vec![
-                "train", "--schema", &schema, "--data", &data, "--epochs", "-1",
+                "train", "--schema", &schema, "--data", &data, "--impute", "mean", "--epochs", "-1",
             ],
             "--epochs",
         ),

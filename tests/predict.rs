@@ -44,7 +44,8 @@ fn convert(dir: &Path, name: &str, csv: &Path) -> (PathBuf, String) {
     )
 }
 
-/// Trains a small MLP on penguins for 3 epochs into `dir/ck`.
+/// Trains a small MLP on penguins for 3 epochs into `dir/ck`, its missing
+/// inputs imputed.
 fn train_penguins(dir: &Path) -> (PathBuf, String) {
     let (schema, data) = convert(dir, "penguins", Path::new("testdata/tabular/penguins.csv"));
     let ck = dir.join("ck");
@@ -53,7 +54,7 @@ fn train_penguins(dir: &Path) -> (PathBuf, String) {
         .arg("--schema")
         .arg(&schema)
         .args(["--data", &data, "--epochs", "3", "--batch-size", "32"])
-        .args(["--hidden", "16", "--save"])
+        .args(["--impute", "mean", "--hidden", "16", "--save"])
         .arg(&ck)
         .output()
         .unwrap();
@@ -211,7 +212,7 @@ fn a_label_vocabulary_other_than_the_checkpoints_is_an_error() {
     // Resuming training on it, or validating on it, is refused too.
     for flag in ["--resume", "--validation-data"] {
         let mut cmd = tfpipe();
-        cmd.arg("train");
+        cmd.args(["train", "--impute", "mean"]);
         if flag == "--resume" {
             cmd.arg("--schema").arg(&schema).args(["--data", &data]);
             cmd.arg("--resume").arg(&ck);

@@ -59,6 +59,7 @@ fn meta(config: &ModelConfig) -> CheckpointMeta {
             },
         ],
         tokens: None,
+        impute: None,
     };
     let schema = SchemaMeta {
         features: vec![
@@ -1337,7 +1338,8 @@ fn train_save_versions_writes_numbered_versions() {
             .arg(dir.path().join("penguins.features.json"))
             .arg("--data")
             .arg(format!("{}-*", prefix.display()))
-            .args(["--epochs", "1", "--hidden", "8", "--save-versions"])
+            .args(["--epochs", "1", "--impute", "mean", "--hidden", "8"])
+            .arg("--save-versions")
             .arg(&base)
             .output()
             .unwrap();

@@ -17,6 +17,7 @@ fn spec(vocab: Option<usize>) -> InputSpec {
             name: "tokens".into(),
             vocab,
         }),
+        impute: None,
     }
 }
 

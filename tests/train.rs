@@ -82,6 +82,7 @@ fn input() -> InputSpec {
         task: Task::Classification { classes: CLASSES },
         standardize: vec![],
         tokens: None,
+        impute: None,
     }
 }
 
@@ -809,10 +810,23 @@ fn cli_trains_on_a_converted_csv_with_nothing_else() {
     let dir = tempfile::tempdir().unwrap();
     let (schema, data) = convert_penguins(dir.path());
     let report_path = dir.path().join("train.json");
+    // Two rows lack their measurements: never a silent 0, so the run stops
+    // at the first, naming it, until imputation is asked for.
     let out = assert_cmd::Command::cargo_bin("tfpipe")
         .unwrap()
         .args(["train", "--schema", &schema, "--data", &data])
-        .args(["--epochs", "2", "--report-json"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("penguins-00000-of-00001.tfrecord: record ") && stderr.contains("--impute"),
+        "{stderr}"
+    );
+    let out = assert_cmd::Command::cargo_bin("tfpipe")
+        .unwrap()
+        .args(["train", "--schema", &schema, "--data", &data])
+        .args(["--impute", "mean", "--epochs", "2", "--report-json"])
         .arg(&report_path)
         .output()
         .unwrap();
@@ -828,8 +842,9 @@ fn cli_trains_on_a_converted_csv_with_nothing_else() {
     );
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&report_path).unwrap()).unwrap();
-    // 5 numeric inputs; 3 classes from the label vocabulary convert recorded.
-    assert_eq!(report["model"], "mlp 5-256-3", "{report}");
+    // 5 numeric inputs and the missing indicators of the 4 with NA values;
+    // 3 classes from the label vocabulary convert recorded.
+    assert_eq!(report["model"], "mlp 9-256-3", "{report}");
     assert_eq!(report["examples"], 2 * 344, "{report}");
     assert_eq!(report["skipped_features"][0]["name"], "island");
     assert_eq!(report["skipped_features"][1]["reason"], "bytes");
@@ -845,7 +860,7 @@ fn cli_trains_on_a_converted_csv_with_nothing_else() {
     let out = assert_cmd::Command::cargo_bin("tfpipe")
         .unwrap()
         .args(["train", "--schema", &schema, "--data", &data])
-        .args(["--classes", "2"])
+        .args(["--impute", "mean", "--classes", "2"])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -901,6 +916,8 @@ fn a_missing_label_is_an_error_naming_file_and_record_not_a_zero() {
             "Miles_per_Gallon",
             "--task",
             "regression",
+            "--impute",
+            "mean",
             "--epochs",
             "1",
         ])
@@ -927,7 +944,8 @@ fn a_missing_label_is_an_error_naming_file_and_record_not_a_zero() {
         .arg("--data")
         .arg(dir.path().join("cars-00000-of-00001.tfrecord"))
         .args(["--label", "Miles_per_Gallon", "--task", "regression"])
-        .args(["--epochs", "2", "--skip-missing-labels", "--report-json"])
+        .args(["--epochs", "2", "--skip-missing-labels", "--impute", "mean"])
+        .arg("--report-json")
         .arg(&report)
         .output()
         .unwrap();
@@ -944,6 +962,102 @@ fn a_missing_label_is_an_error_naming_file_and_record_not_a_zero() {
     assert_eq!(report["examples"], 2 * (406 - 8), "{report}");
 }
 
+/// Missing inputs are imputed only when asked: `cars.json` lacks
+/// `Horsepower` in 6 records (which the conversion gave a default). Without
+/// `--impute` the run stops at the first, naming file, record and feature;
+/// with it, the model gets one missing-indicator column, the checkpoint
+/// records the imputation, and a resume with another one is refused.
+#[test]
+fn missing_inputs_are_refused_unless_imputed_with_an_indicator_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = assert_cmd::Command::cargo_bin("tfpipe")
+        .unwrap()
+        .args([
+            "convert",
+            "json",
+            "testdata/tabular/cars.json",
+            "--shards",
+            "1",
+            "-o",
+        ])
+        .arg(dir.path().join("cars"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ck = dir.path().join("ck");
+    let run = |skip: bool, extra: &[&str]| {
+        let out = assert_cmd::Command::cargo_bin("tfpipe")
+            .unwrap()
+            .arg("train")
+            .arg("--schema")
+            .arg(dir.path().join("cars.features.json"))
+            .arg("--data")
+            .arg(dir.path().join("cars-00000-of-00001.tfrecord"))
+            .args(["--label", "Miles_per_Gallon", "--task", "regression"])
+            .args(["--epochs", "1", "--hidden", "4"])
+            .args(skip.then_some("--skip-missing-labels"))
+            .args(extra)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.code(), stderr)
+    };
+    let train = |extra: &[&str]| run(true, extra);
+    let (code, stderr) = train(&[]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cars-00000-of-00001.tfrecord: record ")
+            && stderr.contains("Horsepower")
+            && stderr.contains("--impute mean|zero"),
+        "{stderr}"
+    );
+
+    let ck_arg = ck.to_str().unwrap();
+    let (code, stderr) = train(&["--impute", "mean", "--save", ck_arg]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("missing Horsepower filled with its mean, with an indicator column"),
+        "{stderr}"
+    );
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(ck.join("checkpoint.json")).unwrap()).unwrap();
+    assert_eq!(
+        meta["input"]["impute"],
+        serde_json::json!({"fill": "mean", "features": ["Horsepower"]}),
+        "{meta}"
+    );
+    // Cylinders, Displacement, Horsepower, Weight_in_lbs, Acceleration and
+    // Horsepower's indicator.
+    assert_eq!(meta["model_description"], "mlp regressor 6-4-1", "{meta}");
+
+    // The indicator columns are part of the model: another imputation, or
+    // none, cannot resume it.
+    let (code, stderr) = train(&["--impute", "zero", "--resume", ck_arg]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("filled with its mean") && stderr.contains("filled with 0"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--impute"), "{stderr}");
+    let (code, stderr) = train(&["--resume", ck_arg]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("missing inputs not imputed"), "{stderr}");
+    // Skipping unlabelled records is a stage of the pipeline whose
+    // position the checkpoint holds: switching it is refused, naming it.
+    let (code, stderr) = run(false, &["--impute", "mean", "--resume", ck_arg]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("records without a label: skipped, now an error"),
+        "{stderr}"
+    );
+    let (code, stderr) = train(&["--impute", "mean", "--resume", ck_arg]);
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
 #[test]
 fn standardised_tabular_inputs_learn_and_predict_with_missing_values() {
     let dir = tempfile::tempdir().unwrap();
@@ -954,7 +1068,9 @@ fn standardised_tabular_inputs_learn_and_predict_with_missing_values() {
     // at 39-73% test accuracy with a loss of 16-46 over four seeds; standardised, 98%.
     let out = assert_cmd::Command::cargo_bin("tfpipe")
         .unwrap()
-        .args(["train", "--schema", &schema, "--data", &data])
+        .args([
+            "train", "--schema", &schema, "--data", &data, "--impute", "mean",
+        ])
         .args(["--test-data", &data, "--epochs", "10", "--batch-size", "32"])
         .arg("--save")
         .arg(&ck)
@@ -1165,6 +1281,7 @@ fn regression_learns_a_linear_target_with_mse_mae_rmse() {
         task: Task::Regression,
         standardize: vec![],
         tokens: None,
+        impute: None,
     };
     let cfg = TrainConfig::new(input).length(RunLength::new().epochs(8));
     let model = ModelConfig::mlp(WIDTH, vec![16], Task::Regression);
@@ -1547,7 +1664,7 @@ fn cli_inputs_are_chosen_and_feature_specs_override_the_schema_file() {
         let out = assert_cmd::Command::cargo_bin("tfpipe")
             .unwrap()
             .args(["train", "--schema", &schema, "--data", &data])
-            .args(["--epochs", "1", "--hidden", "4"])
+            .args(["--impute", "zero", "--epochs", "1", "--hidden", "4"])
             .args(extra)
             .arg("--save")
             .arg(dir.path().join(save))
@@ -1585,18 +1702,15 @@ fn cli_inputs_are_chosen_and_feature_specs_override_the_schema_file() {
         "{stderr}"
     );
     // --feature with --schema: the file's `year` (no missing values, so no
-    // default) given one.
+    // default) given one, which marks it as one that may be missing.
     let (code, stderr, meta) = train(&["--feature", "year:int64=2000"], "override");
     assert_eq!(code, Some(0), "{stderr}");
     let meta = meta.unwrap();
-    let year = meta["schema"]["features"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["name"] == "year")
-        .cloned();
-    let year = year.expect("year is a feature");
-    assert!(!year["default"].is_null(), "{meta}");
+    let imputed = &meta["input"]["impute"]["features"];
+    assert!(
+        imputed.as_array().unwrap().iter().any(|f| f == "year"),
+        "{meta}"
+    );
 }
 
 /// `dataset`'s records with their label as text (`cat`, `dog`, `bird` for
@@ -1910,7 +2024,7 @@ fn cli_trains_on_a_mixture_of_sources() {
     let report_path = dir.path().join("train.json");
     let out = assert_cmd::Command::cargo_bin("tfpipe")
         .unwrap()
-        .args(["train", "--schema", &schema])
+        .args(["train", "--schema", &schema, "--impute", "mean"])
         .args([
             "--mix",
             &format!("{data}=0.75"),

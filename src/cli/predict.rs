@@ -259,7 +259,8 @@ pub(super) fn predict(predictor: &Predictor, job: Job<'_>) -> anyhow::Result<Pre
         });
     }
     let with_labels = schema_meta.label.as_deref().is_some_and(has);
-    let mut schema = schema_meta.to_schema(with_labels);
+    // Missing inputs arrive as the markers the model was trained to fill.
+    let mut schema = meta.input.parse_schema(&schema_meta.to_schema(with_labels));
     if let Some(key) = job.key {
         add_key_feature(&mut schema, key, first.as_ref())?;
     }

@@ -14,9 +14,10 @@ use tfpipe::example::{DType, SchemaMetadata};
 use tfpipe::pipeline::Rank;
 use tfpipe::pipeline::{Pipeline, Remainder};
 use tfpipe::train::{
-    DataFingerprint, InputSpec, LabelClasses, MissingLabels, ModelChoice, ModelConfig, ModelInput,
-    PixelScaling, Placement, Reproducibility, Resume, ResumeAt, RunControl, RunLength, SchemaMeta,
-    SkippedFeature, Task, TaskKind, TrainConfig, TrainData, TrainReport, parse_device,
+    DataFingerprint, Impute, InputSelection, InputSpec, LabelClasses, MissingLabels, ModelChoice,
+    ModelConfig, ModelInput, PixelScaling, Placement, Reproducibility, Resume, ResumeAt,
+    RunControl, RunLength, SchemaMeta, SkippedFeature, Task, TaskKind, TrainConfig, TrainData,
+    TrainReport, parse_device,
 };
 
 use super::common::{
@@ -65,7 +66,7 @@ pub fn run(mut args: Args) -> anyhow::Result<Status> {
     let data = TrainData {
         files: args.data.clone(),
         reader: args.compression.reader_options(),
-        schema: inputs.schema.clone(),
+        schema: inputs.spec.parse_schema(&inputs.schema),
         batch_size: args.batch_size,
         shuffle_buffer: args.shuffle_buffer,
         seed,
@@ -245,6 +246,7 @@ impl Inputs {
             };
             anyhow::Error::new(e).context(hint)
         })?;
+        let selection = impute(selection, args.impute);
         let inputs = Inputs {
             schema: selection.schema,
             spec: selection.spec,
@@ -253,6 +255,11 @@ impl Inputs {
             recorded,
         };
         inputs.check_vocabularies(args, resumed)?;
+        if let Some(resume) = resumed {
+            // Before the model is built: its input width would differ too
+            // (the indicator columns), and say less.
+            resume.check_input(&inputs.spec).map_err(with_hint)?;
+        }
         Ok(inputs)
     }
 
@@ -299,6 +306,22 @@ impl Inputs {
             )
             .skipped_features(self.skipped.clone())
     }
+}
+
+/// `selection` with its inputs that may be missing imputed as `fill` asks,
+/// said aloud either way.
+fn impute(selection: InputSelection, fill: Option<Impute>) -> InputSelection {
+    let Some(fill) = fill else {
+        return selection;
+    };
+    let selection = selection.impute(fill);
+    match &selection.spec.impute {
+        Some(imputation) => eprintln!("tfpipe: {imputation}"),
+        None => eprintln!(
+            "tfpipe: note: --impute {fill}: no input may be missing (none has a default in the schema), so nothing is imputed"
+        ),
+    }
+    selection
 }
 
 /// The resumed checkpoint's model unless the flags ask for one; otherwise

@@ -13,7 +13,7 @@ use anyhow::{Context, bail};
 use super::CompressionFlag;
 use tfpipe::pipeline::MixSource;
 use tfpipe::train::{
-    CheckpointError, Decay, LrSchedule, ModelChoiceError, ModelKind, ModelRequest, Monitor,
+    CheckpointError, Decay, Impute, LrSchedule, ModelChoiceError, ModelKind, ModelRequest, Monitor,
     OptimizerConfig, OptimizerKind, Resume, RunOutputs, Setting, TrainError,
 };
 
@@ -250,7 +250,7 @@ pub(super) fn with_hint(e: TrainError) -> anyhow::Error {
         ),
         TrainError::Model(e) => model_hint(e),
         TrainError::Data(e) if e.parse_error().is_some_and(|p| p.is_missing()) => Some(
-            "a record lacks this feature: give it a default in its spec (NAME:DTYPE=DEFAULT), or, for the label, skip such records with --skip-missing-labels",
+            "a record lacks this feature: for an input that may be missing (a schema default marks it, as `tfpipe convert` gives columns with missing values), fill it with --impute mean|zero (adds a missing-indicator column); for the label, skip such records with --skip-missing-labels",
         ),
         TrainError::Config { setting, .. } => setting_flag(*setting),
         TrainError::Checkpoint { source, .. } => match &**source {
@@ -258,6 +258,9 @@ pub(super) fn with_hint(e: TrainError) -> anyhow::Error {
                 only_batch_size: true,
                 ..
             } => Some("--force-resume accepts another batch size, inexactly"),
+            CheckpointError::Imputation { .. } => {
+                Some("resume with the checkpoint's --impute (or none, if it had none)")
+            }
             _ => None,
         },
         _ => None,
@@ -364,6 +367,13 @@ pub struct Args {
     /// of stopping at the first with an error naming it.
     #[arg(long)]
     pub skip_missing_labels: bool,
+    /// Fill missing inputs with their mean or with 0, adding a 0/1
+    /// missing-indicator column per input that may be missing (one whose
+    /// schema spec gives a default, as `tfpipe convert` does for a column
+    /// with missing values). By default a missing input is an error naming
+    /// its record. A resume must use the checkpoint's.
+    #[arg(long, value_name = "mean|zero")]
+    pub impute: Option<Impute>,
     /// Only divide uint8 inputs (pixels) by 255, as Keras' Rescaling(1/255);
     /// by default they are then standardised like the other inputs.
     #[arg(long)]

@@ -171,6 +171,7 @@ mod tests {
             task: Task::Classification { classes },
             standardize: vec![],
             tokens: None,
+            impute: None,
         }
     }
 

@@ -134,6 +134,15 @@ pub enum CheckpointError {
         /// The run's.
         found: String,
     },
+    /// The checkpoint's model was trained with another imputation of
+    /// missing inputs (its indicator columns are part of the model's input).
+    #[error("was trained with {trained}; this run has {found}")]
+    Imputation {
+        /// The checkpoint's imputation, described.
+        trained: String,
+        /// The run's.
+        found: String,
+    },
     /// The checkpoint was trained on other data or other data options
     /// (its [`DataFingerprint`](super::DataFingerprint) differs), so
     /// resuming would not continue its run.

@@ -179,6 +179,7 @@ impl ModelConfig {
     ///     task: Task::Classification { classes: 10 },
     ///     standardize: vec![],
     ///     tokens: None,
+    ///     impute: None,
     /// };
     /// let chosen = ModelConfig::for_input(&input, &ModelRequest::default(), None)?;
     /// assert_eq!(chosen.config.describe(), "mlp 784-256-10");
@@ -315,6 +316,7 @@ mod tests {
             task,
             standardize: vec![],
             tokens: None,
+            impute: None,
         }
     }
 

@@ -50,6 +50,7 @@ use super::tensor::{InputSpec, PixelScaling, SkippedFeature};
 ///     task: Task::Classification { classes: 10 },
 ///     standardize: vec![],
 ///     tokens: None,
+///     impute: None,
 /// };
 /// let config = TrainConfig::new(ModelInput::new(input).label_vocabulary(
 ///         (0..10).map(|d| d.to_string()).collect::<Vec<_>>(),
@@ -148,6 +149,7 @@ impl TrainConfig {
 ///     task: Task::Classification { classes: 2 },
 ///     standardize: vec![],
 ///     tokens: None,
+///     impute: None,
 /// };
 /// let input = ModelInput::new(spec).label_vocabulary(vec!["no".to_string(), "yes".to_string()]);
 /// # let _ = input;

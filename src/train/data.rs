@@ -371,6 +371,7 @@ impl TrainData {
                 Sequences::Padded => String::new(),
                 other => other.describe(),
             },
+            skip_missing_labels: self.missing_labels.skips(),
         })
     }
 }
@@ -399,6 +400,10 @@ pub struct DataFingerprint {
     /// from before bucketing and packing).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub sequences: String,
+    /// Whether records without a label are skipped ([`MissingLabels`]):
+    /// the skip is a stage of the pipeline, so its position holds it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub skip_missing_labels: bool,
 }
 
 /// One data file as a checkpoint saw it: its path, size and, for a local
@@ -447,7 +452,7 @@ impl DataFingerprint {
     ///
     /// ```
     /// use tfpipe::train::DataFingerprint;
-    /// let then = DataFingerprint { batch_size: 64, shuffle_buffer: 10_000, seed: 0, rank: None, files: vec![], mixture: vec![], sequences: String::new() };
+    /// let then = DataFingerprint { batch_size: 64, shuffle_buffer: 10_000, seed: 0, rank: None, files: vec![], mixture: vec![], sequences: String::new(), skip_missing_labels: false };
     /// let now = DataFingerprint { batch_size: 32, ..then.clone() };
     /// assert_eq!(then.differences(&now), ["batch size 64, now 32"]);
     /// ```
@@ -487,6 +492,15 @@ impl DataFingerprint {
             "token batching",
             sequences(&self.sequences),
             sequences(&now.sequences),
+        );
+        let unlabelled = |skip: bool| match skip {
+            true => "skipped",
+            false => "an error",
+        };
+        differ(
+            "records without a label:",
+            unlabelled(self.skip_missing_labels).into(),
+            unlabelled(now.skip_missing_labels).into(),
         );
         let paths = |f: &[FileFingerprint]| f.iter().map(|f| f.path.clone()).collect::<Vec<_>>();
         if paths(&self.files) != paths(&now.files) {
@@ -744,7 +758,16 @@ mod tests {
             files: vec![],
             mixture: vec![],
             sequences: String::new(),
+            skip_missing_labels: false,
         };
+        let skipping = DataFingerprint {
+            skip_missing_labels: true,
+            ..then.clone()
+        };
+        assert_eq!(
+            then.differences(&skipping),
+            ["records without a label: an error, now skipped"]
+        );
         let packed = DataFingerprint {
             sequences: Sequences::Packed { length: 64 }.describe(),
             ..then.clone()

@@ -126,6 +126,7 @@ mod tests {
             task: Task::Classification { classes: 2 },
             standardize: vec![],
             tokens: None,
+            impute: None,
         }
     }
 

@@ -16,6 +16,7 @@
 //! | `model.rs` | [`ModelConfig`], [`Model`] (MLP, LeNet-like CNN, token embedding), seeded init |
 //! | `ops.rs` | [`ops`]: fused CPU kernels (linear + bias + ReLU, softmax cross-entropy, im2col conv, max-pool, in-place optimizer updates), each with a candle-ops fallback off the CPU |
 //! | `tensor.rs` | [`InputSpec`] (inputs chosen from a schema, standardisation, token ids padded per batch with a mask), `Batch` -> tensors without an extra copy |
+//! | `impute.rs` | [`Impute`], [`Imputation`]: missing inputs filled only when asked, with a missing-indicator column |
 //! | `tokens.rs` | [`TokenSet`], a generated token-classification set |
 //! | `optim.rs` | [`OptimizerConfig`], [`TrainOptimizer`]; our Adam, AdamW and SGD (one in-place pass per tensor on the CPU) |
 //! | `threads.rs` | [`ThreadTuner`]: compute threads chosen by timing the steps |
@@ -42,6 +43,7 @@ mod config;
 mod data;
 mod device;
 mod feeder;
+mod impute;
 mod missing;
 mod model;
 mod objective;
@@ -76,6 +78,7 @@ pub use choice::{ModelChoice, ModelChoiceError, ModelKind, ModelRequest, TaskKin
 pub use config::{ModelInput, Placement, Reproducibility, RunControl, RunLength, TrainConfig};
 pub use data::{DataFingerprint, FileFingerprint, LabelClasses, TrainData, UnknownLabel};
 pub use device::parse_device;
+pub use impute::{Imputation, Impute, MISSING_INT64};
 pub use missing::MissingLabels;
 pub use model::{BuiltinModel, Model, ModelConfig, Task, seed_vars};
 pub use objective::Evaluation;

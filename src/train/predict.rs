@@ -533,6 +533,7 @@ mod tests {
             task: Task::Classification { classes: 3 },
             standardize: Vec::new(),
             tokens: None,
+            impute: None,
         };
         serde_json::from_value(serde_json::json!({
             "format": FORMAT,

@@ -326,6 +326,7 @@ mod tests {
             task: crate::train::Task::Regression,
             standardize: vec![],
             tokens: None,
+            impute: None,
         }
     }
 

@@ -167,13 +167,23 @@ impl Resume {
     }
 
     /// Fails unless `input` is what the checkpoint's model was trained on
-    /// (the same features and task).
+    /// (the same features, imputation and task).
     pub fn check_input(&self, input: &InputSpec) -> Result<(), TrainError> {
         let trained = &self.meta.input;
         if trained.features != input.features {
             return Err(self.error(CheckpointError::Inputs {
                 trained: describe_inputs(trained),
                 found: describe_inputs(input),
+            }));
+        }
+        if trained.impute != input.impute {
+            let describe = |i: &Option<super::Imputation>| {
+                i.as_ref()
+                    .map_or("missing inputs not imputed".to_string(), |i| i.to_string())
+            };
+            return Err(self.error(CheckpointError::Imputation {
+                trained: describe(&trained.impute),
+                found: describe(&input.impute),
             }));
         }
         if trained.task != input.task {

@@ -41,7 +41,7 @@ impl RunOutputs {
     /// use tfpipe::train::*;
     ///
     /// let dir = tempfile::tempdir()?;
-    /// let input = InputSpec { features: vec![("x".into(), 4)], label: Some("y".into()), task: Task::Classification { classes: 2 }, standardize: vec![], tokens: None };
+    /// let input = InputSpec { features: vec![("x".into(), 4)], label: Some("y".into()), task: Task::Classification { classes: 2 }, standardize: vec![], tokens: None, impute: None };
     /// let model = ModelConfig::Mlp { inputs: 4, hidden: vec![8], classes: 2 };
     /// let mut trainer = Trainer::builtin(TrainConfig::new(input), model, OptimizerConfig::default_for(OptimizerKind::Sgd))?;
     /// let outputs = RunOutputs { save: Some(dir.path().join("ckpt")), keep_best: Some(Monitor::Loss), ..RunOutputs::default() };

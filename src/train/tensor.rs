@@ -21,6 +21,7 @@ use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value as Json};
 
+use super::impute::{Imputation, Impute, MISSING_INT64, int_value};
 use super::model::Task;
 use super::{Setting, TrainError};
 use crate::batch::{Batch, Column, Values};
@@ -47,6 +48,11 @@ pub struct InputSpec {
     /// token input.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens: Option<TokenSpec>,
+    /// How missing inputs are filled, each flagged by an indicator column
+    /// after all the inputs ([`Imputation`]); `None`: a missing input is an
+    /// error naming its record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub impute: Option<Imputation>,
 }
 
 /// A variable-length feature of token ids.
@@ -108,7 +114,7 @@ impl Standardize {
     /// use tfpipe::{Batch, Column, Values};
     /// use tfpipe::train::{InputSpec, Standardize, Task};
     ///
-    /// let spec = InputSpec { features: vec![("mass".into(), 1)], label: None, task: Task::Regression, standardize: vec![], tokens: None };
+    /// let spec = InputSpec { features: vec![("mass".into(), 1)], label: None, task: Task::Regression, standardize: vec![], tokens: None, impute: None };
     /// let batch = Batch { num_rows: 2, columns: vec![Column {
     ///     name: "mass".into(), values: Values::Int64(vec![3000, 5000]), row_splits: vec![], inner_shape: vec![],
     /// }] };
@@ -126,7 +132,7 @@ impl Standardize {
     /// use tfpipe::{Batch, Column, Values};
     /// use tfpipe::train::{InputSpec, PixelScaling, Standardize, Task};
     ///
-    /// let spec = InputSpec { features: vec![("px".into(), 2)], label: None, task: Task::Regression, standardize: vec![], tokens: None };
+    /// let spec = InputSpec { features: vec![("px".into(), 2)], label: None, task: Task::Regression, standardize: vec![], tokens: None, impute: None };
     /// let batch = Batch { num_rows: 1, columns: vec![Column {
     ///     name: "px".into(), values: Values::Uint8(vec![0, 255]), row_splits: vec![], inner_shape: vec![],
     /// }] };
@@ -143,7 +149,13 @@ impl Standardize {
             .iter()
             .map(|(name, _)| match batch.column(name).map(|c| &c.values) {
                 Some(Values::Float32(v)) => Self::from_values(v.iter().map(|&x| f64::from(x))),
-                Some(Values::Int64(v)) => Self::from_values(v.iter().map(|&x| x as f64)),
+                Some(Values::Int64(v)) => Self::from_values(v.iter().map(|&x| {
+                    if x == MISSING_INT64 {
+                        f64::NAN
+                    } else {
+                        x as f64
+                    }
+                })),
                 Some(Values::Uint8(v)) if pixels == PixelScaling::Standardize => {
                     Self::from_values(v.iter().map(|&b| f64::from(b) / 255.0))
                 }
@@ -200,9 +212,40 @@ pub struct InputSelection {
     /// Features left out, in schema order.
     pub skipped: Vec<SkippedFeature>,
     /// The schema restricted to the inputs and the label: parse the data
-    /// with this, so skipped features cost nothing (the decoder skips
-    /// features that are not in its schema).
+    /// with this (through [`InputSpec::parse_schema`]), so skipped features
+    /// cost nothing (the decoder skips features that are not in its
+    /// schema). It gives no input a default: a missing input is an error
+    /// unless imputed.
     pub schema: Schema,
+    /// The inputs that may be missing (fixed-shape int64 or float32 ones
+    /// whose spec gave a default), in input order: what
+    /// [`impute`](Self::impute) fills.
+    pub may_be_missing: Vec<String>,
+}
+
+impl InputSelection {
+    /// Fills the inputs that may be missing with `fill`, each flagged by an
+    /// indicator column; nothing changes when none may be missing.
+    ///
+    /// ```
+    /// use tfpipe::Schema;
+    /// use tfpipe::train::{Impute, InputSpec, Task};
+    ///
+    /// let schema = Schema::from_feature_texts(&["hp:int64=0", "mass:float32", "mpg:float32"])?.with_label("mpg")?;
+    /// let chosen = InputSpec::from_schema(&schema, Task::Regression)?.impute(Impute::Mean);
+    /// assert_eq!(chosen.may_be_missing, vec!["hp".to_string()]);
+    /// assert_eq!(chosen.spec.inputs(), 3); // hp, mass and hp's indicator
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn impute(mut self, fill: Impute) -> InputSelection {
+        if !self.may_be_missing.is_empty() {
+            self.spec.impute = Some(Imputation {
+                fill,
+                features: self.may_be_missing.clone(),
+            });
+        }
+        self
+    }
 }
 
 impl InputSpec {
@@ -239,6 +282,7 @@ impl InputSpec {
         let mut skipped = Vec::new();
         let mut used = Vec::new();
         let mut tokens: Option<TokenSpec> = None;
+        let mut may_be_missing = Vec::new();
         for f in &schema.features {
             if Some(&f.name) == schema.label.as_ref() {
                 let scalar =
@@ -283,7 +327,17 @@ impl InputSpec {
             let reason = match (&f.layout, f.dtype) {
                 (Layout::Fixed(shape), dtype) if dtype != DType::Bytes => {
                     features.push((f.name.clone(), shape.iter().product()));
-                    used.push(f.clone());
+                    // A default is where the value may be missing (the
+                    // converters give one to a column with missing values),
+                    // never what the model sees: a missing input is an
+                    // error unless imputed.
+                    if f.default.is_some() && matches!(dtype, DType::Int64 | DType::Float32) {
+                        may_be_missing.push(f.name.clone());
+                    }
+                    used.push(FeatureSpec {
+                        default: None,
+                        ..f.clone()
+                    });
                     continue;
                 }
                 (_, DType::Bytes) => "bytes",
@@ -337,18 +391,35 @@ impl InputSpec {
                 task,
                 standardize: Vec::new(),
                 tokens,
+                impute: None,
             },
             skipped,
             schema: Schema {
                 features: used,
                 label: schema.label.clone(),
             },
+            may_be_missing,
         })
     }
 
-    /// The number of input values per example.
+    /// The number of input values per example: the features' values, then
+    /// one missing indicator per imputed input.
     pub fn inputs(&self) -> usize {
+        self.feature_values() + self.impute.as_ref().map_or(0, |i| i.features.len())
+    }
+
+    /// The features' values per example (without indicator columns).
+    fn feature_values(&self) -> usize {
         self.features.iter().map(|(_, w)| w).sum()
+    }
+
+    /// The schema to parse the data with: `schema` (the selection's, or a
+    /// checkpoint's) with the imputation's missing markers as defaults.
+    pub fn parse_schema(&self, schema: &Schema) -> Schema {
+        match &self.impute {
+            Some(imputation) => imputation.parse_schema(schema),
+            None => schema.clone(),
+        }
     }
 }
 
@@ -475,7 +546,7 @@ pub fn batch_to_tensors(
         }
         None => None,
     };
-    let inputs = spec.inputs();
+    let values = spec.feature_values();
     let mut data: Vec<f32> = if let [(name, width)] = spec.features.as_slice() {
         let col = take_column(&mut batch, name)
             .ok_or_else(|| bad(format!("no feature column {name:?}")))?;
@@ -499,7 +570,7 @@ pub fn batch_to_tensors(
             check_dense(col, rows, *width).map_err(&bad)?;
             cols.push((col, *width));
         }
-        let mut out = Vec::with_capacity(rows * inputs);
+        let mut out = Vec::with_capacity(rows * values);
         for row in 0..rows {
             for (col, width) in &cols {
                 append_row_f32(&col.values, row * width, *width, &mut out);
@@ -507,8 +578,11 @@ pub fn batch_to_tensors(
         }
         out
     };
+    if let Some(imputation) = &spec.impute {
+        data = imputation.apply(&data, rows, &spec.features, &spec.standardize);
+    }
     standardize(&mut data, spec).map_err(&bad)?;
-    let features = Tensor::from_vec(data, (rows, inputs), &Device::Cpu)
+    let features = Tensor::from_vec(data, (rows, spec.inputs()), &Device::Cpu)
         .map_err(TrainError::candle("feature tensor"))?;
     let (tokens, mask) = match tokens {
         Some((ids, mask)) => (Some(ids), Some(mask)),
@@ -836,7 +910,7 @@ fn append_row_f32(values: &Values, start: usize, len: usize, out: &mut Vec<f32>)
         Values::Float32(v) => out.extend_from_slice(&v[start..start + len]),
         // uint8 pixels to [0, 1], as Keras' Rescaling(1/255) does.
         Values::Uint8(v) => out.extend(v[start..start + len].iter().map(|&b| f32::from(b) / 255.0)),
-        Values::Int64(v) => out.extend(v[start..start + len].iter().map(|&x| x as f32)),
+        Values::Int64(v) => out.extend(v[start..start + len].iter().map(|&x| int_value(x))),
         Values::Int16(v) => out.extend(v[start..start + len].iter().map(|&x| f32::from(x))),
         Values::Uint16(v) => out.extend(v[start..start + len].iter().map(|&x| f32::from(x))),
         Values::Int32(v) => out.extend(v[start..start + len].iter().map(|&x| x as f32)),
@@ -888,6 +962,7 @@ mod tests {
             task: Task::Classification { classes: 3 },
             standardize: vec![],
             tokens: None,
+            impute: None,
         }
     }
 
@@ -1084,6 +1159,80 @@ mod tests {
             None
         );
         assert_eq!(classes_from_metadata(&Map::new()), None);
+    }
+
+    #[test]
+    fn imputed_inputs_skip_their_markers_in_the_statistics_and_get_an_indicator() {
+        let mut schema = Schema::from_feature_texts(&[
+            "hp:int64=0",
+            "mass:float32=0",
+            "year:int64",
+            "label:int64",
+        ])
+        .unwrap();
+        schema.label = Some("label".into());
+        let task = Task::Classification { classes: 3 };
+        let chosen = InputSpec::from_schema(&schema, task).unwrap();
+        // The defaults mark what may be missing; none is parsed with.
+        assert_eq!(chosen.may_be_missing, ["hp", "mass"]);
+        assert!(chosen.schema.features.iter().all(|f| f.default.is_none()));
+        assert_eq!(chosen.spec.parse_schema(&chosen.schema), chosen.schema);
+        let mut spec = chosen.impute(Impute::Mean).spec;
+        assert_eq!(spec.inputs(), 5);
+        let nan = f32::NAN;
+        let batch = || Batch {
+            num_rows: 3,
+            columns: vec![
+                col("hp", Values::Int64(vec![100, MISSING_INT64, 300]), 1),
+                col("mass", Values::Float32(vec![nan, 2.0, 4.0]), 1),
+                col("year", Values::Int64(vec![1, 2, 3]), 1),
+                col("label", Values::Int64(vec![0, 1, 2]), 1),
+            ],
+        };
+        spec.standardize = Standardize::from_batch(&batch(), &spec);
+        assert_eq!(
+            spec.standardize[0],
+            Standardize {
+                mean: 200.0,
+                std: 100.0
+            }
+        );
+        assert_eq!(
+            spec.standardize[1],
+            Standardize {
+                mean: 3.0,
+                std: 1.0
+            }
+        );
+        let x: Vec<Vec<f32>> = batch_to_tensors(batch(), &spec, 0, &Device::Cpu)
+            .unwrap()
+            .features
+            .to_vec2()
+            .unwrap();
+        let year = |v: f32| (v - 2.0) / (2f32 / 3.0).sqrt();
+        // hp, mass, year, then the indicators of hp and mass.
+        let expected = [
+            [-1.0, 0.0, year(1.0), 0.0, 1.0],
+            [0.0, -1.0, year(2.0), 1.0, 0.0],
+            [1.0, 1.0, year(3.0), 0.0, 0.0],
+        ];
+        for (row, want) in x.iter().zip(expected) {
+            assert_eq!(row.len(), 5);
+            for (got, want) in row.iter().zip(want) {
+                assert!((got - want).abs() < 1e-5, "{x:?}");
+            }
+        }
+        // `zero` fills the value 0, then standardises it like the others.
+        spec.impute = Some(Imputation {
+            fill: Impute::Zero,
+            features: vec!["hp".into(), "mass".into()],
+        });
+        let x: Vec<Vec<f32>> = batch_to_tensors(batch(), &spec, 0, &Device::Cpu)
+            .unwrap()
+            .features
+            .to_vec2()
+            .unwrap();
+        assert_eq!((x[0][1], x[1][0]), (-3.0, -2.0));
     }
 
     #[test]

@@ -147,7 +147,7 @@ impl StreamPosition {
 /// }
 ///
 /// let task = Task::Classification { classes: 10 };
-/// let input = InputSpec { features: vec![("image".into(), 784)], label: Some("label".into()), task, standardize: vec![], tokens: None };
+/// let input = InputSpec { features: vec![("image".into(), 784)], label: Some("label".into()), task, standardize: vec![], tokens: None, impute: None };
 /// let model = ModelConfig::Mlp { inputs: 784, hidden: vec![256], classes: 10 };
 /// let config = TrainConfig::new(input).length(RunLength::new().epochs(3));
 /// let mut trainer = Trainer::builtin(config, model, OptimizerConfig::default_for(OptimizerKind::AdamW))?;
@@ -187,7 +187,7 @@ impl Trainer {
     /// let start = Instant::now();
     /// let device = parse_device("cpu")?;
     /// let took = start.elapsed();
-    /// let input = InputSpec { features: vec![("x".into(), 4)], label: Some("y".into()), task: Task::Classification { classes: 2 }, standardize: vec![], tokens: None };
+    /// let input = InputSpec { features: vec![("x".into(), 4)], label: Some("y".into()), task: Task::Classification { classes: 2 }, standardize: vec![], tokens: None, impute: None };
     /// let config = TrainConfig::new(input).placement(Placement::new().device(device));
     /// let model = ModelConfig::Mlp { inputs: 4, hidden: vec![8], classes: 2 };
     /// let mut trainer = Trainer::builtin(config, model, OptimizerConfig::default_for(OptimizerKind::Sgd))?;
