@@ -197,6 +197,11 @@ def main() -> None:
         ("tfpipe (Python)", lambda: run_python(args.python, TFPIPE, files)),
         ("tfpipe bench (Rust CLI)", lambda: run_rust(args.tfpipe_bin, f"{args.data}/mnist-*.tfrecord")),
         ("tf.data (TensorFlow)", lambda: run_python(args.tf_python, TFDATA, files, {"TF_CPP_MIN_LOG_LEVEL": "2"})),
+        # On 2 cores tf.data's parallel interleave was up to 5x slower than one reader
+        # (docs/benchmarks.md, "Against the machine's limits"): both are run, quote the faster.
+        ("tf.data, sequential interleave", lambda: run_python(
+            args.tf_python, TFDATA.replace(", num_parallel_calls=tf.data.AUTOTUNE)\n      .shuffle", ")\n      .shuffle"),
+            files, {"TF_CPP_MIN_LOG_LEVEL": "2"})),
         ("Grain TFRecordIterDataset + protobuf parse", lambda: run_python(args.python, GRAIN, files)),
         ("tfrecord package, own loader", lambda: run_python(args.python, TFRECORD_PKG, files)),
         ("DataLoader + tfrecord, 0 workers", lambda: run_python(args.python, TORCH_DATALOADER.replace("WORKERS", "0"), files)),
