@@ -1,11 +1,19 @@
 //! Reading from object storage, side by side in one run against one S3
-//! server (`s3s-fs` on 127.0.0.1, started here):
+//! server (`s3s-fs` on 127.0.0.1, started here, or another one such as
+//! `moto_server`, see below):
 //!
 //! - `download`: a plain parallel download of every shard (whole-object GETs,
 //!   all shards at once, bytes counted and dropped): what `aws s3 cp
 //!   --recursive` or parallel `curl` does, the ceiling for this server;
-//! - `pipeline`: tfpipe's whole pipeline from the store, read (ranged GETs
-//!   with read-ahead, 4 files interleaved) -> shuffle(10,000) -> batch(256)
+//! - `bytes`: tfpipe's object reader reading every shard whole, all at once,
+//!   bytes dropped (the download's work), by one streaming GET per object
+//!   and by ranged GETs;
+//! - `read`: tfpipe reading every record (all shards interleaved at once, as
+//!   the download reads them, nothing parsed), by one streaming GET per object and by ranged GETs with
+//!   read-ahead ([`ReadStrategy`], set per variant), after the strategy the
+//!   server measures to ([`ReadStrategy::Auto`]) is printed;
+//! - `pipeline`: tfpipe's whole pipeline from the store, read (the measured
+//!   strategy, 4 files interleaved) -> shuffle(10,000) -> batch(256)
 //!   -> parse -> prefetch(2);
 //! - `global_shuffle`: the same pipeline fed by the index-driven global
 //!   shuffle (one ranged GET per record, 64 in flight) instead of the
@@ -20,6 +28,11 @@
 //! cargo bench --bench storage
 //! TFPIPE_BENCH_RECORDS=200000 TFPIPE_BENCH_ROUNDS=3 cargo bench --bench storage
 //! TFPIPE_BENCH_ONLY='s3 pipeline' cargo bench --bench storage   # the download and those
+//! # against moto (any access key; the bucket must exist):
+//! moto_server -p 5055 &
+//! python -c "import boto3; boto3.client('s3', endpoint_url='http://127.0.0.1:5055',
+//!   aws_access_key_id='x', aws_secret_access_key='x', region_name='us-east-1').create_bucket(Bucket='bench')"
+//! TFPIPE_BENCH_S3_ENDPOINT=http://127.0.0.1:5055 TFPIPE_BENCH_S3_BUCKET=bench cargo bench --bench storage
 //! ```
 
 use std::collections::BTreeMap;
@@ -33,6 +46,7 @@ use tfpipe::Schema;
 use tfpipe::example::Example;
 use tfpipe::example::proto::{BytesList, Feature, Features, Int64List, feature};
 use tfpipe::pipeline::{Interleave, Parallelism, Pipeline};
+use tfpipe::storage::{ReadOptions, ReadStrategy, read_strategy, set_read_strategy};
 use tfpipe::tfrecord::{Compression, RecordWriter};
 use tfpipe::{IndexedFiles, RecordIndex, index_path};
 
@@ -87,6 +101,36 @@ fn shard_bytes(s: u64, per_shard: u64, records: u64) -> Vec<u8> {
     w.finish().expect("finish")
 }
 
+/// Every object of `urls` read whole through tfpipe's object reader, all at
+/// once (one thread each), bytes dropped: the download's work, by `strategy`.
+fn read_bytes(urls: &[String], strategy: ReadStrategy) {
+    let read = ReadOptions {
+        strategy,
+        ..ReadOptions::default()
+    };
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = urls
+            .iter()
+            .map(|url| {
+                let read = &read;
+                tfpipe::spawn::scoped(
+                    scope,
+                    "bench-read",
+                    tfpipe::spawn::Cancel::new(),
+                    move |_| {
+                        let mut object = tfpipe::storage::open_object(url, read).expect("open");
+                        std::io::copy(&mut object, &mut std::io::sink()).expect("read")
+                    },
+                )
+                .expect("thread")
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("reader");
+        }
+    });
+}
+
 fn run_to_end<T: Send + 'static>(p: &Pipeline<T>) {
     for item in p.start().expect("start") {
         item.expect("no errors");
@@ -118,6 +162,79 @@ type Variant<'a> = (&'static str, u64, Box<dyn Fn() + 'a>);
 /// Records the S3 global shuffle reads (see the module docs).
 const GLOBAL_SAMPLE: u64 = 5_000;
 
+/// The S3 server read from: the tests' `s3s-fs`, or one at
+/// `TFPIPE_BENCH_S3_ENDPOINT` with the bucket `TFPIPE_BENCH_S3_BUCKET`.
+enum Backend {
+    Local(S3Server),
+    External {
+        endpoint: String,
+        bucket: String,
+        runtime: tokio::runtime::Runtime,
+    },
+}
+
+impl Backend {
+    fn start() -> Backend {
+        let Ok(endpoint) = std::env::var("TFPIPE_BENCH_S3_ENDPOINT") else {
+            return Backend::Local(S3Server::start());
+        };
+        let bucket = std::env::var("TFPIPE_BENCH_S3_BUCKET").expect("TFPIPE_BENCH_S3_BUCKET");
+        tfpipe::storage::set_bucket_options(
+            &format!("s3://{bucket}"),
+            [
+                ("aws_endpoint", endpoint.as_str()),
+                ("aws_allow_http", "true"),
+                ("aws_access_key_id", "bench"),
+                ("aws_secret_access_key", "bench"),
+                ("aws_region", "us-east-1"),
+            ],
+        );
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        Backend::External {
+            endpoint,
+            bucket,
+            runtime,
+        }
+    }
+
+    /// `s3://BUCKET`.
+    fn bucket(&self) -> String {
+        match self {
+            Backend::Local(server) => server.bucket("bench"),
+            Backend::External { bucket, .. } => format!("s3://{bucket}"),
+        }
+    }
+
+    fn runtime(&self) -> &tokio::runtime::Runtime {
+        match self {
+            Backend::Local(server) => &server.runtime,
+            Backend::External { runtime, .. } => runtime,
+        }
+    }
+
+    fn direct_store(&self, bucket: &str) -> object_store::aws::AmazonS3 {
+        match self {
+            Backend::Local(server) => server.direct_store(bucket),
+            Backend::External { endpoint, .. } => {
+                tfpipe::storage::install_crypto_provider();
+                object_store::aws::AmazonS3Builder::new()
+                    .with_bucket_name(bucket)
+                    .with_endpoint(endpoint)
+                    .with_allow_http(true)
+                    .with_access_key_id("bench")
+                    .with_secret_access_key("bench")
+                    .with_region("us-east-1")
+                    .build()
+                    .expect("store")
+            }
+        }
+    }
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; nothing else is parsed.
     let records: u64 = std::env::var("TFPIPE_BENCH_RECORDS")
@@ -129,9 +246,9 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(3);
     let local = tempfile::tempdir().expect("tempdir");
-    // The tests' server: s3s-fs on its own 2-thread runtime.
-    let server = S3Server::start();
-    let bucket = server.bucket("bench");
+    // The tests' server (s3s-fs on its own 2-thread runtime), or another.
+    let server = Backend::start();
+    let bucket = server.bucket();
     let bucket_name = bucket.trim_start_matches("s3://").to_string();
     let store: Arc<dyn ObjectStore> = Arc::new(server.direct_store(&bucket_name));
 
@@ -150,7 +267,10 @@ fn main() {
         let index = RecordIndex::build(&path).expect("index");
         index.write(&index_path(&path, None)).expect("local index");
         let url = format!("{bucket}/{name}");
-        server.put(&url, bytes);
+        server
+            .runtime()
+            .block_on(store.put(&ObjectPath::from(name.as_str()), bytes.into()))
+            .expect("put");
         index
             .write(&index_path(std::path::Path::new(&url), None))
             .expect("index upload");
@@ -162,6 +282,25 @@ fn main() {
         "{records} records, {SHARDS} shards, {mb:.0} MB, uploaded in {:.1} s",
         t.elapsed().as_secs_f64()
     );
+    // What the server measures to: opening the first shard measures it.
+    set_read_strategy(&bucket, ReadStrategy::Auto);
+    let t = Instant::now();
+    drop(tfpipe::storage::open_object(&urls[0], &ReadOptions::default()).expect("open"));
+    let took = t.elapsed().as_secs_f64();
+    let measured = match read_strategy(&bucket) {
+        Some(strategy) => {
+            eprintln!(
+                "measured strategy: {strategy:?} (opening with the measurement took {took:.2} s)"
+            );
+            strategy
+        }
+        None => {
+            eprintln!(
+                "not measured: the shards are smaller than the read-ahead (32 MiB); streamed"
+            );
+            ReadStrategy::Stream
+        }
+    };
 
     let schema =
         Schema::from_feature_texts(&["image_raw:uint8:784", "label:int64"]).expect("schema");
@@ -173,6 +312,12 @@ fn main() {
             .batch(256)
             .parse_batches(schema.clone(), Parallelism::Auto)
             .prefetch(2)
+    };
+    // Every shard at once, as the download reads them.
+    let read = |files: Vec<String>| {
+        Pipeline::tfrecord_files(files)
+            .expect("files")
+            .interleave_with(Interleave::new(SHARDS as usize, 16).parallel(Parallelism::Auto))
     };
     let global = |files: &[String], take: u64| {
         let indexed = IndexedFiles::open(files, None).expect("indexes");
@@ -192,7 +337,7 @@ fn main() {
             records,
             Box::new(|| {
                 let store = Arc::clone(&store);
-                server.runtime.block_on(async move {
+                server.runtime().block_on(async move {
                     let mut tasks = Vec::new();
                     for s in 0..SHARDS {
                         let store = Arc::clone(&store);
@@ -208,9 +353,43 @@ fn main() {
                 })
             }),
         ),
+        ("s3 bytes, one stream per object", records, {
+            let (urls, bucket) = (urls.clone(), bucket.clone());
+            Box::new(move || {
+                set_read_strategy(&bucket, ReadStrategy::Stream);
+                read_bytes(&urls, ReadStrategy::Auto)
+            })
+        }),
+        ("s3 bytes, ranges (8 MiB, 4 in flight)", records, {
+            let (urls, bucket) = (urls.clone(), bucket.clone());
+            Box::new(move || {
+                set_read_strategy(&bucket, ReadStrategy::Ranges);
+                read_bytes(&urls, ReadStrategy::Auto)
+            })
+        }),
+        ("s3 read, one stream per object", records, {
+            let p = read(urls.clone());
+            let bucket = bucket.clone();
+            Box::new(move || {
+                set_read_strategy(&bucket, ReadStrategy::Stream);
+                run_to_end(&p)
+            })
+        }),
+        ("s3 read, ranges (8 MiB, 4 in flight)", records, {
+            let p = read(urls.clone());
+            let bucket = bucket.clone();
+            Box::new(move || {
+                set_read_strategy(&bucket, ReadStrategy::Ranges);
+                run_to_end(&p)
+            })
+        }),
         ("s3 pipeline, shuffle(10000)", records, {
             let p = buffered(urls.clone());
-            Box::new(move || run_to_end(&p))
+            let bucket = bucket.clone();
+            Box::new(move || {
+                set_read_strategy(&bucket, measured);
+                run_to_end(&p)
+            })
         }),
         (
             "s3 pipeline, global shuffle (sample)",
@@ -230,13 +409,13 @@ fn main() {
         }),
     ];
     // `TFPIPE_BENCH_ONLY=text` keeps the download and the variants whose
-    // name contains `text` (for profiling one).
+    // name contains `text` (or one of `a|b`; for profiling one).
     let mut variants = variants;
     if let Ok(only) = std::env::var("TFPIPE_BENCH_ONLY") {
         let mut index = 0;
         variants.retain(|(name, _, _)| {
             index += 1;
-            index == 1 || name.contains(&only)
+            index == 1 || only.split('|').any(|part| name.contains(part))
         });
     }
     // Best seconds per record of each variant, and the CPU seconds (the

@@ -1081,6 +1081,140 @@ fn new_versions_load_warm_and_failed_ones_are_reported_never_served() {
     server.shutdown().unwrap();
 }
 
+/// TF Serving's version labels: `/v1/models/NAME/labels/LABEL`, and a
+/// labelled version stays loaded when a newer one arrives.
+#[test]
+fn version_labels_route_to_their_versions_and_keep_them_loaded() {
+    let base = tempfile::tempdir().unwrap();
+    for seed in [1, 2] {
+        save(
+            &tfpipe::serve::next_version_dir(base.path()).unwrap(),
+            &classifier(),
+            seed,
+        );
+    }
+    let source = ModelSource::new("p", base.path())
+        .label("stable", 1)
+        .label("canary", 2)
+        .label("next", 9);
+    let config = ServeConfig {
+        poll: Some(Duration::from_millis(20)),
+        ..ServeConfig::default()
+    };
+    let server = start(vec![source], config);
+    let mut c = Client::connect(server.local_addr());
+    let probabilities = |c: &mut Client, path: &str| {
+        let (s, body) = c.json("POST", path, &json!({"instances": [instance(3)]}));
+        assert_eq!(s, 200, "{path}: {body}");
+        body["predictions"][0]["probabilities"].clone()
+    };
+    let states = |c: &mut Client| {
+        let (_, body) = c.json("GET", "/v1/models/p", &Json::Null);
+        body["model_version_status"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} {}",
+                    s["version"].as_str().unwrap(),
+                    s["state"].as_str().unwrap()
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    eventually("the labelled version 1 loaded", || {
+        states(&mut Client::connect(server.local_addr())) == ["2 AVAILABLE", "1 AVAILABLE"]
+    });
+    let v1 = probabilities(&mut c, "/v1/models/p/versions/1:predict");
+    let v2 = probabilities(&mut c, "/v1/models/p/versions/2:predict");
+    assert_ne!(
+        v1, v2,
+        "the two versions must differ for the test to mean anything"
+    );
+    assert_eq!(
+        probabilities(&mut c, "/v1/models/p/labels/stable:predict"),
+        v1
+    );
+    assert_eq!(
+        probabilities(&mut c, "/v1/models/p/labels/canary:predict"),
+        v2
+    );
+    assert_eq!(probabilities(&mut c, "/v1/models/p:predict"), v2);
+    let (s, body) = c.json("GET", "/v1/models/p/labels/stable/metadata", &Json::Null);
+    assert_eq!(
+        (s, &body["model_spec"]["version"]),
+        (200, &json!("1")),
+        "{body}"
+    );
+    let (s, body) = c.json("GET", "/v1/models/p/labels/stable", &Json::Null);
+    assert_eq!(
+        (s, &body["model_version_status"][0]["version"]),
+        (200, &json!("1"))
+    );
+    let (s, body) = c.json(
+        "POST",
+        "/v1/models/p/labels/beta:predict",
+        &json!({"instances": [instance(3)]}),
+    );
+    assert_eq!(s, 404);
+    assert_eq!(
+        body["error"],
+        "Unrecognized servable version label: beta (model \"p\" has labels: \"canary\", \"next\", \"stable\")"
+    );
+    // A label of a version not in the directory: the version's 404.
+    let (s, body) = c.json(
+        "POST",
+        "/v1/models/p/labels/next:predict",
+        &json!({"instances": [instance(3)]}),
+    );
+    assert_eq!(
+        (s, body["error"].as_str().unwrap()),
+        (404, "model \"p\" has no version 9")
+    );
+
+    // Version 3 arrives: 2 (canary) and 1 (stable) stay available.
+    let staging = tempfile::tempdir().unwrap();
+    save(&staging.path().join("3"), &classifier(), 3);
+    std::fs::rename(staging.path().join("3"), base.path().join("3")).unwrap();
+    eventually("version 3 available beside the labelled ones", || {
+        states(&mut Client::connect(server.local_addr()))
+            == ["3 AVAILABLE", "2 AVAILABLE", "1 AVAILABLE"]
+    });
+    assert_eq!(
+        probabilities(&mut c, "/v1/models/p/labels/canary:predict"),
+        v2
+    );
+    assert_eq!(
+        probabilities(&mut c, "/v1/models/p/labels/stable:predict"),
+        v1
+    );
+    assert_ne!(probabilities(&mut c, "/v1/models/p:predict"), v2);
+    server.shutdown().unwrap();
+}
+
+/// `--version-label` is checked before the server starts.
+#[test]
+fn version_label_flags_that_cannot_work_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    for (flag, want) in [
+        ("p=1", "expected NAME:LABEL=VERSION"),
+        ("q:stable=1", "no --model is named \"q\""),
+        ("p:sta/ble=1", "the label must be letters"),
+        ("p:stable=+1", "\"+1\" is not a version number"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_tfpipe"))
+            .args(["serve", "--port", "0", "--model"])
+            .arg(format!("p={}", dir.path().display()))
+            .args(["--version-label", flag])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flag}: accepted");
+        assert!(stderr.contains(want), "{flag}: {stderr}");
+    }
+}
+
 #[test]
 fn tf_serving_api_warmup_files_replay() {
     // Written by scripts/serve_warmup_interop.py with tensorflow-serving-api.

@@ -55,6 +55,9 @@ pub(crate) enum Op {
     Parse {
         schema: serde_json::Value,
         num_parallel_calls: serde_json::Value,
+        /// Seeds the random choices of image features (0 when absent).
+        #[serde(default)]
+        seed: u64,
     },
     Prefetch {
         buffer_size: usize,
@@ -203,6 +206,7 @@ impl From<PipelineError> for PlanError {
 pub(crate) struct PendingParse {
     schema: Schema,
     parallelism: Parallelism,
+    seed: u64,
 }
 
 /// The pipeline built so far, by element type.
@@ -347,7 +351,7 @@ fn combine(name: &str, inputs: Vec<Built>, how: &Combine) -> Result<Built, PlanE
 fn finish(built: Built) -> Built {
     match built {
         Built::Records(p, Some(parse)) => Built::Parsed {
-            pipeline: p.parse_records(parse.schema, parse.parallelism),
+            pipeline: p.parse_records_seeded(parse.schema, parse.parallelism, parse.seed),
             batched: false,
         },
         other => other,
@@ -582,7 +586,7 @@ fn apply(built: Built, op: &Op) -> Result<Built, PlanError> {
             Built::Records(p, Some(parse)) => Built::Parsed {
                 pipeline: p
                     .batch_with(*batch_size, *drop_remainder)
-                    .parse_batches(parse.schema, parse.parallelism),
+                    .parse_batches_seeded(parse.schema, parse.parallelism, parse.seed),
                 batched: true,
             },
             Built::Tuples(p) => Built::Tuples(
@@ -601,6 +605,7 @@ fn apply(built: Built, op: &Op) -> Result<Built, PlanError> {
             Op::Parse {
                 schema,
                 num_parallel_calls,
+                seed,
             },
         ) => {
             let schema = Schema::from_json_value(schema).map_err(PlanError::Schema)?;
@@ -611,10 +616,11 @@ fn apply(built: Built, op: &Op) -> Result<Built, PlanError> {
                     Some(PendingParse {
                         schema,
                         parallelism,
+                        seed: *seed,
                     }),
                 ),
                 Built::RecordBatches(p) => Built::Parsed {
-                    pipeline: p.parse_batches(schema, parallelism),
+                    pipeline: p.parse_batches_seeded(schema, parallelism, *seed),
                     batched: true,
                 },
                 Built::Tuples(_) => return Err(of_tuples("parse")),
@@ -831,7 +837,11 @@ fn window(
             match parse {
                 None => Built::RecordBatches(windows),
                 Some(parse) => Built::Parsed {
-                    pipeline: windows.parse_batches(parse.schema, parse.parallelism),
+                    pipeline: windows.parse_batches_seeded(
+                        parse.schema,
+                        parse.parallelism,
+                        parse.seed,
+                    ),
                     batched: true,
                 },
             }

@@ -53,3 +53,37 @@ def test_a_corrupt_image_names_its_record_and_feature(tmp_path):
     assert "record 1 at byte" in text and 'feature "image": cannot decode the image' in text
     rows = sum(len(b["image"]) for b in tfpipe.Dataset.tfrecord(path).batch(3).parse(["image:image:28x28x1"]).ignore_errors())
     assert rows == 2
+
+
+def test_image_spec_builds_the_spec_text():
+    assert tfpipe.image_spec("image", 28, channels=1) == "image:image:28x28x1"
+    spec = tfpipe.image_spec("image/encoded", (224, 160), crop="random", flip=True, normalize="imagenet", layout="NCHW")
+    assert spec == "image/encoded:image:224x160x3:random_crop,imagenet,nchw,flip"
+    spec = tfpipe.image_spec("x", 8, crop="center", method="area", normalize=([0.5] * 3, [0.25] * 3), brightness=0.1, contrast=(0.8, 1.2))
+    assert spec == "x:image:8x8x3:center,area,normalize(0.5,0.5,0.5,0.25,0.25,0.25),brightness(0.1),contrast(0.8,1.2)"
+    tfpipe.Schema([spec])  # the engine accepts what it writes
+    with pytest.raises(ValueError):
+        tfpipe.image_spec("x", 8, crop="middle")
+
+
+def test_random_crops_and_flips_follow_the_seed_and_resume_exactly(tmp_path):
+    jpeg = (IMAGES / "china_q90.jpg").read_bytes()
+    path = _write(tmp_path / "photos.tfrecord", [jpeg] * 7)
+    spec = tfpipe.image_spec("image", 8, crop="random", flip=True, saturation=(0.5, 1.5), normalize="unit", layout="NCHW")
+
+    def dataset(seed, threads=2):
+        return tfpipe.Dataset.tfrecord(path).batch(3).parse([spec], num_parallel_calls=threads, seed=seed).repeat(2)
+
+    full = [b["image"] for b in dataset(5)]
+    assert [x.shape for x in full[:3]] == [(3, 3, 8, 8), (3, 3, 8, 8), (1, 3, 8, 8)]
+    assert full[0].dtype == np.float32 and 0 <= full[0].min() <= full[0].max() <= 1
+    one_thread = [b["image"] for b in dataset(5, threads=1)]
+    assert len(one_thread) == len(full) and all((a == b).all() for a, b in zip(full, one_thread))
+    assert not (full[0] == next(iter(dataset(6)))["image"]).all()
+    assert not (full[0][0] == full[0][1]).all(), "the same JPEG, drawn per record"
+    assert not (full[0] == full[3]).all(), "each epoch draws anew"
+    for cut in range(len(full) + 1):
+        it = iter(dataset(5))
+        head = [next(it)["image"] for _ in range(cut)]
+        rest = [b["image"] for b in dataset(5).iter(state=it.get_state())]
+        assert all((a == b).all() for a, b in zip(head + rest, full)) and len(head + rest) == len(full), cut

@@ -32,7 +32,7 @@ from __future__ import annotations
 import json as _json
 import os as _os
 import random as _random
-from typing import Any, Dict, Iterable, Iterator as _Iter, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, Iterator as _Iter, List, Optional, Sequence, Tuple, Union
 
 from . import _tfpipe
 from ._tfpipe import DataError, Schema, SchemaError, TFRecordWriter
@@ -49,6 +49,7 @@ __all__ = [
     "encode_example",
     "encode_sequence_example",
     "parse_examples",
+    "image_spec",
     "index",
     "DataError",
     "SchemaError",
@@ -265,14 +266,22 @@ class Dataset:
         shorter unless ``drop_remainder``. Batches never straddle epochs."""
         return self._then(op="batch", batch_size=_count(batch_size, "batch_size"), drop_remainder=bool(drop_remainder))
 
-    def parse(self, schema: Union[Schema, Sequence[str]], num_parallel_calls: Union[int, str] = "auto") -> "Dataset":
+    def parse(
+        self, schema: Union[Schema, Sequence[str]], num_parallel_calls: Union[int, str] = "auto", seed: Optional[int] = None
+    ) -> "Dataset":
         """Parses ``tf.train.Example`` records under ``schema`` (a `Schema`
         or a list of feature specs) on ``num_parallel_calls`` threads (a
-        number, or ``"auto"`` to tune while running)."""
+        number, or ``"auto"`` to tune while running). ``seed`` (default 0)
+        seeds the random crops and augmentations of image features
+        (`image_spec`): each record's draws depend only on it, the epoch and
+        the record's index in the epoch, so they are the same whatever the
+        thread count, and a resumed iterator draws what the uninterrupted
+        one would have."""
         if not isinstance(schema, Schema):
             schema = Schema(list(schema))
         _check_parallel(num_parallel_calls, allow_none=False)
-        return self._then(op="parse", schema=_json.loads(schema.to_json()), num_parallel_calls=num_parallel_calls)
+        seed = 0 if seed is None else _seed(seed)
+        return self._then(op="parse", schema=_json.loads(schema.to_json()), num_parallel_calls=num_parallel_calls, seed=seed)
 
     def unbatch(self) -> "Dataset":
         """Parsed rows one at a time (arrays without the batch dimension),
@@ -494,6 +503,72 @@ def parse_examples(records: Sequence[bytes], schema: Union[Schema, Sequence[str]
     if not isinstance(schema, Schema):
         schema = Schema(list(schema))
     return _tfpipe.parse_examples(list(records), schema)
+
+
+def image_spec(
+    feature: str,
+    size: Union[int, Sequence[int]],
+    channels: int = 3,
+    crop: Optional[str] = None,
+    flip: bool = False,
+    normalize: Union[None, str, Tuple[Sequence[float], Sequence[float]]] = None,
+    layout: str = "NHWC",
+    method: str = "bilinear",
+    brightness: Optional[float] = None,
+    contrast: Optional[Tuple[float, float]] = None,
+    saturation: Optional[Tuple[float, float]] = None,
+) -> str:
+    """The feature spec of an encoded image (JPEG, PNG, GIF or BMP bytes)
+    decoded in the parallel parse stage, for `Dataset.parse` or `Schema`::
+
+        spec = tfpipe.image_spec("image/encoded", 224, crop="random", flip=True, normalize="imagenet", layout="NCHW")
+        # 'image/encoded:image:224x224x3:random_crop,imagenet,nchw,flip'
+        ds = tfpipe.Dataset.tfrecord(files).shuffle(10_000, seed=1).batch(64).parse([spec, "image/class/label:int64"], seed=1)
+
+    ``size`` is ``H`` or ``(H, W)``; ``channels`` 1 or 3. ``crop``: ``None``
+    (resize the whole image), ``"center"`` (0.875 of the shorter side) or
+    ``"random"`` (``sample_distorted_bounding_box``, area 0.08-1).
+    ``flip``, ``brightness`` (max delta, 0..1 scale), ``contrast`` and
+    ``saturation`` (factor ranges) are random, drawn per record from
+    `Dataset.parse`'s ``seed``. ``normalize``: ``None`` gives ``uint8``;
+    ``"unit"`` float32 in 0..1; ``"imagenet"``, or ``(mean, std)`` per
+    channel on the 0..1 scale, float32 ``(x - mean) / std``. ``layout``:
+    ``"NHWC"`` or ``"NCHW"``. ``method``: ``"bilinear"``, ``"area"`` or
+    ``"nearest"``. The grammar is docs/images.md's."""
+    h, w = (size, size) if isinstance(size, int) else tuple(size)
+    options: List[str] = []
+    if crop is not None:
+        if crop not in ("center", "random"):
+            raise ValueError(f"crop={crop!r}: expected None, 'center' or 'random'")
+        options.append("center" if crop == "center" else "random_crop")
+    if method != "bilinear":
+        options.append(method)
+    if normalize is not None:
+        if isinstance(normalize, str):
+            if normalize not in ("unit", "imagenet"):
+                raise ValueError(f"normalize={normalize!r}: expected 'unit', 'imagenet' or (mean, std)")
+            options.append("float32" if normalize == "unit" else "imagenet")
+        else:
+            mean, std = (list(map(float, v)) for v in normalize)
+            if channels == 1:
+                mean, std = mean * 3 if len(mean) == 1 else mean, std * 3 if len(std) == 1 else std
+            if len(mean) != 3 or len(std) != 3:
+                raise ValueError(f"normalize={normalize!r}: expected 3 means and 3 stds (1 each for grey)")
+            options.append("normalize({})".format(",".join(repr(v) for v in mean + std)))
+    if layout.upper() not in ("NHWC", "NCHW"):
+        raise ValueError(f"layout={layout!r}: expected 'NHWC' or 'NCHW'")
+    if layout.upper() == "NCHW":
+        options.append("nchw")
+    if flip:
+        options.append("flip")
+    if brightness is not None:
+        options.append(f"brightness({float(brightness)!r})")
+    for name, value in (("contrast", contrast), ("saturation", saturation)):
+        if value is not None:
+            lo, hi = value
+            options.append(f"{name}({float(lo)!r},{float(hi)!r})")
+    spec = f"{feature}:image:{int(h)}x{int(w)}x{int(channels)}"
+    return spec + (":" + ",".join(options) if options else "")
 
 
 def index(paths: Union[PathLike, Iterable[PathLike]]) -> List[str]:

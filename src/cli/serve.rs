@@ -31,6 +31,11 @@ pub struct Args {
     /// as NAME. Repeat for several models.
     #[arg(long, value_name = "NAME=PATH")]
     pub model: Vec<String>,
+    /// NAME:LABEL=VERSION: model NAME's version VERSION answers at
+    /// /v1/models/NAME/labels/LABEL and stays loaded beside the newest
+    /// (TF Serving's version_labels). Repeat for several labels.
+    #[arg(long, value_name = "NAME:LABEL=VERSION")]
+    pub version_label: Vec<String>,
     /// The address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
@@ -79,8 +84,9 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     if let Some(dir) = &args.write_warmup {
         return write_warmup(&args, dir);
     }
-    let models = parse_models(&args.model)?;
+    let models = parse_labels(parse_models(&args.model)?, &args.version_label)?;
     let config = config(&args)?;
+    tune_allocator();
     let interrupt = interrupt::install().context("installing the signal handlers")?;
     let server = Server::start(config, models)?;
     eprintln!("tfpipe serve: listening on http://{}", server.local_addr());
@@ -93,6 +99,31 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     eprintln!("tfpipe serve: stopped");
     Ok(Status::Ok)
 }
+
+/// glibc's allocator set for a server whose requests allocate the same
+/// large buffers again and again (a 256-example request: a 270 KB body,
+/// its JSON, 800 KB of floats). By default a block over 128 KiB is a fresh
+/// mmap, faulted in page by page, until the threshold adapts, and freed
+/// memory at the top of a heap goes back to the kernel, to be faulted in
+/// again; and each of the connection threads gets an arena of its own
+/// (up to 8 per core), each paying that once. Fixed thresholds keep the
+/// memory of the warm-up for the requests after it, and few arenas share
+/// it between the connection threads. Measured in docs/benchmarks.md
+/// ("Serving"). Called before the server starts its threads.
+fn tune_allocator() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets allocator parameters; it takes the arena
+    // lock itself and is called before the server's threads start.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
+        libc::mallopt(libc::M_ARENA_MAX, ARENAS);
+    }
+}
+
+/// glibc arenas the server's threads share (see [`tune_allocator`]).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const ARENAS: libc::c_int = 2;
 
 /// `--model NAME=PATH`s, checked: a name fit for a URL, a path that exists.
 fn parse_models(flags: &[String]) -> anyhow::Result<Vec<ModelSource>> {
@@ -121,6 +152,42 @@ fn parse_models(flags: &[String]) -> anyhow::Result<Vec<ModelSource>> {
             );
         }
         models.push(ModelSource::new(name, path));
+    }
+    Ok(models)
+}
+
+/// `--version-label NAME:LABEL=VERSION`s onto the models they name.
+fn parse_labels(
+    mut models: Vec<ModelSource>,
+    flags: &[String],
+) -> anyhow::Result<Vec<ModelSource>> {
+    for flag in flags {
+        let parsed = flag
+            .split_once(':')
+            .and_then(|(name, rest)| Some((name, rest.split_once('=')?)));
+        let Some((name, (label, version))) = parsed else {
+            bail!("--version-label {flag:?}: expected NAME:LABEL=VERSION (e.g. digits:stable=3)");
+        };
+        let Some(model) = models.iter_mut().find(|m| m.name == name) else {
+            bail!("--version-label {flag:?}: no --model is named {name:?}");
+        };
+        let fits = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+        if label.is_empty() || !label.chars().all(fits) {
+            bail!(
+                "--version-label {flag:?}: the label must be letters, digits, '-', '_' or '.' (it goes in URLs)"
+            );
+        }
+        let Some(number) = version
+            .parse::<u64>()
+            .ok()
+            .filter(|_| version.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            bail!("--version-label {flag:?}: {version:?} is not a version number");
+        };
+        if model.labels.contains_key(label) {
+            bail!("--version-label {flag:?}: model {name:?} has the label {label:?} twice");
+        }
+        model.labels.insert(label.to_string(), number);
     }
     Ok(models)
 }

@@ -55,7 +55,7 @@ use std::collections::HashMap;
 
 use crate::batch::{Batch, Column, Values};
 use crate::example::spec::{DType, FeatureSpec, Layout, Partition, Schema, SchemaError, Value};
-use crate::image::{ImageError, ImageOptions, ImageWorker, OutputSlice};
+use crate::image::{ImageError, ImageOptions, ImageWorker, OutputSlice, element_seed};
 
 /// The reason of a missing feature without default (a suggestion of the
 /// nearest key may follow).
@@ -515,27 +515,33 @@ struct Plan {
 /// own, so the mutex is never contended; it is there so that decoding,
 /// which reuses the worker's buffers, can run from `&Plan`.
 #[derive(Debug)]
-struct ImageSlot(std::sync::Mutex<ImageWorker>);
+struct ImageSlot {
+    worker: std::sync::Mutex<ImageWorker>,
+    /// The seed of the record being parsed (see
+    /// [`BatchParser::set_image_seed`]).
+    seed: u64,
+}
 
 impl ImageSlot {
     fn new(options: ImageOptions) -> Option<ImageSlot> {
-        ImageWorker::new(options)
-            .ok()
-            .map(|w| ImageSlot(std::sync::Mutex::new(w)))
+        ImageWorker::new(options).ok().map(|w| ImageSlot {
+            worker: std::sync::Mutex::new(w),
+            seed: 0,
+        })
     }
 
     /// Decodes `bytes` and appends the image's values to `values`.
     fn decode(&self, bytes: &[u8], len: usize, values: &mut Values) -> Result<(), ImageError> {
         let mut worker = self
-            .0
+            .worker
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        // Specs hold no random choices (validated), so every element's seed is 0.
+        let seed = self.seed;
         match values {
             Values::Uint8(v) => {
                 let start = v.len();
                 v.resize(start + len, 0);
-                let r = worker.process(bytes, 0, OutputSlice::Uint8(&mut v[start..]));
+                let r = worker.process(bytes, seed, OutputSlice::Uint8(&mut v[start..]));
                 if r.is_err() {
                     v.truncate(start);
                 }
@@ -544,7 +550,7 @@ impl ImageSlot {
             Values::Float32(v) => {
                 let start = v.len();
                 v.resize(start + len, 0.0);
-                let r = worker.process(bytes, 0, OutputSlice::Float32(&mut v[start..]));
+                let r = worker.process(bytes, seed, OutputSlice::Float32(&mut v[start..]));
                 if r.is_err() {
                     v.truncate(start);
                 }
@@ -559,7 +565,7 @@ impl ImageSlot {
 impl Clone for ImageSlot {
     fn clone(&self) -> ImageSlot {
         let worker = self
-            .0
+            .worker
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let options = *worker.options();
@@ -755,6 +761,9 @@ pub struct BatchParser {
     /// Scratch for sparse features: each index key's values, and the sort order.
     index_lists: Vec<Vec<i64>>,
     order: Vec<usize>,
+    /// `(seed, epoch, index of the next call's first record)` for the
+    /// random choices of image features (see [`BatchParser::set_image_seed`]).
+    image_seed: (u64, u64, u64),
 }
 
 impl BatchParser {
@@ -829,9 +838,48 @@ impl BatchParser {
                     .unwrap_or(0)
             ],
             order: Vec::new(),
+            image_seed: (0, 0, 0),
             plans,
             schema,
         })
+    }
+
+    /// Whether an image feature makes random choices (a random crop or an
+    /// augmentation), which [`set_image_seed`](Self::set_image_seed) seeds.
+    pub fn has_random_images(&self) -> bool {
+        self.schema
+            .features
+            .iter()
+            .any(|f| f.image.is_some_and(|o| o.is_random()))
+    }
+
+    /// Seeds the random choices of image features for the next `parse*`
+    /// call: record `i` of its records draws from
+    /// [`element_seed`](crate::image::element_seed)`(seed, epoch, first + i)`.
+    /// Until set, `seed`, `epoch` and `first` are 0. The pipeline's parse
+    /// stage sets them per element from its seed, the epoch and the
+    /// record's index in the epoch.
+    ///
+    /// ```
+    /// use tfpipe::{BatchParser, Schema};
+    /// let schema = Schema::from_feature_texts(&["image/encoded:image:8x8x3:random_crop,flip"])?;
+    /// let mut parser = BatchParser::new(schema)?;
+    /// assert!(parser.has_random_images());
+    /// parser.set_image_seed(42, 0, 1000);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_image_seed(&mut self, seed: u64, epoch: u64, first: u64) {
+        self.image_seed = (seed, epoch, first);
+    }
+
+    /// Gives each image feature the seed of record `index` of this call.
+    fn seed_images(&mut self, index: usize) {
+        let (seed, epoch, first) = self.image_seed;
+        for plan in &mut self.plans {
+            if let Some(image) = &mut plan.image {
+                image.seed = element_seed(seed, epoch, first.wrapping_add(index as u64));
+            }
+        }
     }
 
     /// The schema.
@@ -872,6 +920,7 @@ impl BatchParser {
         self.reset(batch, records.len());
         for (index, record) in records.iter().enumerate() {
             let record = record.as_ref();
+            self.seed_images(index);
             self.parse_record(record, &mut batch.columns)
                 .map_err(|fail| self.error(fail, index, record, records.len()))?;
             batch.num_rows = index + 1;
@@ -894,6 +943,7 @@ impl BatchParser {
                 prefetch(next.as_ref());
             }
             let record = record.as_ref();
+            self.seed_images(index);
             match self.parse_record(record, &mut batch.columns) {
                 Ok(()) => batch.num_rows += 1,
                 Err(fail) => {

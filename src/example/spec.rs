@@ -505,13 +505,6 @@ impl FeatureSpec {
         if self.default.is_some() {
             return Err("an image feature takes no default".into());
         }
-        if image.is_random() {
-            return Err(
-                "random crops and augmentations draw from each element's seed, which a feature \
-                 spec does not have: apply them with `tfpipe::image::ImageWorker`"
-                    .into(),
-            );
-        }
         Ok(())
     }
 
@@ -2314,13 +2307,11 @@ mod tests {
             crop: crate::image::Crop::Random(Default::default()),
             ..crate::image::ImageOptions::new(4, 4, 3)
         };
+        // Random options are seeded by the parse stage, so a spec takes them.
         let spec = FeatureSpec::image("img", random);
-        assert!(
-            spec.validate()
-                .unwrap_err()
-                .to_string()
-                .contains("element's seed")
-        );
+        spec.validate().unwrap();
+        assert_eq!(spec.to_string(), "img:image:4x4x3:random_crop");
+        assert_eq!(spec.to_string().parse::<FeatureSpec>().unwrap(), spec);
         let json =
             serde_json::json!({"features": [{"name": "img", "dtype": "image", "shape": [28, 28]}]});
         assert!(

@@ -244,30 +244,62 @@ pub(crate) fn write_output(
     layout: ImageLayout,
     out: OutputSlice<'_>,
 ) -> Result<(), ImageError> {
-    let plane = pixels.len() / channels;
-    let at = |i: usize| match layout {
-        ImageLayout::Nhwc => i,
-        ImageLayout::Nchw => (i % channels) * plane + i / channels,
+    let fits = match &out {
+        OutputSlice::Uint8(o) => output == OutputType::Uint8 && o.len() == pixels.len(),
+        OutputSlice::Float32(o) => output != OutputType::Uint8 && o.len() == pixels.len(),
     };
-    match (output, out) {
-        (OutputType::Uint8, OutputSlice::Uint8(out)) if out.len() == pixels.len() => {
-            for (i, v) in pixels.iter().enumerate() {
-                out[at(i)] = v.clamp(0.0, 255.0).round() as u8;
+    if pixels.is_empty() && fits {
+        return Ok(());
+    }
+    if !fits || !(1..=3).contains(&channels) {
+        return Err(ImageError::Config(format!(
+            "the output buffer does not match {output:?} of {} values",
+            pixels.len()
+        )));
+    }
+    // Per channel `clamp(v) * scale + bias`: `(v / 255 - mean) / std`
+    // without a division per value.
+    let (scale, bias) = match output {
+        OutputType::Uint8 => ([1.0; 3], [0.0; 3]),
+        OutputType::Float32 { mean, std } => (
+            std.map(|s| 1.0 / (255.0 * s)),
+            [0, 1, 2].map(|c| -mean[c] / std[c]),
+        ),
+    };
+    let float = |v: f32, c: usize| v.clamp(0.0, 255.0) * scale[c] + bias[c];
+    let byte = |v: f32| v.clamp(0.0, 255.0).round() as u8;
+    let plane = pixels.len() / channels;
+    match (out, layout) {
+        (OutputSlice::Uint8(out), ImageLayout::Nhwc) => {
+            for (o, &v) in out.iter_mut().zip(pixels) {
+                *o = byte(v);
             }
         }
-        (OutputType::Float32 { mean, std }, OutputSlice::Float32(out))
-            if out.len() == pixels.len() =>
-        {
-            for (i, v) in pixels.iter().enumerate() {
-                let c = i % channels;
-                out[at(i)] = (v.clamp(0.0, 255.0) / 255.0 - mean[c]) / std[c];
+        (OutputSlice::Float32(out), ImageLayout::Nhwc) => {
+            for (o, p) in out
+                .chunks_exact_mut(channels)
+                .zip(pixels.chunks_exact(channels))
+            {
+                for c in 0..channels {
+                    o[c] = float(p[c], c);
+                }
             }
         }
-        _ => {
-            return Err(ImageError::Config(format!(
-                "the output buffer does not match {output:?} of {} values",
-                pixels.len()
-            )));
+        (OutputSlice::Uint8(out), ImageLayout::Nchw) => {
+            for (c, plane_out) in out.chunks_exact_mut(plane).enumerate() {
+                let values = pixels.iter().skip(c).step_by(channels);
+                for (o, &v) in plane_out.iter_mut().zip(values) {
+                    *o = byte(v);
+                }
+            }
+        }
+        (OutputSlice::Float32(out), ImageLayout::Nchw) => {
+            for (c, plane_out) in out.chunks_exact_mut(plane).enumerate() {
+                let values = pixels.iter().skip(c).step_by(channels);
+                for (o, &v) in plane_out.iter_mut().zip(values) {
+                    *o = float(v, c);
+                }
+            }
         }
     }
     Ok(())

@@ -23,6 +23,8 @@
 
 use super::codecs;
 use super::error::ImageError;
+use super::jpeg::Frame;
+use super::resize::Window;
 
 /// The default limit on decoded pixels: 50 megapixels, above any camera
 /// photograph of a training set and below an allocation that hurts (150 MB
@@ -160,7 +162,12 @@ impl DecodeOptions {
 pub fn read_header(bytes: &[u8]) -> Result<Header, ImageError> {
     let format = ImageFormat::sniff(bytes).ok_or_else(|| unrecognized(bytes))?;
     let (width, height, channels) = match format {
-        ImageFormat::Jpeg => codecs::jpeg_size(bytes)?,
+        // The marker segments when they parse (no Huffman tables built),
+        // else the codec, which says what is wrong.
+        ImageFormat::Jpeg => match Frame::read(bytes) {
+            Some(f) if f.height > 0 && f.width > 0 => (f.width as u64, f.height as u64, f.channels),
+            _ => codecs::jpeg_size(bytes)?,
+        },
         ImageFormat::Png => png_size(bytes)?,
         ImageFormat::Gif => small_header(bytes, format, 6, 2)?,
         ImageFormat::Bmp => small_header(bytes, format, 18, 4)?,
@@ -218,6 +225,18 @@ fn small_header(
     }
 }
 
+/// `window` cut to an image of `height x width`, at least one pixel.
+fn clamp(window: Window, height: usize, width: usize) -> Window {
+    let top = window.top.min(height.saturating_sub(1));
+    let left = window.left.min(width.saturating_sub(1));
+    Window {
+        top,
+        left,
+        height: window.height.max(1).min(height - top),
+        width: window.width.max(1).min(width - left),
+    }
+}
+
 fn unrecognized(bytes: &[u8]) -> ImageError {
     ImageError::Unrecognized {
         start: bytes[..bytes.len().min(8)].to_vec(),
@@ -261,11 +280,47 @@ impl Decoder {
 
     /// Decodes `bytes` into `out`, reusing its buffer.
     pub fn decode(&mut self, bytes: &[u8], out: &mut Image) -> Result<(), ImageError> {
+        self.decode_window(bytes, Window::full, out).map(|_| ())
+    }
+
+    /// Decodes the part of `bytes` that `choose` (given the image's height
+    /// and width from its header) says is needed, into `out`, and returns
+    /// that window, clamped to the image.
+    ///
+    /// A sequential JPEG is decoded only down to the window's last MCU row
+    /// (and one more, so the window's pixels equal a full decode's): `out`
+    /// then has fewer rows than the image. Every other image is decoded
+    /// whole.
+    ///
+    /// ```
+    /// use tfpipe::image::{DecodeOptions, Decoder, Image, Window};
+    ///
+    /// let jpeg = std::fs::read("testdata/images/china_q90.jpg")?;
+    /// let mut decoder = Decoder::new(DecodeOptions::default())?;
+    /// let mut image = Image::default();
+    /// let top = |_h, w| Window { top: 0, left: 0, height: 8, width: w };
+    /// let window = decoder.decode_window(&jpeg, top, &mut image)?;
+    /// assert_eq!((window.height, window.width), (8, 32));
+    /// assert_eq!(image.height, 32); // of 40: the last MCU row was skipped
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn decode_window(
+        &mut self,
+        bytes: &[u8],
+        choose: impl FnOnce(usize, usize) -> Window,
+        out: &mut Image,
+    ) -> Result<Window, ImageError> {
         let header = read_header(bytes)?;
         self.check_size(header)?;
         let channels = self.options.channels;
         let decoded = match header.format {
-            ImageFormat::Jpeg => return codecs::decode_jpeg(bytes, channels, out),
+            ImageFormat::Jpeg => {
+                // Checked against `max_pixels` above, so both fit in usize.
+                let (height, width) = (header.height as usize, header.width as usize);
+                let window = clamp(choose(height, width), height, width);
+                self.decode_jpeg_rows(bytes, header, window.top + window.height, out)?;
+                return Ok(window);
+            }
             ImageFormat::Png => codecs::decode_png(bytes, &mut self.raw)?,
             ImageFormat::Gif | ImageFormat::Bmp => {
                 codecs::decode_other(bytes, header.format, &mut self.raw, |h| {
@@ -286,7 +341,28 @@ impl Decoder {
             channels,
             out,
         );
-        Ok(())
+        // A GIF's first frame may be smaller than its header's screen.
+        Ok(clamp(choose(out.height, out.width), out.height, out.width))
+    }
+
+    /// A JPEG's rows `0..rows` at least (see [`jpeg`](super::jpeg)).
+    fn decode_jpeg_rows(
+        &mut self,
+        bytes: &[u8],
+        header: Header,
+        rows: usize,
+        out: &mut Image,
+    ) -> Result<(), ImageError> {
+        let channels = self.options.channels;
+        let frame = Frame::read(bytes)
+            .filter(|f| (f.height as u64, f.width as u64) == (header.height, header.width));
+        match frame.map(|f| (f, f.rows_to_decode(rows))) {
+            Some((frame, decode)) if decode < frame.height => {
+                frame.shortened(bytes, decode, &mut self.raw);
+                codecs::decode_jpeg(&self.raw, channels, out)
+            }
+            _ => codecs::decode_jpeg(bytes, channels, out),
+        }
     }
 
     fn check_size(&self, header: Header) -> Result<(), ImageError> {

@@ -10,6 +10,7 @@
 //! | file | what lives there |
 //! |---|---|
 //! | `decode.rs` | [`ImageFormat`] by signature, [`read_header`], the reusable [`Decoder`] |
+//! | `jpeg.rs` | decoding only a JPEG's top rows (the rows of `decode_and_crop_jpeg`) |
 //! | `resize.rs` | [`resize`] of a [`Window`]: bilinear, area, nearest, antialias as `tf.image.resize` |
 //! | `crop.rs` | [`center_crop`] and [`RandomCrop`] (`sample_distorted_bounding_box`) |
 //! | `augment.rs` | [`Augment`] (flip, brightness, contrast, saturation), [`OutputType`], [`ImageLayout`] |
@@ -46,6 +47,7 @@ mod codecs;
 mod crop;
 mod decode;
 mod error;
+mod jpeg;
 mod resize;
 mod spec;
 #[cfg(test)]
@@ -219,9 +221,9 @@ impl ImageWorker {
         out: OutputSlice<'_>,
     ) -> Result<(), ImageError> {
         let o = self.options;
-        self.decoder.decode(bytes, &mut self.image)?;
-        let (height, width) = (self.image.height, self.image.width);
-        let window = match o.crop {
+        // The window is chosen from the header, so that a JPEG is decoded
+        // only down to the window's last row.
+        let choose = |height, width| match o.crop {
             Crop::None => Window::full(height, width),
             Crop::Center { fraction } => center_crop(height, width, fraction),
             Crop::Random(random) => {
@@ -229,6 +231,7 @@ impl ImageWorker {
                 random.window(height, width, crop_seed)
             }
         };
+        let window = self.decoder.decode_window(bytes, choose, &mut self.image)?;
         resize(
             &self.image,
             window,

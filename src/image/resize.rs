@@ -241,25 +241,75 @@ pub fn resize(
     scratch
         .columns
         .compute(method, antialias, window.width, width);
-    horizontal(image, window, &scratch.columns, width, &mut scratch.wide);
+    horizontal(
+        image,
+        window,
+        &scratch.columns,
+        &scratch.rows,
+        width,
+        &mut scratch.wide,
+    );
     vertical(&scratch.wide, &scratch.rows, height, width * channels, out);
 }
 
-/// Each window row, resized to `width` columns.
-fn horizontal(image: &Image, window: Window, taps: &Taps, width: usize, wide: &mut Vec<f32>) {
+/// Each window row that `rows` reads, resized to `width` columns (rows no
+/// output reads are left as they were: never zeroed, never read).
+fn horizontal(
+    image: &Image,
+    window: Window,
+    taps: &Taps,
+    rows: &Taps,
+    width: usize,
+    wide: &mut Vec<f32>,
+) {
     let channels = image.channels;
+    let row_len = width * channels;
+    // Grown, never cleared: every value read is written first.
+    if wide.len() < window.height * row_len {
+        wide.resize(window.height * row_len, 0.0);
+    }
     let stride = image.width * channels;
-    wide.clear();
-    wide.resize(window.height * width * channels, 0.0);
-    for (r, out_row) in wide.chunks_exact_mut(width * channels).enumerate() {
+    let mut last = None;
+    for &r in &rows.index {
+        // Row taps come in increasing order, mostly two per output row.
+        if last.is_some_and(|l| l >= r) {
+            continue;
+        }
+        last = Some(r);
         let row_start = (window.top + r) * stride + window.left * channels;
         let row = &image.data[row_start..row_start + window.width * channels];
-        for (o, pixel) in out_row.chunks_exact_mut(channels).enumerate() {
-            for (i, weight) in taps.of(o) {
-                let source = &row[i * channels..(i + 1) * channels];
-                for (value, &s) in pixel.iter_mut().zip(source) {
-                    *value += weight * f32::from(s);
-                }
+        let out_row = &mut wide[r * row_len..(r + 1) * row_len];
+        match channels {
+            3 => horizontal_row::<3>(row, taps, out_row),
+            1 => horizontal_row::<1>(row, taps, out_row),
+            _ => horizontal_row_any(row, taps, channels, out_row),
+        }
+    }
+}
+
+/// One row of `C` channels: each output pixel summed in registers.
+#[inline(always)]
+fn horizontal_row<const C: usize>(row: &[u8], taps: &Taps, out_row: &mut [f32]) {
+    for (o, pixel) in out_row.chunks_exact_mut(C).enumerate() {
+        let (from, to) = (taps.ranges[o], taps.ranges[o + 1]);
+        let mut sum = [0f32; C];
+        for (&i, &weight) in taps.index[from..to].iter().zip(&taps.weight[from..to]) {
+            let source = &row[i * C..i * C + C];
+            for c in 0..C {
+                sum[c] += weight * f32::from(source[c]);
+            }
+        }
+        pixel.copy_from_slice(&sum);
+    }
+}
+
+fn horizontal_row_any(row: &[u8], taps: &Taps, channels: usize, out_row: &mut [f32]) {
+    for (o, pixel) in out_row.chunks_exact_mut(channels).enumerate() {
+        pixel.fill(0.0);
+        for (i, weight) in taps.of(o) {
+            let source = &row[i * channels..(i + 1) * channels];
+            for (value, &s) in pixel.iter_mut().zip(source) {
+                *value += weight * f32::from(s);
             }
         }
     }
@@ -267,10 +317,20 @@ fn horizontal(image: &Image, window: Window, taps: &Taps, width: usize, wide: &m
 
 /// Each output row, a weighted sum of the rows of `wide`.
 fn vertical(wide: &[f32], taps: &Taps, height: usize, row_len: usize, out: &mut Vec<f32>) {
-    out.clear();
+    // Same length as the last image's: kept without zeroing; every value
+    // is written below.
     out.resize(height * row_len, 0.0);
     for (o, out_row) in out.chunks_exact_mut(row_len).enumerate() {
-        for (i, weight) in taps.of(o) {
+        let mut taps = taps.of(o);
+        let Some((first, weight)) = taps.next() else {
+            out_row.fill(0.0);
+            continue;
+        };
+        let row = &wide[first * row_len..(first + 1) * row_len];
+        for (value, &s) in out_row.iter_mut().zip(row) {
+            *value = weight * s;
+        }
+        for (i, weight) in taps {
             let row = &wide[i * row_len..(i + 1) * row_len];
             for (value, &s) in out_row.iter_mut().zip(row) {
                 *value += weight * s;

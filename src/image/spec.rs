@@ -9,15 +9,23 @@
 //!         | center | center(F)                 square centre crop of F (default 0.875) of the shorter side
 //!         | uint8 | float32 | imagenet         output: uint8 (default), float32 in 0..1,
 //!                                              or float32 normalised with ImageNet's mean and std
+//!         | normalize(M,M,M,S,S,S)             float32 `(x/255 - M[c]) / S[c]` per channel
 //!         | nhwc | nchw                        axis order (default nhwc)
 //!         | max_pixels(N)                      refuse larger images (default 50000000)
+//!         | random_crop | random_crop(A,B)       sample_distorted_bounding_box crop of area A..B
+//!                                              (default 0.08,1) of the image
+//!         | flip                               random left-right flip
+//!         | brightness(D)                      random brightness delta in [-D, D) (0..1 scale)
+//!         | contrast(L,U) | saturation(L,U)    random contrast / saturation factor in [L, U)
 //! ```
 //!
-//! Random crops and augmentations need an element's seed, so they are set
-//! on [`ImageOptions`] by code, not in a spec.
+//! The random options draw from each element's seed: the parse stage
+//! ([`Pipeline::parse_batches_seeded`](crate::pipeline::Pipeline::parse_batches_seeded))
+//! derives it from the pipeline's seed, the epoch and the record's index in
+//! the epoch.
 
 use super::augment::{ImageLayout, OutputType};
-use super::crop::DEFAULT_CENTER_FRACTION;
+use super::crop::{DEFAULT_CENTER_FRACTION, RandomCrop};
 use super::decode::DEFAULT_MAX_PIXELS;
 use super::resize::ResizeMethod;
 use super::{Crop, ImageOptions};
@@ -33,8 +41,13 @@ impl ImageOptions {
     ///         | center | center(F)                 square centre crop of F (default 0.875) of the shorter side
     ///         | uint8 | float32 | imagenet         uint8 (default), float32 in 0..1, or float32
     ///                                              normalised with ImageNet's mean and std
+    ///         | normalize(M,M,M,S,S,S)             float32 `(x/255 - M[c]) / S[c]` per channel
     ///         | nhwc | nchw                        axis order (default nhwc)
     ///         | max_pixels(N)                      refuse larger images (default 50000000)
+    ///         | random_crop | random_crop(A,B)       random crop of area A..B (default 0.08,1)
+    ///         | flip                               random left-right flip
+    ///         | brightness(D)                      random brightness delta in [-D, D)
+    ///         | contrast(L,U) | saturation(L,U)    random factor in [L, U)
     /// ```
     ///
     /// ```
@@ -58,7 +71,7 @@ impl ImageOptions {
         };
         let mut o = ImageOptions::new(height, width, channels);
         let mut seen: Vec<&str> = Vec::new();
-        for option in options.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        for option in split_options(options) {
             let (word, arg) = split_call(option)?;
             let group = apply(&mut o, word, arg)?;
             if seen.contains(&group) {
@@ -78,7 +91,13 @@ impl ImageOptions {
     pub fn options_text(&self) -> String {
         let mut parts: Vec<String> = Vec::new();
         match self.crop {
-            Crop::None | Crop::Random(_) => {}
+            Crop::None => {}
+            Crop::Random(random) if random.area == RandomCrop::default().area => {
+                parts.push("random_crop".into())
+            }
+            Crop::Random(random) => {
+                parts.push(format!("random_crop({},{})", random.area.0, random.area.1))
+            }
             Crop::Center { fraction } if fraction == DEFAULT_CENTER_FRACTION => {
                 parts.push("center".into())
             }
@@ -94,8 +113,10 @@ impl ImageOptions {
             OutputType::Uint8 => {}
             o if o == OutputType::UNIT_FLOAT => parts.push("float32".into()),
             o if o == OutputType::IMAGENET => parts.push("imagenet".into()),
-            // Other normalisations have no text form; written as float32 0..1.
-            OutputType::Float32 { .. } => parts.push("float32".into()),
+            OutputType::Float32 { mean, std } => parts.push(format!(
+                "normalize({},{},{},{},{},{})",
+                mean[0], mean[1], mean[2], std[0], std[1], std[2]
+            )),
         }
         if self.layout == ImageLayout::Nchw {
             parts.push("nchw".into());
@@ -103,8 +124,53 @@ impl ImageOptions {
         if self.max_pixels != DEFAULT_MAX_PIXELS {
             parts.push(format!("max_pixels({})", self.max_pixels));
         }
+        let a = self.augment;
+        if a.flip {
+            parts.push("flip".into());
+        }
+        if let Some(delta) = a.brightness {
+            parts.push(format!("brightness({delta})"));
+        }
+        if let Some((lo, hi)) = a.contrast {
+            parts.push(format!("contrast({lo},{hi})"));
+        }
+        if let Some((lo, hi)) = a.saturation {
+            parts.push(format!("saturation({lo},{hi})"));
+        }
         parts.join(",")
     }
+}
+
+/// The comma-separated options of `options`, commas inside parentheses
+/// kept (`contrast(0.8,1.2)` is one option).
+fn split_options(options: &str) -> impl Iterator<Item = &str> {
+    let mut depth = 0usize;
+    options
+        .split(move |c| {
+            match c {
+                '(' => depth += 1,
+                ')' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+            c == ',' && depth == 0
+        })
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+}
+
+/// The numbers of an option's argument, `count` of them.
+fn numbers(word: &str, arg: Option<&str>, count: usize, example: &str) -> Result<Vec<f32>, String> {
+    let bad = || format!("image option {word} needs {example}, not {arg:?}");
+    let values: Vec<f32> = arg
+        .ok_or_else(bad)?
+        .split(',')
+        .map(|v| v.trim().parse::<f32>())
+        .collect::<Result<_, _>>()
+        .map_err(|_| bad())?;
+    if values.len() != count {
+        return Err(bad());
+    }
+    Ok(values)
 }
 
 /// `word` or `word(arg)`.
@@ -143,6 +209,20 @@ fn apply(o: &mut ImageOptions, word: &str, arg: Option<&str>) -> Result<&'static
             o.crop = Crop::Center { fraction };
             Ok("crop")
         }
+        "normalize" => {
+            let v = numbers(
+                word,
+                arg,
+                6,
+                "3 means and 3 standard deviations on the 0..1 scale, e.g. \
+                 normalize(0.5,0.5,0.5,0.25,0.25,0.25)",
+            )?;
+            o.output = OutputType::Float32 {
+                mean: [v[0], v[1], v[2]],
+                std: [v[3], v[4], v[5]],
+            };
+            Ok("output type")
+        }
         "uint8" | "float32" | "imagenet" => {
             o.output = match word {
                 "uint8" => OutputType::Uint8,
@@ -168,9 +248,42 @@ fn apply(o: &mut ImageOptions, word: &str, arg: Option<&str>) -> Result<&'static
             o.max_pixels = n;
             Ok("pixel limit")
         }
+        "random_crop" => {
+            let mut random = RandomCrop::default();
+            if arg.is_some() {
+                let v = numbers(word, arg, 2, "an area range, e.g. random_crop(0.08,1)")?;
+                random.area = (v[0], v[1]);
+            }
+            o.crop = Crop::Random(random);
+            Ok("crop")
+        }
+        "flip" => {
+            o.augment.flip = true;
+            no_arg("flip")
+        }
+        "brightness" => {
+            let v = numbers(word, arg, 1, "a max delta, e.g. brightness(0.1)")?;
+            o.augment.brightness = Some(v[0]);
+            Ok("brightness")
+        }
+        "contrast" | "saturation" => {
+            let v = numbers(word, arg, 2, "a factor range, e.g. contrast(0.8,1.2)")?;
+            if word == "contrast" {
+                o.augment.contrast = Some((v[0], v[1]));
+            } else {
+                o.augment.saturation = Some((v[0], v[1]));
+            }
+            Ok(if word == "contrast" {
+                "contrast"
+            } else {
+                "saturation"
+            })
+        }
         _ => Err(format!(
             "unknown image option {word:?} (expected bilinear, area, nearest, antialias, center, \
-             center(F), uint8, float32, imagenet, nhwc, nchw or max_pixels(N))"
+             center(F), uint8, float32, imagenet, normalize(M,M,M,S,S,S), nhwc, nchw, \
+             max_pixels(N), random_crop, \
+             random_crop(A,B), flip, brightness(D), contrast(L,U) or saturation(L,U))"
         )),
     }
 }
@@ -186,6 +299,9 @@ mod tests {
             "center",
             "center(0.5),nearest,antialias,imagenet,nchw",
             "area,float32,max_pixels(1000)",
+            "random_crop,flip",
+            "normalize(0.5,0.25,0,1,2,0.5),nchw",
+            "random_crop(0.25,0.75),imagenet,flip,brightness(0.1),contrast(0.8,1.2),saturation(0.5,1.5)",
         ] {
             let o = ImageOptions::from_text("28x28x1", options).unwrap();
             assert_eq!(o.options_text(), options);
@@ -205,5 +321,10 @@ mod tests {
         assert!(err("28x28x1", "bicubic").contains("unknown image option \"bicubic\""));
         assert!(err("28x28x1", "center(2)").contains("(0, 1]"));
         assert!(err("28x28x1", "max_pixels").contains("needs a count"));
+        assert!(err("28x28x1", "center,random_crop").contains("crop is given twice"));
+        assert!(err("28x28x1", "contrast(0.8)").contains("needs a factor range"));
+        assert!(err("28x28x1", "brightness").contains("needs a max delta"));
+        assert!(err("28x28x1", "random_crop(0,1)").contains("0 < min <= max <= 1"));
+        assert!(err("28x28x1", "saturation(2,1)").contains("0 <= lower <= upper"));
     }
 }

@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::partition::{PartitionPlan, Scalar};
-use super::state::{StageState, StageStream, StateError};
+use super::state::{Sequential, StageState, StageStream, StateError};
 use super::{Event, MapOptions, Parallelism, Pipeline, PipelineError, Record, Stream};
 use crate::batch::Batch;
 use crate::error::Location;
@@ -52,11 +52,48 @@ impl<R: AsRef<[u8]> + Send + 'static> Pipeline<Vec<R>> {
         schema: Schema,
         parallelism: impl Into<Parallelism>,
     ) -> Pipeline<Batch> {
+        self.parse_batches_seeded(schema, parallelism, 0)
+    }
+
+    /// [`parse_batches`](Self::parse_batches), with the random choices of
+    /// image features (`random_crop`, `flip`, jitters: see
+    /// [`ImageOptions::from_text`](crate::image::ImageOptions::from_text))
+    /// drawn from `seed`: record `i` of an epoch (counted in this stage's
+    /// input order) draws from
+    /// [`element_seed`](crate::image::element_seed)`(seed, epoch, i)`.
+    /// Each record's draws are thus fixed whatever the worker count, and a
+    /// pipeline resumed from a [state](crate::pipeline::state) draws what
+    /// the uninterrupted one would have. [`parse_batches`](Self::parse_batches)
+    /// is this with seed 0.
+    ///
+    /// ```no_run
+    /// use tfpipe::pipeline::{Parallelism, Pipeline};
+    /// use tfpipe::Schema;
+    /// let schema = Schema::from_feature_texts(&[
+    ///     "image/encoded:image:224x224x3:random_crop,flip,imagenet",
+    ///     "image/class/label:int64",
+    /// ])?;
+    /// let batches = Pipeline::tfrecord_files(["train-*"])?
+    ///     .records()
+    ///     .shuffle(10_000, 7)
+    ///     .batch(64)
+    ///     .parse_batches_seeded(schema, Parallelism::Auto, 7)
+    ///     .repeat(None)
+    ///     .start()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn parse_batches_seeded(
+        self,
+        schema: Schema,
+        parallelism: impl Into<Parallelism>,
+        seed: u64,
+    ) -> Pipeline<Batch> {
         parse_stage(
             self,
             schema,
             None,
             parallelism.into(),
+            seed,
             |records: &Vec<R>| records.as_slice(),
         )
     }
@@ -109,7 +146,7 @@ impl<R: AsRef<[u8]> + Send + 'static> Pipeline<Vec<R>> {
         let (schema, plan) = match PartitionPlan::split(&schema, partition_features) {
             Ok((records, plan)) => (records, Some(Arc::new(plan))),
             Err(message) => {
-                return parse_stage(self, schema, None, parallelism.into(), |r: &Vec<R>| {
+                return parse_stage(self, schema, None, parallelism.into(), 0, |r: &Vec<R>| {
                     r.as_slice()
                 })
                 .invalid("parse_batches_partitioned", || message);
@@ -120,6 +157,7 @@ impl<R: AsRef<[u8]> + Send + 'static> Pipeline<Vec<R>> {
             schema,
             plan,
             parallelism.into(),
+            0,
             |records: &Vec<R>| records.as_slice(),
         )
     }
@@ -135,7 +173,27 @@ impl<R: AsRef<[u8]> + Send + 'static> Pipeline<R> {
         schema: Schema,
         parallelism: impl Into<Parallelism>,
     ) -> Pipeline<Batch> {
-        parse_stage(self, schema, None, parallelism.into(), std::slice::from_ref)
+        self.parse_records_seeded(schema, parallelism, 0)
+    }
+
+    /// [`parse_records`](Self::parse_records), with the random choices of
+    /// image features drawn from `seed`, the epoch and the record's index in
+    /// the epoch, as in
+    /// [`parse_batches_seeded`](Pipeline::parse_batches_seeded).
+    pub fn parse_records_seeded(
+        self,
+        schema: Schema,
+        parallelism: impl Into<Parallelism>,
+        seed: u64,
+    ) -> Pipeline<Batch> {
+        parse_stage(
+            self,
+            schema,
+            None,
+            parallelism.into(),
+            seed,
+            std::slice::from_ref,
+        )
     }
 }
 
@@ -146,13 +204,100 @@ struct Parsed {
     batch: Option<Batch>,
 }
 
+/// An element with the epoch and the in-epoch index of its first record,
+/// from which its images' random choices are seeded.
+struct Seeded<T> {
+    epoch: u64,
+    first: u64,
+    element: T,
+}
+
+/// What the `image_seed` stage stores: the epoch, and the records it has
+/// passed in the epoch.
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+struct SeedCount {
+    epoch: u64,
+    next: u64,
+}
+
+/// The parse stage; with image features that draw random choices, behind
+/// an `image_seed` stage that numbers the records of each epoch.
 fn parse_stage<T: Send + 'static, R: AsRef<[u8]> + 'static>(
     pipeline: Pipeline<T>,
     schema: Schema,
     partitions: Option<Arc<PartitionPlan>>,
     parallelism: Parallelism,
+    seed: u64,
     records: fn(&T) -> &[R],
 ) -> Pipeline<Batch> {
+    let random = BatchParser::new(schema.clone()).is_ok_and(|p| p.has_random_images());
+    if !random {
+        return parse_map(
+            pipeline,
+            schema,
+            partitions,
+            parallelism,
+            move |element: &T| records(element),
+            |_: &T| None,
+        );
+    }
+    let seeded = pipeline.then("image_seed", move |env, up, _| {
+        let step = move |s: &mut SeedCount, up: &mut Option<Stream<T>>| {
+            Some(match up.as_mut()?.next()? {
+                Event::Item(Ok(element)) => {
+                    let first = s.next;
+                    s.next += records(&element).len() as u64;
+                    Event::Item(Ok(Seeded {
+                        epoch: s.epoch,
+                        first,
+                        element,
+                    }))
+                }
+                Event::Item(Err(err)) => Event::Item(Err(err)),
+                Event::EpochEnd(e) => {
+                    s.epoch += 1;
+                    s.next = 0;
+                    Event::EpochEnd(e)
+                }
+            })
+        };
+        let initial = SeedCount {
+            epoch: env.epoch,
+            next: 0,
+        };
+        Box::new(Sequential::starting_at(
+            env,
+            "image_seed",
+            up,
+            initial,
+            step,
+        )) as Stream<Seeded<T>>
+    });
+    parse_map(
+        seeded,
+        schema,
+        partitions,
+        parallelism,
+        move |s: &Seeded<T>| records(&s.element),
+        move |s: &Seeded<T>| Some((seed, s.epoch, s.first)),
+    )
+}
+
+/// The parallel parse of each element's records, then [`Split`].
+fn parse_map<E, R, F, S>(
+    pipeline: Pipeline<E>,
+    schema: Schema,
+    partitions: Option<Arc<PartitionPlan>>,
+    parallelism: Parallelism,
+    records: F,
+    seeds: S,
+) -> Pipeline<Batch>
+where
+    E: Send + 'static,
+    R: AsRef<[u8]> + 'static,
+    F: Fn(&E) -> &[R] + Send + Sync + 'static,
+    S: Fn(&E) -> Option<(u64, u64, u64)> + Send + Sync + 'static,
+{
     // Check the schema now, so a bad one fails at `start`, not per element.
     let pipeline = match BatchParser::new(schema.clone()) {
         Ok(_) => pipeline,
@@ -176,10 +321,15 @@ fn parse_stage<T: Send + 'static, R: AsRef<[u8]> + 'static>(
             "parse",
             options,
             move || BatchParser::new(schema.clone()),
-            move |parser, element: T| match parser {
-                Ok(parser) => Ok(match &partitions {
-                    Some(plan) => parse_partitioned(parser, plan, records(&element)),
-                    None => parse_element(parser, records(&element)),
+            move |parser, element: E| match parser {
+                Ok(parser) => Ok({
+                    if let Some((seed, epoch, first)) = seeds(&element) {
+                        parser.set_image_seed(seed, epoch, first);
+                    }
+                    match &partitions {
+                        Some(plan) => parse_partitioned(parser, plan, records(&element)),
+                        None => parse_element(parser, records(&element)),
+                    }
                 }),
                 // Unreachable in practice: the same schema was checked above.
                 Err(err) => Err(err.to_string()),

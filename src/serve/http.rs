@@ -233,20 +233,25 @@ impl Connection {
 
     /// Writes `response`; `close` adds `Connection: close`.
     pub fn write_response(&mut self, response: &Response, close: bool) -> io::Result<()> {
-        let mut out = Vec::with_capacity(response.body.len() + 160);
-        write!(
-            out,
-            "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{}\r\n",
-            response.status,
-            reason(response.status),
-            response.content_type,
-            response.body.len(),
-            if close { "Connection: close\r\n" } else { "" }
-        )?;
-        out.extend_from_slice(&response.body);
-        self.stream.write_all(&out)?;
+        self.stream.write_all(&encode_response(response, close))?;
         self.stream.flush()
     }
+}
+
+/// `response` as the bytes on the wire; `close` adds `Connection: close`.
+pub fn encode_response(response: &Response, close: bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(response.body.len() + 160);
+    let head = format!(
+        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{}\r\n",
+        response.status,
+        reason(response.status),
+        response.content_type,
+        response.body.len(),
+        if close { "Connection: close\r\n" } else { "" }
+    );
+    out.extend_from_slice(head.as_bytes());
+    out.extend_from_slice(&response.body);
+    out
 }
 
 /// The end of the head (after `\r\n\r\n`), when the buffer holds it all.

@@ -173,6 +173,27 @@ impl Signature {
         finish(builders, rows)
     }
 
+    /// A `:predict` body of `rows` generated instances, as a client would
+    /// send it (uint8 features as `{"b64": ...}`): warm-up of the request
+    /// path. Every value 0, as in [`generated`](Self::generated).
+    pub fn generated_request(&self, rows: usize) -> Vec<u8> {
+        let mut instance = Map::new();
+        for f in &self.inputs {
+            let values = vec![0.0f64; if f.var { 1 } else { f.width() }];
+            let value = match f.dtype {
+                DType::Uint8 => {
+                    let bytes: Vec<u8> = values.iter().map(|&x| x as u8).collect();
+                    serde_json::json!({ "b64": BASE64.encode(bytes) })
+                }
+                DType::Float32 => values.iter().map(|&x| Json::from(x as f32)).collect(),
+                _ => values.iter().map(|&x| Json::from(x as i64)).collect(),
+            };
+            instance.insert(f.name.clone(), value);
+        }
+        let instances = vec![Json::Object(instance); rows];
+        serde_json::to_vec(&serde_json::json!({ "instances": instances })).unwrap_or_default()
+    }
+
     fn builders(&self) -> Vec<ColumnBuilder<'_>> {
         self.inputs.iter().map(ColumnBuilder::new).collect()
     }

@@ -18,6 +18,9 @@
 //!   to verify (checkpoint checksums) or to warm up is reported in the
 //!   status and never served. Versions come from the directory listing
 //!   (digits only), never from a request, so no request names a path.
+//!   Labels ([`ModelSource::label`]) name versions, as TF Serving's
+//!   `version_labels` do (`/v1/models/NAME/labels/stable:predict`); a
+//!   labelled version stays loaded beside the newest.
 //! - **Warm-up**, before a version is marked available: TF Serving's
 //!   `assets.extra/tf_serving_warmup_requests` when the version has one, or
 //!   records from [`ServeConfig::warmup_data`], or inputs generated from the
@@ -56,6 +59,7 @@
 //! # Ok::<(), tfpipe::serve::ServeError>(())
 //! ```
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -99,6 +103,10 @@ pub struct ModelSource {
     pub path: PathBuf,
     /// How a version is loaded.
     pub loader: Loader,
+    /// Version labels (`"stable"` -> 1), TF Serving's `version_labels`:
+    /// `/v1/models/NAME/labels/LABEL` is the labelled version, and a
+    /// labelled version stays loaded beside the newest one.
+    pub labels: BTreeMap<String, u64>,
 }
 
 impl ModelSource {
@@ -108,7 +116,22 @@ impl ModelSource {
             name: name.into(),
             path: path.into(),
             loader: Arc::new(|dir: &std::path::Path, device: &Device| Predictor::load(dir, device)),
+            labels: BTreeMap::new(),
         }
+    }
+
+    /// Names version `version` `label` (a label given again moves to the
+    /// new version).
+    ///
+    /// ```
+    /// let source = tfpipe::serve::ModelSource::new("digits", "models/digits")
+    ///     .label("stable", 1)
+    ///     .label("canary", 2);
+    /// assert_eq!(source.labels["canary"], 2);
+    /// ```
+    pub fn label(mut self, label: impl Into<String>, version: u64) -> ModelSource {
+        self.labels.insert(label.into(), version);
+        self
     }
 
     /// Loads versions with `loader` (for custom models).
@@ -123,6 +146,7 @@ impl std::fmt::Debug for ModelSource {
         f.debug_struct("ModelSource")
             .field("name", &self.name)
             .field("path", &self.path)
+            .field("labels", &self.labels)
             .finish_non_exhaustive()
     }
 }

@@ -31,22 +31,28 @@ pub(crate) fn route(
         None => (rest, None),
     };
     let parts: Vec<&str> = target.split('/').collect();
-    let (name, version, metadata) = match parts.as_slice() {
-        [name] => (*name, None, false),
-        [name, "metadata"] => (*name, None, true),
-        [name, "versions", v] => (*name, Some(*v), false),
-        [name, "versions", v, "metadata"] => (*name, Some(*v), true),
-        [_, "labels", ..] => {
-            let e = ApiError::not_found("version labels are not supported: name a version number");
-            return (Response::error(&e), None);
-        }
+    let (name, pick, metadata) = match parts.as_slice() {
+        [name] => (*name, Pick::Newest, false),
+        [name, "metadata"] => (*name, Pick::Newest, true),
+        [name, "versions", v] => (*name, Pick::Number(v), false),
+        [name, "versions", v, "metadata"] => (*name, Pick::Number(v), true),
+        [name, "labels", l] => (*name, Pick::Label(l), false),
+        [name, "labels", l, "metadata"] => (*name, Pick::Label(l), true),
         _ => {
             let e = ApiError::not_found(format!("no endpoint /v1/models/{}", short(rest)));
             return (Response::error(&e), None);
         }
     };
-    let labels = Some((name.to_string(), version.unwrap_or("").to_string()));
-    let result = parse_version(version).and_then(|version| {
+    let resolved = pick_version(shared, name, pick);
+    let labels = Some((
+        name.to_string(),
+        match (&resolved, pick) {
+            (Ok(Some(n)), _) => n.to_string(),
+            (_, Pick::Number(v)) => v.to_string(),
+            _ => String::new(),
+        },
+    ));
+    let result = resolved.and_then(|version| {
         let model = shared.model(name)?;
         match (verb, metadata) {
             (None, false) => Ok(shared.get(method, || status(model, version))),
@@ -86,6 +92,27 @@ fn served_version(shared: &Shared, name: &str) -> String {
         .ok()
         .and_then(|m| m.serving(None).ok())
         .map_or(String::new(), |v| v.number.to_string())
+}
+
+/// Which version a URL asks for.
+#[derive(Clone, Copy)]
+enum Pick<'a> {
+    /// None named: the newest available.
+    Newest,
+    /// `/versions/V`.
+    Number(&'a str),
+    /// `/labels/LABEL`.
+    Label(&'a str),
+}
+
+/// The version number a URL names (`None`: the newest), a label resolved
+/// through the model's labels.
+fn pick_version(shared: &Shared, name: &str, pick: Pick<'_>) -> Result<Option<u64>, ApiError> {
+    match pick {
+        Pick::Newest => Ok(None),
+        Pick::Number(v) => parse_version(Some(v)),
+        Pick::Label(label) => shared.model(name)?.label_version(label).map(Some),
+    }
 }
 
 /// A version from the URL: digits only.

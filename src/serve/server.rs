@@ -19,7 +19,7 @@ use crate::spawn::{Thread, panic_message};
 use crate::train::Outputs;
 
 use super::batcher::Submit;
-use super::http::{Connection, Incoming, Limits, Request, Response};
+use super::http::{Connection, Incoming, Limits, Request, Response, encode_response};
 use super::metrics::Metrics;
 use super::versions::{Model, Version, manage};
 use super::{ApiError, ModelSource, ServeConfig, ServeError, error_chain, rest, v2};
@@ -31,6 +31,8 @@ pub(crate) struct Shared {
     pub metrics: Metrics,
     /// Start to ready, ms, once every model was ready.
     pub ready_ms: OnceLock<f64>,
+    /// The request path was warmed up ([`warm_requests`]).
+    pub requests_warm: AtomicBool,
 }
 
 impl Shared {
@@ -49,9 +51,10 @@ impl Shared {
         })
     }
 
-    /// Whether every model has an available version.
+    /// Whether every model has an available version, and the request
+    /// path is warm.
     pub fn is_ready(&self) -> bool {
-        self.models.iter().all(|m| m.is_ready())
+        self.requests_warm.load(Ordering::SeqCst) && self.models.iter().all(|m| m.is_ready())
     }
 
     /// Runs `batch` through `version`'s batcher and waits for its rows.
@@ -223,6 +226,7 @@ impl Server {
             config,
             metrics: Metrics::default(),
             ready_ms: OnceLock::new(),
+            requests_warm: AtomicBool::new(false),
         });
         let stop = Arc::new(AtomicBool::new(false));
         let mut server = Server {
@@ -238,7 +242,11 @@ impl Server {
         server.manager = Some(
             Thread::spawn("serve-manager", move |_| {
                 let s = &manager_shared;
-                manage(&s.models, &s.config, &stop_rx, &|ms| {
+                let warm = || {
+                    warm_requests(s);
+                    s.requests_warm.store(true, Ordering::SeqCst);
+                };
+                manage(&s.models, &s.config, &stop_rx, &warm, &|ms| {
                     let _ = s.ready_ms.set(ms);
                 });
             })
@@ -339,6 +347,35 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.stop_all();
+    }
+}
+
+/// Runs generated `:predict` requests through the whole request path
+/// (JSON body, columns, batcher, response encoding) at the largest and
+/// the smallest batch, once per process before it reports ready: what the
+/// first request of a process pays beyond the model's forward pass (code
+/// and buffers touched for the first time, the allocator's first large
+/// blocks) is paid here. The smallest comes last, three times: its latency
+/// is the one that shows cold caches most (a first batch-1 request right
+/// after a batch-256 one costs about 1.5x, after three batch-1 ones about
+/// 1.15x; docs/serve.md, "Warm-up"). Warm-up requests are not counted in
+/// the request metrics.
+fn warm_requests(shared: &Shared) {
+    for model in &shared.models {
+        let Ok(version) = model.serving(None) else {
+            continue;
+        };
+        let largest = shared.config.batching.max_batch_size;
+        for rows in [largest, 1, 1, 1] {
+            let request = Request {
+                method: "POST".into(),
+                path: format!("/v1/models/{}:predict", model.name),
+                body: version.signature.generated_request(rows),
+                close: false,
+            };
+            let (response, _) = shared.route(&request);
+            std::hint::black_box(encode_response(&response, false));
+        }
     }
 }
 

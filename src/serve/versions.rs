@@ -13,6 +13,9 @@
 //!   joined to a path.
 //! - An unloading version is dropped (its queue drained, its compute thread
 //!   joined) once no request holds it.
+//! - A version a label names ([`ModelSource::labels`]) is loaded beside
+//!   the newest and kept when a newer one arrives; a label resolves to its
+//!   number, which is then looked up like any version.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -83,7 +86,10 @@ pub(crate) struct Model {
 
 #[derive(Default)]
 struct Inner {
+    /// The newest available version: requests that name no version.
     serving: Option<Arc<Version>>,
+    /// Older versions kept available because a label names them.
+    pinned: BTreeMap<u64, Arc<Version>>,
     statuses: BTreeMap<u64, VersionStatus>,
     unloading: Vec<Arc<Version>>,
     /// Failed versions, with their metadata file's time then.
@@ -110,6 +116,7 @@ impl Model {
         match (&inner.serving, version) {
             (Some(v), None) => Ok(v.clone()),
             (Some(v), Some(n)) if v.number == n => Ok(v.clone()),
+            (_, Some(n)) if inner.pinned.contains_key(&n) => Ok(inner.pinned[&n].clone()),
             (_, Some(n)) => Err(ApiError::not_found(match inner.statuses.get(&n) {
                 Some(s) => format!(
                     "version {n} of model {:?} is not available (it is {})",
@@ -127,6 +134,31 @@ impl Model {
                 ),
             )),
         }
+    }
+
+    /// The version `label` names: TF Serving's message when none does.
+    pub fn label_version(&self, label: &str) -> Result<u64, ApiError> {
+        self.source.labels.get(label).copied().ok_or_else(|| {
+            let known: Vec<String> = self
+                .source
+                .labels
+                .keys()
+                .map(|l| format!("{l:?}"))
+                .collect();
+            let known = match known.is_empty() {
+                true => "none".to_string(),
+                false => known.join(", "),
+            };
+            ApiError::not_found(format!(
+                "Unrecognized servable version label: {} (model {:?} has labels: {known})",
+                super::server::short(label),
+                self.name
+            ))
+        })
+    }
+
+    fn is_labelled(&self, number: u64) -> bool {
+        self.source.labels.values().any(|&n| n == number)
     }
 
     fn describe_states(&self, inner: &Inner) -> String {
@@ -167,6 +199,7 @@ impl Model {
         inner
             .serving
             .iter()
+            .chain(inner.pinned.values())
             .chain(&inner.unloading)
             .cloned()
             .collect()
@@ -176,7 +209,8 @@ impl Model {
         self.lock().statuses.insert(status.version, status);
     }
 
-    /// Loads a newer version when the directory has one; drops drained ones.
+    /// Loads a newer version when the directory has one, and the labelled
+    /// versions not loaded yet; drops drained ones.
     pub fn poll(&self, config: &ServeConfig) {
         self.reap(config);
         let Ok(candidates) = list_versions(&self.source.path) else {
@@ -184,11 +218,41 @@ impl Model {
         };
         let current = self.lock().serving.as_ref().map(|v| v.number);
         let next = candidates
-            .into_iter()
+            .iter()
             .rev()
             .find(|(n, dir)| current.is_none_or(|c| *n > c) && self.may_try(*n, dir));
-        if let Some((number, dir)) = next {
-            self.load(number, dir, config);
+        if let Some((number, dir)) = next
+            && let Some(version) = self.load(*number, dir.clone(), config)
+        {
+            self.make_newest(version, config);
+        }
+        for (number, dir) in &candidates {
+            if self.is_labelled(*number)
+                && !self.is_loaded(*number)
+                && self.may_try(*number, dir)
+                && let Some(version) = self.load(*number, dir.clone(), config)
+            {
+                self.lock().pinned.insert(*number, Arc::new(version));
+            }
+        }
+    }
+
+    fn is_loaded(&self, number: u64) -> bool {
+        let inner = self.lock();
+        inner.serving.as_ref().is_some_and(|v| v.number == number)
+            || inner.pinned.contains_key(&number)
+    }
+
+    /// `version` takes the requests that name no version; the one it
+    /// replaces stays when labelled, else drains.
+    fn make_newest(&self, version: Version, config: &ServeConfig) {
+        let old = self.lock().serving.replace(Arc::new(version));
+        match old {
+            Some(old) if self.is_labelled(old.number) => {
+                self.lock().pinned.insert(old.number, old);
+            }
+            Some(old) => self.unload(old, config),
+            None => {}
         }
     }
 
@@ -201,7 +265,9 @@ impl Model {
         }
     }
 
-    fn load(&self, number: u64, dir: PathBuf, config: &ServeConfig) {
+    /// Loads and warms version `number`, reporting how it went; the caller
+    /// puts it where requests find it.
+    fn load(&self, number: u64, dir: PathBuf, config: &ServeConfig) -> Option<Version> {
         self.set_status(VersionStatus {
             version: number,
             state: State::Loading,
@@ -226,10 +292,7 @@ impl Model {
                     load_ms,
                     warmup,
                 });
-                let old = self.lock().serving.replace(Arc::new(version));
-                if let Some(old) = old {
-                    self.unload(old, config);
-                }
+                Some(version)
             }
             Err(e) => {
                 let error = error_chain(&e);
@@ -246,6 +309,7 @@ impl Model {
                     version: number,
                     error,
                 });
+                None
             }
         }
     }
@@ -295,8 +359,11 @@ impl Model {
     /// Stops serving: every version unloads (at shutdown, after the
     /// connections are closed).
     pub fn unload_all(&self, config: &ServeConfig) {
-        let serving = self.lock().serving.take();
-        if let Some(v) = serving {
+        let (serving, pinned) = {
+            let mut inner = self.lock();
+            (inner.serving.take(), std::mem::take(&mut inner.pinned))
+        };
+        for v in serving.into_iter().chain(pinned.into_values()) {
             self.unload(v, config);
         }
         let rest = std::mem::take(&mut self.lock().unloading);
@@ -398,11 +465,14 @@ pub fn next_version_dir(base: &Path) -> std::io::Result<PathBuf> {
     Ok(base.join((highest + 1).to_string()))
 }
 
-/// Loads and polls until `stop` says so (or is dropped).
+/// Loads and polls until `stop` says so (or is dropped). Once every model
+/// has a version, `before_ready` runs (the request path's warm-up), then
+/// `on_ready` with the time since start.
 pub(crate) fn manage(
     models: &[Arc<Model>],
     config: &ServeConfig,
     stop: &crossbeam_channel::Receiver<()>,
+    before_ready: &dyn Fn(),
     on_ready: &dyn Fn(f64),
 ) {
     let mut announced = false;
@@ -412,6 +482,7 @@ pub(crate) fn manage(
         }
         if !announced && models.iter().all(|m| m.is_ready()) {
             announced = true;
+            before_ready();
             let since_start_ms = config.started.elapsed().as_secs_f64() * 1e3;
             on_ready(since_start_ms);
             config.emit(Event::Ready { since_start_ms });

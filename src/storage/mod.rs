@@ -33,11 +33,15 @@
 //!
 //! # Reading for latency
 //!
-//! An object is read by parallel ranged GETs with read-ahead: by default
-//! 8 MiB ranges, 4 in flight per object ([`ReadOptions`]), so a reader never
-//! waits on one round trip once it is going. Each range reaches the reader as
-//! its body arrives, chunk by chunk: records are parsed from the first bytes
-//! of a range, not after its last. GZIP/ZLIB objects are decompressed as that
+//! An object is read by one streaming GET, or by parallel ranged GETs with
+//! read-ahead (by default 8 MiB ranges, 4 in flight per object,
+//! [`ReadOptions`]), whichever was measured faster on its server
+//! ([`ReadStrategy::Auto`]: once per store and process, on the first object
+//! of at least the read-ahead's size); either way a reader never waits on
+//! one round trip once it is going, and no more than the read-ahead is
+//! buffered ahead of it. Bytes reach the reader as the body arrives, chunk
+//! by chunk: records are parsed from the first bytes of a range, not after
+//! its last. GZIP/ZLIB objects are decompressed as that
 //! stream arrives. Several objects are read at once by
 //! `TfRecordFiles::interleave` in the pipeline.
 //! A failed range is retried with exponential backoff (a dropped connection, a
@@ -69,7 +73,7 @@ use std::time::Duration;
 #[cfg(feature = "object-store")]
 pub use object::{
     ObjectWriter, PendingObject, commit_objects, delete_object, install_crypto_provider,
-    set_bucket_options,
+    read_strategy, set_bucket_options, set_read_strategy,
 };
 pub(crate) use resolve::url_str;
 pub use resolve::{Listing, is_dataset_file, is_url, partition_values, resolve, resolve_listing};
@@ -243,7 +247,26 @@ impl StorageError {
     }
 }
 
-/// How objects are read: range size, read-ahead depth and retries.
+/// How a sequential read fetches an object ([`ReadOptions::strategy`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReadStrategy {
+    /// Measured per server: the first object of at least the read-ahead's
+    /// size (`range_size * ranges_in_flight`) is fetched both ways, its
+    /// first read-ahead's worth of bytes by one GET, then by
+    /// `ranges_in_flight` ranged GETs at once, and the ranges are chosen only
+    /// when 1.25 times faster; until then, and for smaller objects, one
+    /// stream. The default.
+    #[default]
+    Auto,
+    /// One streaming GET per object (a plain download's speed on servers
+    /// that cap nothing per connection, or serve ranges slowly).
+    Stream,
+    /// Ranged GETs of `range_size`, `ranges_in_flight` at once (faster where
+    /// each connection is capped, as on S3).
+    Ranges,
+}
+
+/// How objects are read: strategy, range size, read-ahead depth and retries.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReadOptions {
     /// Bytes per ranged GET, at most. By default 8 MiB. An object smaller
@@ -258,6 +281,10 @@ pub struct ReadOptions {
     /// The wait before the first retry; it doubles each retry up to 5 s.
     /// By default 100 ms.
     pub backoff: Duration,
+    /// One stream or parallel ranges for a sequential read. By default
+    /// [`ReadStrategy::Auto`], measured per server. Random access (an
+    /// index's records) always takes ranged GETs.
+    pub strategy: ReadStrategy,
 }
 
 impl Default for ReadOptions {
@@ -267,6 +294,7 @@ impl Default for ReadOptions {
             ranges_in_flight: 4,
             attempts: 5,
             backoff: Duration::from_millis(100),
+            strategy: ReadStrategy::Auto,
         }
     }
 }

@@ -1,13 +1,19 @@
 //! Object storage through `object_store`: the runtime, store configuration,
 //! listing, the read-ahead reader and the multipart writer.
+//!
+//! A sequential read ([`ObjectReader`]) fetches an object by one streaming
+//! GET, or by ranged GETs in parallel, whichever the server was measured to
+//! serve faster ([`ReadStrategy`]); either way the bytes received but not
+//! yet read are bounded by the read-ahead the options chose (`range_size *
+//! ranges_in_flight`): a GET's body waits on the runtime for credit.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::io::{self, Read, Write};
 use std::ops::Range;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock, Weak};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use crossbeam_channel::Sender;
@@ -17,11 +23,11 @@ use object_store::{
     BackoffConfig, ClientOptions, GetOptions, MultipartUpload, ObjectMeta, ObjectStore,
     ObjectStoreExt, PutPayload, RetryConfig,
 };
-use tokio::sync::oneshot;
+use tokio::sync::{Semaphore, oneshot};
 use url::Url;
 
 use super::resolve::{has_glob, list_prefix, percent_decode};
-use super::{ReadOptions, StorageError};
+use super::{ReadOptions, ReadStrategy, StorageError};
 use crate::spawn::Thread;
 
 // ---------------------------------------------------------------------------
@@ -113,6 +119,54 @@ pub fn set_bucket_options<K: Into<String>, V: Into<String>>(
         .unwrap_or_else(PoisonError::into_inner);
     all.retain(|(b, _)| *b != base);
     all.push((base, options));
+}
+
+/// Per store base (`scheme://bucket`): how sequential reads fetch its
+/// objects, set by [`set_read_strategy`] or measured on the first object
+/// large enough ([`probe`]); kept for the process, as the stores' options.
+type StrategyCell = Arc<OnceLock<ReadStrategy>>;
+static STRATEGIES: Mutex<Vec<(String, StrategyCell)>> = Mutex::new(Vec::new());
+
+/// Sets how sequential reads of objects in the bucket `base` (such as
+/// `s3://my-bucket`) fetch them, for readers opened from then on, where
+/// their [`ReadOptions::strategy`] is [`ReadStrategy::Auto`]:
+/// [`ReadStrategy::Stream`] or [`ReadStrategy::Ranges`] instead of
+/// measuring, or `Auto` to measure again.
+///
+/// ```
+/// use tfpipe::storage::{ReadStrategy, read_strategy, set_read_strategy};
+///
+/// set_read_strategy("s3://example-bucket", ReadStrategy::Ranges);
+/// assert_eq!(read_strategy("s3://example-bucket"), Some(ReadStrategy::Ranges));
+/// set_read_strategy("s3://example-bucket", ReadStrategy::Auto);
+/// assert_eq!(read_strategy("s3://example-bucket"), None);
+/// ```
+pub fn set_read_strategy(base: &str, strategy: ReadStrategy) {
+    let base = base.trim_end_matches('/').to_string();
+    let cell = StrategyCell::default();
+    if strategy != ReadStrategy::Auto {
+        let _ = cell.set(strategy);
+    }
+    let mut all = STRATEGIES.lock().unwrap_or_else(PoisonError::into_inner);
+    all.retain(|(b, _)| *b != base);
+    all.push((base, cell));
+}
+
+/// How sequential reads fetch objects of the bucket `base`: as set by
+/// [`set_read_strategy`] or measured; `None` until either.
+pub fn read_strategy(base: &str) -> Option<ReadStrategy> {
+    strategy_cell(base.trim_end_matches('/')).get().copied()
+}
+
+/// The strategy kept for the store base `base` (empty until set or measured).
+fn strategy_cell(base: &str) -> StrategyCell {
+    let mut all = STRATEGIES.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((_, cell)) = all.iter().find(|(b, _)| b == base) {
+        return Arc::clone(cell);
+    }
+    let cell = StrategyCell::default();
+    all.push((base.to_string(), Arc::clone(&cell)));
+    cell
 }
 
 fn bucket_options(base: &str) -> Vec<(String, String)> {
@@ -767,6 +821,10 @@ struct RangeTask {
     url: Arc<str>,
     attempts: u32,
     backoff: Duration,
+    /// The object's size, when known: a GET of all of it then asks for no
+    /// range (a plain GET, which some servers serve faster: moto slices a
+    /// copy of the whole object for any ranged one).
+    size: Option<u64>,
 }
 
 /// Why one GET stopped before its range's end.
@@ -785,6 +843,7 @@ impl RangeTask {
     async fn fetch(
         &self,
         range: Range<u64>,
+        credit: Option<&Semaphore>,
         mut deliver: impl FnMut(Bytes) -> bool,
     ) -> Result<(), StorageError> {
         let mut next = range.start;
@@ -794,7 +853,7 @@ impl RangeTask {
             attempt += 1;
             let before = next;
             let failure = match self
-                .get_once(next..range.end, &mut next, &mut deliver)
+                .get_once(next..range.end, &mut next, credit, &mut deliver)
                 .await
             {
                 Ok(()) if next >= range.end => return Ok(()),
@@ -830,16 +889,20 @@ impl RangeTask {
         Ok(())
     }
 
-    /// One GET of `range`, each body chunk delivered as it arrives; `next`
-    /// follows the first byte not yet delivered. `Ok` when the body ended
-    /// (at `range.end`, or short of it if the object shrank).
+    /// One GET of `range`, each body chunk delivered as it arrives (in
+    /// pieces of at most [`PIECE`] bytes, each first taking its size in
+    /// `credit`, when given, so that no more is buffered than the reader
+    /// allowed); `next` follows the first byte not yet delivered. `Ok` when
+    /// the body ended (at `range.end`, or short of it if the object shrank).
     async fn get_once(
         &self,
         range: Range<u64>,
         next: &mut u64,
+        credit: Option<&Semaphore>,
         deliver: &mut impl FnMut(Bytes) -> bool,
     ) -> Result<(), Delivery> {
-        let options = GetOptions::default().with_range(Some(range.clone()));
+        let whole = range.start == 0 && Some(range.end) == self.size;
+        let options = GetOptions::default().with_range((!whole).then(|| range.clone()));
         let result = self
             .store
             .get_opts(&self.key, options)
@@ -847,12 +910,26 @@ impl RangeTask {
             .map_err(Delivery::Failed)?;
         let mut body = result.into_stream();
         while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(Delivery::Failed)?;
+            let mut chunk = chunk.map_err(Delivery::Failed)?;
             // Never more than was asked for, whatever the server sends.
             let wanted = (range.end - *next).min(chunk.len() as u64) as usize;
-            *next += wanted as u64;
-            if !deliver(chunk.slice(..wanted)) {
-                return Err(Delivery::Declined);
+            chunk.truncate(wanted);
+            // Credit is taken piece by piece; without it, a chunk stays whole.
+            let most = if credit.is_some() { PIECE } else { usize::MAX };
+            while !chunk.is_empty() {
+                let piece = chunk.split_to(chunk.len().min(most));
+                if let Some(credit) = credit {
+                    // Closed only when the reader is gone.
+                    let permits = credit
+                        .acquire_many(piece.len() as u32)
+                        .await
+                        .map_err(|_| Delivery::Declined)?;
+                    permits.forget();
+                }
+                *next += piece.len() as u64;
+                if !deliver(piece) {
+                    return Err(Delivery::Declined);
+                }
             }
             if *next >= range.end {
                 break;
@@ -864,7 +941,7 @@ impl RangeTask {
     /// `range` whole, in one `Bytes`.
     async fn collect(self, range: Range<u64>) -> Result<Bytes, StorageError> {
         let mut parts = Vec::new();
-        self.fetch(range, |chunk| {
+        self.fetch(range, None, |chunk| {
             parts.push(chunk);
             true
         })
@@ -875,12 +952,19 @@ impl RangeTask {
         })
     }
 
-    /// `range` streamed into `chunks`; an error is sent last. The channel
-    /// closes when the task ends, so a receiver that counts its bytes tells
-    /// an aborted or panicked task from a finished one.
-    async fn stream(self, range: Range<u64>, chunks: Sender<Result<Bytes, StorageError>>) {
+    /// `range` streamed into `chunks`, each piece sent once `credit` has
+    /// room for it (the receiver returns the credit as it reads); an error
+    /// is sent last. The channel closes when the task ends, so a receiver
+    /// that counts its bytes tells an aborted or panicked task from a
+    /// finished one.
+    async fn stream(
+        self,
+        range: Range<u64>,
+        credit: Arc<Semaphore>,
+        chunks: Sender<Result<Bytes, StorageError>>,
+    ) {
         let sent = self
-            .fetch(range, |chunk| chunks.send(Ok(chunk)).is_ok())
+            .fetch(range, Some(&credit), |chunk| chunks.send(Ok(chunk)).is_ok())
             .await;
         if let Err(error) = sent {
             let _ = chunks.send(Err(error));
@@ -918,6 +1002,7 @@ impl RangeReader {
                 url: Arc::from(url),
                 attempts: options.attempts,
                 backoff: options.backoff,
+                size: None,
             },
             options,
         })
@@ -928,31 +1013,132 @@ impl RangeReader {
         self.context.spawn(self.task.clone().collect(range))
     }
 
-    /// Starts streaming `range` into a channel the reader drains.
-    fn stream(&self, range: Range<u64>) -> StreamedRange {
+    /// Starts streaming `range` into a channel the reader drains, at most
+    /// `buffer` bytes ahead of it.
+    fn stream(&self, range: Range<u64>, buffer: u64) -> StreamedRange {
+        // The channel itself is unbounded; the credit bounds what it holds
+        // (a bounded channel would block the runtime's one thread).
         let (tx, chunks) = crossbeam_channel::unbounded();
+        let buffer = buffer.clamp(PIECE as u64, MAX_CREDIT as u64) as usize;
+        let credit = Arc::new(Semaphore::new(buffer));
         StreamedRange {
-            _task: self
-                .context
-                .spawn(self.task.clone().stream(range.clone(), tx)),
+            limit: buffer,
+            _task: self.context.spawn(self.task.clone().stream(
+                range.clone(),
+                Arc::clone(&credit),
+                tx,
+            )),
             range,
             received: 0,
             chunks,
+            credit,
         }
+    }
+
+    /// How a sequential read of `length` bytes fetches this object: what
+    /// the options ask, else what was measured for its store, else, for an
+    /// object large enough, measured now ([`probe`], once per store and
+    /// process), else one streaming GET.
+    fn strategy(&self, length: u64) -> ReadStrategy {
+        if self.options.strategy != ReadStrategy::Auto {
+            return self.options.strategy;
+        }
+        let Ok(parsed) = parse(&self.task.url) else {
+            return ReadStrategy::Stream;
+        };
+        let cell = strategy_cell(&parsed.base);
+        if let Some(&known) = cell.get() {
+            return known;
+        }
+        let sample = read_ahead(&self.options);
+        if length < sample {
+            return ReadStrategy::Stream;
+        }
+        let depth = self.options.ranges_in_flight.max(1) as u64;
+        *cell.get_or_init(|| {
+            self.context
+                .run(probe(self.task.clone(), sample, depth))
+                .unwrap_or(ReadStrategy::Stream)
+        })
     }
 }
 
-/// A ranged GET in flight, as the reader sees it. At most the range's
-/// length is ever buffered in `chunks`.
+/// The largest piece a GET's body is handed on in: the unit of credit.
+const PIECE: usize = 1 << 20;
+
+/// The most credit one stream holds (a semaphore's limit is far above).
+const MAX_CREDIT: usize = 1 << 40;
+
+/// How much faster parallel ranges must be, measured, to be chosen over one
+/// stream: below this the difference is within a shared machine's noise,
+/// and one GET is the cheaper request.
+const RANGES_MARGIN: f64 = 1.25;
+
+/// The read-ahead in bytes: `range_size * ranges_in_flight`.
+fn read_ahead(options: &ReadOptions) -> u64 {
+    options
+        .range_size
+        .max(1)
+        .saturating_mul(options.ranges_in_flight.max(1) as u64)
+}
+
+/// Measures which strategy the server behind `task` serves faster: the
+/// first `sample` bytes of the object by one GET, then the same bytes by
+/// `depth` ranged GETs at once. Ranges win only when at least
+/// [`RANGES_MARGIN`] times faster. (S3 caps each connection, so parallel
+/// ranges multiply throughput; a server that reads the whole object for
+/// every ranged GET, as moto does, or one bound by its own CPU, serves one
+/// stream faster.) A failed GET gives the stream: errors are reported by the
+/// read itself.
+async fn probe(task: RangeTask, sample: u64, depth: u64) -> ReadStrategy {
+    let start = Instant::now();
+    if task.clone().collect(0..sample).await.is_err() {
+        return ReadStrategy::Stream;
+    }
+    let one = start.elapsed();
+    let step = sample.div_ceil(depth).max(1);
+    let start = Instant::now();
+    let ranges = (0..sample)
+        .step_by(step as usize)
+        .map(|at| task.clone().collect(at..sample.min(at + step)));
+    let fetched = futures_util::future::join_all(ranges).await;
+    if fetched.iter().any(Result::is_err) {
+        return ReadStrategy::Stream;
+    }
+    choose(one, start.elapsed())
+}
+
+/// Ranges when fetching by them (`parallel`) was [`RANGES_MARGIN`] times
+/// faster than by one GET (`one`), else the stream.
+fn choose(one: Duration, parallel: Duration) -> ReadStrategy {
+    if parallel.as_secs_f64() * RANGES_MARGIN < one.as_secs_f64() {
+        ReadStrategy::Ranges
+    } else {
+        ReadStrategy::Stream
+    }
+}
+
+/// A GET in flight, as the reader sees it: at most its credit (the range's
+/// length, or the read-ahead for a whole-object stream) is ever buffered in
+/// `chunks`.
 struct StreamedRange {
     range: Range<u64>,
     received: u64,
     chunks: crossbeam_channel::Receiver<Result<Bytes, StorageError>>,
+    /// Bytes the GET may still hand on; returned as they are read.
+    credit: Arc<Semaphore>,
+    /// The credit it started with.
+    limit: usize,
     /// Held only so that dropping the range unread aborts its GET.
     _task: Pending<()>,
 }
 
 impl StreamedRange {
+    /// Bytes received and not yet handed to the reader.
+    fn held(&self) -> u64 {
+        self.limit.saturating_sub(self.credit.available_permits()) as u64
+    }
+
     /// The next chunk, `None` once the whole range has arrived.
     fn next_chunk(&mut self) -> Result<Option<Bytes>, StorageError> {
         let length = self.range.end - self.range.start;
@@ -962,6 +1148,9 @@ impl StreamedRange {
         match self.chunks.recv() {
             Ok(Ok(bytes)) => {
                 self.received += bytes.len() as u64;
+                // The reader holds this piece from now on: the GET may
+                // fetch as much again.
+                self.credit.add_permits(bytes.len());
                 Ok(Some(bytes))
             }
             Ok(Err(e)) => Err(e),
@@ -986,17 +1175,23 @@ fn range_step(options: &ReadOptions, length: u64) -> u64 {
     size.min(split).max(size.min(MIN_SPLIT_RANGE))
 }
 
-/// An object as a byte stream: ranged GETs of [`ReadOptions::range_size`],
-/// [`ReadOptions::ranges_in_flight`] of them ahead of the reader, each
-/// delivered as its body arrives (the reader starts on the first bytes of
-/// a range, not after its last).
+/// An object as a byte stream, fetched as [`ReadStrategy`] says: one
+/// streaming GET at most `range_size * ranges_in_flight` bytes ahead of the
+/// reader, or ranged GETs of [`ReadOptions::range_size`],
+/// [`ReadOptions::ranges_in_flight`] of them ahead, each delivered as its
+/// body arrives (the reader starts on the first bytes of a range, not
+/// after its last).
 ///
 /// Dropping it aborts the GETs in flight.
 pub struct ObjectReader {
     ranges: RangeReader,
     size: u64,
-    /// Bytes per ranged GET ([`range_step`]).
+    /// Bytes per GET: the whole rest for a stream, else [`range_step`].
     step: u64,
+    /// GETs in flight at once: 1 for a stream.
+    depth: usize,
+    /// Bytes each GET may buffer ahead of the reader.
+    buffer: u64,
     /// The next byte not yet requested.
     next: u64,
     in_flight: VecDeque<StreamedRange>,
@@ -1050,9 +1245,19 @@ impl ObjectReader {
         start: u64,
         options: ReadOptions,
     ) -> Result<ObjectReader, StorageError> {
+        let mut ranges = RangeReader::new(url, options)?;
+        ranges.task.size = Some(size);
+        let length = size - start;
+        let options = &ranges.options;
+        let (step, depth) = match ranges.strategy(length) {
+            ReadStrategy::Ranges => (range_step(options, length), options.ranges_in_flight.max(1)),
+            ReadStrategy::Stream | ReadStrategy::Auto => (length.max(1), 1),
+        };
         Ok(ObjectReader {
-            step: range_step(&options, size - start),
-            ranges: RangeReader::new(url, options)?,
+            step,
+            depth,
+            buffer: step.min(read_ahead(options)),
+            ranges,
             size,
             next: start,
             in_flight: VecDeque::new(),
@@ -1066,12 +1271,21 @@ impl ObjectReader {
         self.size
     }
 
+    /// Bytes received from the store and not yet read: never more than the
+    /// read-ahead (`range_size * ranges_in_flight`, at least 1 MiB per
+    /// GET) plus the piece being read (at most 1 MiB), whatever the
+    /// reader's pace.
+    pub fn buffered(&self) -> u64 {
+        let held: u64 = self.in_flight.iter().map(StreamedRange::held).sum();
+        held + self.current.len() as u64
+    }
+
     fn top_up(&mut self) {
-        let depth = self.ranges.options.ranges_in_flight.max(1);
         let step = self.step;
-        while self.in_flight.len() < depth && self.next < self.size {
+        while self.in_flight.len() < self.depth && self.next < self.size {
             let end = self.size.min(self.next.saturating_add(step));
-            self.in_flight.push_back(self.ranges.stream(self.next..end));
+            self.in_flight
+                .push_back(self.ranges.stream(self.next..end, self.buffer));
             self.next = end;
         }
     }
@@ -1402,6 +1616,27 @@ mod tests {
         };
         assert_eq!(range_step(&tiny, 100 * mib), 1000);
         assert_eq!(range_step(&tiny, 10), 1000);
+    }
+
+    #[test]
+    fn ranges_are_chosen_only_when_measured_clearly_faster() {
+        let ms = Duration::from_millis;
+        assert_eq!(choose(ms(100), ms(30)), ReadStrategy::Ranges);
+        assert_eq!(choose(ms(100), ms(90)), ReadStrategy::Stream);
+        // moto: ranged GETs slower than one whole-object GET.
+        assert_eq!(choose(ms(60), ms(230)), ReadStrategy::Stream);
+    }
+
+    #[test]
+    fn a_set_strategy_is_kept_per_bucket_until_reset() {
+        set_read_strategy("s3://strategy-test/", ReadStrategy::Stream);
+        assert_eq!(
+            read_strategy("s3://strategy-test"),
+            Some(ReadStrategy::Stream)
+        );
+        assert_eq!(read_strategy("s3://strategy-other"), None);
+        set_read_strategy("s3://strategy-test", ReadStrategy::Auto);
+        assert_eq!(read_strategy("s3://strategy-test"), None);
     }
 
     #[test]

@@ -114,3 +114,73 @@ fn a_normalised_nchw_image_feature_is_float32() {
         }
     }
 }
+
+/// One event of a run: a batch's image values, or an epoch's end.
+#[derive(Debug, PartialEq)]
+enum Seen {
+    Images(Vec<u8>),
+    End(u64),
+}
+
+fn seen(it: &mut tfpipe::pipeline::PipelineIter<tfpipe::Batch>, n: Option<usize>) -> Vec<Seen> {
+    let mut out = Vec::new();
+    while n.is_none_or(|n| out.len() < n) {
+        match it.next_event() {
+            Some(tfpipe::pipeline::Event::Item(batch)) => {
+                let batch = batch.unwrap();
+                out.push(Seen::Images(batch.columns[0].as_u8().unwrap().to_vec()));
+            }
+            Some(tfpipe::pipeline::Event::EpochEnd(e)) => out.push(Seen::End(e)),
+            None => break,
+        }
+    }
+    out
+}
+
+#[test]
+fn random_image_options_draw_from_seed_epoch_and_position_and_resume_exactly() {
+    use tfpipe::pipeline::PipelineState;
+    let jpeg = std::fs::read("testdata/images/china_q90.jpg").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_shards(dir.path(), 2, 5, Compression::None, |i| {
+        example(jpeg.clone(), i as i64)
+    });
+    let pattern = dir.path().join("part-*").display().to_string();
+    let spec =
+        "image:image:6x6x3:random_crop,flip,brightness(0.2),contrast(0.8,1.2),saturation(0.5,1.5)";
+    let schema = Schema::from_feature_texts(&[spec, "label:int64"]).unwrap();
+    let pipeline = move |workers: usize, seed: u64| {
+        Pipeline::tfrecord_files([pattern.as_str()])
+            .unwrap()
+            .records()
+            .batch(3)
+            .parse_batches_seeded(schema.clone(), Parallelism::Fixed(workers), seed)
+            .prefetch(2)
+            .repeat(Some(2))
+    };
+    watchdog(60, move || {
+        let full = seen(&mut pipeline(1, 9).start().unwrap(), None);
+        // 10 records in batches of 3, 3, 3, 1 (two files, in order), twice.
+        assert_eq!(full.len(), 10);
+        assert_eq!(full, seen(&mut pipeline(3, 9).start().unwrap(), None));
+        assert_ne!(full, seen(&mut pipeline(1, 10).start().unwrap(), None));
+        let Seen::Images(first) = &full[0] else {
+            panic!("{:?}", full[0])
+        };
+        let image = |batch: &[u8], i: usize| batch[i * 108..(i + 1) * 108].to_vec();
+        // The same JPEG in every record, drawn differently per position and epoch.
+        assert_ne!(image(first, 0), image(first, 1));
+        assert_eq!(full[4], Seen::End(0));
+        assert_ne!(full[5], full[0], "epoch 1 draws anew");
+        for cut in 0..=full.len() {
+            let mut it = pipeline(2, 9).start().unwrap();
+            let head = seen(&mut it, Some(cut));
+            assert_eq!(head, full[..cut]);
+            let json = it.state().unwrap().to_json();
+            drop(it);
+            let state = PipelineState::from_json(&json).unwrap();
+            let mut resumed = pipeline(2, 9).start_from(&state).unwrap();
+            assert_eq!(seen(&mut resumed, None), full[cut..], "cut at {cut}");
+        }
+    });
+}

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tfpipe::Compression;
 use tfpipe::pipeline::{Pipeline, PipelineError};
-use tfpipe::storage::{self, ReadOptions};
+use tfpipe::storage::{self, ReadOptions, ReadStrategy};
 use tfpipe::tfrecord::{FileRecordReader, ReaderOptions, RecordError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -148,6 +148,7 @@ fn tfrecord_objects_read_over_http_with_ranged_gets() {
     let read = ReadOptions {
         range_size: 1000,
         ranges_in_flight: 3,
+        strategy: ReadStrategy::Ranges,
         ..ReadOptions::default()
     };
     for (url, expected) in [(&url0, &plain), (&url1, &gzip)] {

@@ -1,12 +1,13 @@
 //! Listing, reading plain and gzip objects, range boundaries, retries and
 //! the errors: missing objects, refused credentials, corrupt data.
 
-use std::io;
+use std::io::{self, Read as _};
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use tfpipe::Compression;
 use tfpipe::pipeline::{Pipeline, PipelineError};
-use tfpipe::storage::{self, ReadOptions, StorageError};
+use tfpipe::storage::{self, ReadOptions, ReadStrategy, StorageError};
 use tfpipe::tfrecord::{FileRecordReader, ReaderOptions, RecordError};
 
 use crate::server::{S3Server, records, tfrecord};
@@ -150,14 +151,85 @@ fn records_split_across_range_boundaries_read_whole() {
         for compression in [Compression::None, Compression::Gzip, Compression::Zlib] {
             let url = format!("{bucket}/r{count}.tfrecord{}", compression.suffix());
             server.put(&url, tfrecord(&recs, compression));
-            let read = ReadOptions {
-                range_size,
-                ranges_in_flight: 3,
-                ..ReadOptions::default()
-            };
-            assert_eq!(read_all(&url, &read).unwrap(), recs, "{url} {range_size}");
+            for strategy in [ReadStrategy::Ranges, ReadStrategy::Stream] {
+                let read = ReadOptions {
+                    range_size,
+                    ranges_in_flight: 3,
+                    strategy,
+                    ..ReadOptions::default()
+                };
+                let got = read_all(&url, &read).unwrap();
+                assert_eq!(got, recs, "{url} {range_size} {strategy:?}");
+            }
         }
     }
+}
+
+/// What a read has received but not yet consumed is bounded by the
+/// read-ahead the options chose, for one stream as for ranges: a reader
+/// that stops reading stops the GETs (a 16 MiB object, 2 MiB of read-ahead,
+/// all of which an unbounded stream would have buffered).
+#[test]
+fn a_reader_buffers_no_more_than_its_read_ahead() {
+    let server = S3Server::start();
+    let bucket = server.bucket("bounded");
+    let url = format!("{bucket}/big.bin");
+    let bytes: Vec<u8> = (0..16u32 << 20).map(|i| (i % 251) as u8).collect();
+    server.put(&url, bytes.clone());
+    for strategy in [ReadStrategy::Stream, ReadStrategy::Ranges] {
+        let read = ReadOptions {
+            range_size: 1 << 20,
+            ranges_in_flight: 2,
+            strategy,
+            ..ReadOptions::default()
+        };
+        let mut reader = storage::open_object(&url, &read).unwrap();
+        let mut got = vec![0u8; 1];
+        reader.read_exact(&mut got).unwrap();
+        // Time for the GETs to fetch whatever they are allowed to.
+        std::thread::sleep(Duration::from_millis(300));
+        // The read-ahead, and the rest of the 1 MiB piece being read.
+        assert!(
+            reader.buffered() <= 3 << 20,
+            "{strategy:?}: {} bytes buffered",
+            reader.buffered()
+        );
+        reader.read_to_end(&mut got).unwrap();
+        assert!(got == bytes, "{strategy:?}: the bytes differ");
+    }
+}
+
+/// `Auto` measures the server on the first object of at least the
+/// read-ahead's size, records the choice for the bucket, and reads the
+/// object whole either way; a smaller object is streamed without measuring.
+#[test]
+fn auto_measures_the_server_once_per_bucket() {
+    let server = S3Server::start();
+    let bucket = server.bucket("auto");
+    let small = format!("{bucket}/small.bin");
+    let big = format!("{bucket}/big.bin");
+    let bytes: Vec<u8> = (0..4u32 << 20).map(|i| (i % 253) as u8).collect();
+    server.put(&small, bytes[..1 << 20].to_vec());
+    server.put(&big, bytes.clone());
+    let read = ReadOptions {
+        range_size: 1 << 20,
+        ranges_in_flight: 2,
+        ..ReadOptions::default()
+    };
+    let read_whole = |url: &str| {
+        let mut got = Vec::new();
+        storage::open_object(url, &read)
+            .unwrap()
+            .read_to_end(&mut got)
+            .unwrap();
+        got
+    };
+    assert_eq!(read_whole(&small), bytes[..1 << 20]);
+    assert_eq!(storage::read_strategy(&bucket), None);
+    assert!(read_whole(&big) == bytes);
+    let chosen = storage::read_strategy(&bucket);
+    assert!(chosen.is_some(), "no strategy recorded");
+    eprintln!("s3s-fs: {chosen:?}");
 }
 
 #[test]

@@ -1,0 +1,231 @@
+//! Decoding only the top rows of a JPEG: the row half of TensorFlow's
+//! `decode_and_crop_jpeg`.
+//!
+//! A sequential JPEG whose first scan holds every component is coded one
+//! MCU row after another, top to bottom. Lowering the height in its frame
+//! header (SOF) makes a decoder stop after the rows above the new height,
+//! leaving the entropy-coded data below unread: rows under a crop window
+//! cost nothing. The lowered height keeps one MCU row more than the window
+//! needs, so that chroma upsampling of the window's last rows sees the same
+//! neighbours as in a full decode and the window's pixels are the full
+//! decode's exactly (tested below).
+//!
+//! Progressive JPEGs (each scan covers the whole image) and sequential ones
+//! with one scan per component are decoded whole. So is a stream that does
+//! not end with an EOI marker: decoding it whole reports the truncation,
+//! which a shortened decode would never reach.
+
+/// What the marker segments before the first scan say about a JPEG.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Frame {
+    /// Byte offset of the frame header's 16-bit height.
+    height_at: usize,
+    /// Rows.
+    pub(super) height: usize,
+    /// Columns.
+    pub(super) width: usize,
+    /// 1 for a one-component (grey) JPEG, else 3.
+    pub(super) channels: u8,
+    /// Rows of one MCU: 8 times the largest vertical sampling factor.
+    mcu_rows: usize,
+    /// Whether only the top rows can be decoded (see the module doc).
+    rows_first: bool,
+}
+
+impl Frame {
+    /// Reads the marker segments of `bytes` up to the first scan; `None`
+    /// when they do not parse (the codec then reports why).
+    pub(super) fn read(bytes: &[u8]) -> Option<Frame> {
+        let mut at = 2; // after SOI
+        let mut frame: Option<(Frame, u8)> = None;
+        loop {
+            // Markers may be preceded by any number of 0xFF fill bytes.
+            while *bytes.get(at)? == 0xFF && *bytes.get(at + 1)? == 0xFF {
+                at += 1;
+            }
+            if *bytes.get(at)? != 0xFF {
+                return None;
+            }
+            let marker = *bytes.get(at + 1)?;
+            let length = usize::from(u16::from_be_bytes([
+                *bytes.get(at + 2)?,
+                *bytes.get(at + 3)?,
+            ]));
+            let segment = bytes.get(at + 4..at + 2 + length)?;
+            match marker {
+                0xC0..=0xCF if !matches!(marker, 0xC4 | 0xC8 | 0xCC) => {
+                    frame = Some((Frame::from_sof(marker, at, segment)?, *segment.get(5)?));
+                }
+                0xDA => {
+                    let (mut frame, components) = frame?;
+                    // The first scan must hold every component.
+                    frame.rows_first &= *segment.first()? == components;
+                    frame.rows_first &= ends_with_eoi(bytes);
+                    return Some(frame);
+                }
+                _ => {}
+            }
+            at += 2 + length;
+        }
+    }
+
+    /// A frame header's segment (after its length) at marker `marker`.
+    fn from_sof(marker: u8, at: usize, segment: &[u8]) -> Option<Frame> {
+        let height = usize::from(u16::from_be_bytes([*segment.get(1)?, *segment.get(2)?]));
+        let width = usize::from(u16::from_be_bytes([*segment.get(3)?, *segment.get(4)?]));
+        let components = usize::from(*segment.get(5)?);
+        let max_vertical = (0..components)
+            .map(|c| segment.get(7 + 3 * c).map(|hv| hv & 0x0F))
+            .collect::<Option<Vec<u8>>>()?
+            .into_iter()
+            .max()?;
+        Some(Frame {
+            height_at: at + 5,
+            height,
+            width,
+            channels: if components == 1 { 1 } else { 3 },
+            mcu_rows: 8 * usize::from(max_vertical.clamp(1, 4)),
+            // SOF0 (baseline) and SOF1 (extended sequential, Huffman).
+            rows_first: matches!(marker, 0xC0 | 0xC1),
+        })
+    }
+
+    /// How many rows to decode so that rows `0..rows` equal a full decode's:
+    /// `rows` rounded up to whole MCU rows, plus one MCU row, at most the
+    /// image's height (always the whole height when only whole decodes work).
+    pub(super) fn rows_to_decode(&self, rows: usize) -> usize {
+        if !self.rows_first {
+            return self.height;
+        }
+        let whole = rows.div_ceil(self.mcu_rows) * self.mcu_rows;
+        (whole + self.mcu_rows).min(self.height)
+    }
+
+    /// `bytes` with the frame's height set to `rows`, into `out` (reused).
+    pub(super) fn shortened(&self, bytes: &[u8], rows: usize, out: &mut Vec<u8>) {
+        debug_assert!(rows <= self.height && rows > 0);
+        out.clear();
+        out.extend_from_slice(bytes);
+        let height = u16::try_from(rows).unwrap_or(u16::MAX).to_be_bytes();
+        out[self.height_at..self.height_at + 2].copy_from_slice(&height);
+    }
+}
+
+/// Whether an EOI marker (`FF D9`) closes the stream, allowing a few
+/// trailing bytes (some writers pad files).
+fn ends_with_eoi(bytes: &[u8]) -> bool {
+    let tail = &bytes[bytes.len().saturating_sub(16)..];
+    tail.windows(2).any(|w| w == [0xFF, 0xD9])
+}
+
+#[cfg(all(test, feature = "images"))]
+mod tests {
+    use super::*;
+    use crate::image::{DecodeOptions, Decoder, Image, Window};
+
+    fn read(name: &str) -> Vec<u8> {
+        std::fs::read(format!("testdata/images/{name}")).unwrap()
+    }
+
+    fn decode(bytes: &[u8], channels: usize, bottom: Option<usize>) -> Image {
+        let mut decoder = Decoder::new(DecodeOptions {
+            channels,
+            ..DecodeOptions::default()
+        })
+        .unwrap();
+        let mut image = Image::default();
+        match bottom {
+            None => decoder.decode(bytes, &mut image).unwrap(),
+            Some(bottom) => {
+                decoder
+                    .decode_window(
+                        bytes,
+                        |h, w| Window {
+                            top: 0,
+                            left: 0,
+                            height: bottom.min(h),
+                            width: w,
+                        },
+                        &mut image,
+                    )
+                    .unwrap();
+            }
+        }
+        image
+    }
+
+    #[test]
+    fn the_frame_header_is_read() {
+        let frame = Frame::read(&read("china_q90.jpg")).unwrap();
+        assert_eq!(
+            (frame.height, frame.mcu_rows, frame.rows_first),
+            (40, 16, true)
+        );
+        let frame = Frame::read(&read("flower_q75_444.jpg")).unwrap();
+        assert_eq!(
+            (frame.height, frame.mcu_rows, frame.rows_first),
+            (29, 8, true)
+        );
+        let frame = Frame::read(&read("china_q50_progressive.jpg")).unwrap();
+        assert!(!frame.rows_first);
+        assert_eq!(frame.rows_to_decode(1), 40);
+        assert_eq!(Frame::read(b"\xFF\xD8\xFF\xC0\x00"), None);
+        assert_eq!(Frame::read(b"\xFF\xD8garbage"), None);
+    }
+
+    #[test]
+    fn rows_to_decode_keep_one_mcu_row_below() {
+        let frame = Frame::read(&read("china_q90.jpg")).unwrap();
+        assert_eq!(frame.rows_to_decode(1), 32);
+        assert_eq!(frame.rows_to_decode(16), 32);
+        assert_eq!(frame.rows_to_decode(17), 40);
+    }
+
+    #[test]
+    fn the_top_rows_equal_a_full_decode() {
+        let files = [
+            "china_q90.jpg",
+            "china_tf_q80.jpg",
+            "flower_q75_444.jpg",
+            "flower_grey.jpg",
+            "flower_tf_q95_444.jpg",
+            "flower_q95_progressive.jpg",
+        ];
+        let mut shortened = 0;
+        for file in files {
+            let bytes = read(file);
+            for channels in [1, 3] {
+                let full = decode(&bytes, channels, None);
+                for bottom in 1..full.height {
+                    let part = decode(&bytes, channels, Some(bottom));
+                    assert!(part.height >= bottom, "{file} {bottom}");
+                    shortened += usize::from(part.height < full.height);
+                    let len = bottom * full.width * channels;
+                    assert_eq!(
+                        part.data[..len],
+                        full.data[..len],
+                        "{file} c{channels} {bottom}"
+                    );
+                }
+            }
+        }
+        // Some windows did skip rows.
+        assert!(shortened > 20, "{shortened}");
+    }
+
+    #[test]
+    fn a_truncated_stream_is_still_an_error() {
+        let bytes = read("china_q90.jpg");
+        let cut = &bytes[..bytes.len() - 100];
+        let mut decoder = Decoder::new(DecodeOptions::default()).unwrap();
+        let mut image = Image::default();
+        let top = |_, w| Window {
+            top: 0,
+            left: 0,
+            height: 1,
+            width: w,
+        };
+        assert!(decoder.decode_window(cut, top, &mut image).is_err());
+        assert!(decoder.decode_window(&bytes, top, &mut image).is_ok());
+    }
+}
