@@ -94,9 +94,17 @@ import time, numpy as np, torch
 from tfrecord.torch.dataset import MultiTFRecordDataset
 t0 = time.time()
 files = sorted(FILES)
-splits = {os.path.basename(f): 1.0 for f in files}
 pattern = os.path.join(os.path.dirname(files[0]), "{}")
-ds = MultiTFRecordDataset(pattern, None, splits, {"image_raw": "byte", "label": "int"}, shuffle_queue_size=10_000, infinite=False)
+class PerWorker(torch.utils.data.IterableDataset):
+    # MultiTFRecordDataset reads every file in every worker (each record once per worker): give
+    # each worker its own files, as a user who noticed would.
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        mine = files if info is None else files[info.id::info.num_workers]
+        splits = {os.path.basename(f): 1.0 for f in mine}
+        return iter(MultiTFRecordDataset(pattern, None, splits, {"image_raw": "byte", "label": "int"},
+                                         shuffle_queue_size=10_000, infinite=False))
+ds = PerWorker()
 loader = torch.utils.data.DataLoader(ds, batch_size=256, num_workers=WORKERS)
 n = 0; first = None
 for b in loader:
