@@ -294,7 +294,8 @@ fn run_once(
     }
     let batches = records.batch(args.batch_size);
     let parsed = if args.partition_features.is_empty() {
-        batches.parse_batches(schema.clone(), parallelism)
+        // Image features with random options draw from --seed.
+        batches.parse_batches_seeded(schema.clone(), parallelism, args.seed)
     } else {
         batches.parse_batches_partitioned(schema.clone(), &args.partition_features, parallelism)
     };
