@@ -13,6 +13,9 @@
 //! meaningfully on a shared machine. The counts are of the whole process, all
 //! threads included.
 
+#[path = "common/args.rs"]
+mod args;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -150,18 +153,12 @@ fn run(
     Ok(n)
 }
 
-/// The files, and the feature specs given with `--feature`.
+/// The files and the `--feature` specs (at least one: the job parses).
 fn args() -> Result<(Vec<String>, Vec<String>), String> {
-    let (mut files, mut specs) = (Vec::new(), Vec::new());
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--feature" => specs.push(args.next().ok_or("--feature takes a SPEC")?),
-            _ => files.push(arg),
-        }
-    }
-    if files.is_empty() || specs.is_empty() {
-        return Err("usage: alloc_count --feature SPEC [--feature SPEC]... FILE...".into());
+    const USAGE: &str = "usage: alloc_count --feature SPEC [--feature SPEC]... FILE...";
+    let (files, specs) = args::files_and_specs(USAGE)?;
+    if specs.is_empty() {
+        return Err(USAGE.into());
     }
     Ok((files, specs))
 }

@@ -13,6 +13,9 @@
 //! system, from `getrusage`), which stays comparable on a shared machine
 //! where wall time does not.
 
+#[path = "common/args.rs"]
+mod args;
+
 use std::time::Instant;
 
 use tfpipe::Batch;
@@ -36,18 +39,7 @@ const BATCH: usize = 256;
 
 /// The files, and the feature specs given with `--feature`.
 fn args() -> Result<(Vec<String>, Vec<String>), String> {
-    let (mut files, mut specs) = (Vec::new(), Vec::new());
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--feature" => specs.push(args.next().ok_or("--feature takes a SPEC")?),
-            _ => files.push(arg),
-        }
-    }
-    if files.is_empty() {
-        return Err("usage: read_cpu [--feature SPEC]... FILE...".into());
-    }
-    Ok((files, specs))
+    args::files_and_specs("usage: read_cpu [--feature SPEC]... FILE...")
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
