@@ -10,7 +10,7 @@
 //! thread count or on scheduling.
 //!
 //! The output seam: a shard is written through a [`RecordSink`] and sealed
-//! into a `ShardPending`, and [`commit`] makes the whole set visible. Object
+//! into a [`PendingRecords`], and [`commit`] makes the whole set visible. Object
 //! storage (an `s3://...` prefix, feature `object-store`) is one variant in
 //! each and one arm in `commit`: an uncompleted multipart upload per shard,
 //! completed at the commit in order (schema last), those completed deleted
@@ -40,7 +40,7 @@ use serde_json::{Map, Value as Json, json};
 
 use super::error::{ConvertError, ConvertOption, SourceLocation};
 use super::{OutputOptions, Phase, Progress, Sharding, Split, SplitSummary, Summary};
-use crate::atomic_file::{AtomicFile, FileSet, Pending};
+use crate::atomic_file::{AtomicFile, FileSet};
 use crate::example::Schema;
 use crate::spawn::{self, Cancel, Panicked, Stopped};
 use crate::tfrecord::{Compression, PendingRecords, RecordSink};
@@ -472,7 +472,7 @@ impl WriterJob<'_> {
         let mut done = Vec::new();
         for (at, file) in files.into_iter().flatten() {
             let (records, bytes) = (file.records(), file.bytes());
-            let pending = ShardPending::from(file.finish_pending()?);
+            let pending = file.finish_pending()?;
             done.push((
                 at,
                 ShardDone {
@@ -483,25 +483,6 @@ impl WriterJob<'_> {
             ));
         }
         Ok(done)
-    }
-}
-
-/// A shard written in full and not yet visible under its final name.
-pub(crate) enum ShardPending {
-    /// Synced to disk under its temporary name.
-    File(Pending),
-    /// Every part uploaded, the upload not completed; dropping it aborts it.
-    #[cfg(feature = "object-store")]
-    Object(crate::storage::PendingObject),
-}
-
-impl From<PendingRecords> for ShardPending {
-    fn from(pending: PendingRecords) -> ShardPending {
-        match pending {
-            PendingRecords::File(file) => ShardPending::File(file.into_pending()),
-            #[cfg(feature = "object-store")]
-            PendingRecords::Object(object) => ShardPending::Object(object),
-        }
     }
 }
 
@@ -596,7 +577,7 @@ pub fn schema_file_beside(shard: &Path) -> Option<PathBuf> {
 
 /// A shard closed under its temporary name.
 pub(crate) struct ShardDone {
-    pending: ShardPending,
+    pending: PendingRecords,
     records: u64,
     bytes: u64,
 }
@@ -784,7 +765,7 @@ pub(crate) fn finish(
         None
     };
     ctx.check_cancel()?;
-    let (sets_of, files): (Vec<usize>, Vec<ShardPending>) = pending.into_iter().unzip();
+    let (sets_of, files): (Vec<usize>, Vec<PendingRecords>) = pending.into_iter().unzip();
     let paths = commit(
         files,
         schema_text
@@ -827,11 +808,11 @@ pub(crate) fn finish(
     })
 }
 
-impl ShardPending {
+impl PendingRecords {
     /// The final file name and the size on disk.
     fn describe(&self) -> Result<(Option<String>, u64), ConvertError> {
         match self {
-            ShardPending::File(file) => {
+            PendingRecords::File(file) => {
                 let size = fs::metadata(file.temp_path())
                     .map_err(|source| ConvertError::Output {
                         path: file.path().to_path_buf(),
@@ -845,7 +826,7 @@ impl ShardPending {
                 Ok((name, size))
             }
             #[cfg(feature = "object-store")]
-            ShardPending::Object(object) => {
+            PendingRecords::Object(object) => {
                 let name = Path::new(object.url())
                     .file_name()
                     .map(|n| n.to_string_lossy().into_owned());
@@ -862,7 +843,7 @@ impl ShardPending {
 /// failure at any step, after some renames included, leaves the previous
 /// conversion whole.
 pub(crate) fn commit(
-    shards: Vec<ShardPending>,
+    shards: Vec<PendingRecords>,
     schema: Option<(&Path, &[u8])>,
     before: &mut dyn FnMut(usize) -> std::io::Result<()>,
 ) -> Result<Vec<PathBuf>, ConvertError> {
@@ -872,9 +853,9 @@ pub(crate) fn commit(
     let count = shards.len();
     for shard in shards {
         match shard {
-            ShardPending::File(file) => set.push(file),
+            PendingRecords::File(file) => set.push(file.into_pending()),
             #[cfg(feature = "object-store")]
-            ShardPending::Object(object) => objects.push(object),
+            PendingRecords::Object(object) => objects.push(object),
         }
     }
     // An object-store prefix: shards and schema are objects, completed in

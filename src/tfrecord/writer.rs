@@ -180,6 +180,11 @@ impl PendingFile {
         self.pending.path()
     }
 
+    /// Where it is until renamed into place.
+    pub fn temp_path(&self) -> &Path {
+        self.pending.temp_path()
+    }
+
     /// Renames it to its final path (and syncs the directory).
     pub fn persist(self) -> Result<PathBuf, RecordError> {
         let path = self.pending.path().to_path_buf();
