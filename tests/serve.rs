@@ -1157,7 +1157,9 @@ fn version_labels_route_to_their_versions_and_keep_them_loaded() {
         "/v1/models/p/labels/beta:predict",
         &json!({"instances": [instance(3)]}),
     );
-    assert_eq!(s, 404);
+    // TF Serving's code: its label lookup fails with InvalidArgument, which
+    // its REST server answers 400 (server_core.cc, http_server.cc).
+    assert_eq!(s, 400);
     assert_eq!(
         body["error"],
         "Unrecognized servable version label: beta (model \"p\" has labels: \"canary\", \"next\", \"stable\")"
