@@ -15,9 +15,11 @@
 //! a [`Pipeline`](tfpipe::pipeline::Pipeline) over TFRecord files plugs in the
 //! same way (see the `Trainer` docs).
 
-use candle_core::{DType, Device, Module, Tensor};
-use candle_nn::{Linear, VarBuilder, VarMap};
+// candle through tfpipe's re-exports: the versions tfpipe trains with,
+// without naming candle in your own Cargo.toml.
 use tfpipe::batch::{Batch, Column, Values};
+use tfpipe::train::candle_core::{self, DType, Device, Module, Tensor};
+use tfpipe::train::candle_nn::{self, Linear, VarBuilder, VarMap};
 use tfpipe::train::{
     BatchStream, BatchTensors, BoxError, Checkpointer, InputSpec, IterStream, Model,
     OptimizerConfig, OptimizerKind, RunLength, Task, TensorBoard, TrainConfig, TrainError,

@@ -24,7 +24,7 @@ use tfpipe::serve::{BatchOptions, Event, ModelSource, ServeConfig, Server, Warmu
 use tfpipe::tfrecord::{Compression, FileRecordWriter};
 use tfpipe::train::{
     BatchTensors, BuiltinModel, Checkpoint, CheckpointMeta, DefaultMeta, FORMAT, FeatureMeta,
-    InputSpec, Model, ModelConfig, Predictor, SchemaMeta, Standardize, Task,
+    Imputation, Impute, InputSpec, Model, ModelConfig, Predictor, SchemaMeta, Standardize, Task,
 };
 
 /// Examples in the comparison data.
@@ -1157,7 +1157,9 @@ fn version_labels_route_to_their_versions_and_keep_them_loaded() {
         "/v1/models/p/labels/beta:predict",
         &json!({"instances": [instance(3)]}),
     );
-    assert_eq!(s, 404);
+    // TF Serving's code: its label lookup fails with InvalidArgument, which
+    // its REST server answers 400 (server_core.cc, http_server.cc).
+    assert_eq!(s, 400);
     assert_eq!(
         body["error"],
         "Unrecognized servable version label: beta (model \"p\" has labels: \"canary\", \"next\", \"stable\")"
@@ -1363,5 +1365,84 @@ fn train_save_versions_writes_numbered_versions() {
     let (s, body) = c.json("GET", "/v1/models/penguins", &Json::Null);
     assert_eq!(s, 200);
     assert_eq!(body["model_version_status"][0]["version"], "2");
+    server.shutdown().unwrap();
+}
+
+/// A model trained with `--impute` fills a feature a request leaves out
+/// the way training and `tfpipe predict` do (its mean, with the missing
+/// indicator set), where it used to answer 400 ("it has no default").
+#[test]
+fn a_feature_left_out_is_imputed_as_predict_imputes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    // x (3), img (2), n (1), and n's missing indicator.
+    let config = ModelConfig::Mlp {
+        inputs: 7,
+        hidden: vec![16],
+        classes: 3,
+    };
+    let mut meta = meta(&config);
+    meta.input.impute = Some(Imputation {
+        fill: Impute::Mean,
+        features: vec!["n".into()],
+    });
+    // As training records it: no input keeps its schema default.
+    for f in &mut meta.schema.as_mut().unwrap().features {
+        f.default = None;
+    }
+    let ck = dir.path().join("imputed");
+    let (_, varmap) = BuiltinModel::init(config, 5, &Device::Cpu).unwrap();
+    Checkpoint::save(&ck, &varmap, None, &meta).unwrap();
+    // Every other record lacks `n`.
+    let lacks_n = |i: usize| i % 2 == 1;
+    let data = dir.path().join("data.tfrecord");
+    let mut w = FileRecordWriter::create(&data, Compression::None).unwrap();
+    for i in 0..8 {
+        let mut e = example(i);
+        if lacks_n(i) {
+            e.features.as_mut().unwrap().feature.remove("n");
+        }
+        w.write_record(&e.encode_to_vec()).unwrap();
+    }
+    w.finish().unwrap();
+    let expected = predict_cli(&ck, &data);
+    assert_eq!(expected.len(), 8);
+
+    let server = start(
+        vec![ModelSource::new("imputed", &ck)],
+        ServeConfig::default(),
+    );
+    let mut c = Client::connect(server.local_addr());
+    let rows: Vec<Json> = (0..8)
+        .map(|i| {
+            let mut row = instance(i);
+            if lacks_n(i) {
+                row.as_object_mut().unwrap().remove("n");
+            }
+            row
+        })
+        .collect();
+    let (s, body) = c.json(
+        "POST",
+        "/v1/models/imputed:predict",
+        &json!({"instances": rows}),
+    );
+    assert_eq!(s, 200, "{body}");
+    let got = body["predictions"].as_array().unwrap();
+    for (i, want) in expected.iter().enumerate() {
+        assert!(same_prediction(&got[i], want), "{i}: {} vs {want}", got[i]);
+    }
+    // The indicator is set: a row without `n` is not the row with n at its mean.
+    let mut at_mean = instance(1);
+    at_mean["n"] = json!(4);
+    let (s, body) = c.json(
+        "POST",
+        "/v1/models/imputed:predict",
+        &json!({"instances": [at_mean]}),
+    );
+    assert_eq!(s, 200, "{body}");
+    assert!(
+        !same_prediction(&body["predictions"][0], &expected[1]),
+        "{body}"
+    );
     server.shutdown().unwrap();
 }

@@ -1831,6 +1831,146 @@ fn text_labels_train_through_classes_counted_in_one_pass() {
     );
 }
 
+/// Records of `x` (8 floats) and a `label` of the given kind, or none
+/// where `labels` gives `None`.
+fn write_labels(path: &std::path::Path, labels: &[Option<tfpipe::example::proto::feature::Kind>]) {
+    use tfpipe::example::Example;
+    use tfpipe::example::proto::{Feature, Features, FloatList, feature};
+    let mut w =
+        tfpipe::tfrecord::FileRecordWriter::create(path, tfpipe::Compression::None).unwrap();
+    for (i, label) in labels.iter().enumerate() {
+        let x = Feature {
+            kind: Some(feature::Kind::FloatList(FloatList {
+                value: (0..WIDTH).map(|j| ((i * 7 + j) % 5) as f32).collect(),
+            })),
+        };
+        let mut feature = std::collections::BTreeMap::from([("x".to_string(), x)]);
+        if let Some(kind) = label {
+            let y = Feature {
+                kind: Some(kind.clone()),
+            };
+            feature.insert("label".to_string(), y);
+        }
+        let example = Example {
+            features: Some(Features { feature }),
+        };
+        w.write_record(&example.encode_to_vec()).unwrap();
+    }
+    w.finish().unwrap();
+}
+
+/// [`write_labels`] with int64 labels.
+fn write_int_labels(path: &std::path::Path, labels: &[Option<i64>]) {
+    use tfpipe::example::proto::{Int64List, feature::Kind};
+    let kinds: Vec<Option<Kind>> = labels
+        .iter()
+        .map(|y| y.map(|y| Kind::Int64List(Int64List { value: vec![y] })))
+        .collect();
+    write_labels(path, &kinds);
+}
+
+/// An int64 label with no class count given (no `--classes`, no schema
+/// file vocabulary) takes its count from its values, counted in one pass
+/// and said with the reason, instead of a silent 10; values that look like
+/// a quantity (sklearn's diabetes target: 214 values from 25 to 346) are
+/// refused naming `--task regression`, and train as one with it.
+#[test]
+fn int_labels_count_their_classes_and_a_quantity_is_refused_naming_regression() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let train = |data: &std::path::Path, extra: &[&str]| {
+        assert_cmd::Command::cargo_bin("tfpipe")
+            .unwrap()
+            .arg("train")
+            .arg("--data")
+            .arg(data)
+            .args(["--feature", "x:float32:8", "--feature", "label:int64"])
+            .args(["--label", "label", "--epochs", "1", "--batch-size", "16"])
+            .args(["--hidden", "8", "--compute-threads", "1"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    // Classes 0..=2, and one record without a label, skipped by request:
+    // the counting pass passes over it.
+    let mut ids: Vec<Option<i64>> = (0..48).map(|i| Some(i % 3)).collect();
+    ids[5] = None;
+    write_int_labels(&d.join("ids.tfrecord"), &ids);
+    let ck = d.join("ck");
+    let out = train(
+        &d.join("ids.tfrecord"),
+        &["--skip-missing-labels", "--save", ck.to_str().unwrap()],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "label \"label\": 3 classes, from its values counted in one pass over the data (3 distinct values from 0 to 2 in 47 records)"
+        ) && stderr.contains("--task regression"),
+        "{stderr}"
+    );
+    let meta = Checkpoint::read_meta(&ck).unwrap();
+    assert_eq!(meta.input.task, Task::Classification { classes: 3 });
+
+    // A quantity: more than 100 distinct values.
+    let target: Vec<Option<i64>> = (0..128).map(|i| Some(25 + (i * 37) % 322)).collect();
+    write_int_labels(&d.join("target.tfrecord"), &target);
+    let out = train(&d.join("target.tfrecord"), &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("label \"label\": more than 100 distinct values from 25 to 346 in 128 records: that looks like a quantity")
+            && stderr.contains("--task regression")
+            && stderr.contains("--classes"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("epoch "), "{stderr}");
+    let out = train(&d.join("target.tfrecord"), &["--task", "regression"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Given, the count is taken as it is (no pass), and a label beyond it
+    // names regression too.
+    let out = train(&d.join("target.tfrecord"), &["--classes", "300"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("is outside 0..300") && stderr.contains("--task regression"),
+        "{stderr}"
+    );
+    // A text label's counting pass passes over a record without the label
+    // too (it failed there, even with --skip-missing-labels).
+    use tfpipe::example::proto::{BytesList, feature::Kind};
+    let mut names: Vec<Option<Kind>> = (0..32)
+        .map(|i| {
+            Some(Kind::BytesList(BytesList {
+                value: vec![if i % 2 == 0 {
+                    b"cat".to_vec()
+                } else {
+                    b"dog".to_vec()
+                }],
+            }))
+        })
+        .collect();
+    names[3] = None;
+    write_labels(&d.join("text.tfrecord"), &names);
+    let out = assert_cmd::Command::cargo_bin("tfpipe")
+        .unwrap()
+        .arg("train")
+        .arg("--data")
+        .arg(d.join("text.tfrecord"))
+        .args(["--feature", "x:float32:8", "--feature", "label:bytes"])
+        .args(["--label", "label", "--epochs", "1", "--batch-size", "16"])
+        .args(["--hidden", "8", "--skip-missing-labels"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("2 classes counted in one pass"), "{stderr}");
+}
+
 /// Mid-epoch exact resume through the CLI: 8 steps (into the second epoch
 /// of 6 steps), then `--resume` for 4 more, ends with the weights of 12
 /// steps straight, bit for bit: the checkpoint's pipeline position makes

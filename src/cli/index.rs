@@ -33,6 +33,8 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     // finished and renamed into place (or, if the signal came first, never
     // started), so no temporary file is left behind.
     let interrupt = interrupt::install().context("installing the signal handlers")?;
+    // Re-indexing `'out/train-*'` matches the indexes written last time too.
+    super::note_skipped_indexes(&args.files)?;
     let files = storage::resolve(&args.files)?;
     if let Some(dir) = &args.output_dir
         && !storage::is_url(dir)

@@ -14,10 +14,10 @@ use tfpipe::example::{DType, FeatureSpec, SchemaMetadata};
 use tfpipe::pipeline::Rank;
 use tfpipe::pipeline::{Pipeline, Remainder};
 use tfpipe::train::{
-    DataFingerprint, ImageInput, ImageShape, Impute, InputSelection, InputSpec, LabelClasses,
-    MissingLabels, ModelChoice, ModelConfig, ModelInput, ModelRequest, PixelScaling, Placement,
-    Reproducibility, Resume, ResumeAt, RunControl, RunLength, SchemaMeta, SkippedFeature, Task,
-    TaskKind, TrainConfig, TrainData, TrainReport, parse_device,
+    DataFingerprint, ImageInput, ImageShape, Impute, InputSelection, InputSpec, IntLabels,
+    LabelClasses, MissingLabels, ModelChoice, ModelConfig, ModelInput, ModelRequest, PixelScaling,
+    Placement, Reproducibility, Resume, ResumeAt, RunControl, RunLength, SchemaMeta,
+    SkippedFeature, Task, TaskKind, TrainConfig, TrainData, TrainReport, parse_device,
 };
 
 use super::common::{
@@ -232,9 +232,13 @@ impl Inputs {
         let task = match kind {
             TaskKind::Regression => Task::Regression,
             TaskKind::Classification => {
-                let task =
-                    Task::classification(args.classes, label_classes.as_ref(), recorded_classes)
-                        .map_err(with_hint)?;
+                let task = classification(
+                    args,
+                    &label,
+                    label_classes.as_ref(),
+                    recorded_classes,
+                    resumed,
+                )?;
                 // The last layer alone holds classes x hidden weights.
                 check_size("--classes", task.outputs() as u128 * 4 * 64)?;
                 task
@@ -432,8 +436,13 @@ fn text_label_classes(
     let classes = match known {
         Some(names) => LabelClasses::new(label, names),
         None => {
-            let counted = LabelClasses::count(&args.data, args.compression.reader_options(), label)
-                .map_err(anyhow::Error::from_boxed)?;
+            let counted = LabelClasses::count(
+                &args.data,
+                args.compression.reader_options(),
+                label,
+                &args.partition_features,
+            )
+            .map_err(anyhow::Error::from_boxed)?;
             let names = counted.names();
             let shown: Vec<&str> = names.iter().take(8).map(String::as_str).collect();
             eprintln!(
@@ -446,6 +455,46 @@ fn text_label_classes(
         }
     };
     Ok(Some(classes))
+}
+
+/// The classification task: over `--classes`, the text label's classes,
+/// the resumed checkpoint's count, or the schema file's vocabulary; else
+/// over the int64 label's values counted in one pass over the data (refused
+/// when they look like a quantity). Never a silent default: a count the
+/// data gave is said with its reason.
+fn classification(
+    args: &Args,
+    label: &str,
+    text: Option<&LabelClasses>,
+    recorded: Option<usize>,
+    resumed: Option<&Resume>,
+) -> anyhow::Result<Task> {
+    if args.classes.is_some() || text.is_some() {
+        return Task::classification(args.classes, text, recorded).map_err(with_hint);
+    }
+    if let Some(resume) = resumed
+        && let task @ Task::Classification { .. } = resume.meta().input.task
+    {
+        return Ok(task);
+    }
+    if let Some(classes) = recorded {
+        eprintln!(
+            "tfpipe: label {label:?}: {classes} classes, from the label vocabulary in the schema file (set --classes to choose)"
+        );
+        return Ok(Task::Classification { classes });
+    }
+    let counted = IntLabels::count(
+        &args.data,
+        args.compression.reader_options(),
+        label,
+        &args.partition_features,
+    )
+    .map_err(anyhow::Error::from_boxed)?;
+    let classes = counted.classes().map_err(with_hint)?;
+    eprintln!(
+        "tfpipe: label {label:?}: {classes} classes, from its values counted in one pass over the data ({counted}); set --classes to choose, or --task regression if it is a quantity rather than a class"
+    );
+    Ok(Task::Classification { classes })
 }
 
 /// Keeps, besides the label, only the features `--inputs` names, or drops

@@ -284,7 +284,7 @@ impl OutputFlags {
 /// (library messages name no flags).
 pub(super) fn with_hint(e: TrainError) -> anyhow::Error {
     let hint = match &e {
-        TrainError::Label { .. } => Some(
+        TrainError::Label { .. } | TrainError::LabelValues { .. } => Some(
             "set the number of classes with --classes, or, if the label is a quantity rather than a class, train a regression with --task regression",
         ),
         TrainError::Model(e) => model_hint(e),
@@ -422,8 +422,9 @@ pub struct Args {
     #[arg(long)]
     pub rescale: bool,
     /// The number of classes (labels must be below it). By default the size
-    /// of the label vocabulary `tfpipe convert` recorded in the schema file,
-    /// else 10.
+    /// of the label vocabulary (the schema file's, or a text label's counted
+    /// in one pass), else the largest int64 label counted in one pass over
+    /// the data plus one (refused when the values look like a quantity).
     #[arg(long, value_parser = super::positive::<usize>)]
     pub classes: Option<usize>,
     /// classification or regression. By default regression for a float32

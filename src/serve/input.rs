@@ -32,8 +32,12 @@ pub struct InputFeature {
     pub shape: Vec<usize>,
     /// Variable-length int64 (token ids) rather than fixed-shape.
     pub var: bool,
-    /// The value taken when a request leaves the feature out (the training
-    /// schema's default); `None`: the feature is required.
+    /// The value taken when a request leaves the feature out: for an input
+    /// the model imputes, its missing marker (NaN, or
+    /// [`MISSING_INT64`](crate::train::MISSING_INT64)), which the model's
+    /// imputation fills and flags as in training and `tfpipe predict`;
+    /// else the checkpoint schema's default. `None`: the feature is
+    /// required.
     pub default: Option<Vec<f64>>,
     /// Token ids must be below this (the embedding's rows), when known.
     pub vocab: Option<usize>,
@@ -80,10 +84,18 @@ impl Signature {
     /// The signature of a checkpoint: its input columns with their dtype
     /// and shape from the recorded schema (float32 of the input width when
     /// the checkpoint has no schema), and the token input when there is one.
-    /// Fails on an input feature a request cannot carry (a dtype other than
-    /// int64, float32 or uint8).
+    /// An input the model imputes takes its missing marker when a request
+    /// leaves it out (see [`InputFeature::default`]). Fails on an input
+    /// feature a request cannot carry (a dtype other than int64, float32
+    /// or uint8).
     pub fn from_meta(meta: &CheckpointMeta) -> Result<Signature, String> {
         let schema = meta.schema.as_ref();
+        let imputed = |name: &str| {
+            meta.input
+                .impute
+                .as_ref()
+                .is_some_and(|i| i.features.iter().any(|f| f == name))
+        };
         let find = |name: &str| schema.and_then(|s| s.features.iter().find(|f| f.name == name));
         let mut inputs = Vec::new();
         for (name, width) in &meta.input.features {
@@ -100,10 +112,16 @@ impl Signature {
                         dtype: f.dtype,
                         shape: f.shape.clone(),
                         var: false,
-                        default: f.default.as_ref().map(|d| match d {
-                            DefaultMeta::Int64(v) => v.iter().map(|&x| x as f64).collect(),
-                            DefaultMeta::Float32(v) => v.iter().map(|&x| f64::from(x)).collect(),
-                        }),
+                        default: if imputed(name) {
+                            missing_marker(f.dtype, *width)
+                        } else {
+                            f.default.as_ref().map(|d| match d {
+                                DefaultMeta::Int64(v) => v.iter().map(|&x| x as f64).collect(),
+                                DefaultMeta::Float32(v) => {
+                                    v.iter().map(|&x| f64::from(x)).collect()
+                                }
+                            })
+                        },
                         vocab: None,
                     }
                 }
@@ -112,7 +130,11 @@ impl Signature {
                     dtype: DType::Float32,
                     shape: vec![*width],
                     var: false,
-                    default: None,
+                    default: if imputed(name) {
+                        missing_marker(DType::Float32, *width)
+                    } else {
+                        None
+                    },
                     vocab: None,
                 },
             };
@@ -197,6 +219,19 @@ impl Signature {
     fn builders(&self) -> Vec<ColumnBuilder<'_>> {
         self.inputs.iter().map(ColumnBuilder::new).collect()
     }
+}
+
+/// An imputed input's missing marker, `width` times: what the training
+/// data was parsed with where the value was missing
+/// ([`Imputation::parse_schema`](crate::train::Imputation::parse_schema)).
+fn missing_marker(dtype: DType, width: usize) -> Option<Vec<f64>> {
+    let marker = match dtype {
+        DType::Float32 => f64::NAN,
+        // Exactly representable (-2^63): `as i64` gives the marker back.
+        DType::Int64 => crate::train::MISSING_INT64 as f64,
+        _ => return None,
+    };
+    Some(vec![marker; width])
 }
 
 /// The longest field path quoted back in an error.

@@ -695,9 +695,11 @@ impl TaskKind {
 
 impl Task {
     /// A classification over `classes` when given, else over the text
-    /// label's classes, else over the count the schema file `recorded`,
-    /// else 10. Refuses fewer classes than the text label has (class ids
-    /// would fall outside the output).
+    /// label's classes, else over the count the schema file `recorded`.
+    /// With none of them the count is unknown, an error: count an int64
+    /// label's values with [`IntLabels`](super::IntLabels) and give the
+    /// count it infers. Refuses fewer classes than the text label has
+    /// (class ids would fall outside the output).
     ///
     /// ```
     /// use tfpipe::train::{LabelClasses, Task};
@@ -706,6 +708,7 @@ impl Task {
     /// assert_eq!(Task::classification(None, Some(&species), None)?, Task::Classification { classes: 2 });
     /// assert_eq!(Task::classification(None, None, Some(3))?, Task::Classification { classes: 3 });
     /// assert!(Task::classification(Some(1), Some(&species), None).is_err());
+    /// assert!(Task::classification(None, None, None).is_err()); // no default count
     /// # Ok::<(), tfpipe::train::TrainError>(())
     /// ```
     pub fn classification(
@@ -714,7 +717,12 @@ impl Task {
         recorded: Option<usize>,
     ) -> Result<Task, TrainError> {
         let counted = text_label.map(|c| c.names().len());
-        let classes = classes.or(counted).or(recorded).unwrap_or(10);
+        let Some(classes) = classes.or(counted).or(recorded) else {
+            return Err(TrainError::config(
+                Setting::Classes,
+                "not known: neither given, nor a text label's, nor recorded in the schema file",
+            ));
+        };
         if let (Some(count), Some(text)) = (counted, text_label)
             && classes < count
         {

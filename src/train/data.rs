@@ -628,20 +628,20 @@ impl LabelClasses {
 
     /// Counts the distinct values of the text label `label` in `files` in
     /// one pass, and takes them, sorted, as the classes: for data that no
-    /// schema file describes (TensorFlow-written records). Fails on a bad
-    /// record, a record without the label, or more than 100,000 values.
+    /// schema file describes (TensorFlow-written records). A label among
+    /// `partition_features` comes from the files' `key=value` directories,
+    /// as in training. A record without the label is passed over (training
+    /// decides what becomes of it: an error, or skipped with
+    /// [`MissingLabels::skip`]). Fails on a bad record or more than 100,000
+    /// values.
     pub fn count(
         files: &[String],
         reader: crate::tfrecord::ReaderOptions,
         label: &str,
+        partition_features: &[String],
     ) -> Result<LabelClasses, BoxError> {
-        let schema = crate::Schema::from_feature_texts(&[format!("{label}:bytes")])?;
-        let batches = Pipeline::tfrecord_files(files)?
-            .reader_options(reader)
-            .records()
-            .batch(1024)
-            .parse_batches(schema, Parallelism::Auto)
-            .start()?;
+        let batches =
+            super::classes::label_batches(files, reader, label, "bytes", partition_features)?;
         let mut seen = BTreeSet::new();
         for batch in batches {
             let batch = batch?;
@@ -783,6 +783,41 @@ mod tests {
         json.as_object_mut().unwrap().remove("sequences");
         let old: DataFingerprint = serde_json::from_value(json).unwrap();
         assert!(old.differences(&then).is_empty());
+    }
+
+    /// Another seed or another rank is another stream: a resume with
+    /// either is refused, naming it (the CLI keeps the checkpoint's seed,
+    /// so a library caller is the one who can change it).
+    #[test]
+    fn the_seed_and_the_ranks_are_part_of_the_fingerprint() {
+        let then = DataFingerprint {
+            batch_size: 32,
+            shuffle_buffer: 100,
+            seed: 1,
+            rank: Some((0, 2)),
+            files: vec![],
+            mixture: vec![],
+            sequences: String::new(),
+            skip_missing_labels: false,
+        };
+        let now = DataFingerprint {
+            seed: 2,
+            rank: Some((1, 3)),
+            ..then.clone()
+        };
+        assert_eq!(
+            then.differences(&now),
+            ["seed 1, now 2", "ranks: rank 0 of 2, now rank 1 of 3"]
+        );
+        let alone = DataFingerprint {
+            rank: None,
+            ..then.clone()
+        };
+        assert_eq!(
+            then.differences(&alone),
+            ["ranks: rank 0 of 2, now no ranks"]
+        );
+        assert!(!then.only_batch_size_differs(&now));
     }
 
     /// The run's seed reaches the parse stage: random image options draw

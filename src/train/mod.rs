@@ -16,6 +16,7 @@
 //! | `model.rs` | [`ModelConfig`], [`Model`] (MLP, LeNet-like CNN, token embedding), seeded init |
 //! | `ops.rs` | [`ops`]: fused CPU kernels (linear + bias + ReLU, softmax cross-entropy, im2col conv, max-pool, in-place optimizer updates), each with a candle-ops fallback off the CPU |
 //! | `tensor.rs` | [`InputSpec`] (inputs chosen from a schema, standardisation, token ids padded per batch with a mask), `Batch` -> tensors without an extra copy |
+//! | `classes.rs` | [`IntLabels`]: an int64 label's class count counted from the data, or refused |
 //! | `impute.rs` | [`Impute`], [`Imputation`]: missing inputs filled only when asked, with a missing-indicator column |
 //! | `tokens.rs` | [`TokenSet`], a generated token-classification set |
 //! | `optim.rs` | [`OptimizerConfig`], [`TrainOptimizer`]; our Adam, AdamW and SGD (one in-place pass per tensor on the CPU) |
@@ -38,6 +39,7 @@
 mod build;
 mod checkpoint;
 mod choice;
+mod classes;
 mod clock;
 mod config;
 mod data;
@@ -75,6 +77,7 @@ pub use checkpoint::{
     META_FILE, SchemaMeta,
 };
 pub use choice::{ImageInput, ModelChoice, ModelChoiceError, ModelKind, ModelRequest, TaskKind};
+pub use classes::{IntLabels, MAX_INFERRED_CLASSES};
 pub use config::{ModelInput, Placement, Reproducibility, RunControl, RunLength, TrainConfig};
 pub use data::{DataFingerprint, FileFingerprint, LabelClasses, TrainData, UnknownLabel};
 pub use device::parse_device;
@@ -156,6 +159,17 @@ pub enum TrainError {
         value: i64,
         /// The number of classes.
         classes: usize,
+    },
+    /// An int64 label's values that give no number of classes (see
+    /// [`IntLabels::classes`]): none, or values that look like a quantity.
+    #[error("label {label:?}: {found}: {why}")]
+    LabelValues {
+        /// The label feature.
+        label: String,
+        /// What the data holds (`7 distinct values from 3 to 9 in 1599 records`).
+        found: String,
+        /// Why that gives no class count.
+        why: String,
     },
     /// A model that does not fit the data (see [`ModelConfig::for_input`]).
     #[error(transparent)]

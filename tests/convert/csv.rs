@@ -287,3 +287,42 @@ fn headerless_files_keep_their_first_row_and_a_data_like_header_is_warned_about(
     .unwrap_err();
     assert!(err.to_string().contains("duplicate column name"), "{err}");
 }
+
+/// The column-name rules: a name twice in a CSV header (or in `--names`)
+/// is refused naming it, as is a JSON key that flattening makes twice
+/// (`"a.b"` beside `{"a": {"b": ...}}`); nothing is renamed or dropped.
+#[test]
+fn duplicate_column_names_are_refused_naming_them() {
+    use tfpipe::convert::JsonOptions;
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("dup.csv");
+    std::fs::write(&csv, "x,y,x\n1,2,3\n").unwrap();
+    let err = run(
+        &Format::Csv(CsvOptions::default()),
+        std::slice::from_ref(&csv),
+        &dir.path().join("csv"),
+        |_| {},
+    )
+    .unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.contains("duplicate column name \"x\" in the header")
+            && message.contains("dup.csv"),
+        "{message}"
+    );
+    let json = dir.path().join("dup.jsonl");
+    std::fs::write(&json, "{\"a\": {\"b\": 1}, \"a.b\": 2}\n").unwrap();
+    let err = run(
+        &Format::Json(JsonOptions::default()),
+        std::slice::from_ref(&json),
+        &dir.path().join("json"),
+        |_| {},
+    )
+    .unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.contains("duplicate key \"a.b\" in this record (after flattening nested objects)")
+            && message.contains("dup.jsonl"),
+        "{message}"
+    );
+}

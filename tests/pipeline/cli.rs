@@ -341,3 +341,89 @@ fn bench_mixes_sources_and_reads_partition_features() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("FILES=WEIGHT"));
 }
+
+/// A record index the ranks' cut relies on is never trusted: one whose
+/// entries overflow 64 bits (which used to pass and then panic with
+/// "capacity overflow", naming no file) is set aside with a warning naming
+/// it, and the records are counted by reading; a stale one (the file
+/// rewritten at the same size with other records) is found as the file is
+/// read, and is bad data like a corrupt record: exit 1, naming the file
+/// (errors through an index exited 2).
+#[test]
+fn a_bad_index_under_ranks_is_set_aside_or_exits_1_naming_it() {
+    use prost::Message;
+    use tfpipe::example::Example;
+    use tfpipe::example::proto::{BytesList, Feature, Features, Int64List, feature};
+    use tfpipe::{RecordIndex, index_path};
+    let dir = tempfile::tempdir().unwrap();
+    let paths = write_shards(dir.path(), 2, 2, Compression::None, mnist_example);
+    let index = |p: &std::path::Path| {
+        RecordIndex::build(p)
+            .unwrap()
+            .write(&index_path(p, None))
+            .unwrap()
+    };
+    paths.iter().for_each(|p| index(p));
+    let bench = || {
+        let out = tfpipe()
+            .args(["bench", "--data"])
+            .arg(dir.path().join("part-*"))
+            .args(["--feature", "label:int64"])
+            .args(["--rank", "0", "--world-size", "2"])
+            .env_remove("RANK")
+            .env_remove("WORLD_SIZE")
+            .timeout(std::time::Duration::from_secs(30))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        (out.status.code(), stderr)
+    };
+    let overflow = "0 18446744073709551615\n18446744073709551615 17\n";
+    std::fs::write(index_path(&paths[0], None), overflow).unwrap();
+    let (code, stderr) = bench();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("not using the record index")
+            && stderr.contains("part-0.tfrecord: entry 1 ends beyond 2^64 bytes"),
+        "{stderr}"
+    );
+    // Part 0 rewritten as one record as long as its two: same size, one
+    // record where the index counts two.
+    index(&paths[0]);
+    let two = std::fs::metadata(&paths[0]).unwrap().len() as usize;
+    let record = |extra: usize| {
+        let kind = |k| Feature { kind: Some(k) };
+        let image = vec![7u8; 784 + extra];
+        let features = [
+            (
+                "image_raw".to_string(),
+                kind(feature::Kind::BytesList(BytesList { value: vec![image] })),
+            ),
+            (
+                "label".to_string(),
+                kind(feature::Kind::Int64List(Int64List { value: vec![1] })),
+            ),
+        ];
+        Example {
+            features: Some(Features {
+                feature: features.into(),
+            }),
+        }
+        .encode_to_vec()
+    };
+    let one = (0..2 * two)
+        .map(record)
+        .find(|r| r.len() + 16 == two)
+        .unwrap();
+    let mut w = tfpipe::tfrecord::FileRecordWriter::create(&paths[0], Compression::None).unwrap();
+    w.write_record(&one).unwrap();
+    w.finish().unwrap();
+    assert_eq!(std::fs::metadata(&paths[0]).unwrap().len() as usize, two);
+    let (code, stderr) = bench();
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("part-0.tfrecord") && stderr.contains("stale index"),
+        "{stderr}"
+    );
+}
