@@ -791,7 +791,7 @@ fn inspect_suggests_image_specs_that_train() {
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(
         out.stderr.contains(
-            "model cnn lenet 3x16x16-10 because \"image/encoded\" is an image decoded at 16x16x3"
+            "model cnn lenet 3x16x16-3 because \"image/encoded\" is an image decoded at 16x16x3"
         ),
         "{}",
         out.stderr
@@ -800,7 +800,7 @@ fn inspect_suggests_image_specs_that_train() {
     let out = run(&[&photo_args[..], &["--image-size", "12x20x1"]].concat());
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(
-        out.stderr.contains("model cnn lenet 1x12x20-10 because"),
+        out.stderr.contains("model cnn lenet 1x12x20-3 because"),
         "{}",
         out.stderr
     );
