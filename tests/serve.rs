@@ -878,6 +878,30 @@ fn ten_thousand_requests_from_64_clients_all_get_the_right_answer() {
     );
     assert_eq!(good, 9_000);
     eprintln!("10,000 requests from 64 clients in {took:?}");
+    // The batcher merged them: far fewer forward passes than requests
+    // (9,000 good ones of 1 to 3 examples; the warm-up adds a few passes).
+    let (_, text) = Client::connect(addr).request("GET", "/metrics", b"");
+    let text = String::from_utf8(text).unwrap();
+    let metric = |name: &str| -> f64 {
+        let key = format!("{name}{{model=\"penguins\",version=\"1\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(key.as_str()))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{key} not in\n{text}"))
+    };
+    let (passes, examples) = (
+        metric("tfpipe_serve_batch_size_count"),
+        metric("tfpipe_serve_batch_size_sum"),
+    );
+    assert!(examples >= 18_000.0, "{examples} examples");
+    assert!(
+        passes < 4_500.0,
+        "{passes} forward passes for 9,000 requests: not merged"
+    );
+    eprintln!(
+        "{passes} forward passes, {:.1} examples each",
+        examples / passes
+    );
     server.shutdown().unwrap();
 }
 
