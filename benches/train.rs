@@ -26,9 +26,9 @@ use tfpipe::example::{DType, Example, FeatureSpec, Layout, Schema};
 use tfpipe::pipeline::{Parallelism, Pipeline};
 use tfpipe::tfrecord::{Compression, FileRecordWriter};
 use tfpipe::train::{
-    BatchStream, BatchTensors, BoxError, BuiltinModel, Checkpoint, InputSpec, IterStream,
-    ModelConfig, OptimizerConfig, OptimizerKind, Predictor, RunLength, Task, TrainConfig, Trainer,
-    batch_to_tensors,
+    BatchStream, BatchTensors, BoxError, BuiltinModel, Checkpoint, ImageShape, InputSpec,
+    IterStream, ModelConfig, OptimizerConfig, OptimizerKind, Predictor, RunLength, Task,
+    TrainConfig, Trainer, batch_to_tensors,
 };
 
 const BATCH: usize = 256;
@@ -243,8 +243,12 @@ fn cnn_step(c: &mut Criterion) {
             weight_decay: 0.0,
             ..OptimizerConfig::default_for(kind)
         };
-        let mut trainer =
-            Trainer::builtin(config(), ModelConfig::Cnn { classes: 10 }, optimizer).expect("cnn");
+        let mut trainer = Trainer::builtin(
+            config(),
+            ModelConfig::cnn(10, ImageShape::default()),
+            optimizer,
+        )
+        .expect("cnn");
         group.bench_function(format!("{kind}/memory_tensors"), |b| {
             b.iter(|| trainer.step(&tensors).expect("step"))
         });
@@ -364,7 +368,7 @@ impl CandleReference {
         let vb = candle_nn::VarBuilder::from_varmap(varmap, candle_core::DType::F32, &Device::Cpu);
         let linear = |i: &str, a, b| candle_nn::linear(a, b, vb.pp(i)).expect("layer");
         match config {
-            ModelConfig::Cnn { classes } => {
+            ModelConfig::Cnn { classes, .. } => {
                 let padded = candle_nn::Conv2dConfig {
                     padding: 2,
                     ..Default::default()
@@ -408,7 +412,11 @@ impl CandleReference {
 fn step_parts(c: &mut Criterion) {
     let cases = [
         ("mlp_784_256_10_b256", mlp(), BATCH),
-        ("cnn_lenet_b64", ModelConfig::Cnn { classes: 10 }, 64),
+        (
+            "cnn_lenet_b64",
+            ModelConfig::cnn(10, ImageShape::default()),
+            64,
+        ),
     ];
     for (name, config, rows) in cases {
         let mut group = c.benchmark_group(format!("step_parts_{name}"));

@@ -664,6 +664,34 @@ fn inspect_suggests_raw_pixels_and_its_specs_train() {
     }
     let out = run(&args);
     assert_eq!(out.code, 0, "{args:?}: {}", out.stderr);
+    // On these plain pixels --image-size is how the CNN reads the values
+    // (any HxW of 784); another count is refused with the flags to fix it.
+    let cnn = |size: &str| {
+        let mut cnn = vec![
+            "train", "--data", &data, "--label", "label", "--model", "cnn",
+        ];
+        cnn.extend(["--steps", "2", "--image-size", size]);
+        for spec in &specs {
+            cnn.extend(["--feature", spec]);
+        }
+        run(&cnn)
+    };
+    let out = cnn("14x56");
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stdout.contains("cnn lenet 1x14x56-10"),
+        "{}",
+        out.stdout
+    );
+    let out = cnn("20x20x1");
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("takes 400 input values per example; the features give 784")
+            && out.stderr.contains("--image-size HxWxC"),
+        "{}",
+        out.stderr
+    );
 }
 
 /// Checkpoints, predictions and reports get the mode a plain
@@ -744,7 +772,9 @@ fn inspect_suggests_image_specs_that_train() {
         "32",
     ]);
     assert_eq!(out.code, 0, "{}", out.stderr);
-    let out = run(&[
+    // JPEGs in ImageNet's layout, written by TensorFlow: the decoded RGB
+    // image chooses the CNN at its size.
+    let photo_args = [
         "train",
         "--data",
         &photos,
@@ -756,8 +786,32 @@ fn inspect_suggests_image_specs_that_train() {
         "image/class/label",
         "--epochs",
         "1",
-    ]);
+    ];
+    let out = run(&photo_args);
     assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(
+            "model cnn lenet 3x16x16-3 because \"image/encoded\" is an image decoded at 16x16x3"
+        ),
+        "{}",
+        out.stderr
+    );
+    // --image-size decodes at another size (and channel count), for the CNN too.
+    let out = run(&[&photo_args[..], &["--image-size", "12x20x1"]].concat());
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("model cnn lenet 1x12x20-3 because"),
+        "{}",
+        out.stderr
+    );
+    // Too small for the CNN: refused before any work, with the flag to fix it.
+    let out = run(&[&photo_args[..], &["--image-size", "8x8"]].concat());
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("at least 12x12") && out.stderr.contains("--image-size"),
+        "{}",
+        out.stderr
+    );
 }
 
 /// The README's feature list names every cargo feature (`serve` was
@@ -823,16 +877,20 @@ fn converted_image_folders_train_from_their_schema() {
         serde_json::json!([28, 28, 1]),
         "{json}"
     );
+    // No --model: the schema's image chooses the CNN, and says so.
     let out = run(&[
         "train",
         "--schema",
         &schema,
         "--data",
         &s(&dir.path().join("img-*")),
-        "--model",
-        "cnn",
         "--epochs",
         "1",
     ]);
     assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("model cnn lenet 1x28x28-2 because"),
+        "{}",
+        out.stderr
+    );
 }

@@ -10,14 +10,14 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use tfpipe::Schema;
-use tfpipe::example::{DType, SchemaMetadata};
+use tfpipe::example::{DType, FeatureSpec, SchemaMetadata};
 use tfpipe::pipeline::Rank;
 use tfpipe::pipeline::{Pipeline, Remainder};
 use tfpipe::train::{
-    DataFingerprint, Impute, InputSelection, InputSpec, IntLabels, LabelClasses, MissingLabels,
-    ModelChoice, ModelConfig, ModelInput, PixelScaling, Placement, Reproducibility, Resume,
-    ResumeAt, RunControl, RunLength, SchemaMeta, SkippedFeature, Task, TaskKind, TrainConfig,
-    TrainData, TrainReport, parse_device,
+    DataFingerprint, ImageInput, ImageShape, Impute, InputSelection, InputSpec, IntLabels,
+    LabelClasses, MissingLabels, ModelChoice, ModelConfig, ModelInput, ModelRequest, PixelScaling,
+    Placement, Reproducibility, Resume, ResumeAt, RunControl, RunLength, SchemaMeta,
+    SkippedFeature, Task, TaskKind, TrainConfig, TrainData, TrainReport, parse_device,
 };
 
 use super::common::{
@@ -26,7 +26,7 @@ use super::common::{
 };
 use super::fit::{RunOptions, train};
 pub use super::train_flags::Args;
-use super::train_flags::{ModelFlags, model_error, with_hint};
+use super::train_flags::{ImageSize, ModelFlags, model_error, with_hint};
 use super::{Status, interrupt};
 
 /// Runs `tfpipe train`.
@@ -194,6 +194,9 @@ impl Inputs {
             args.label.as_deref(),
         )?;
         select_inputs(&mut schema, args.inputs.as_deref(), args.exclude.as_deref())?;
+        if let Some(size) = args.model.image_size {
+            resize_images(&mut schema, size)?;
+        }
         let mut recorded = match &args.schema {
             Some(path) if args.label.is_none() || args.label == schema.label => read_facts(path)?,
             _ => SchemaMetadata::default(),
@@ -340,7 +343,8 @@ fn choose_model(
     {
         return Ok(model.clone());
     }
-    let chosen = model_config(&args.model, &inputs.spec, inputs.recorded.vocab_size)?;
+    let image = image_input(args.model.image_size, inputs)?;
+    let chosen = model_config(&args.model, image, &inputs.spec, inputs.recorded.vocab_size)?;
     // Never a silent switch: say which model the data chose, and why.
     if let Some(why) = &chosen.chosen_because {
         eprintln!(
@@ -507,15 +511,68 @@ fn select_inputs(
     }
 }
 
+/// `--image-size`: the image features (`image` specs) among the inputs
+/// decode at this size (and channel count, when given). Says nothing when
+/// there is none: the size is then the CNN's view of a plain input
+/// ([`image_input`]).
+fn resize_images(schema: &mut Schema, size: ImageSize) -> anyhow::Result<()> {
+    let label = schema.label.clone();
+    for feature in &mut schema.features {
+        let Some(mut options) = feature.image else {
+            continue;
+        };
+        if label.as_ref() == Some(&feature.name) {
+            continue;
+        }
+        options.height = size.height;
+        options.width = size.width;
+        options.channels = size.channels.unwrap_or(options.channels);
+        options
+            .check()
+            .with_context(|| format!("--image-size for {:?}", feature.name))?;
+        *feature = FeatureSpec::image(feature.name.clone(), options);
+    }
+    Ok(())
+}
+
+/// The inputs as one image, for the CNN: the schema's image or `[H, W, C]`
+/// feature, or, with `--image-size` and a plain input, that input read at
+/// that size (an image spec was already resized by [`resize_images`]).
+fn image_input(size: Option<ImageSize>, inputs: &Inputs) -> anyhow::Result<Option<ImageInput>> {
+    let found = ImageInput::of_schema(&inputs.schema, &inputs.spec).map_err(model_error)?;
+    let Some(size) = size else {
+        return Ok(found);
+    };
+    if let Some(image) = found.as_ref().filter(|i| i.decoded) {
+        return Ok(Some(image.clone()));
+    }
+    let ([(feature, _)], None) = (&inputs.spec.features[..], &inputs.spec.tokens) else {
+        bail!(
+            "--image-size: the inputs are {} features; an image is one (choose it with --inputs)",
+            inputs.spec.features.len()
+        );
+    };
+    Ok(Some(ImageInput {
+        feature: feature.clone(),
+        shape: ImageShape::new(size.height, size.width, size.channels.unwrap_or(1)),
+        decoded: false,
+    }))
+}
+
 /// The model the flags ask for, the data deciding what they leave open
 /// (`ModelConfig::for_input` holds the rules).
 fn model_config(
     flags: &ModelFlags,
+    image: Option<ImageInput>,
     input: &InputSpec,
     recorded_vocab: Option<usize>,
 ) -> anyhow::Result<ModelChoice> {
-    let request = flags.request()?;
+    let request = ModelRequest {
+        image,
+        ..flags.request()?
+    };
     let chosen = ModelConfig::for_input(input, &request, recorded_vocab).map_err(model_error)?;
+    chosen.config.validate().map_err(with_hint)?;
     if let ModelConfig::Embedding { vocab, dim, .. } = &chosen.config {
         check_size(
             "--vocab-size x --embedding-dim (the embedding table)",

@@ -20,12 +20,21 @@ use tfpipe::train::{
 /// The model flags.
 #[derive(Debug, clap::Args)]
 pub struct ModelFlags {
-    /// The model: mlp, cnn (LeNet-like, for 28x28 inputs) or embedding
-    /// (token ids -> embedding -> masked mean pooling -> MLP). By default
-    /// embedding when the schema has a variable-length int64 feature, else
-    /// mlp; or the checkpoint's with --resume.
+    /// The model: mlp, cnn (LeNet-like, over an image's [H, W, C]) or
+    /// embedding (token ids -> embedding -> masked mean pooling -> MLP). By
+    /// default embedding when the schema has a variable-length int64
+    /// feature, cnn when the input is one image decoded from encoded bytes
+    /// (an `image` spec) and the task is classification, else mlp; or the
+    /// checkpoint's with --resume.
     #[arg(long)]
     pub model: Option<String>,
+    /// The image size, HxW or HxWxC (C: 1 grey or 3 RGB): images decoded
+    /// from encoded bytes (`image` specs) are decoded at this size instead
+    /// of the schema's; for a plain number input it is the [H, W, C] (C by
+    /// default 1) the CNN reads its values as. By default the schema's
+    /// size, or 28x28x1.
+    #[arg(long, value_name = "HxW[xC]", value_parser = parse_image_size)]
+    pub image_size: Option<ImageSize>,
     /// The MLP's hidden layer sizes, comma-separated. By default 256 (64
     /// for the embedding model's head).
     #[arg(long)]
@@ -62,7 +71,37 @@ impl ModelFlags {
             hidden,
             vocab_size: self.vocab_size,
             embedding_dim: self.embedding_dim,
+            image: None,
         })
+    }
+}
+
+/// `--image-size HxW[xC]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageSize {
+    /// Rows.
+    pub height: usize,
+    /// Columns.
+    pub width: usize,
+    /// `None`: the image spec's channels, or 1.
+    pub channels: Option<usize>,
+}
+
+fn parse_image_size(text: &str) -> Result<ImageSize, String> {
+    let dims: Result<Vec<usize>, _> = text.split('x').map(|d| d.trim().parse()).collect();
+    let bad = || format!("{text:?} is not an image size (expected HxW or HxWxC, e.g. 64x64x3)");
+    match dims.map_err(|_| bad())?[..] {
+        [height, width] => Ok(ImageSize {
+            height,
+            width,
+            channels: None,
+        }),
+        [height, width, c] => Ok(ImageSize {
+            height,
+            width,
+            channels: Some(c),
+        }),
+        _ => Err(bad()),
     }
 }
 
@@ -285,6 +324,7 @@ fn setting_flag(setting: Setting) -> Option<&'static str> {
             "choose the inputs with --feature NAME:DTYPE[:SHAPE], --inputs or --exclude, or convert numbers as such (`tfpipe convert csv --column NAME:float32`)"
         }
         Setting::RunLength => "set it with --epochs or --steps",
+        Setting::ImageSize => "set it with --image-size HxWxC",
         Setting::LrSchedule => {
             "set it with --lr-schedule, --lr-step-epochs, --lr-gamma and --min-lr"
         }
@@ -314,7 +354,10 @@ fn model_hint(e: &ModelChoiceError) -> Option<&'static str> {
             "--hidden applies to --model mlp and embedding"
         }
         ModelChoiceError::InputCount { .. } => {
-            "--model cnn takes 28x28 inputs (784 values per example); choose the inputs with --inputs or --feature"
+            "the cnn model reads its input as one image: give its size with --image-size HxWxC, or choose the inputs with --inputs or --feature (a shape NAME:uint8:HxWxC sizes the image)"
+        }
+        ModelChoiceError::ChannelsFirst { .. } => {
+            "drop the image spec's nchw option (--feature NAME:image:HxWxC[:OPTIONS])"
         }
         _ => return None,
     })

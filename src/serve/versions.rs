@@ -136,7 +136,8 @@ impl Model {
         }
     }
 
-    /// The version `label` names: TF Serving's message when none does.
+    /// The version `label` names. None: TF Serving's message and code, 400
+    /// (its label lookup fails with `InvalidArgument`, not `NotFound`).
     pub fn label_version(&self, label: &str) -> Result<u64, ApiError> {
         self.source.labels.get(label).copied().ok_or_else(|| {
             let known: Vec<String> = self
@@ -149,7 +150,7 @@ impl Model {
                 true => "none".to_string(),
                 false => known.join(", "),
             };
-            ApiError::not_found(format!(
+            ApiError::bad_request(format!(
                 "Unrecognized servable version label: {} (model {:?} has labels: {known})",
                 super::server::short(label),
                 self.name

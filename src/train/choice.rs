@@ -9,20 +9,24 @@
 //! always passes it.
 //!
 //! The rules: a variable-length int64 feature is token ids and takes the
-//! embedding model (no other model reads tokens); otherwise the inputs are
-//! fixed-shape numbers and take the MLP; the CNN is asked for by name and
-//! takes 28x28 inputs. The CNN and the embedding model are classifiers; a
-//! regression takes the MLP.
+//! embedding model (no other model reads tokens); an image decoded from
+//! encoded bytes (an `image` feature spec) takes the CNN at the image's
+//! size; otherwise the inputs are fixed-shape numbers and take the MLP. The
+//! CNN can be asked for by name on any one image-shaped input
+//! ([`ImageInput::of_schema`]; 28x28x1 when the input has no shape of its
+//! own). The CNN and the embedding model are classifiers; a regression
+//! takes the MLP.
 
-use super::{InputSpec, LabelClasses, ModelConfig, Setting, Task, TrainError};
-use crate::example::DType;
+use super::{ImageShape, InputSpec, LabelClasses, ModelConfig, Setting, Task, TrainError};
+use crate::example::{DType, Layout, Schema};
+use crate::image::ImageLayout;
 
 /// The built-in model families.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ModelKind {
     /// A multilayer perceptron (classifier or regressor).
     Mlp,
-    /// The LeNet-like CNN over 28x28 inputs.
+    /// The LeNet-like CNN over images (28x28x1 by default).
     Cnn,
     /// The bag-of-tokens classifier over token ids.
     Embedding,
@@ -74,6 +78,78 @@ pub struct ModelRequest {
     pub vocab_size: Option<usize>,
     /// The embedding width (32).
     pub embedding_dim: Option<usize>,
+    /// The inputs seen as one image: the CNN's input size (by default
+    /// 28x28x1), and, for a decoded image, the data's choice of the CNN.
+    pub image: Option<ImageInput>,
+}
+
+/// The model's inputs seen as one image: what sizes the CNN.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageInput {
+    /// The feature.
+    pub feature: String,
+    /// Its `[H, W, C]`.
+    pub shape: ImageShape,
+    /// Whether it is decoded from encoded bytes (an `image` spec), which
+    /// makes the CNN the data's choice; a plain `[H, W, C]` number feature
+    /// only sizes the CNN when it is asked for.
+    pub decoded: bool,
+}
+
+impl ImageInput {
+    /// The one input feature of `input` as an image, from its spec in
+    /// `schema`: an `image` feature (NHWC) at its decoded size, or a fixed
+    /// feature of shape `[H, W, C]` or `[H, W]` (one channel). `None` when
+    /// the inputs are not one such feature (several features, imputed
+    /// inputs, token ids, another shape).
+    ///
+    /// ```
+    /// use tfpipe::Schema;
+    /// use tfpipe::train::{ImageInput, ImageShape, InputSpec, Task};
+    ///
+    /// let mut schema = Schema::from_feature_texts(&["image:image:32x32x3:center", "label:int64"])?;
+    /// schema.label = Some("label".into());
+    /// let input = InputSpec::from_schema(&schema, Task::Classification { classes: 10 })?.spec;
+    /// let image = ImageInput::of_schema(&schema, &input)?.unwrap();
+    /// assert_eq!((image.shape, image.decoded), (ImageShape::new(32, 32, 3), true));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn of_schema(
+        schema: &Schema,
+        input: &InputSpec,
+    ) -> Result<Option<ImageInput>, ModelChoiceError> {
+        let ([(name, _)], None, None) = (&input.features[..], &input.tokens, &input.impute) else {
+            return Ok(None);
+        };
+        let Some(spec) = schema.feature(name) else {
+            return Ok(None);
+        };
+        if let Some(image) = &spec.image {
+            if image.layout == ImageLayout::Nchw {
+                return Err(ModelChoiceError::ChannelsFirst {
+                    feature: name.clone(),
+                });
+            }
+            return Ok(Some(ImageInput {
+                feature: name.clone(),
+                shape: ImageShape::new(image.height, image.width, image.channels),
+                decoded: true,
+            }));
+        }
+        let shape = match &spec.layout {
+            Layout::Fixed(shape) => match shape[..] {
+                [h, w] => ImageShape::new(h, w, 1),
+                [h, w, c] => ImageShape::new(h, w, c),
+                _ => return Ok(None),
+            },
+            _ => return Ok(None),
+        };
+        Ok(Some(ImageInput {
+            feature: name.clone(),
+            shape,
+            decoded: false,
+        }))
+    }
 }
 
 /// A model chosen for the data, and, when the data chose its family, why.
@@ -122,6 +198,12 @@ pub enum ModelChoiceError {
         /// The token feature.
         feature: String,
     },
+    /// The CNN given channels-first images.
+    #[error("the cnn model reads images as [H, W, C]; {feature:?} is decoded as [C, H, W] (nchw)")]
+    ChannelsFirst {
+        /// The image feature.
+        feature: String,
+    },
     /// Hidden sizes given to a model that has none to set.
     #[error("hidden layer sizes apply to the mlp and embedding models, not to the {model} model")]
     HiddenNotApplicable {
@@ -164,9 +246,11 @@ impl ModelConfig {
     /// The built-in model for `input`, as `request` asks, the data deciding
     /// what it leaves open. The rules: a variable-length int64 feature is
     /// token ids and takes the embedding model (no other model reads
-    /// tokens); otherwise the inputs are fixed-shape numbers and take the
-    /// MLP; the CNN is asked for by name and takes 28x28 inputs. The CNN and
-    /// the embedding model are classifiers; a regression takes the MLP.
+    /// tokens); a decoded image ([`ModelRequest::image`]) takes the CNN at
+    /// its size when the task is classification; otherwise the inputs are
+    /// fixed-shape numbers and take the MLP. The CNN asked for by name takes
+    /// the request's image size, by default 28x28x1. The CNN and the
+    /// embedding model are classifiers; a regression takes the MLP.
     /// `fallback_vocab` is the token vocabulary size the schema records,
     /// used when the request gives none.
     ///
@@ -186,7 +270,7 @@ impl ModelConfig {
     /// assert!(chosen.chosen_because.is_some());
     ///
     /// let cnn = ModelRequest { kind: Some(ModelKind::Cnn), ..ModelRequest::default() };
-    /// assert_eq!(ModelConfig::for_input(&input, &cnn, None)?.config, ModelConfig::Cnn { classes: 10 });
+    /// assert_eq!(ModelConfig::for_input(&input, &cnn, None)?.config.describe(), "cnn lenet 1x28x28-10");
     /// # Ok::<(), tfpipe::train::ModelChoiceError>(())
     /// ```
     pub fn for_input(
@@ -194,9 +278,11 @@ impl ModelConfig {
         request: &ModelRequest,
         fallback_vocab: Option<usize>,
     ) -> Result<ModelChoice, ModelChoiceError> {
-        let data_kind = match input.tokens {
-            Some(_) => ModelKind::Embedding,
-            None => ModelKind::Mlp,
+        let decoded_image = request.image.as_ref().filter(|i| i.decoded);
+        let data_kind = match (&input.tokens, decoded_image, input.task) {
+            (Some(_), _, _) => ModelKind::Embedding,
+            (None, Some(_), Task::Classification { .. }) => ModelKind::Cnn,
+            (None, _, _) => ModelKind::Mlp,
         };
         let kind = request.kind.unwrap_or(data_kind);
         let config = match kind {
@@ -209,9 +295,8 @@ impl ModelConfig {
                 if request.hidden.is_some() {
                     return Err(ModelChoiceError::HiddenNotApplicable { model: kind });
                 }
-                ModelConfig::Cnn {
-                    classes: classifier_classes(input, kind)?,
-                }
+                let image = request.image.as_ref().map(|i| i.shape);
+                ModelConfig::cnn(classifier_classes(input, kind)?, image.unwrap_or_default())
             }
             ModelKind::Embedding => {
                 let tokens = input.tokens.as_ref().ok_or(ModelChoiceError::NoTokens)?;
@@ -231,12 +316,17 @@ impl ModelConfig {
             }
         };
         config.check_input(input)?;
-        let chosen_because = request.kind.is_none().then(|| match &input.tokens {
-            Some(tokens) => format!(
+        let chosen_because = request.kind.is_none().then(|| match (&input.tokens, kind) {
+            (Some(tokens), _) => format!(
                 "{:?} is a variable-length int64 feature, taken as token ids",
                 tokens.name
             ),
-            None => "the inputs are fixed-shape numbers".to_string(),
+            (None, ModelKind::Cnn) => format!(
+                "{:?} is an image decoded at {}",
+                decoded_image.map_or("", |i| i.feature.as_str()),
+                config.image().unwrap_or_default()
+            ),
+            (None, _) => "the inputs are fixed-shape numbers".to_string(),
         });
         Ok(ModelChoice {
             config,
@@ -370,6 +460,85 @@ mod tests {
         assert_eq!(asked.unwrap().chosen_because, None);
     }
 
+    fn labelled(features: &[&str]) -> (Schema, InputSpec) {
+        let mut texts = features.to_vec();
+        texts.push("label:int64");
+        let mut schema = Schema::from_feature_texts(&texts).unwrap();
+        schema.label = Some("label".into());
+        let classes = Task::Classification { classes: 10 };
+        let spec = InputSpec::from_schema(&schema, classes).unwrap().spec;
+        (schema, spec)
+    }
+
+    /// A decoded image takes the CNN at its size, said aloud; a plain
+    /// `[H, W, C]` feature sizes the CNN only when asked for; other inputs
+    /// are no image.
+    #[test]
+    fn an_image_input_sizes_the_cnn_and_a_decoded_one_chooses_it() {
+        let (schema, input) = labelled(&["image/encoded:image:32x24x3:center"]);
+        let image = ImageInput::of_schema(&schema, &input).unwrap().unwrap();
+        assert_eq!(image.shape, ImageShape::new(32, 24, 3));
+        assert!(image.decoded);
+        let request = ModelRequest {
+            image: Some(image),
+            ..ask(None)
+        };
+        let chosen = ModelConfig::for_input(&input, &request, None).unwrap();
+        assert_eq!(
+            chosen.config,
+            ModelConfig::cnn(10, ImageShape::new(32, 24, 3))
+        );
+        let why = chosen.chosen_because.unwrap();
+        assert!(
+            why.contains("\"image/encoded\" is an image decoded at 32x24x3"),
+            "{why}"
+        );
+        // The MLP when asked for, over the same values.
+        let mlp = ModelConfig::for_input(
+            &input,
+            &ModelRequest {
+                kind: Some(ModelKind::Mlp),
+                ..request
+            },
+            None,
+        );
+        assert_eq!(mlp.unwrap().config.inputs(), 32 * 24 * 3);
+
+        let (schema, input) = labelled(&["pixels:uint8:20x20"]);
+        let image = ImageInput::of_schema(&schema, &input).unwrap().unwrap();
+        assert_eq!(
+            (image.shape, image.decoded),
+            (ImageShape::new(20, 20, 1), false)
+        );
+        let request = ModelRequest {
+            image: Some(image),
+            ..ask(None)
+        };
+        let chosen = ModelConfig::for_input(&input, &request, None).unwrap();
+        assert_eq!(chosen.config.kind(), ModelKind::Mlp);
+        let asked = ModelRequest {
+            kind: Some(ModelKind::Cnn),
+            ..request
+        };
+        let chosen = ModelConfig::for_input(&input, &asked, None).unwrap();
+        assert_eq!(
+            chosen.config,
+            ModelConfig::cnn(10, ImageShape::new(20, 20, 1))
+        );
+
+        for features in [&["pixels:uint8:784"][..], &["a:uint8:4x4", "b:uint8:4x4"]] {
+            let (schema, input) = labelled(features);
+            assert_eq!(ImageInput::of_schema(&schema, &input).unwrap(), None);
+        }
+        let (schema, input) = labelled(&["image:image:32x32x3:nchw"]);
+        assert_eq!(
+            ImageInput::of_schema(&schema, &input),
+            Err(ModelChoiceError::ChannelsFirst {
+                feature: "image".into()
+            })
+        );
+    }
+
     #[test]
     fn the_request_overrides_sizes_and_the_recorded_vocabulary() {
         let request = ModelRequest {
@@ -377,6 +546,7 @@ mod tests {
             hidden: Some(vec![8, 4]),
             vocab_size: Some(7),
             embedding_dim: Some(2),
+            image: None,
         };
         let chosen = ModelConfig::for_input(&tokens(None), &request, Some(50)).unwrap();
         assert_eq!(

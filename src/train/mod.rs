@@ -76,14 +76,14 @@ pub use checkpoint::{
     Checkpoint, CheckpointError, CheckpointLoad, CheckpointMeta, DefaultMeta, FORMAT, FeatureMeta,
     META_FILE, SchemaMeta,
 };
-pub use choice::{ModelChoice, ModelChoiceError, ModelKind, ModelRequest, TaskKind};
+pub use choice::{ImageInput, ModelChoice, ModelChoiceError, ModelKind, ModelRequest, TaskKind};
 pub use classes::{IntLabels, MAX_INFERRED_CLASSES};
 pub use config::{ModelInput, Placement, Reproducibility, RunControl, RunLength, TrainConfig};
 pub use data::{DataFingerprint, FileFingerprint, LabelClasses, TrainData, UnknownLabel};
 pub use device::parse_device;
 pub use impute::{Imputation, Impute, MISSING_INT64};
 pub use missing::MissingLabels;
-pub use model::{BuiltinModel, Model, ModelConfig, Task, seed_vars};
+pub use model::{BuiltinModel, ImageShape, Model, ModelConfig, Task, seed_vars};
 pub use objective::Evaluation;
 pub use observer::{Checkpointer, Control, EarlyStopping, Monitor, Observer, RunInfo, TensorBoard};
 pub use optim::{
@@ -265,6 +265,8 @@ pub enum Setting {
     RunLength,
     /// The learning-rate schedule.
     LrSchedule,
+    /// The CNN's input image size.
+    ImageSize,
 }
 
 impl Setting {
@@ -282,6 +284,7 @@ impl Setting {
             Setting::Inputs => "inputs",
             Setting::RunLength => "run length",
             Setting::LrSchedule => "learning-rate schedule",
+            Setting::ImageSize => "image size",
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Models: the [`Model`] trait every model trains through, the [`Task`] that
 //! chooses loss and metrics, and the built-in models ([`BuiltinModel`]): an
-//! MLP with hidden sizes from flags, a LeNet-like CNN for 28x28 inputs, and
+//! MLP with hidden sizes from flags, a LeNet-like CNN for images of any
+//! size (28x28x1 by default), and
 //! an embedding model for token ids (embedding -> masked mean pooling ->
 //! MLP), which `tfpipe train` picks when the schema's input is a
 //! variable-length int64 feature.
@@ -213,11 +214,16 @@ pub enum ModelConfig {
         /// Hidden layer sizes, in order.
         hidden: Vec<usize>,
     },
-    /// LeNet-5-like for 1x28x28 inputs: conv 5x5 (6, padded) -> pool ->
-    /// conv 5x5 (16) -> pool -> 400 -> 120 -> 84 -> classes.
+    /// LeNet-5-like over `[H, W, C]` images (NHWC, 28x28x1 by default):
+    /// conv 5x5 (6, padded) -> pool -> conv 5x5 (16) -> pool -> flatten
+    /// (400 at 28x28) -> 120 -> 84 -> classes.
     Cnn {
         /// The number of classes.
         classes: usize,
+        /// The input image. Checkpoints written before it was a setting
+        /// hold none: theirs is 28x28x1, which is also left unwritten.
+        #[serde(default, skip_serializing_if = "ImageShape::is_default")]
+        image: ImageShape,
     },
     /// A bag-of-tokens classifier: each token id in `0..vocab` looks up a
     /// `dim`-wide embedding; the embeddings of a row's real tokens (the
@@ -237,7 +243,86 @@ pub enum ModelConfig {
     },
 }
 
+/// The input image of the [CNN](ModelConfig::Cnn): `height x width x
+/// channels`, read in that (NHWC) order from each example's values.
+///
+/// ```
+/// use tfpipe::train::{ImageShape, ModelConfig};
+/// let image = ImageShape::new(64, 48, 3);
+/// let cnn = ModelConfig::cnn(10, image);
+/// assert_eq!(cnn.inputs(), 64 * 48 * 3);
+/// assert_eq!(cnn.describe(), "cnn lenet 3x64x48-10");
+/// assert_eq!(ImageShape::default().to_string(), "28x28x1");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageShape {
+    /// Rows.
+    pub height: usize,
+    /// Columns.
+    pub width: usize,
+    /// Channels (1 grey, 3 RGB, ...).
+    pub channels: usize,
+}
+
+impl Default for ImageShape {
+    /// 28x28x1, MNIST's: the CNN's input before the size was a setting.
+    fn default() -> ImageShape {
+        ImageShape::new(28, 28, 1)
+    }
+}
+
+impl std::fmt::Display for ImageShape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}x{}x{}", self.height, self.width, self.channels)
+    }
+}
+
+impl ImageShape {
+    /// The smallest side the CNN takes: its second convolution (5x5,
+    /// unpadded) and the pooling around it leave at least one value.
+    pub const MIN_SIDE: usize = 12;
+
+    /// `height x width x channels`.
+    pub const fn new(height: usize, width: usize, channels: usize) -> ImageShape {
+        ImageShape {
+            height,
+            width,
+            channels,
+        }
+    }
+
+    /// Whether this is the default 28x28x1.
+    pub fn is_default(&self) -> bool {
+        *self == ImageShape::default()
+    }
+
+    /// Values per image (saturating, so absurd sizes can be refused).
+    pub fn values(&self) -> usize {
+        self.height
+            .saturating_mul(self.width)
+            .saturating_mul(self.channels)
+    }
+
+    /// The CNN's feature map after the second pooling: `(rows, columns)`
+    /// (5x5 at 28x28). Each 2x2 pooling drops an odd edge, as candle's.
+    fn pooled(&self) -> (usize, usize) {
+        let side = |n: usize| (n / 2).saturating_sub(4) / 2;
+        (side(self.height), side(self.width))
+    }
+
+    /// The CNN's flattened features before its dense layers (400 at 28x28).
+    fn flattened(&self) -> usize {
+        let (h, w) = self.pooled();
+        16usize.saturating_mul(h).saturating_mul(w)
+    }
+}
+
 impl ModelConfig {
+    /// The LeNet-like CNN over `image`, with `classes` outputs.
+    pub fn cnn(classes: usize, image: ImageShape) -> ModelConfig {
+        ModelConfig::Cnn { classes, image }
+    }
+
     /// An MLP for `task`: a classifier, or a regressor with one output.
     pub fn mlp(inputs: usize, hidden: Vec<usize>, task: Task) -> ModelConfig {
         match task {
@@ -281,9 +366,10 @@ impl ModelConfig {
     pub fn inputs(&self) -> usize {
         match self {
             ModelConfig::Embedding { inputs, .. } => *inputs,
+            ModelConfig::Cnn { image, .. } => image.values(),
             _ => match self.mlp_layers() {
                 Some((inputs, _, _)) => inputs,
-                None => 28 * 28,
+                None => unreachable!("every other model has its MLP layers"),
             },
         }
     }
@@ -292,7 +378,7 @@ impl ModelConfig {
     pub fn classes(&self) -> usize {
         match self {
             ModelConfig::Mlp { classes, .. }
-            | ModelConfig::Cnn { classes }
+            | ModelConfig::Cnn { classes, .. }
             | ModelConfig::Embedding { classes, .. } => *classes,
             ModelConfig::Regressor { .. } => 1,
         }
@@ -302,7 +388,7 @@ impl ModelConfig {
     pub fn task(&self) -> Task {
         match self {
             ModelConfig::Mlp { classes, .. }
-            | ModelConfig::Cnn { classes }
+            | ModelConfig::Cnn { classes, .. }
             | ModelConfig::Embedding { classes, .. } => Task::Classification { classes: *classes },
             ModelConfig::Regressor { .. } => Task::Regression,
         }
@@ -330,8 +416,22 @@ impl ModelConfig {
             }
             None => {
                 let c = self.classes() as u128;
-                (6 * 25 + 6) + (16 * 6 * 25 + 16) + (400 * 120 + 120) + (120 * 84 + 84) + 84 * c + c
+                let image = self.image().unwrap_or_default();
+                let channels = image.channels as u128;
+                let flat = image.flattened() as u128;
+                (6u128.saturating_mul(channels).saturating_mul(25) + 6)
+                    .saturating_add(16 * 6 * 25 + 16)
+                    .saturating_add(flat.saturating_mul(120).saturating_add(120))
+                    .saturating_add((120 * 84 + 84) + 84 * c + c)
             }
+        }
+    }
+
+    /// The CNN's input image; `None` for the other models.
+    pub fn image(&self) -> Option<ImageShape> {
+        match self {
+            ModelConfig::Cnn { image, .. } => Some(*image),
+            _ => None,
         }
     }
 
@@ -344,7 +444,11 @@ impl ModelConfig {
                 .chain([inputs, outputs])
                 .max()
                 .unwrap_or(0),
-            None => (6 * 28 * 28).max(self.classes()),
+            None => {
+                let image = self.image().unwrap_or_default();
+                let conv1 = image.height.saturating_mul(image.width).saturating_mul(6);
+                conv1.max(image.values()).max(self.classes())
+            }
         }
     }
 
@@ -364,6 +468,17 @@ impl ModelConfig {
             return Err(TrainError::config(
                 Setting::Embedding,
                 format!("{vocab} tokens x {dim}: both must be at least 1"),
+            ));
+        }
+        if let ModelConfig::Cnn { image, .. } = self
+            && (image.height.min(image.width) < ImageShape::MIN_SIDE || image.channels == 0)
+        {
+            return Err(TrainError::config(
+                Setting::ImageSize,
+                format!(
+                    "the CNN's input {image} is too small: it takes images of at least {0}x{0} with 1 channel or more",
+                    ImageShape::MIN_SIDE
+                ),
             ));
         }
         if let Some((inputs, hidden, _)) = self.head_layers() {
@@ -418,7 +533,16 @@ impl ModelConfig {
                 };
                 format!("{kind} {}", sizes.join("-"))
             }
-            None => format!("cnn lenet 1x28x28-{}", self.classes()),
+            None => {
+                let image = self.image().unwrap_or_default();
+                format!(
+                    "cnn lenet {}x{}x{}-{}",
+                    image.channels,
+                    image.height,
+                    image.width,
+                    self.classes()
+                )
+            }
         }
     }
 }
@@ -430,6 +554,7 @@ enum Net {
         head: Vec<Linear>,
     },
     Cnn {
+        image: ImageShape,
         conv1: Conv2d,
         conv2: Conv2d,
         fc1: Linear,
@@ -465,18 +590,20 @@ impl BuiltinModel {
             (ModelConfig::Mlp { .. } | ModelConfig::Regressor { .. }, None) => {
                 unreachable!("an MLP always has its layers");
             }
-            (ModelConfig::Cnn { classes }, _) => {
+            (ModelConfig::Cnn { classes, image }, _) => {
                 let padded = Conv2dConfig {
                     padding: 2,
                     ..Default::default()
                 };
                 let e = TrainError::candle;
                 Net::Cnn {
-                    conv1: candle_nn::conv2d(1, 6, 5, padded, vb.pp("conv1"))
+                    image: *image,
+                    conv1: candle_nn::conv2d(image.channels, 6, 5, padded, vb.pp("conv1"))
                         .map_err(e("building conv1"))?,
                     conv2: candle_nn::conv2d(6, 16, 5, Default::default(), vb.pp("conv2"))
                         .map_err(e("building conv2"))?,
-                    fc1: candle_nn::linear(400, 120, vb.pp("fc1")).map_err(e("building fc1"))?,
+                    fc1: candle_nn::linear(image.flattened(), 120, vb.pp("fc1"))
+                        .map_err(e("building fc1"))?,
                     fc2: candle_nn::linear(120, 84, vb.pp("fc2")).map_err(e("building fc2"))?,
                     fc3: candle_nn::linear(84, *classes, vb.pp("fc3"))
                         .map_err(e("building fc3"))?,
@@ -513,18 +640,19 @@ impl BuiltinModel {
                 "the embedding model takes token ids: call Model::forward with a batch".into(),
             )),
             Net::Cnn {
+                image,
                 conv1,
                 conv2,
                 fc1,
                 fc2,
                 fc3,
             } => {
-                // NHWC through the convolutions (a 1-channel image is the
-                // same bytes in NCHW); the last pool writes NCHW, so that
-                // flattening gives candle's order and checkpoints keep
-                // their meaning (tested against candle's own layers).
+                // NHWC through the convolutions, as image features are laid
+                // out; the last pool writes NCHW, so that flattening gives
+                // candle's order and checkpoints keep their meaning (tested
+                // against candle's own layers).
                 let b = xs.dim(0)?;
-                let h = xs.reshape((b, 28, 28, 1))?;
+                let h = xs.reshape((b, image.height, image.width, image.channels))?;
                 let h = ops::conv2d(&h, conv1.weight(), conv1.bias(), 2, true)?;
                 let h = ops::max_pool2x2(&h, false)?;
                 let h = ops::conv2d(&h, conv2.weight(), conv2.bias(), 0, true)?;
@@ -702,11 +830,56 @@ mod tests {
 
     #[test]
     fn cnn_takes_784_inputs() {
-        let (m, vars) =
-            BuiltinModel::init(ModelConfig::Cnn { classes: 10 }, 1, &Device::Cpu).unwrap();
+        let config = ModelConfig::cnn(10, ImageShape::default());
+        let (m, vars) = BuiltinModel::init(config.clone(), 1, &Device::Cpu).unwrap();
         let xs = Tensor::zeros((3, 784), DType::F32, &Device::Cpu).unwrap();
         assert_eq!(m.forward_features(&xs).unwrap().dims(), &[3, 10]);
         assert_eq!(vars.all_vars().len(), 10);
+        let counted: usize = vars.all_vars().iter().map(|v| v.elem_count()).sum();
+        assert_eq!(config.parameters(), counted as u128);
+        // Checkpoints written before the size was a setting read as 28x28x1,
+        // and a 28x28x1 CNN is still written without it.
+        let old: ModelConfig = serde_json::from_str(r#"{"kind":"cnn","classes":10}"#).unwrap();
+        assert_eq!(old, config);
+        assert_eq!(
+            serde_json::to_string(&config).unwrap(),
+            r#"{"kind":"cnn","classes":10}"#
+        );
+    }
+
+    /// Any image size and channel count: the first convolution takes the
+    /// channels, the first dense layer the flattened map (16 x 1 x 3 at
+    /// 13x29), and the size travels in the checkpoint's config.
+    #[test]
+    fn cnn_takes_any_image_size() {
+        let image = ImageShape::new(13, 29, 3);
+        let config = ModelConfig::cnn(4, image);
+        let (m, vars) = BuiltinModel::init(config.clone(), 1, &Device::Cpu).unwrap();
+        let xs = Tensor::zeros((2, 13 * 29 * 3), DType::F32, &Device::Cpu).unwrap();
+        assert_eq!(m.forward_features(&xs).unwrap().dims(), &[2, 4]);
+        let counted: usize = vars.all_vars().iter().map(|v| v.elem_count()).sum();
+        assert_eq!(config.parameters(), counted as u128);
+        assert_eq!(config.inputs(), 13 * 29 * 3);
+        assert_eq!(config.describe(), "cnn lenet 3x13x29-4");
+        let json = serde_json::to_string(&config).unwrap();
+        assert_eq!(serde_json::from_str::<ModelConfig>(&json).unwrap(), config);
+        // Below 12 pixels a side the second pooling has nothing left.
+        let small = ModelConfig::cnn(4, ImageShape::new(11, 64, 3));
+        let Err(TrainError::Config { setting, reason }) = small.validate() else {
+            panic!("an 11-pixel side is refused");
+        };
+        assert_eq!(setting, Setting::ImageSize);
+        assert!(reason.contains("at least 12x12"), "{reason}");
+        assert!(
+            ModelConfig::cnn(4, ImageShape::new(12, 12, 0))
+                .validate()
+                .is_err()
+        );
+        assert!(
+            ModelConfig::cnn(4, ImageShape::new(12, 12, 1))
+                .validate()
+                .is_ok()
+        );
     }
 
     /// The same weights through candle-nn's own layers (NCHW conv, `Linear`,
@@ -716,22 +889,30 @@ mod tests {
         let vb = VarBuilder::from_varmap(varmap, DType::F32, &Device::Cpu);
         let fc = |i: &str, a, b| candle_nn::linear(a, b, vb.pp(i)).unwrap();
         match config {
-            ModelConfig::Cnn { classes } => {
+            ModelConfig::Cnn { classes, image } => {
                 let padded = Conv2dConfig {
                     padding: 2,
                     ..Default::default()
                 };
-                let c1 = candle_nn::conv2d(1, 6, 5, padded, vb.pp("conv1")).unwrap();
+                let c1 = candle_nn::conv2d(image.channels, 6, 5, padded, vb.pp("conv1")).unwrap();
                 let c2 = candle_nn::conv2d(6, 16, 5, Default::default(), vb.pp("conv2")).unwrap();
                 let b = xs.dim(0).unwrap();
-                let h = xs.reshape((b, 1, 28, 28)).unwrap();
+                // The examples are NHWC; candle's layers take NCHW.
+                let h = xs
+                    .reshape((b, image.height, image.width, image.channels))
+                    .and_then(|t| t.permute((0, 3, 1, 2)))
+                    .unwrap();
                 // Pooling by reshape + max: candle's max_pool2d backward
                 // scales the gradient (see `ops::max_pool2x2`).
                 let pool = |t: Tensor| super::ops::max_pool2x2_nchw(&t).unwrap();
                 let h = pool(c1.forward(&h).unwrap().relu().unwrap());
                 let h = pool(c2.forward(&h).unwrap().relu().unwrap());
                 let h = h.flatten_from(1).unwrap();
-                let h = fc("fc1", 400, 120).forward(&h).unwrap().relu().unwrap();
+                let h = fc("fc1", image.flattened(), 120)
+                    .forward(&h)
+                    .unwrap()
+                    .relu()
+                    .unwrap();
                 let h = fc("fc2", 120, 84).forward(&h).unwrap().relu().unwrap();
                 fc("fc3", 84, *classes).forward(&h).unwrap()
             }
@@ -755,7 +936,8 @@ mod tests {
     }
 
     /// The fused forward and its gradients equal candle's layers' on the
-    /// same weights, for both built-in models.
+    /// same weights, for both built-in models, the CNN at 28x28x1 and at a
+    /// non-square RGB size (NHWC examples against candle's NCHW layers).
     #[test]
     fn fused_layers_match_candle_layers() {
         let configs = [
@@ -764,16 +946,18 @@ mod tests {
                 hidden: vec![16, 8],
                 classes: 10,
             },
-            ModelConfig::Cnn { classes: 10 },
+            ModelConfig::cnn(10, ImageShape::default()),
+            ModelConfig::cnn(10, ImageShape::new(17, 14, 3)),
         ];
-        // Deterministic pixels in [0, 1].
-        let xs = Tensor::arange(0u32, 3 * 784, &Device::Cpu)
-            .and_then(|t| t.to_dtype(DType::F32))
-            .and_then(|t| (t * 0.37)?.sin()?.abs())
-            .and_then(|t| t.reshape((3, 784)))
-            .unwrap();
         let labels = Tensor::new(&[1u32, 7, 3], &Device::Cpu).unwrap();
         for config in configs {
+            // Deterministic pixels in [0, 1].
+            let inputs = config.inputs();
+            let xs = Tensor::arange(0u32, 3 * inputs as u32, &Device::Cpu)
+                .and_then(|t| t.to_dtype(DType::F32))
+                .and_then(|t| (t * 0.37)?.sin()?.abs())
+                .and_then(|t| t.reshape((3, inputs)))
+                .unwrap();
             let (model, varmap) = BuiltinModel::init(config.clone(), 3, &Device::Cpu).unwrap();
             let fused = model.forward_features(&xs).unwrap();
             let reference = candle_reference(&config, &varmap, &xs);
@@ -849,7 +1033,7 @@ mod tests {
                 hidden: vec![32],
                 classes: 10,
             },
-            ModelConfig::Cnn { classes: 10 },
+            ModelConfig::cnn(10, ImageShape::default()),
         ] {
             let mut weights = Vec::new();
             for device in [Device::Cpu, gpu.clone()] {
@@ -903,6 +1087,10 @@ mod tests {
                 ..
             })
         ));
-        assert!(ModelConfig::Cnn { classes: 1 }.validate().is_err());
+        assert!(
+            ModelConfig::cnn(1, ImageShape::default())
+                .validate()
+                .is_err()
+        );
     }
 }

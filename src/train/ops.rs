@@ -656,6 +656,48 @@ impl MaxPool2x2 {
     }
 }
 
+impl MaxPool2x2 {
+    /// The forward pass, a pair of input rows at a time: their elementwise
+    /// maximum (one vectorised pass over `2 * ow * c` values), then each
+    /// output pixel's channels from two neighbours of it. The same value
+    /// as `v[argmax4(v)]` per window, NaN included: each `max_first` keeps
+    /// its first argument unless the second is greater, as `argmax4` does.
+    /// (The per-window walk with `argmax4` took 15% of a LeNet step.)
+    fn pool_rows(&self, x: &[f32], (b, h, w, c): (usize, usize, usize, usize), out: &mut [f32]) {
+        let (oh, ow) = (h / 2, w / 2);
+        let (row, used) = (w * c, 2 * ow * c);
+        let mut pair = vec![0f32; used];
+        for n in 0..b {
+            for oy in 0..oh {
+                let top = &x[(n * h + 2 * oy) * row..][..used];
+                let bottom = &x[(n * h + 2 * oy + 1) * row..][..used];
+                for ((p, &t), &u) in pair.iter_mut().zip(top).zip(bottom) {
+                    *p = max_first(t, u);
+                }
+                for ox in 0..ow {
+                    let (left, right) = pair[2 * ox * c..(2 * ox + 2) * c].split_at(c);
+                    if self.to_nchw {
+                        for (ch, (&l, &r)) in left.iter().zip(right).enumerate() {
+                            out[((n * c + ch) * oh + oy) * ow + ox] = max_first(l, r);
+                        }
+                    } else {
+                        let o = &mut out[((n * oh + oy) * ow + ox) * c..][..c];
+                        for ((o, &l), &r) in o.iter_mut().zip(left).zip(right) {
+                            *o = max_first(l, r);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `b` if it is greater than `a`, else `a` (NaN only when `a` is).
+#[inline]
+fn max_first(a: f32, b: f32) -> f32 {
+    if b > a { b } else { a }
+}
+
 /// Which of the 4 values is the maximum (the first one on ties).
 fn argmax4(v: [f32; 4]) -> usize {
     let mut best = 0;
@@ -690,14 +732,8 @@ impl CustomOp1 for MaxPool2x2 {
         };
         let shape = self.out_shape(d);
         let mut out = vec![0f32; shape.elem_count()];
-        let c = d.3;
         check_pool_input(x, d)?;
-        self.walk(d, |window, o, stride| {
-            for ch in 0..c {
-                let v = window.map(|at| x[at + ch]);
-                out[o + ch * stride] = v[argmax4(v)];
-            }
-        });
+        self.pool_rows(x, d, &mut out);
         Ok((CpuStorage::F32(out), shape))
     }
 
@@ -974,16 +1010,15 @@ mod tests {
                 },
             );
         }
-        // NHWC output of the pool; the forward is candle's max_pool2d.
-        let y = max_pool2x2(x.as_tensor(), false).unwrap();
-        let r = x
-            .permute((0, 3, 1, 2))
-            .unwrap()
-            .max_pool2d(2)
-            .unwrap()
-            .permute((0, 2, 3, 1))
-            .unwrap();
-        close(&y, &r, 0.0);
+        // NHWC output of the pool; the forward is candle's max_pool2d, on
+        // even and odd sides (an odd edge is dropped), in both layouts.
+        let odd = var(&[2, 5, 7, 3], 11);
+        for x in [&x, &odd] {
+            let nchw = x.permute((0, 3, 1, 2)).unwrap().max_pool2d(2).unwrap();
+            let y = max_pool2x2(x.as_tensor(), false).unwrap();
+            close(&y, &nchw.permute((0, 2, 3, 1)).unwrap(), 0.0);
+            close(&max_pool2x2(x.as_tensor(), true).unwrap(), &nchw, 0.0);
+        }
     }
 
     /// The fused convolution, split into every number of tasks and block

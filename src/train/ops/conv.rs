@@ -18,7 +18,10 @@
 //!   and, when the input needs it, `dx` by col2im of `g W`.
 //!
 //! im2col's column order is (ky, kx, channel): in NHWC each kernel row of a
-//! window is one contiguous copy of `k * c` values. The kernel (candle's
+//! window is one contiguous copy of `k * c` values. With one input channel
+//! (LeNet's first layer) that copy is only `k` values, so there the matrix
+//! is written column-major instead: a column's values for one output row are
+//! one copy of `ow` values from one input row (`Geometry::im2col_t`). The kernel (candle's
 //! `[out, c, k, k]`) is repacked into that order per call, and its gradient
 //! back (a few thousand values).
 //!
@@ -142,6 +145,64 @@ impl Geometry {
                         dst[lo * c..hi * c].copy_from_slice(&img[src..src + (hi - lo) * c]);
                         dst[hi * c..].fill(0.0);
                     }
+                }
+            }
+        }
+    }
+
+    /// Whether im2col writes its matrix column-major ([`im2col_t`](Self::im2col_t)):
+    /// for one input channel, where a row-major row is `k` copies of `k`
+    /// values each.
+    fn transposed_cols(&self) -> bool {
+        self.c == 1
+    }
+
+    /// The im2col matrix `rows x width` as [`im2col_cols`](Self::im2col_cols)
+    /// writes it.
+    fn cols_view(&self, rows: usize) -> View {
+        match self.transposed_cols() {
+            true => View::col_major(rows, self.width()),
+            false => View::row_major(rows, self.width()),
+        }
+    }
+
+    /// im2col of whole images in the layout of [`cols_view`](Self::cols_view).
+    fn im2col_cols(&self, x: &[f32], cols: &mut [f32]) {
+        match self.transposed_cols() {
+            true => self.im2col_t(x, cols),
+            false => self.im2col(x, cols),
+        }
+    }
+
+    /// im2col of one-channel images, column-major: column `(ky, kx)` of
+    /// output row `oy` is input row `oy + ky - pad` shifted by `kx - pad`,
+    /// one copy of `ow` values (28 at LeNet's first layer) where the
+    /// row-major layout makes `ow` copies of `k` (5): a copy per five
+    /// values was a quarter of a LeNet step.
+    fn im2col_t(&self, x: &[f32], cols: &mut [f32]) {
+        debug_assert_eq!(self.c, 1);
+        let (k, pad, w) = (self.k, self.pad, self.w);
+        let (oh, ow) = (self.oh(), self.ow());
+        let rows = x.len() / self.image_in() * oh * ow;
+        for ky in 0..k {
+            for kx in 0..k {
+                let column = &mut cols[(ky * k + kx) * rows..][..rows];
+                // Output columns whose input column ox + kx - pad is inside.
+                let lo = pad.saturating_sub(kx).min(ow);
+                let hi = (w + pad).saturating_sub(kx).min(ow).max(lo);
+                let rows_out = column.chunks_exact_mut(ow);
+                let rows_in = x.chunks_exact(self.image_in()).flat_map(|img| {
+                    (0..oh).map(move |oy| self.input_row(oy, ky).map(|iy| &img[iy * w..][..w]))
+                });
+                for (dst, src) in rows_out.zip(rows_in) {
+                    let Some(src) = src.filter(|_| hi > lo) else {
+                        dst.fill(0.0);
+                        continue;
+                    };
+                    let start = lo + kx - pad;
+                    dst[..lo].fill(0.0);
+                    dst[lo..hi].copy_from_slice(&src[start..start + hi - lo]);
+                    dst[hi..].fill(0.0);
                 }
             }
         }
@@ -327,11 +388,11 @@ impl Conv2dOp {
             for (xb, yb) in blocks {
                 let rows = yb.len() / out.max(1);
                 let cols = sized(&mut s.cols, rows * width);
-                g.im2col(xb, cols);
+                g.im2col_cols(xb, cols);
                 // Channel-major: element (r, o) at o * rows + r.
                 let acc = sized(&mut s.block, rows * out);
                 let dst = View::col_major(rows, out);
-                let lhs = View::row_major(rows, width);
+                let lhs = g.cols_view(rows);
                 // wk^T: element (j, o) at o * width + j.
                 let rhs = View::col_major(width, out);
                 gemm_strided(
@@ -378,20 +439,21 @@ impl Conv2dOp {
                     }
                 }
                 let cols = sized(&mut s.cols, rows * width);
-                g.im2col(xb, cols);
+                g.im2col_cols(xb, cols);
                 let gv = View::row_major(rows, out);
-                let cv = View::row_major(rows, width);
                 let dwv = View::row_major(out, width);
                 let none = gemm::Parallelism::None;
                 gemm_strided(
                     (&mut dw, dwv),
                     true,
                     (gm, gv.transposed()),
-                    (cols, cv),
+                    (cols, g.cols_view(rows)),
                     none,
                 )?;
                 if let Some(dx) = dx.as_deref_mut() {
-                    // dcols = g @ wk, into the (now free) im2col buffer.
+                    // dcols = g @ wk, row-major (as col2im reads it) into
+                    // the (now free) im2col buffer.
+                    let cv = View::row_major(rows, width);
                     gemm_strided((cols, cv), false, (gm, gv), (wk, dwv), none)?;
                     let at = i * bin;
                     g.col2im(cols, &mut dx[at..at + xb.len()]);
@@ -532,6 +594,31 @@ mod tests {
         let per_pixel = [4.0, 6.0, 4.0, 6.0, 9.0, 6.0, 4.0, 6.0, 4.0];
         let expected: Vec<f32> = per_pixel.iter().flat_map(|&v| [v, v]).collect();
         assert_eq!(dx, expected);
+    }
+
+    /// The column-major im2col of one-channel images is the row-major
+    /// one transposed, padding and edge windows included.
+    #[test]
+    fn one_channel_im2col_is_the_transpose_of_the_row_major_one() {
+        for (k, pad) in [(5, 2), (3, 0), (2, 3), (4, 1)] {
+            let g = Geometry::new((3, 6, 7, 1), k, pad, 2).unwrap();
+            assert!(g.transposed_cols());
+            let x: Vec<f32> = (0..3 * 6 * 7).map(|v| v as f32 + 1.0).collect();
+            let rows = 3 * g.pixels();
+            let mut row_major = vec![f32::NAN; rows * g.width()];
+            g.im2col(&x, &mut row_major);
+            let mut col_major = vec![f32::NAN; rows * g.width()];
+            g.im2col_cols(&x, &mut col_major);
+            for r in 0..rows {
+                for j in 0..g.width() {
+                    assert_eq!(
+                        col_major[j * rows + r],
+                        row_major[r * g.width() + j],
+                        "k {k} pad {pad}: row {r} column {j}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
