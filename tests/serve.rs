@@ -878,6 +878,30 @@ fn ten_thousand_requests_from_64_clients_all_get_the_right_answer() {
     );
     assert_eq!(good, 9_000);
     eprintln!("10,000 requests from 64 clients in {took:?}");
+    // The batcher merged them: far fewer forward passes than requests
+    // (9,000 good ones of 1 to 3 examples; the warm-up adds a few passes).
+    let (_, text) = Client::connect(addr).request("GET", "/metrics", b"");
+    let text = String::from_utf8(text).unwrap();
+    let metric = |name: &str| -> f64 {
+        let key = format!("{name}{{model=\"penguins\",version=\"1\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(key.as_str()))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{key} not in\n{text}"))
+    };
+    let (passes, examples) = (
+        metric("tfpipe_serve_batch_size_count"),
+        metric("tfpipe_serve_batch_size_sum"),
+    );
+    assert!(examples >= 18_000.0, "{examples} examples");
+    assert!(
+        passes < 4_500.0,
+        "{passes} forward passes for 9,000 requests: not merged"
+    );
+    eprintln!(
+        "{passes} forward passes, {:.1} examples each",
+        examples / passes
+    );
     server.shutdown().unwrap();
 }
 
@@ -1444,5 +1468,84 @@ fn a_feature_left_out_is_imputed_as_predict_imputes_it() {
         !same_prediction(&body["predictions"][0], &expected[1]),
         "{body}"
     );
+    server.shutdown().unwrap();
+}
+
+/// A version is `LOADING` (and the server not ready, its requests 503)
+/// until its load and warm-up are done; then it is `AVAILABLE`, warmed
+/// from `warmup_data` (`--warmup-data`) at every batch size the batcher
+/// can form.
+#[test]
+fn a_version_is_loading_and_not_ready_until_warmed_from_warmup_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoint = dir.path().join("p");
+    save(&checkpoint, &classifier(), 1);
+    let data = dir.path().join("warm.tfrecord");
+    write_examples(&data);
+    let (release_tx, released) = crossbeam_channel::bounded::<()>(0);
+    let source =
+        ModelSource::new("p", &checkpoint).loader(Arc::new(move |dir: &Path, device: &Device| {
+            let _ = released.recv();
+            Predictor::load(dir, device)
+        }));
+    let events = Arc::new(Mutex::new(Vec::<Event>::new()));
+    let sink = events.clone();
+    let batching = BatchOptions {
+        max_batch_size: 8,
+        ..BatchOptions::default()
+    };
+    let server = Server::start(
+        ServeConfig {
+            addr: "127.0.0.1:0".into(),
+            connections: 4,
+            poll: None,
+            batching,
+            warmup_data: vec![data],
+            events: Some(Arc::new(move |e: &Event| {
+                sink.lock().unwrap().push(e.clone())
+            })),
+            ..ServeConfig::default()
+        },
+        vec![source],
+    )
+    .unwrap();
+    // Declared after the server, so dropped before it if an assertion
+    // fails: the loader then returns and the server's drop can join.
+    let release = release_tx;
+    let mut c = Client::connect(server.local_addr());
+    let (s, body) = c.json("GET", "/v1/models/p", &Json::Null);
+    assert_eq!(
+        (s, &body["model_version_status"][0]["state"]),
+        (200, &json!("LOADING")),
+        "{body}"
+    );
+    assert_eq!(c.json("GET", "/v2/health/live", &Json::Null).0, 200);
+    assert_eq!(c.json("GET", "/v2/health/ready", &Json::Null).0, 503);
+    assert_eq!(c.json("GET", "/v2/models/p/ready", &Json::Null).0, 503);
+    let (s, _) = c.json(
+        "POST",
+        "/v1/models/p:predict",
+        &json!({"instances": [instance(0)]}),
+    );
+    assert_eq!(s, 503);
+    assert!(!server.is_ready());
+
+    release.send(()).unwrap();
+    assert!(server.wait_ready(Duration::from_secs(30)));
+    assert_eq!(c.json("GET", "/v2/health/ready", &Json::Null).0, 200);
+    let (_, body) = c.json("GET", "/v1/models/p", &Json::Null);
+    assert_eq!(body["model_version_status"][0]["state"], "AVAILABLE");
+    let warmup = events
+        .lock()
+        .unwrap()
+        .iter()
+        .find_map(|e| match e {
+            Event::Available { warmup, .. } => Some(warmup.clone()),
+            _ => None,
+        })
+        .expect("an Available event");
+    assert_eq!(warmup.source, WarmupSource::Data);
+    assert_eq!(warmup.passes, batching.warmup_sizes().len());
+    assert_eq!(batching.warmup_sizes(), [1, 2, 4, 8]);
     server.shutdown().unwrap();
 }
