@@ -1,13 +1,15 @@
 //! The running iterator.
 //!
-//! The engine's [`PipelineIter`] runs on a thread of its own (started with
-//! [`tfpipe::spawn::Thread`]), which pulls one element per request: the
-//! iterator never runs ahead of what Python has taken, so `get_state()` is
-//! exactly where the consumer stands. `__next__` sends a request and waits
-//! for the reply with the GIL released, waking every [`SIGNAL_POLL`] to run
-//! Python's signal handlers, so Ctrl-C raises `KeyboardInterrupt` in a
-//! blocked `next()`; the pipeline is then stopped (its threads end and are
-//! joined when the iterator goes).
+//! The engine's [`PipelineIter`] always ends in a `prefetch` stage (one is
+//! added when the dataset's last step is not a prefetch), whose thread
+//! computes the elements. `__next__` waits on that stage's channel itself,
+//! with the GIL released, in slices of [`SIGNAL_POLL`], running Python's
+//! signal handlers between them: Ctrl-C raises `KeyboardInterrupt` in a
+//! blocked `next()`, and the pipeline is then stopped (its threads end and
+//! are joined when the iterator goes). No thread stands between Python and
+//! the pipeline: each element is one hand-off, as in the Rust API.
+//! `get_state()` is exactly where the consumer stands (the prefetch stage's
+//! state accounts for what it holds).
 //!
 //! Invariants: at most one request is in flight (the inner state is taken
 //! with `try_lock`: a second Python thread gets an error, never a deadlock
@@ -18,12 +20,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use tfpipe::pipeline::{MetricsHandle, PipelineIter, PipelineState, Record, StopHandle};
-use tfpipe::spawn::Thread;
+use tfpipe::pipeline::{MetricsHandle, PipelineIter, PipelineState, Record, StopHandle, TimedOut};
 use tfpipe::{Batch, PipelineError};
 
 use crate::convert;
@@ -45,95 +45,87 @@ pub(crate) enum Elem {
     Tuple(Vec<Elem>),
 }
 
-enum Request {
-    Next,
-    State,
+/// A running pipeline of any element type, its elements made [`Elem`]s.
+trait Engine: Send {
+    fn next_timeout(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<Option<Result<Elem, PipelineError>>, TimedOut>;
+    fn state(&self) -> Result<PipelineState, PipelineError>;
 }
 
-enum Reply {
-    Next(Option<Result<Elem, PipelineError>>),
-    State(Result<PipelineState, PipelineError>),
+struct Wrapped<T, F> {
+    it: PipelineIter<T>,
+    wrap: F,
 }
 
-/// The thread that owns the engine iterator, and the ends to talk to it.
-struct Driver {
-    requests: Sender<Request>,
-    replies: Receiver<Reply>,
+impl<T: Send, F: Fn(T) -> Elem + Send> Engine for Wrapped<T, F> {
+    fn next_timeout(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<Option<Result<Elem, PipelineError>>, TimedOut> {
+        Ok(self.it.next_timeout(timeout)?.map(|r| r.map(&self.wrap)))
+    }
+
+    fn state(&self) -> Result<PipelineState, PipelineError> {
+        self.it.state()
+    }
+}
+
+/// The running pipeline and the handles other threads use to reach it.
+struct Running {
+    engine: Box<dyn Engine>,
     stop: StopHandle,
     metrics: MetricsHandle,
-    thread: Option<Thread<()>>,
 }
 
-impl Driver {
-    fn spawn<T: Send + 'static>(
-        mut it: PipelineIter<T>,
-        wrap: impl Fn(T) -> Elem + Send + 'static,
-    ) -> std::io::Result<Driver> {
-        let stop = it.stop_handle();
-        let metrics = it.metrics_handle();
-        let (requests, inbox) = crossbeam_channel::bounded::<Request>(1);
-        let (outbox, replies) = crossbeam_channel::bounded::<Reply>(1);
-        let thread = Thread::spawn("python-iterator", move |cancel| {
-            while let Ok(request) = cancel.recv(&inbox) {
-                let reply = match request {
-                    Request::Next => Reply::Next(it.next().map(|r| r.map(&wrap))),
-                    Request::State => Reply::State(it.state()),
-                };
-                if cancel.send(&outbox, reply).is_err() {
-                    break;
-                }
-            }
-            // Dropping `it` here cancels the stages and joins their threads.
-        })?;
-        Ok(Driver {
-            requests,
-            replies,
-            stop,
-            metrics,
-            thread: Some(thread),
-        })
-    }
-
-    /// Stops the pipeline and joins the thread (which joins the stages).
-    fn shut_down(&mut self) {
+impl Running {
+    /// Stops the pipeline and joins its threads.
+    fn shut_down(self) {
         self.stop.stop();
-        if let Some(thread) = self.thread.take() {
-            thread.cancel();
-            let _ = thread.join();
-        }
+        drop(self.engine);
     }
 }
 
-/// Starts a built plan, from `state` if given.
-fn start_built(built: Built, state: Option<&PipelineState>) -> Result<Driver, PipelineError> {
+/// Starts a built plan, from `state` if given. `prefetched`: the plan ends
+/// in a prefetch already; otherwise one element is prefetched, so that
+/// `next()` can wait in slices (see the module doc).
+fn start_built(
+    built: Built,
+    prefetched: bool,
+    state: Option<&PipelineState>,
+) -> Result<Running, PipelineError> {
     fn go<T: Send + 'static>(
         p: tfpipe::Pipeline<T>,
+        prefetched: bool,
         state: Option<&PipelineState>,
         wrap: impl Fn(T) -> Elem + Send + 'static,
-    ) -> Result<Driver, PipelineError> {
+    ) -> Result<Running, PipelineError> {
+        let p = if prefetched { p } else { p.prefetch(1) };
         let it = match state {
             Some(state) => p.start_from(state)?,
             None => p.start()?,
         };
-        Driver::spawn(it, wrap).map_err(|error| PipelineError::Spawn {
-            stage: "python-iterator".into(),
-            error,
+        Ok(Running {
+            stop: it.stop_handle(),
+            metrics: it.metrics_handle(),
+            engine: Box::new(Wrapped { it, wrap }),
         })
     }
     match built {
-        Built::Files(files) => go(files.records(), state, Elem::Record),
-        Built::Global(global) => go(global.pipeline(), state, Elem::Record),
-        Built::Records(p, _) => go(p, state, Elem::Record),
-        Built::RecordBatches(p) => go(p, state, Elem::Records),
-        Built::Parsed { pipeline, batched } => {
-            go(pipeline, state, move |batch| Elem::Batch { batch, batched })
-        }
-        Built::Tuples(p) => go(p, state, Elem::Tuple),
+        Built::Files(files) => go(files.records(), prefetched, state, Elem::Record),
+        Built::Global(global) => go(global.pipeline(), prefetched, state, Elem::Record),
+        Built::Records(p, _) => go(p, prefetched, state, Elem::Record),
+        Built::RecordBatches(p) => go(p, prefetched, state, Elem::Records),
+        Built::Parsed { pipeline, batched } => go(pipeline, prefetched, state, move |batch| {
+            Elem::Batch { batch, batched }
+        }),
+        Built::Tuples(p) => go(p, prefetched, state, Elem::Tuple),
     }
 }
 
 struct Inner {
-    driver: Option<Driver>,
+    running: Option<Running>,
     /// No request was made yet: `set_state` may still restart.
     fresh: bool,
     /// The stream ended (or failed with a fatal error, or was interrupted).
@@ -161,6 +153,18 @@ pub(crate) struct Iterator {
     nexts: AtomicU64,
 }
 
+/// The running pipeline, or why there is none.
+fn running_of(inner: &mut Inner) -> PyResult<&mut Running> {
+    if let Some(why) = inner.done {
+        return Err(PyRuntimeError::new_err(why));
+    }
+    inner.fresh = false;
+    inner
+        .running
+        .as_mut()
+        .ok_or_else(|| PyRuntimeError::new_err("this iterator is closed"))
+}
+
 fn plan_error(py: Python<'_>, e: PlanError) -> PyErr {
     match e {
         PlanError::Invalid(message) => PyValueError::new_err(message),
@@ -186,12 +190,13 @@ fn parse_state(py: Python<'_>, state: &Bound<'_, PyAny>) -> PyResult<PipelineSta
         .map_err(|e| PyValueError::new_err(format!("invalid iterator state: {e}")))
 }
 
-fn start_driver(py: Python<'_>, ops: &[Op], state: Option<&PipelineState>) -> PyResult<Driver> {
+fn start_running(py: Python<'_>, ops: &[Op], state: Option<&PipelineState>) -> PyResult<Running> {
+    let prefetched = matches!(ops.last(), Some(Op::Prefetch { buffer_size }) if *buffer_size > 0);
     // Building resolves globs (listing object storage) and may count
     // records for `rank`: no Python object is touched meanwhile.
     py.detach(|| {
         let built = plan::build(ops)?;
-        start_built(built, state).map_err(PlanError::Pipeline)
+        start_built(built, prefetched, state).map_err(PlanError::Pipeline)
     })
     .map_err(|e| plan_error(py, e))
 }
@@ -207,15 +212,15 @@ pub(crate) fn start(
 ) -> PyResult<Iterator> {
     let ops = parse_ops(ops_json)?;
     let state = state.map(|s| parse_state(py, s)).transpose()?;
-    let driver = start_driver(py, &ops, state.as_ref())?;
+    let running = start_running(py, &ops, state.as_ref())?;
     Ok(Iterator {
         ops,
         control: Mutex::new(Control {
-            stop: driver.stop.clone(),
-            metrics: driver.metrics.clone(),
+            stop: running.stop.clone(),
+            metrics: running.metrics.clone(),
         }),
         inner: Mutex::new(Inner {
-            driver: Some(driver),
+            running: Some(running),
             fresh: true,
             done: None,
             final_state: None,
@@ -254,28 +259,22 @@ impl Iterator {
         }
     }
 
-    /// Sends `request` and waits for the reply with the GIL released,
-    /// running the signal handlers between waits. On an exception from a
-    /// handler (Ctrl-C), stops the pipeline and marks the iterator done.
-    fn ask(&self, py: Python<'_>, inner: &mut Inner, request: Request) -> PyResult<Reply> {
-        if let Some(why) = inner.done {
-            return Err(PyRuntimeError::new_err(why));
-        }
-        let Some(driver) = inner.driver.as_ref() else {
-            return Err(PyRuntimeError::new_err("this iterator is closed"));
-        };
-        inner.fresh = false;
-        if driver.requests.send(request).is_err() {
-            inner.done = Some("the iterator's thread has ended");
-            return Err(PyRuntimeError::new_err("the iterator's thread has ended"));
-        }
+    /// The next element, waited for with the GIL released, running the
+    /// signal handlers between waits. On an exception from a handler
+    /// (Ctrl-C), stops the pipeline and marks the iterator done.
+    fn wait_next(
+        &self,
+        py: Python<'_>,
+        inner: &mut Inner,
+    ) -> PyResult<Option<Result<Elem, PipelineError>>> {
+        let running = running_of(inner)?;
         loop {
-            let replies = &driver.replies;
-            match py.detach(|| replies.recv_timeout(SIGNAL_POLL)) {
-                Ok(reply) => return Ok(reply),
-                Err(RecvTimeoutError::Timeout) => {
+            let engine = &mut running.engine;
+            match py.detach(|| engine.next_timeout(SIGNAL_POLL)) {
+                Ok(next) => return Ok(next),
+                Err(TimedOut) => {
                     if let Err(e) = py.check_signals() {
-                        driver.stop.stop();
+                        running.stop.stop();
                         inner.done = Some(
                             "this iterator was interrupted; its pipeline is stopped: start a \
                              new one (or resume from a state saved before)",
@@ -283,12 +282,18 @@ impl Iterator {
                         return Err(e);
                     }
                 }
-                Err(RecvTimeoutError::Disconnected) => {
-                    inner.done = Some("the iterator's thread has ended");
-                    return Err(PyRuntimeError::new_err("the iterator's thread has ended"));
-                }
             }
         }
+    }
+
+    /// Where the pipeline stands, after the last element returned.
+    fn running_state(
+        &self,
+        py: Python<'_>,
+        inner: &mut Inner,
+    ) -> PyResult<Result<PipelineState, PipelineError>> {
+        let engine = &mut running_of(inner)?.engine;
+        Ok(py.detach(move || engine.state()))
     }
 
     fn control(&self) -> std::sync::MutexGuard<'_, Control> {
@@ -301,16 +306,16 @@ impl Iterator {
     /// (it returns soon: the pipeline is stopped) and joins the threads.
     fn close_inner(&self, py: Python<'_>, why: &'static str) {
         self.control().stop.stop();
-        let driver = py.detach(|| {
+        let running = py.detach(|| {
             let mut inner = self
                 .inner
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             inner.done.get_or_insert(why);
-            inner.driver.take()
+            inner.running.take()
         });
-        if let Some(mut driver) = driver {
-            py.detach(|| driver.shut_down());
+        if let Some(running) = running {
+            py.detach(|| running.shut_down());
         }
     }
 }
@@ -327,26 +332,25 @@ impl Iterator {
             return Ok(None);
         }
         let started = Instant::now();
-        let reply = self.ask(py, &mut inner, Request::Next)?;
+        let next = self.wait_next(py, &mut inner)?;
         self.wait_ns
             .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         self.nexts.fetch_add(1, Ordering::Relaxed);
-        match reply {
-            Reply::Next(None) => {
+        match next {
+            None => {
                 // Finished: keep the final state, then join the threads now,
                 // not when Python drops us.
-                if let Ok(Reply::State(Ok(state))) = self.ask(py, &mut inner, Request::State) {
+                if let Ok(Ok(state)) = self.running_state(py, &mut inner) {
                     inner.final_state = Some(state);
                 }
                 inner.done = Some(END);
-                if let Some(mut driver) = inner.driver.take() {
-                    py.detach(|| driver.shut_down());
+                if let Some(running) = inner.running.take() {
+                    py.detach(|| running.shut_down());
                 }
                 Ok(None)
             }
-            Reply::Next(Some(Ok(elem))) => Ok(Some(convert::elem(py, elem)?.unbind())),
-            Reply::Next(Some(Err(e))) => Err(pipeline_error(py, e)),
-            Reply::State(_) => Err(PyRuntimeError::new_err("unexpected reply")),
+            Some(Ok(elem)) => Ok(Some(convert::elem(py, elem)?.unbind())),
+            Some(Err(e)) => Err(pipeline_error(py, e)),
         }
     }
 
@@ -356,10 +360,9 @@ impl Iterator {
         if let Some(state) = &inner.final_state {
             return py.import("json")?.call_method1("loads", (state.to_json(),));
         }
-        let state = match self.ask(py, &mut inner, Request::State)? {
-            Reply::State(state) => state.map_err(|e| pipeline_error(py, e))?,
-            Reply::Next(_) => return Err(PyRuntimeError::new_err("unexpected reply")),
-        };
+        let state = self
+            .running_state(py, &mut inner)?
+            .map_err(|e| pipeline_error(py, e))?;
         py.import("json")?.call_method1("loads", (state.to_json(),))
     }
 
@@ -374,18 +377,18 @@ impl Iterator {
                      dataset.iter(state=...) for a new iterator",
                 ));
             }
-            inner.driver.take()
+            inner.running.take()
         };
-        if let Some(mut old) = old {
+        if let Some(old) = old {
             py.detach(|| old.shut_down());
         }
-        let driver = start_driver(py, &self.ops, Some(&state))?;
+        let running = start_running(py, &self.ops, Some(&state))?;
         *self.control() = Control {
-            stop: driver.stop.clone(),
-            metrics: driver.metrics.clone(),
+            stop: running.stop.clone(),
+            metrics: running.metrics.clone(),
         };
         let mut inner = self.lock()?;
-        inner.driver = Some(driver);
+        inner.running = Some(running);
         Ok(())
     }
 
@@ -424,17 +427,17 @@ const END: &str = "the iterator is exhausted";
 
 impl Drop for Iterator {
     fn drop(&mut self) {
-        let driver = match self.inner.get_mut() {
-            Ok(inner) => inner.driver.take(),
-            Err(p) => p.into_inner().driver.take(),
+        let running = match self.inner.get_mut() {
+            Ok(inner) => inner.running.take(),
+            Err(p) => p.into_inner().running.take(),
         };
-        let Some(mut driver) = driver else { return };
+        let Some(running) = running else { return };
         if std::process::id() != self.pid {
-            // A forked child: the thread does not exist here; joining would
+            // A forked child: the pipeline's threads do not exist here; joining would
             // hang. Forget it (its memory is the parent's copy).
-            std::mem::forget(driver);
+            std::mem::forget(running);
             return;
         }
-        Python::attach(|py| py.detach(|| driver.shut_down()));
+        Python::attach(|py| py.detach(|| running.shut_down()));
     }
 }

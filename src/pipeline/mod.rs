@@ -935,6 +935,10 @@ impl<T: Send + 'static> Pipeline<T> {
     }
 }
 
+/// [`PipelineIter::next_timeout`] found no element within its timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimedOut;
+
 /// A running pipeline: an iterator of elements (or errors naming their stage).
 ///
 /// Dropping it cancels the pipeline and joins every thread.
@@ -948,6 +952,57 @@ impl<T> PipelineIter<T> {
     /// The next element, error or epoch marker.
     pub fn next_event(&mut self) -> Option<Event<T>> {
         let event = self.stream.as_mut()?.next();
+        self.count(event)
+    }
+
+    /// The next element or error, or [`TimedOut`] if none came within
+    /// `timeout`; call it again to go on waiting (nothing is lost).
+    ///
+    /// The wait is bounded only where the pipeline ends in
+    /// [`prefetch`](Pipeline::prefetch), whose thread computes the elements:
+    /// other last stages compute in the caller's thread and return when
+    /// done. A front end that must stay responsive while it waits (to
+    /// signals, say) ends its pipeline in `prefetch` and waits here in
+    /// slices, with no thread of its own in between.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tfpipe::pipeline::Pipeline;
+    /// let mut it = Pipeline::from_vec(vec![1u32, 2]).prefetch(1).start()?;
+    /// let mut got = Vec::new();
+    /// loop {
+    ///     match it.next_timeout(Duration::from_millis(20)) {
+    ///         Ok(Some(item)) => got.push(item?),
+    ///         Ok(None) => break,
+    ///         Err(tfpipe::pipeline::TimedOut) => continue, // check for Ctrl-C here
+    ///     }
+    /// }
+    /// assert_eq!(got, [1, 2]);
+    /// # Ok::<(), tfpipe::pipeline::PipelineError>(())
+    /// ```
+    pub fn next_timeout(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<Option<Result<T, PipelineError>>, TimedOut> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let Some(stream) = self.stream.as_mut() else {
+                return Ok(None);
+            };
+            let event = stream.next_until(deadline)?;
+            match self.count(event) {
+                Some(Event::Item(item)) => return Ok(Some(item)),
+                // Passes may end back to back without an element (an empty
+                // file repeated): the timeout still holds.
+                Some(Event::EpochEnd(_)) if Instant::now() >= deadline => return Err(TimedOut),
+                Some(Event::EpochEnd(_)) => continue,
+                None => return Ok(None),
+            }
+        }
+    }
+
+    /// Keeps the epoch count (and drops the finished stages) as events pass.
+    fn count(&mut self, event: Option<Event<T>>) -> Option<Event<T>> {
         match &event {
             Some(Event::EpochEnd(_)) => self.epoch += 1,
             Some(Event::Item(_)) => {}

@@ -2,14 +2,14 @@
 
 use std::time::Instant;
 
-use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError, bounded};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::state::{self, ANCHOR_EVERY, Anchors, StageState, StageStream, StateError};
 use super::worker::Worker;
-use super::{Event, Pipeline, PipelineError, Stream, byte_size};
+use super::{Event, Pipeline, PipelineError, Stream, TimedOut, byte_size};
 use crate::metrics::StageCounters;
 use crate::spawn::Cancel;
 
@@ -150,22 +150,45 @@ impl<T> Iterator for Prefetch<T> {
     fn next(&mut self) -> Option<Event<T>> {
         loop {
             let event = self.rx.recv().ok()?;
-            self.consumed += 1;
-            if self.consumed.is_multiple_of(ANCHOR_EVERY) {
-                self.anchors
-                    .consumed
-                    .store(self.consumed, Ordering::Relaxed);
+            if let Some(event) = self.take(event) {
+                return Some(event);
             }
-            if self.skip > 0 {
-                self.skip -= 1;
-                continue;
-            }
-            return Some(event);
         }
     }
 }
 
+impl<T> Prefetch<T> {
+    /// Counts a received event; `None` while events before a restored state
+    /// are still being dropped.
+    fn take(&mut self, event: Event<T>) -> Option<Event<T>> {
+        self.consumed += 1;
+        if self.consumed.is_multiple_of(ANCHOR_EVERY) {
+            self.anchors
+                .consumed
+                .store(self.consumed, Ordering::Relaxed);
+        }
+        if self.skip > 0 {
+            self.skip -= 1;
+            return None;
+        }
+        Some(event)
+    }
+}
+
 impl<T: Send> StageStream<T> for Prefetch<T> {
+    fn next_until(&mut self, deadline: Instant) -> Result<Option<Event<T>>, TimedOut> {
+        loop {
+            let event = match self.rx.recv_deadline(deadline) {
+                Ok(event) => event,
+                Err(RecvTimeoutError::Timeout) => return Err(TimedOut),
+                Err(RecvTimeoutError::Disconnected) => return Ok(None),
+            };
+            if let Some(event) = self.take(event) {
+                return Ok(Some(event));
+            }
+        }
+    }
+
     fn save(&self) -> Result<StageState, StateError> {
         self.anchors
             .anchors
@@ -181,6 +204,59 @@ mod tests {
     use crate::pipeline::LiveThreads;
     use crate::spawn::Thread;
     use std::time::Duration;
+
+    /// `next_timeout` returns within its timeout even while the pipeline
+    /// ends pass after pass with no element (an empty file repeated), and
+    /// the passes it went through are counted.
+    #[test]
+    fn next_timeout_holds_through_empty_passes() {
+        let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+        let test = Thread::spawn("prefetch-test", move |_| {
+            // A finite count: repeating an empty input forever ends at once.
+            let mut it = Pipeline::from_vec(Vec::<u32>::new())
+                .repeat(Some(u64::MAX))
+                .prefetch(2)
+                .start()
+                .unwrap();
+            let waited = std::time::Instant::now();
+            let timed_out = it.next_timeout(Duration::from_millis(20)).is_err();
+            let _ = done_tx.send((timed_out, waited.elapsed(), it.epoch()));
+        })
+        .unwrap();
+        let Ok((timed_out, waited, epochs)) = done_rx.recv_timeout(Duration::from_secs(20)) else {
+            std::mem::forget(test);
+            panic!("next_timeout did not return through empty passes");
+        };
+        assert!(timed_out);
+        assert!(waited < Duration::from_secs(5), "waited {waited:?}");
+        assert!(epochs > 0);
+    }
+
+    /// A slow upstream: the wait times out, then the element comes.
+    #[test]
+    fn next_timeout_times_out_then_delivers() {
+        let mut it = Pipeline::from_vec(vec![7u32])
+            .map(|x| {
+                std::thread::sleep(Duration::from_millis(200));
+                x
+            })
+            .prefetch(1)
+            .start()
+            .unwrap();
+        assert!(matches!(
+            it.next_timeout(Duration::from_millis(1)),
+            Err(crate::pipeline::TimedOut)
+        ));
+        let mut got = None;
+        while got.is_none() {
+            match it.next_timeout(Duration::from_millis(20)) {
+                Ok(item) => got = Some(item.map(|r| r.unwrap())),
+                Err(_) => continue,
+            }
+        }
+        assert_eq!(got, Some(Some(7)));
+        assert!(matches!(it.next_timeout(Duration::from_secs(5)), Ok(None)));
+    }
 
     /// The worker is joined while the receiver is still alive and the
     /// producer is blocked on the full channel: it must still return.

@@ -76,7 +76,7 @@ use std::sync::PoisonError;
 use serde::{Deserialize, Serialize};
 
 use super::record::{FileId, Record, RecordPosition};
-use super::{Env, Event, Stream};
+use super::{Env, Event, Stream, TimedOut};
 use crate::tfrecord::frame::{self, ReadAtError};
 use crate::tfrecord::{Compression, CorruptionKind, FileRecordReader, ReaderOptions, RecordError};
 
@@ -544,6 +544,14 @@ fn missing(p: &RecordPosition) -> StateError {
 
 /// A started stage: events in order, and where it stands.
 pub(crate) trait StageStream<T>: Iterator<Item = Event<T>> + Send {
+    /// The next event, waiting no later than `deadline` where the stage
+    /// waits on a channel (`prefetch`); every other stage computes its next
+    /// event in the caller's thread and ignores the deadline.
+    fn next_until(&mut self, deadline: std::time::Instant) -> Result<Option<Event<T>>, TimedOut> {
+        let _ = deadline;
+        Ok(self.next())
+    }
+
     /// The state after the last event returned.
     fn save(&self) -> Result<StageState, StateError> {
         Err(StateError::Unsupported {
