@@ -33,6 +33,8 @@
 //! python -c "import boto3; boto3.client('s3', endpoint_url='http://127.0.0.1:5055',
 //!   aws_access_key_id='x', aws_secret_access_key='x', region_name='us-east-1').create_bucket(Bucket='bench')"
 //! TFPIPE_BENCH_S3_ENDPOINT=http://127.0.0.1:5055 TFPIPE_BENCH_S3_BUCKET=bench cargo bench --bench storage
+//! # and the server's CPU seconds per round beside tfpipe's:
+//! TFPIPE_BENCH_SERVER_PID=$(pgrep -f 'moto_server -p 5055') ...
 //! ```
 
 use std::collections::BTreeMap;
@@ -140,7 +142,23 @@ fn run_to_end<T: Send + 'static>(p: &Pipeline<T>) {
 /// User plus system CPU seconds of this process so far (Linux's
 /// `/proc/self/stat`; NaN elsewhere).
 fn cpu_seconds() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+    process_cpu_seconds("self")
+}
+
+/// The CPU seconds of the server process `TFPIPE_BENCH_SERVER_PID` (a
+/// separate server such as moto), NaN without one: how much of the
+/// machine the server took while tfpipe read from it.
+fn server_cpu_seconds() -> f64 {
+    match std::env::var("TFPIPE_BENCH_SERVER_PID") {
+        Ok(pid) => process_cpu_seconds(&pid),
+        Err(_) => f64::NAN,
+    }
+}
+
+/// User plus system CPU seconds of process `pid` (`self` or a number) so
+/// far, from `/proc/PID/stat` (its threads included); NaN elsewhere.
+fn process_cpu_seconds(pid: &str) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return f64::NAN;
     };
     // Fields after the parenthesised command name; utime and stime are the
@@ -420,29 +438,33 @@ fn main() {
     }
     // Best seconds per record of each variant, and the CPU seconds (the
     // server's and tfpipe's together: they share the machine) in that round.
-    let mut best = vec![(f64::INFINITY, f64::NAN); variants.len()];
+    // With a separate server (`TFPIPE_BENCH_SERVER_PID`), its CPU seconds
+    // in the same round: the two share the machine's cores.
+    let mut best = vec![(f64::INFINITY, f64::NAN, f64::NAN); variants.len()];
     for round in 0..rounds {
         for (i, (name, read, run)) in variants.iter().enumerate() {
-            let cpu = cpu_seconds();
+            let (cpu, server_cpu) = (cpu_seconds(), server_cpu_seconds());
             let t = Instant::now();
             run();
-            let per_record = t.elapsed().as_secs_f64() / *read as f64;
+            let wall = t.elapsed().as_secs_f64();
+            let per_record = wall / *read as f64;
             let cpu = cpu_seconds() - cpu;
+            let server_cpu = server_cpu_seconds() - server_cpu;
             eprintln!(
-                "round {round}: {name}: {:.0} MB/s, {cpu:.2} CPU s",
+                "round {round}: {name}: {:.0} MB/s, {wall:.2} s, {cpu:.2} CPU s, server {server_cpu:.2} CPU s",
                 mb / (per_record * records as f64)
             );
             if per_record < best[i].0 {
-                best[i] = (per_record, cpu);
+                best[i] = (per_record, cpu, server_cpu);
             }
         }
     }
-    println!("| variant | MB/s | records/s | CPU s (server + client) | vs download |");
-    println!("|---|---:|---:|---:|---:|");
+    println!("| variant | MB/s | records/s | CPU s (this process) | server CPU s | vs download |");
+    println!("|---|---:|---:|---:|---:|---:|");
     for (i, (name, _, _)) in variants.iter().enumerate() {
-        let (per_record, cpu) = best[i];
+        let (per_record, cpu, server_cpu) = best[i];
         println!(
-            "| {name} | {:.0} | {:.0} | {cpu:.2} | {:.2}x |",
+            "| {name} | {:.0} | {:.0} | {cpu:.2} | {server_cpu:.2} | {:.2}x |",
             mb / (per_record * records as f64),
             1.0 / per_record,
             best[0].0 / per_record
