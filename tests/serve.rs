@@ -1279,6 +1279,9 @@ fn sigterm_answers_the_request_in_flight_and_exits_0() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_tfpipe"))
         .args(["serve", "--port", "0", "--model"])
         .arg(format!("penguins={}", f.classifier.display()))
+        // `--model` repeats: a second model beside the first.
+        .arg("--model")
+        .arg(format!("mass={}", f.regressor.display()))
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -1303,6 +1306,16 @@ fn sigterm_answers_the_request_in_flight_and_exits_0() {
     let addr = addr.unwrap();
     let mut c = Client::connect(addr);
     assert_eq!(c.json("GET", "/v2/health/ready", &Json::Null).0, 200);
+    let (s, reply) = c.json(
+        "POST",
+        "/v1/models/mass:predict",
+        &json!({"instances": [instance(5)]}),
+    );
+    assert_eq!(s, 200, "{reply}");
+    assert!(same_prediction(
+        &reply["predictions"][0],
+        &f.expected_values[5]
+    ));
     // A request in flight: its head and half its body sent, then SIGTERM.
     let body = serde_json::to_vec(&json!({"instances": [instance(5)]})).unwrap();
     let head = format!(
