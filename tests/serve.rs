@@ -1526,12 +1526,18 @@ fn a_version_is_loading_and_not_ready_until_warmed_from_warmup_data() {
     // fails: the loader then returns and the server's drop can join.
     let release = release_tx;
     let mut c = Client::connect(server.local_addr());
-    let (s, body) = c.json("GET", "/v1/models/p", &Json::Null);
-    assert_eq!(
-        (s, &body["model_version_status"][0]["state"]),
-        (200, &json!("LOADING")),
-        "{body}"
-    );
+    // The manager lists the version once it has found it in the directory;
+    // the loader then holds it LOADING until released.
+    let client = Mutex::new(Client::connect(server.local_addr()));
+    eventually("version 1 LOADING", || {
+        let (s, body) = client
+            .lock()
+            .unwrap()
+            .json("GET", "/v1/models/p", &Json::Null);
+        s == 200 && body["model_version_status"][0]["state"] == "LOADING"
+    });
+    let (_, body) = c.json("GET", "/v1/models/p", &Json::Null);
+    assert_eq!(body["model_version_status"][0]["version"], "1", "{body}");
     assert_eq!(c.json("GET", "/v2/health/live", &Json::Null).0, 200);
     assert_eq!(c.json("GET", "/v2/health/ready", &Json::Null).0, 503);
     assert_eq!(c.json("GET", "/v2/models/p/ready", &Json::Null).0, 503);
