@@ -1279,6 +1279,9 @@ fn sigterm_answers_the_request_in_flight_and_exits_0() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_tfpipe"))
         .args(["serve", "--port", "0", "--model"])
         .arg(format!("penguins={}", f.classifier.display()))
+        // `--model` repeats: a second model beside the first.
+        .arg("--model")
+        .arg(format!("mass={}", f.regressor.display()))
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -1303,6 +1306,16 @@ fn sigterm_answers_the_request_in_flight_and_exits_0() {
     let addr = addr.unwrap();
     let mut c = Client::connect(addr);
     assert_eq!(c.json("GET", "/v2/health/ready", &Json::Null).0, 200);
+    let (s, reply) = c.json(
+        "POST",
+        "/v1/models/mass:predict",
+        &json!({"instances": [instance(5)]}),
+    );
+    assert_eq!(s, 200, "{reply}");
+    assert!(same_prediction(
+        &reply["predictions"][0],
+        &f.expected_values[5]
+    ));
     // A request in flight: its head and half its body sent, then SIGTERM.
     let body = serde_json::to_vec(&json!({"instances": [instance(5)]})).unwrap();
     let head = format!(
@@ -1513,12 +1526,18 @@ fn a_version_is_loading_and_not_ready_until_warmed_from_warmup_data() {
     // fails: the loader then returns and the server's drop can join.
     let release = release_tx;
     let mut c = Client::connect(server.local_addr());
-    let (s, body) = c.json("GET", "/v1/models/p", &Json::Null);
-    assert_eq!(
-        (s, &body["model_version_status"][0]["state"]),
-        (200, &json!("LOADING")),
-        "{body}"
-    );
+    // The manager lists the version once it has found it in the directory;
+    // the loader then holds it LOADING until released.
+    let client = Mutex::new(Client::connect(server.local_addr()));
+    eventually("version 1 LOADING", || {
+        let (s, body) = client
+            .lock()
+            .unwrap()
+            .json("GET", "/v1/models/p", &Json::Null);
+        s == 200 && body["model_version_status"][0]["state"] == "LOADING"
+    });
+    let (_, body) = c.json("GET", "/v1/models/p", &Json::Null);
+    assert_eq!(body["model_version_status"][0]["version"], "1", "{body}");
     assert_eq!(c.json("GET", "/v2/health/live", &Json::Null).0, 200);
     assert_eq!(c.json("GET", "/v2/health/ready", &Json::Null).0, 503);
     assert_eq!(c.json("GET", "/v2/models/p/ready", &Json::Null).0, 503);
