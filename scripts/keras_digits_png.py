@@ -25,6 +25,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import keras  # noqa: E402
+from keras_lenet import lenet  # noqa: E402  (this directory: scripts/)
 
 
 def idx(path, header):
@@ -69,15 +70,7 @@ def dataset(path, shuffle, seed):
 
 def train(out, epochs, seed):
     keras.utils.set_random_seed(seed)
-    inputs = keras.Input(shape=(28, 28, 1))
-    h = keras.layers.Conv2D(6, 5, padding="same", activation="relu")(inputs)
-    h = keras.layers.MaxPooling2D(2)(h)
-    h = keras.layers.Conv2D(16, 5, activation="relu")(h)
-    h = keras.layers.MaxPooling2D(2)(h)
-    h = keras.layers.Flatten()(h)
-    h = keras.layers.Dense(120, activation="relu")(h)
-    h = keras.layers.Dense(84, activation="relu")(h)
-    model = keras.Model(inputs, keras.layers.Dense(10)(h))
+    model = lenet()
     model.compile(optimizer=keras.optimizers.Adam(1e-3),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=["accuracy"])
