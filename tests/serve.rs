@@ -1241,6 +1241,55 @@ fn version_label_flags_that_cannot_work_are_refused() {
     }
 }
 
+/// `tfpipe serve --write-warmup DIR --warmup-data FILES` writes TF
+/// Serving's file where TF Serving looks for it, one predict log per
+/// record, and says so; data that cannot be found is an error naming the
+/// flag, with nothing written.
+#[test]
+fn serve_write_warmup_writes_tf_servings_file_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("warm.tfrecord");
+    write_examples(&data);
+    let version = dir.path().join("models").join("1");
+    save(&version, &classifier(), 5);
+    let write = |data: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_tfpipe"))
+            .args(["serve", "--model"])
+            .arg(format!("p={}", dir.path().join("models").display()))
+            .arg("--write-warmup")
+            .arg(&version)
+            .arg("--warmup-data")
+            .arg(data)
+            .output()
+            .unwrap()
+    };
+    let file = version
+        .join("assets.extra")
+        .join("tf_serving_warmup_requests");
+
+    let missing = write(&dir.path().join("nothing-*.tfrecord"));
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(!missing.status.success(), "accepted a missing file");
+    assert!(stderr.contains("--warmup-data"), "{stderr}");
+    assert!(!file.exists(), "a file was written from no data");
+
+    let out = write(&data);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("wrote {EXAMPLES} warm-up requests")),
+        "{stdout}"
+    );
+    assert_eq!(
+        tfpipe::serve::read_warmup_file(&file).unwrap().len(),
+        EXAMPLES
+    );
+}
+
 #[test]
 fn tf_serving_api_warmup_files_replay() {
     // Written by scripts/serve_warmup_interop.py with tensorflow-serving-api.
