@@ -7,7 +7,7 @@
 //! | file | what lives there |
 //! |---|---|
 //! | `plan.rs` | a dataset description (JSON ops from Python) built into a typed [`tfpipe::Pipeline`] |
-//! | `iter.rs` | the running iterator: the pipeline on a thread of its own, `next()` with the GIL released |
+//! | `iter.rs` | the running iterator: `next()` waits on the pipeline's last prefetch stage with the GIL released |
 //! | `convert.rs` | batches to `dict[str, numpy.ndarray]`, moved out of Rust without a copy |
 //! | `io.rs` | the record writer, `encode_example`, `encode_sequence_example`, `parse_examples`, `index` |
 //! | `errors.rs` | engine errors to Python exceptions (`DataError` with its location) |

@@ -1049,9 +1049,9 @@ impl<T> PipelineIter<T> {
         self.shared.live.clone()
     }
 
-    /// A handle that stops this pipeline from another thread, for an
-    /// iterator whose `next` runs on a thread of its own (the Python
-    /// package's, so that Ctrl-C can end a blocked `next`).
+    /// A handle that stops this pipeline from another thread (the Python
+    /// package's Ctrl-C and `close()` stop a pipeline that another thread
+    /// may be waiting on).
     ///
     /// ```
     /// use tfpipe::pipeline::Pipeline;
