@@ -150,7 +150,7 @@ impl<T> Iterator for Prefetch<T> {
     fn next(&mut self) -> Option<Event<T>> {
         loop {
             let event = self.rx.recv().ok()?;
-            if let Some(event) = self.take(event) {
+            if let Some(event) = self.accept(event) {
                 return Some(event);
             }
         }
@@ -160,7 +160,7 @@ impl<T> Iterator for Prefetch<T> {
 impl<T> Prefetch<T> {
     /// Counts a received event; `None` while events before a restored state
     /// are still being dropped.
-    fn take(&mut self, event: Event<T>) -> Option<Event<T>> {
+    fn accept(&mut self, event: Event<T>) -> Option<Event<T>> {
         self.consumed += 1;
         if self.consumed.is_multiple_of(ANCHOR_EVERY) {
             self.anchors
@@ -183,7 +183,7 @@ impl<T: Send> StageStream<T> for Prefetch<T> {
                 Err(RecvTimeoutError::Timeout) => return Err(TimedOut),
                 Err(RecvTimeoutError::Disconnected) => return Ok(None),
             };
-            if let Some(event) = self.take(event) {
+            if let Some(event) = self.accept(event) {
                 return Ok(Some(event));
             }
         }
