@@ -115,6 +115,7 @@ impl Pipeline<Record> {
                 counters,
                 env: env.clone(),
                 sampler: Sampler::new(),
+                spare: None,
             }) as Stream<Record>
         })
     }
@@ -239,6 +240,9 @@ struct FileStream {
     /// Times about one record in [`Sampler::MEAN_GAP`]; opening the file is
     /// always timed (and gives the first-output time).
     sampler: Sampler,
+    /// The buffer the next record is copied into, taken one record ahead
+    /// (see [`Record::prefetch_for_write`]).
+    spare: Option<Record>,
 }
 
 impl Iterator for FileStream {
@@ -285,7 +289,7 @@ impl Iterator for FileStream {
         }
         let reader = self.reader.as_mut()?;
         // The one copy, out of the reader's buffer into a recycled one.
-        let mut record = Record::new();
+        let mut record = self.spare.take().unwrap_or_default();
         let result = reader
             .read_record(record.buffer_mut())
             .map(|more| more.then_some(record));
@@ -296,6 +300,11 @@ impl Iterator for FileStream {
         let out = match result {
             Ok(Some(mut record)) => {
                 self.next = after;
+                // A recycled buffer was last read on another thread; asking
+                // for its lines a whole record ahead hides that wait.
+                let spare = Record::new();
+                spare.prefetch_for_write();
+                self.spare = Some(spare);
                 // The reader stands after the record just read (skipped
                 // corrupt records before it are counted in `after.record`).
                 if let Some(file) = self.file {
@@ -326,6 +335,7 @@ impl Iterator for FileStream {
                     .add_skipped_uncited(reader.corruption_count().saturating_sub(kept));
                 self.done = true;
                 self.reader = None;
+                self.spare = None;
                 None
             }
             Err(source) => {
