@@ -2,9 +2,15 @@
 //! server (`s3s-fs` on 127.0.0.1, started here, or another one such as
 //! `moto_server`, see below):
 //!
-//! - `download`: a plain parallel download of every shard (whole-object GETs,
-//!   all shards at once, bytes counted and dropped): what `aws s3 cp
-//!   --recursive` or parallel `curl` does, the ceiling for this server;
+//! - `download`: a plain parallel download of every shard, the bar: one
+//!   whole-object GET per shard (`object_store`'s `get`, no range), all
+//!   shards at once on a 2-thread runtime, each body collected into one
+//!   buffer in memory (nothing written to disk), as parallel `curl` would.
+//!   It is the fastest plain download of these objects, not a typical one:
+//!   `aws s3 cp --recursive` (boto3's transfer manager) splits an object
+//!   over 8 MiB into 8 MiB ranged GETs, which moto serves slowly, and
+//!   boto3's `get_object(...)['Body'].read()` on one thread per object
+//!   spends Python's CPU per byte (docs/benchmarks.md has both measured);
 //! - `bytes`: tfpipe's object reader reading every shard whole, all at once,
 //!   bytes dropped (the download's work), by one streaming GET per object
 //!   and by ranged GETs;
@@ -15,6 +21,12 @@
 //! - `pipeline`: tfpipe's whole pipeline from the store, read (the measured
 //!   strategy, 4 files interleaved) -> shuffle(10,000) -> batch(256)
 //!   -> parse -> prefetch(2);
+//! - `read` and `pipeline` again with a 32 MiB stream buffer (before
+//!   [`ReadOptions::stream_buffer`], each stream could hold the whole
+//!   read-ahead), for the before/after in one run;
+//! - `pipeline` with all 8 files interleaved instead of 4: every object in
+//!   flight from the start, as reading the next objects ahead of the
+//!   interleave's cycle would give;
 //! - `global_shuffle`: the same pipeline fed by the index-driven global
 //!   shuffle (one ranged GET per record, 64 in flight) instead of the
 //!   buffered shuffle; from S3 only its first 5,000 records (it is bound by
@@ -322,21 +334,30 @@ fn main() {
 
     let schema =
         Schema::from_feature_texts(&["image_raw:uint8:784", "label:int64"]).expect("schema");
-    let buffered = |files: Vec<String>| {
+    let buffered_with = |files: Vec<String>, read: ReadOptions| {
         Pipeline::tfrecord_files(files)
             .expect("files")
+            .read_options(read)
             .interleave_with(Interleave::new(4, 16).parallel(Parallelism::Auto))
             .shuffle(10_000, 42)
             .batch(256)
             .parse_batches(schema.clone(), Parallelism::Auto)
             .prefetch(2)
     };
+    let buffered = |files: Vec<String>| buffered_with(files, ReadOptions::default());
+    // Before the stream had its own buffer: the whole read-ahead per stream.
+    let before = ReadOptions {
+        stream_buffer: 32 << 20,
+        ..ReadOptions::default()
+    };
     // Every shard at once, as the download reads them.
-    let read = |files: Vec<String>| {
+    let read_with = |files: Vec<String>, read: ReadOptions| {
         Pipeline::tfrecord_files(files)
             .expect("files")
+            .read_options(read)
             .interleave_with(Interleave::new(SHARDS as usize, 16).parallel(Parallelism::Auto))
     };
+    let read = |files: Vec<String>| read_with(files, ReadOptions::default());
     let global = |files: &[String], take: u64| {
         let indexed = IndexedFiles::open(files, None).expect("indexes");
         indexed
@@ -393,6 +414,18 @@ fn main() {
                 run_to_end(&p)
             })
         }),
+        (
+            "s3 read, one stream, 32 MiB stream buffer (before)",
+            records,
+            {
+                let p = read_with(urls.clone(), before.clone());
+                let bucket = bucket.clone();
+                Box::new(move || {
+                    set_read_strategy(&bucket, ReadStrategy::Stream);
+                    run_to_end(&p)
+                })
+            },
+        ),
         ("s3 read, ranges (8 MiB, 4 in flight)", records, {
             let p = read(urls.clone());
             let bucket = bucket.clone();
@@ -409,6 +442,40 @@ fn main() {
                 run_to_end(&p)
             })
         }),
+        (
+            "s3 pipeline, shuffle(10000), 32 MiB stream buffer (before)",
+            records,
+            {
+                let p = buffered_with(urls.clone(), before.clone());
+                let bucket = bucket.clone();
+                Box::new(move || {
+                    set_read_strategy(&bucket, measured);
+                    run_to_end(&p)
+                })
+            },
+        ),
+        (
+            "s3 pipeline, shuffle(10000), 8 files interleaved",
+            records,
+            {
+                // Every object in flight from the start: what reading the next
+                // objects ahead of the interleave's cycle (4) would give.
+                let p = Pipeline::tfrecord_files(urls.clone())
+                    .expect("files")
+                    .interleave_with(
+                        Interleave::new(SHARDS as usize, 16).parallel(Parallelism::Auto),
+                    )
+                    .shuffle(10_000, 42)
+                    .batch(256)
+                    .parse_batches(schema.clone(), Parallelism::Auto)
+                    .prefetch(2);
+                let bucket = bucket.clone();
+                Box::new(move || {
+                    set_read_strategy(&bucket, measured);
+                    run_to_end(&p)
+                })
+            },
+        ),
         (
             "s3 pipeline, global shuffle (sample)",
             records.min(GLOBAL_SAMPLE),

@@ -103,6 +103,7 @@ use std::sync::Arc;
 
 use super::state::{Sequential, StateError};
 use super::{Env, Event, Pipeline, PipelineError, Record, Stream, TfRecordFiles};
+use crate::storage::ReadOptions;
 use crate::tfrecord::{Compression, FileRecordReader, Position, ReaderOptions};
 use crate::tfrecord::{IndexError, IndexProblem, IndexedFiles};
 
@@ -361,13 +362,13 @@ impl Segment {
     }
 
     /// This segment's records.
-    pub(crate) fn records(&self, options: &ReaderOptions) -> Pipeline<Record> {
+    pub(crate) fn records(&self, options: &ReaderOptions, read: &ReadOptions) -> Pipeline<Record> {
+        let from =
+            |start| Pipeline::tfrecord_file_read(&self.path, options.clone(), read.clone(), start);
         let records = match self.start {
-            Some(start) => Pipeline::tfrecord_file_at(&self.path, options.clone(), start),
-            None if self.first > 0 => {
-                Pipeline::tfrecord_file(&self.path, options.clone()).skip(self.first)
-            }
-            None => Pipeline::tfrecord_file(&self.path, options.clone()),
+            Some(start) => from(start),
+            None if self.first > 0 => from(Position::default()).skip(self.first),
+            None => from(Position::default()),
         };
         let records = match self.to_end {
             true => records,

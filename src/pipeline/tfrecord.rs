@@ -11,6 +11,7 @@ use super::{
     Env, Event, Interleave, Parallelism, Pipeline, PipelineError, Record, Sampler, Stream,
 };
 use crate::metrics::StageCounters;
+use crate::storage::ReadOptions;
 use crate::tfrecord::frame::framed_len;
 use crate::tfrecord::{Compression, FileRecordReader, Position, ReaderOptions};
 
@@ -30,6 +31,8 @@ use crate::tfrecord::{Compression, FileRecordReader, Position, ReaderOptions};
 pub struct TfRecordFiles {
     pub(crate) paths: Vec<PathBuf>,
     pub(crate) options: ReaderOptions,
+    /// How objects are fetched (object-store URLs only).
+    pub(crate) read: ReadOptions,
     error: Option<String>,
     /// This rank's share, from [`TfRecordFiles::rank`].
     pub(crate) rank: Option<RankPlan>,
@@ -47,6 +50,7 @@ impl Pipeline<Record> {
         Ok(TfRecordFiles {
             paths: files,
             options: ReaderOptions::default(),
+            read: ReadOptions::default(),
             error: None,
             rank: None,
         })
@@ -63,6 +67,17 @@ impl Pipeline<Record> {
     pub(crate) fn tfrecord_file_at(
         path: impl Into<PathBuf>,
         options: ReaderOptions,
+        start: Position,
+    ) -> Pipeline<Record> {
+        Pipeline::tfrecord_file_read(path, options, ReadOptions::default(), start)
+    }
+
+    /// [`tfrecord_file_at`](Self::tfrecord_file_at), an object fetched as
+    /// `read` says.
+    pub(crate) fn tfrecord_file_read(
+        path: impl Into<PathBuf>,
+        options: ReaderOptions,
+        read: ReadOptions,
         start: Position,
     ) -> Pipeline<Record> {
         let path: Arc<Path> = Arc::from(path.into());
@@ -84,6 +99,7 @@ impl Pipeline<Record> {
             Box::new(FileStream {
                 path: Arc::clone(&path),
                 options: options.clone(),
+                read: read.clone(),
                 reader: None,
                 file: None,
                 done: resumed.done,
@@ -99,6 +115,7 @@ impl Pipeline<Record> {
                 counters,
                 env: env.clone(),
                 sampler: Sampler::new(),
+                spare: None,
             }) as Stream<Record>
         })
     }
@@ -114,6 +131,26 @@ impl TfRecordFiles {
     /// By default [`ReaderOptions::default`].
     pub fn reader_options(mut self, options: ReaderOptions) -> TfRecordFiles {
         self.options = options;
+        self
+    }
+
+    /// How objects (URLs) are fetched: strategy, range size, and how much
+    /// may be buffered ahead of the reader per object
+    /// ([`ReadOptions::stream_buffer`], within `range_size *
+    /// ranges_in_flight`); with `cycle_length` files interleaved, up to
+    /// `cycle_length` times that. By default [`ReadOptions::default`].
+    /// Local files ignore it.
+    ///
+    /// ```no_run
+    /// use tfpipe::pipeline::Pipeline;
+    /// use tfpipe::storage::ReadOptions;
+    /// let records = Pipeline::tfrecord_files(["s3://bucket/train-*.tfrecord"])?
+    ///     .read_options(ReadOptions { stream_buffer: 8 << 20, ..ReadOptions::default() })
+    ///     .interleave(4, 16);
+    /// # Ok::<(), tfpipe::pipeline::PipelineError>(())
+    /// ```
+    pub fn read_options(mut self, read: ReadOptions) -> TfRecordFiles {
+        self.read = read;
         self
     }
 
@@ -152,6 +189,7 @@ impl TfRecordFiles {
     /// files, the first and last possibly in part.
     pub fn interleave_with(self, options: Interleave) -> Pipeline<Record> {
         let reader = self.options;
+        let read = self.read;
         let error = self.error;
         let origin = self.paths.first().cloned();
         let segments = match &self.rank {
@@ -162,7 +200,7 @@ impl TfRecordFiles {
             .invalid_if(error.is_some(), "tfrecord_files", || {
                 error.clone().unwrap_or_default()
             })
-            .interleave(options, move |segment| segment.records(&reader))
+            .interleave(options, move |segment| segment.records(&reader, &read))
             .with_origin(origin.as_deref());
         match &self.rank {
             Some(plan) => rank::apply(plan, records),
@@ -187,6 +225,7 @@ impl From<TfRecordFiles> for Pipeline<Record> {
 struct FileStream {
     path: Arc<Path>,
     options: ReaderOptions,
+    read: ReadOptions,
     reader: Option<FileRecordReader>,
     /// The file's interned id, for the positions of its records.
     file: Option<FileId>,
@@ -201,6 +240,9 @@ struct FileStream {
     /// Times about one record in [`Sampler::MEAN_GAP`]; opening the file is
     /// always timed (and gives the first-output time).
     sampler: Sampler,
+    /// The buffer the next record is copied into, taken one record ahead
+    /// (see [`Record::prefetch_for_write`]).
+    spare: Option<Record>,
 }
 
 impl Iterator for FileStream {
@@ -215,9 +257,14 @@ impl Iterator for FileStream {
         let clock = self.sampler.clock(first);
         if first {
             let opened = if self.start == Position::default() {
-                FileRecordReader::open(&self.path, self.options.clone())
+                FileRecordReader::open_with(&self.path, self.options.clone(), &self.read)
             } else {
-                FileRecordReader::open_at(&self.path, self.options.clone(), self.start)
+                FileRecordReader::open_at_with(
+                    &self.path,
+                    self.options.clone(),
+                    self.start,
+                    &self.read,
+                )
             };
             match opened {
                 Ok(reader) => {
@@ -242,7 +289,7 @@ impl Iterator for FileStream {
         }
         let reader = self.reader.as_mut()?;
         // The one copy, out of the reader's buffer into a recycled one.
-        let mut record = Record::new();
+        let mut record = self.spare.take().unwrap_or_default();
         let result = reader
             .read_record(record.buffer_mut())
             .map(|more| more.then_some(record));
@@ -253,6 +300,11 @@ impl Iterator for FileStream {
         let out = match result {
             Ok(Some(mut record)) => {
                 self.next = after;
+                // A recycled buffer was last read on another thread; asking
+                // for its lines a whole record ahead hides that wait.
+                let spare = Record::new();
+                spare.prefetch_for_write();
+                self.spare = Some(spare);
                 // The reader stands after the record just read (skipped
                 // corrupt records before it are counted in `after.record`).
                 if let Some(file) = self.file {
@@ -283,6 +335,7 @@ impl Iterator for FileStream {
                     .add_skipped_uncited(reader.corruption_count().saturating_sub(kept));
                 self.done = true;
                 self.reader = None;
+                self.spare = None;
                 None
             }
             Err(source) => {

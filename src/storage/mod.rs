@@ -276,6 +276,15 @@ pub struct ReadOptions {
     pub range_size: u64,
     /// Ranged GETs in flight per object (the read-ahead). By default 4.
     pub ranges_in_flight: usize,
+    /// Bytes one streaming GET ([`ReadStrategy::Stream`]) may hold ahead of
+    /// its reader, within the read-ahead (the smaller of the two bounds
+    /// it; at least 1 MiB). By default 4 MiB: enough to carry a reader over
+    /// a pause (about 45 ms of one S3 connection), and small enough that
+    /// the allocator recycles the body buffers while they are still
+    /// mapped, instead of faulting in fresh pages for every byte (with the
+    /// whole 32 MiB read-ahead per stream, that cost a reader of 8 objects
+    /// a third of its CPU; see `docs/storage.md`).
+    pub stream_buffer: u64,
     /// Attempts per range before a transient error is reported. By default 5.
     pub attempts: u32,
     /// The wait before the first retry; it doubles each retry up to 5 s.
@@ -292,6 +301,7 @@ impl Default for ReadOptions {
         ReadOptions {
             range_size: 8 << 20,
             ranges_in_flight: 4,
+            stream_buffer: 4 << 20,
             attempts: 5,
             backoff: Duration::from_millis(100),
             strategy: ReadStrategy::Auto,

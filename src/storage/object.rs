@@ -5,7 +5,8 @@
 //! GET, or by ranged GETs in parallel, whichever the server was measured to
 //! serve faster ([`ReadStrategy`]); either way the bytes received but not
 //! yet read are bounded by the read-ahead the options chose (`range_size *
-//! ranges_in_flight`): a GET's body waits on the runtime for credit.
+//! ranges_in_flight`, and for one stream its smaller `stream_buffer`): a
+//! GET's body waits on the runtime for credit.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -1176,8 +1177,9 @@ fn range_step(options: &ReadOptions, length: u64) -> u64 {
 }
 
 /// An object as a byte stream, fetched as [`ReadStrategy`] says: one
-/// streaming GET at most `range_size * ranges_in_flight` bytes ahead of the
-/// reader, or ranged GETs of [`ReadOptions::range_size`],
+/// streaming GET at most [`ReadOptions::stream_buffer`] bytes ahead of the
+/// reader (and never more than the read-ahead, `range_size *
+/// ranges_in_flight`), or ranged GETs of [`ReadOptions::range_size`],
 /// [`ReadOptions::ranges_in_flight`] of them ahead, each delivered as its
 /// body arrives (the reader starts on the first bytes of a range, not
 /// after its last).
@@ -1249,14 +1251,21 @@ impl ObjectReader {
         ranges.task.size = Some(size);
         let length = size - start;
         let options = &ranges.options;
-        let (step, depth) = match ranges.strategy(length) {
-            ReadStrategy::Ranges => (range_step(options, length), options.ranges_in_flight.max(1)),
-            ReadStrategy::Stream | ReadStrategy::Auto => (length.max(1), 1),
+        let (step, depth, buffer) = match ranges.strategy(length) {
+            ReadStrategy::Ranges => {
+                let step = range_step(options, length);
+                (step, options.ranges_in_flight.max(1), step)
+            }
+            // One GET for the rest: its own buffer, within the read-ahead.
+            ReadStrategy::Stream | ReadStrategy::Auto => {
+                let buffer = options.stream_buffer.min(read_ahead(options));
+                (length.max(1), 1, buffer)
+            }
         };
         Ok(ObjectReader {
             step,
             depth,
-            buffer: step.min(read_ahead(options)),
+            buffer: buffer.min(step),
             ranges,
             size,
             next: start,
@@ -1273,8 +1282,8 @@ impl ObjectReader {
 
     /// Bytes received from the store and not yet read: never more than the
     /// read-ahead (`range_size * ranges_in_flight`, at least 1 MiB per
-    /// GET) plus the piece being read (at most 1 MiB), whatever the
-    /// reader's pace.
+    /// GET; for one stream, [`ReadOptions::stream_buffer`] if smaller) plus
+    /// the piece being read (at most 1 MiB), whatever the reader's pace.
     pub fn buffered(&self) -> u64 {
         let held: u64 = self.in_flight.iter().map(StreamedRange::held).sum();
         held + self.current.len() as u64

@@ -165,17 +165,26 @@ impl FileRecordReader {
         options: ReaderOptions,
         position: Position,
     ) -> Result<Self, RecordError> {
+        FileRecordReader::open_at_with(path, options, position, &ReadOptions::default())
+    }
+
+    /// [`open_at`](Self::open_at) with explicit object-read settings.
+    pub fn open_at_with(
+        path: impl AsRef<Path>,
+        options: ReaderOptions,
+        position: Position,
+        read: &ReadOptions,
+    ) -> Result<Self, RecordError> {
         let path = path.as_ref();
         let compression = options
             .compression
             .unwrap_or_else(|| Compression::from_path(path));
         if compression != Compression::None || position.offset == 0 {
-            let mut reader = FileRecordReader::open(path, options)?;
+            let mut reader = FileRecordReader::open_with(path, options, read)?;
             while reader.position.offset < position.offset && reader.next_record()?.is_some() {}
             return Ok(reader);
         }
-        let input = storage::open(path, position.offset, &ReadOptions::default())
-            .map_err(|e| open_error(path, e))?;
+        let input = storage::open(path, position.offset, read).map_err(|e| open_error(path, e))?;
         let options = ReaderOptions {
             compression: Some(Compression::None),
             ..options
