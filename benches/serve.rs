@@ -283,8 +283,11 @@ fn ms(d: Duration) -> f64 {
 
 /// One process: its first request against the p50 of the next `steady`.
 fn first_vs_steady(bin: &Path, models: &Path, rows: usize, fresh: bool, steady: usize) -> [f64; 2] {
-    let served = serve(bin, models, true);
+    // The bodies first: made after ready (tens of ms in a dev-built harness
+    // at batch 256), they put an idle gap before the first request, which
+    // then measured the cost of a request after idle.
     let bodies: Vec<Vec<u8>> = (0..5).map(|seed| body(rows, seed)).collect();
+    let served = serve(bin, models, true);
     let mut conn = Conn::open(served.addr).expect("connect");
     let first = ms(conn.predict(&bodies[0]));
     let mut times: Vec<f64> = (0..steady)

@@ -481,6 +481,36 @@ fn every_protocol_answers_what_tfpipe_predict_answers() {
     server.shutdown().unwrap();
 }
 
+/// What a model's first request used to allocate is made before ready:
+/// its latency histogram is in `/metrics` (empty) before any request, and
+/// the warm-up's own requests, sent over HTTP to the server's listener,
+/// are not counted as requests.
+#[test]
+fn metrics_at_ready_have_each_models_histogram_and_no_warmup_requests() {
+    let f = fixture();
+    let server = start(sources(&f), ServeConfig::default());
+    let (s, text) = Client::connect(server.local_addr()).request("GET", "/metrics", b"");
+    let text = String::from_utf8(text).unwrap();
+    assert_eq!(s, 200);
+    for model in ["penguins", "mass"] {
+        let empty = format!("tfpipe_serve_request_duration_seconds_count{{model=\"{model}\"}} 0\n");
+        assert!(text.contains(&empty), "{empty} not in\n{text}");
+        let counted = format!("tfpipe_serve_requests_total{{model=\"{model}\"");
+        assert!(!text.contains(&counted), "{counted} in\n{text}");
+    }
+    // The warm-up's requests did run, through the batcher: 256 rows, then
+    // 1 row three times, per model.
+    for model in ["penguins", "mass"] {
+        for needle in [
+            format!("tfpipe_serve_batch_size_count{{model=\"{model}\",version=\"1\"}} 4\n"),
+            format!("tfpipe_serve_batch_size_sum{{model=\"{model}\",version=\"1\"}} 259\n"),
+        ] {
+            assert!(text.contains(&needle), "{needle} not in\n{text}");
+        }
+    }
+    server.shutdown().unwrap();
+}
+
 /// (method, path, body, status, the start of the error message).
 fn bad_requests() -> Vec<(&'static str, &'static str, Vec<u8>, u16, &'static str)> {
     let j = |v: Json| serde_json::to_vec(&v).unwrap();
@@ -1105,6 +1135,122 @@ fn new_versions_load_warm_and_failed_ones_are_reported_never_served() {
     server.shutdown().unwrap();
 }
 
+/// Holds [`Gated`]'s forward passes while `hold` is up; `entered` says
+/// one has begun.
+#[derive(Default)]
+struct Gate {
+    hold: std::sync::atomic::AtomicBool,
+    entered: std::sync::atomic::AtomicBool,
+}
+
+/// The classifier's two layers, rebuilt in code, whose forward pass waits
+/// at its gate (when it has one) while the gate is held.
+struct Gated(candle_nn::Linear, candle_nn::Linear, Option<Arc<Gate>>);
+
+impl Model for Gated {
+    fn forward(&self, batch: &BatchTensors) -> candle_core::Result<Tensor> {
+        use candle_core::Module;
+        use std::sync::atomic::Ordering::SeqCst;
+        if let Some(gate) = &self.2 {
+            gate.entered.store(gate.hold.load(SeqCst), SeqCst);
+            while gate.hold.load(SeqCst) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        self.1.forward(&self.0.forward(&batch.features)?.relu()?)
+    }
+    fn task(&self) -> Task {
+        Task::Classification { classes: 3 }
+    }
+}
+
+/// Issue 17's `UNLOADING`, observed: a newer version takes the traffic
+/// while a request is still being computed by the old one, which is then
+/// `UNLOADING` (draining) until that request is answered, and only then
+/// `END`.
+#[test]
+fn a_version_with_a_request_in_flight_is_unloading_until_it_is_answered() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let base = tempfile::tempdir().unwrap();
+    save(
+        &tfpipe::serve::next_version_dir(base.path()).unwrap(),
+        &classifier(),
+        1,
+    );
+    let gate = Arc::new(Gate::default());
+    let version_1_gate = gate.clone();
+    let source =
+        ModelSource::new("g", base.path()).loader(Arc::new(move |dir: &Path, device: &Device| {
+            // Only version 1 waits at the gate.
+            let gate = (dir.file_name() == Some("1".as_ref())).then(|| version_1_gate.clone());
+            Predictor::load_with(dir, device, |vb: VarBuilder<'_>, meta| {
+                let first = candle_nn::linear(meta.input.inputs(), 16, vb.pp("fc0"))?;
+                Ok(Gated(first, candle_nn::linear(16, 3, vb.pp("fc1"))?, gate))
+            })
+        }));
+    let config = ServeConfig {
+        poll: Some(Duration::from_millis(20)),
+        ..ServeConfig::default()
+    };
+    let server = start(vec![source], config);
+    let addr = server.local_addr();
+    let states = || {
+        let (_, body) = Client::connect(addr).json("GET", "/v1/models/g", &Json::Null);
+        body["model_version_status"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} {}",
+                    s["version"].as_str().unwrap(),
+                    s["state"].as_str().unwrap()
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(states(), ["1 AVAILABLE"]);
+
+    // A request held inside version 1's forward pass.
+    gate.hold.store(true, SeqCst);
+    let in_flight = tfpipe::spawn::Thread::spawn("client-in-flight", move |_| {
+        Client::connect(addr).json(
+            "POST",
+            "/v1/models/g/versions/1:predict",
+            &json!({"instances": [instance(0)]}),
+        )
+    })
+    .unwrap();
+    eventually("the request inside version 1", || gate.entered.load(SeqCst));
+
+    // Version 2 arrives, warms up (its model has no gate) and takes the
+    // traffic; version 1 drains.
+    let staging = tempfile::tempdir().unwrap();
+    save(&staging.path().join("2"), &classifier(), 2);
+    std::fs::rename(staging.path().join("2"), base.path().join("2")).unwrap();
+    eventually("version 2 available, 1 unloading", || {
+        states() == ["2 AVAILABLE", "1 UNLOADING"]
+    });
+    let (s, _) = Client::connect(addr).json(
+        "POST",
+        "/v1/models/g:predict",
+        &json!({"instances": [instance(0)]}),
+    );
+    assert_eq!(s, 200);
+    // Several polls later it still drains: the request is not answered.
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(states(), ["2 AVAILABLE", "1 UNLOADING"]);
+    assert!(!in_flight.is_finished());
+
+    // Released: the request is answered by version 1, which then ends.
+    gate.hold.store(false, SeqCst);
+    let (s, body) = in_flight.join().unwrap();
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(body["predictions"].as_array().unwrap().len(), 1);
+    eventually("version 1 ended", || states() == ["2 AVAILABLE", "1 END"]);
+    server.shutdown().unwrap();
+}
+
 /// TF Serving's version labels: `/v1/models/NAME/labels/LABEL`, and a
 /// labelled version stays loaded when a newer one arrives.
 #[test]
@@ -1188,6 +1334,27 @@ fn version_labels_route_to_their_versions_and_keep_them_loaded() {
         body["error"],
         "Unrecognized servable version label: beta (model \"p\" has labels: \"canary\", \"next\", \"stable\")"
     );
+    // A label asked of a model this server does not have: TF Serving
+    // resolves the label before it looks the model up (ServerCore::
+    // ServableRequestFromModelSpec -> GetModelVersionForLabel, which
+    // answers InvalidArgument for a model with no such label, known or
+    // not), so :predict, :classify, :regress and metadata are 400. Its
+    // status endpoint ignores labels: an unknown model is its 404 there.
+    for (method, path) in [
+        ("POST", "/v1/models/nope/labels/stable:predict"),
+        ("POST", "/v1/models/nope/labels/stable:classify"),
+        ("GET", "/v1/models/nope/labels/stable/metadata"),
+    ] {
+        let (s, body) = c.json(method, path, &json!({"instances": [instance(3)]}));
+        assert_eq!(s, 400, "{path}: {body}");
+        assert_eq!(
+            body["error"],
+            "Unrecognized servable version label: stable (model \"nope\" not found (this server has \"p\"))",
+            "{path}"
+        );
+    }
+    let (s, body) = c.json("GET", "/v1/models/nope/labels/stable", &Json::Null);
+    assert_eq!(s, 404, "{body}");
     // A label of a version not in the directory: the version's 404.
     let (s, body) = c.json(
         "POST",
@@ -1331,6 +1498,9 @@ fn sigterm_answers_the_request_in_flight_and_exits_0() {
         // `--model` repeats: a second model beside the first.
         .arg("--model")
         .arg(format!("mass={}", f.regressor.display()))
+        // TF Serving's batching flags reach the batcher.
+        .args(["--max-batch-size", "4", "--batch-timeout-micros", "500"])
+        .args(["--max-enqueued-batches", "2"])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -1353,8 +1523,22 @@ fn sigterm_answers_the_request_in_flight_and_exits_0() {
         log.push_str(&line);
     }
     let addr = addr.unwrap();
+    // Bound to the loopback unless --host says otherwise.
+    assert!(addr.ip().is_loopback(), "{addr}");
     let mut c = Client::connect(addr);
     assert_eq!(c.json("GET", "/v2/health/ready", &Json::Null).0, 200);
+    let (s, reply) = c.json(
+        "POST",
+        "/v1/models/mass:predict",
+        &json!({"instances": (0..5).map(instance).collect::<Vec<_>>()}),
+    );
+    assert_eq!(
+        (s, reply["error"].as_str().unwrap()),
+        (
+            400,
+            "instances: 5 examples; the server takes at most 4 per request (its maximum batch size)"
+        )
+    );
     let (s, reply) = c.json(
         "POST",
         "/v1/models/mass:predict",

@@ -107,9 +107,13 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
 /// memory at the top of a heap goes back to the kernel, to be faulted in
 /// again; and each of the connection threads gets an arena of its own
 /// (up to 8 per core), each paying that once. Fixed thresholds keep the
-/// memory of the warm-up for the requests after it, and few arenas share
-/// it between the connection threads. Measured in docs/benchmarks.md
-/// ("Serving"). Called before the server starts its threads.
+/// memory of the warm-up for the requests after it, and one arena shares
+/// it between every thread: with two, threads were handed the arenas in
+/// turn, and a client whose connection thread drew the arena the warm-up
+/// had not grown paid 100-370 page faults on its first batch-256 request
+/// (none with one arena; docs/benchmarks.md, "Serving"). On two cores,
+/// at most two threads contend for its lock. Called before the server
+/// starts its threads.
 fn tune_allocator() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only sets allocator parameters; it takes the arena
@@ -123,7 +127,7 @@ fn tune_allocator() {
 
 /// glibc arenas the server's threads share (see [`tune_allocator`]).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-const ARENAS: libc::c_int = 2;
+const ARENAS: libc::c_int = 1;
 
 /// `--model NAME=PATH`s, checked: a name fit for a URL, a path that exists.
 fn parse_models(flags: &[String]) -> anyhow::Result<Vec<ModelSource>> {

@@ -238,6 +238,56 @@ impl Connection {
     }
 }
 
+/// The client side of one exchange on `stream`: sends a request of
+/// `body` and reads the response whole (head, then `Content-Length`
+/// bytes). Returns the status. For the server's own warm-up through its
+/// listener ([`super::server`]); the stream's read timeout bounds each
+/// read.
+pub(crate) fn exchange(
+    stream: &mut TcpStream,
+    method: &str,
+    path: &str,
+    body: &[u8],
+) -> io::Result<u16> {
+    let mut out = format!(
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(body);
+    stream.write_all(&out)?;
+    let mut buf = Vec::with_capacity(out.len().max(8 << 10));
+    let mut chunk = vec![0u8; 64 << 10];
+    let eof = || io::Error::from(io::ErrorKind::UnexpectedEof);
+    let (head, length) = loop {
+        if let Some(end) = head_end(&buf) {
+            let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+            let mut parsed = httparse::Response::new(&mut headers);
+            let bad = |e: String| io::Error::new(io::ErrorKind::InvalidData, e);
+            parsed.parse(&buf[..end]).map_err(|e| bad(e.to_string()))?;
+            let length = parsed
+                .headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                .and_then(|h| std::str::from_utf8(h.value).ok()?.trim().parse().ok())
+                .unwrap_or(0usize);
+            break (end, (parsed.code.unwrap_or(0), length));
+        }
+        match stream.read(&mut chunk)? {
+            0 => return Err(eof()),
+            n => buf.extend_from_slice(&chunk[..n]),
+        }
+    };
+    let (status, length) = length;
+    while buf.len() < head + length {
+        match stream.read(&mut chunk)? {
+            0 => return Err(eof()),
+            n => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+    Ok(status)
+}
+
 /// `response` as the bytes on the wire; `close` adds `Connection: close`.
 pub fn encode_response(response: &Response, close: bool) -> Vec<u8> {
     let mut out = Vec::with_capacity(response.body.len() + 160);

@@ -30,6 +30,25 @@ pub(crate) struct Metrics {
 }
 
 impl Metrics {
+    /// Metrics with a latency histogram for each of `models` already made:
+    /// a histogram (about 180 KB of counters) is allocated once at start,
+    /// not by a model's first request.
+    pub fn for_models<'a>(models: impl IntoIterator<Item = &'a str>) -> Metrics {
+        let metrics = Metrics::default();
+        {
+            let mut latency = metrics
+                .latency
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            for model in models {
+                if let Some(h) = new_histogram() {
+                    latency.insert(model.to_string(), h);
+                }
+            }
+        }
+        metrics
+    }
+
     /// Counts one answered request.
     pub fn record(&self, labels: Option<&(String, String)>, code: u16, took: Duration) {
         let (model, version) = labels.cloned().unwrap_or_default();
@@ -44,8 +63,7 @@ impl Metrics {
         }
         let mut latency = self.latency.lock().unwrap_or_else(PoisonError::into_inner);
         if !latency.contains_key(&model) {
-            // 1 us to 1 h at 3 significant digits.
-            let Ok(h) = Histogram::new_with_bounds(1, 3_600_000_000, 3) else {
+            let Some(h) = new_histogram() else {
                 return;
             };
             latency.insert(model.clone(), h);
@@ -110,6 +128,11 @@ impl Metrics {
             );
         }
     }
+}
+
+/// A latency histogram: 1 us to 1 h at 3 significant digits.
+fn new_histogram() -> Option<Histogram<u64>> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).ok()
 }
 
 /// Per version: batch sizes, queue depth, load and warm-up times.

@@ -43,7 +43,8 @@ pub(crate) fn route(
             return (Response::error(&e), None);
         }
     };
-    let resolved = pick_version(shared, name, pick);
+    let status_request = verb.is_none() && !metadata;
+    let resolved = pick_version(shared, name, pick, status_request);
     let labels = Some((
         name.to_string(),
         match (&resolved, pick) {
@@ -107,11 +108,31 @@ enum Pick<'a> {
 
 /// The version number a URL names (`None`: the newest), a label resolved
 /// through the model's labels.
-fn pick_version(shared: &Shared, name: &str, pick: Pick<'_>) -> Result<Option<u64>, ApiError> {
+///
+/// A label of a model this server does not have is TF Serving's 400
+/// (`Unrecognized servable version label`), not a 404: its servable
+/// lookup resolves the label first (`ServerCore::GetModelVersionForLabel`,
+/// `InvalidArgument` for a model without that label, known or not). Its
+/// status endpoint does not resolve labels and answers such a model 404
+/// (`Could not find any versions of model`), which `status_request` keeps.
+fn pick_version(
+    shared: &Shared,
+    name: &str,
+    pick: Pick<'_>,
+    status_request: bool,
+) -> Result<Option<u64>, ApiError> {
     match pick {
         Pick::Newest => Ok(None),
         Pick::Number(v) => parse_version(Some(v)),
-        Pick::Label(label) => shared.model(name)?.label_version(label).map(Some),
+        Pick::Label(label) => match shared.model(name) {
+            Ok(model) => model.label_version(label).map(Some),
+            Err(e) if status_request => Err(e),
+            Err(e) => Err(ApiError::bad_request(format!(
+                "Unrecognized servable version label: {} ({})",
+                short(label),
+                e.message
+            ))),
+        },
     }
 }
 

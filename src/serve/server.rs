@@ -10,7 +10,7 @@
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value as Json};
@@ -19,7 +19,7 @@ use crate::spawn::{Thread, panic_message};
 use crate::train::Outputs;
 
 use super::batcher::Submit;
-use super::http::{Connection, Incoming, Limits, Request, Response, encode_response};
+use super::http::{Connection, Incoming, Limits, Request, Response, encode_response, exchange};
 use super::metrics::Metrics;
 use super::versions::{Model, Version, manage};
 use super::{ApiError, ModelSource, ServeConfig, ServeError, error_chain, rest, v2};
@@ -33,6 +33,9 @@ pub(crate) struct Shared {
     pub ready_ms: OnceLock<f64>,
     /// The request path was warmed up ([`warm_requests`]).
     pub requests_warm: AtomicBool,
+    /// The client address of the warm-up's own connection while it runs:
+    /// its requests are left out of the metrics.
+    warmup_peer: Mutex<Option<SocketAddr>>,
 }
 
 impl Shared {
@@ -94,17 +97,29 @@ impl Shared {
         }
     }
 
-    /// Answers one request; a panic becomes a 500.
-    fn handle(&self, request: &Request) -> Response {
+    /// Whether `peer` is the warm-up's own connection.
+    fn is_warmup_peer(&self, peer: SocketAddr) -> bool {
+        *self
+            .warmup_peer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            == Some(peer)
+    }
+
+    /// Answers one request; a panic becomes a 500. `counted`: recorded
+    /// in the metrics (all but the warm-up's).
+    fn handle(&self, request: &Request, counted: bool) -> Response {
         let start = Instant::now();
         let routed = catch_unwind(AssertUnwindSafe(|| self.route(request)));
         let (response, labels) = routed.unwrap_or_else(|payload| {
             let e = ApiError::new(500, format!("internal error: {}", panic_message(&*payload)));
             (Response::error(&e), None)
         });
-        let labels = labels.map(|labels| self.known_labels(labels));
-        self.metrics
-            .record(labels.as_ref(), response.status, start.elapsed());
+        if counted {
+            let labels = labels.map(|labels| self.known_labels(labels));
+            self.metrics
+                .record(labels.as_ref(), response.status, start.elapsed());
+        }
         response
     }
 
@@ -218,15 +233,17 @@ impl Server {
             addr: config.addr.clone(),
             source,
         })?;
+        let models: Vec<Arc<Model>> = models
+            .into_iter()
+            .map(|s| Arc::new(Model::new(s)))
+            .collect();
         let shared = Arc::new(Shared {
-            models: models
-                .into_iter()
-                .map(|s| Arc::new(Model::new(s)))
-                .collect(),
+            metrics: Metrics::for_models(models.iter().map(|m| m.name.as_str())),
+            models,
             config,
-            metrics: Metrics::default(),
             ready_ms: OnceLock::new(),
             requests_warm: AtomicBool::new(false),
+            warmup_peer: Mutex::new(None),
         });
         let stop = Arc::new(AtomicBool::new(false));
         let mut server = Server {
@@ -243,7 +260,7 @@ impl Server {
             Thread::spawn("serve-manager", move |_| {
                 let s = &manager_shared;
                 let warm = || {
-                    warm_requests(s);
+                    warm_requests(s, loopback(addr));
                     s.requests_warm.store(true, Ordering::SeqCst);
                 };
                 manage(&s.models, &s.config, &stop_rx, &warm, &|ms| {
@@ -312,15 +329,7 @@ impl Server {
 
     fn stop_all(&mut self) -> Result<(), ServeError> {
         self.stop.store(true, Ordering::SeqCst);
-        let wake = match self.addr {
-            SocketAddr::V4(a) if a.ip().is_unspecified() => {
-                SocketAddr::from(([127, 0, 0, 1], a.port()))
-            }
-            SocketAddr::V6(a) if a.ip().is_unspecified() => {
-                SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, a.port()))
-            }
-            a => a,
-        };
+        let wake = loopback(self.addr);
         // Each connection to ourselves wakes one thread blocked in accept.
         for _ in 0..self.workers.len() {
             let _ = TcpStream::connect_timeout(&wake, Duration::from_millis(100));
@@ -350,44 +359,95 @@ impl Drop for Server {
     }
 }
 
-/// Runs generated `:predict` requests through the whole request path
-/// (JSON body, columns, batcher, response encoding) at the largest and
-/// the smallest batch, once per process before it reports ready: what the
-/// first request of a process pays beyond the model's forward pass (code
-/// and buffers touched for the first time, the allocator's first large
-/// blocks) is paid here. The smallest comes last, three times: its latency
-/// is the one that shows cold caches most (a first batch-1 request right
-/// after a batch-256 one costs about 1.5x, after three batch-1 ones about
-/// 1.15x; docs/serve.md, "Warm-up"). Warm-up requests are not counted in
-/// the request metrics.
-fn warm_requests(shared: &Shared) {
-    for model in &shared.models {
-        let Ok(version) = model.serving(None) else {
-            continue;
-        };
-        let largest = shared.config.batching.max_batch_size;
-        for rows in [largest, 1, 1, 1] {
-            let request = Request {
-                method: "POST".into(),
-                path: format!("/v1/models/{}:predict", model.name),
-                body: version.signature.generated_request(rows),
-                close: false,
-            };
-            let (response, _) = shared.route(&request);
-            std::hint::black_box(encode_response(&response, false));
+/// `addr` as this machine reaches it: a listener on every address (0.0.0.0,
+/// ::) is reached on the loopback.
+fn loopback(addr: SocketAddr) -> SocketAddr {
+    match addr {
+        SocketAddr::V4(a) if a.ip().is_unspecified() => {
+            SocketAddr::from(([127, 0, 0, 1], a.port()))
         }
+        SocketAddr::V6(a) if a.ip().is_unspecified() => {
+            SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, a.port()))
+        }
+        a => a,
     }
+}
+
+/// Runs generated `:predict` requests through the whole path a client's
+/// request takes, once per process before it reports ready: over a TCP
+/// connection to the server's own listener (`addr`), so that a connection
+/// thread accepts it, reads and parses the HTTP request, and the JSON
+/// body, columns, batcher, response encoding and the write back all run
+/// as for a client. What the first request of a process pays beyond the
+/// model's forward pass (code and buffers touched for the first time, the
+/// allocator's first large blocks, the metrics' entries) is paid here; a
+/// warm-up that called the router directly (before this) left the HTTP
+/// framing, the socket reads and writes and the metrics to the first
+/// client (docs/benchmarks.md, "Serving"). The largest batch first, then
+/// the smallest three times: its latency is the one that shows cold
+/// caches most. Not counted in the request metrics (the connection is
+/// told apart by its client address). If the loopback connection cannot
+/// be made, the router is called directly instead.
+fn warm_requests(shared: &Shared, addr: SocketAddr) {
+    let largest = shared.config.batching.max_batch_size;
+    let requests: Vec<(String, Vec<u8>)> = shared
+        .models
+        .iter()
+        .filter_map(|model| Some((model, model.serving(None).ok()?)))
+        .flat_map(|(model, version)| {
+            let path = format!("/v1/models/{}:predict", model.name);
+            [largest, 1, 1, 1].map(|rows| (path.clone(), version.signature.generated_request(rows)))
+        })
+        .collect();
+    if warm_over_http(shared, addr, &requests).is_ok() {
+        return;
+    }
+    for (path, body) in requests {
+        let request = Request {
+            method: "POST".into(),
+            path,
+            body,
+            close: false,
+        };
+        let (response, _) = shared.route(&request);
+        std::hint::black_box(encode_response(&response, false));
+    }
+}
+
+/// [`warm_requests`] over one loopback connection.
+fn warm_over_http(
+    shared: &Shared,
+    addr: SocketAddr,
+    requests: &[(String, Vec<u8>)],
+) -> std::io::Result<()> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
+    stream.set_nodelay(true)?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    *shared
+        .warmup_peer
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner) = Some(stream.local_addr()?);
+    let result = requests
+        .iter()
+        .try_for_each(|(path, body)| exchange(&mut stream, "POST", path, body).map(drop));
+    drop(stream);
+    // Every answer was read, so every request was recorded (or not).
+    *shared
+        .warmup_peer
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner) = None;
+    result
 }
 
 /// One connection thread: accept, serve the connection to its end, again.
 fn accept_loop(listener: &TcpListener, shared: &Shared, stop: &AtomicBool, limits: Limits) {
     while !stop.load(Ordering::SeqCst) {
         match listener.accept() {
-            Ok((stream, _)) => {
+            Ok((stream, peer)) => {
                 if stop.load(Ordering::SeqCst) {
                     return;
                 }
-                serve_connection(stream, shared, stop, &limits);
+                serve_connection(stream, peer, shared, stop, &limits);
             }
             // Out of descriptors, a reset before accept: wait a little, go on.
             Err(_) => std::thread::sleep(Duration::from_millis(5)),
@@ -395,21 +455,33 @@ fn accept_loop(listener: &TcpListener, shared: &Shared, stop: &AtomicBool, limit
     }
 }
 
-fn serve_connection(stream: TcpStream, shared: &Shared, stop: &AtomicBool, limits: &Limits) {
+fn serve_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    shared: &Shared,
+    stop: &AtomicBool,
+    limits: &Limits,
+) {
     let Ok(mut conn) = Connection::new(stream) else {
         return;
     };
     loop {
-        match conn.read_request(limits, stop) {
+        let request = conn.read_request(limits, stop);
+        // Asked once a request is in: the warm-up names its connection
+        // after connecting, which may be after the accept.
+        let counted = !shared.is_warmup_peer(peer);
+        match request {
             Ok(Incoming::Request(request)) => {
-                let response = shared.handle(&request);
+                let response = shared.handle(&request, counted);
                 let close = request.close || stop.load(Ordering::SeqCst);
                 if conn.write_response(&response, close).is_err() || close {
                     return;
                 }
             }
             Ok(Incoming::Refused(e)) => {
-                shared.metrics.record(None, e.status, Duration::ZERO);
+                if counted {
+                    shared.metrics.record(None, e.status, Duration::ZERO);
+                }
                 if conn.write_response(&Response::error(&e), true).is_ok() {
                     conn.linger_close();
                 }

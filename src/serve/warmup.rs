@@ -29,7 +29,7 @@ use crate::example::proto::{DataType, Feature, TensorProto, TensorShapeProto, fe
 use crate::tfrecord::{Compression, FileRecordReader, FileRecordWriter, ReaderOptions};
 use crate::train::Predictor;
 
-use super::batcher::{BatchOptions, forward};
+use super::batcher::{BatchOptions, to_tensors};
 use super::input::{Signature, TensorInput, rows_to_batch, tensors_to_batch};
 use super::{ApiError, ServeError};
 
@@ -447,10 +447,14 @@ pub(crate) fn warm(
     let passes = batches.len();
     for batch in batches {
         let rows = batch.num_rows;
-        forward(predictor, vec![batch]).map_err(|e| ServeError::Warmup {
-            rows,
-            source: Box::new(e),
-        })?;
+        // The library's one warm-up (`tfpipe predict`'s too): the batch as
+        // the batcher converts a request's, then its forward pass.
+        to_tensors(predictor, batch)
+            .and_then(|tensors| predictor.warm_up(&tensors, 1, None))
+            .map_err(|e| ServeError::Warmup {
+                rows,
+                source: Box::new(e),
+            })?;
     }
     Ok(WarmupReport {
         source,

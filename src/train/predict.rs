@@ -323,6 +323,42 @@ impl Predictor {
             .map_err(TrainError::candle("prediction"))
     }
 
+    /// Warm-up: `passes` untimed forward passes over `batch`, each ending
+    /// with its outputs on the host, as [`outputs`](Self::outputs) does, so
+    /// that the first timed call costs what later ones cost. What a first
+    /// call pays is the process's and the calling thread's: the model's
+    /// buffers allocated and faulted in, the GEMM packing, the thread
+    /// pool's start (without warm-up the first prediction of `tfpipe
+    /// predict` costs 17-20x the steady median at batch 1, 3x at 256;
+    /// docs/benchmarks.md, "First prediction"). Run it on the thread that
+    /// will predict, at the batch sizes it will see. `tfpipe predict` runs
+    /// it before timing its first batch and `tfpipe serve` before a version
+    /// takes traffic (at every batch size the batcher forms). Stops early
+    /// when `stop` goes up. Returns the passes' wall time, ms.
+    ///
+    /// ```no_run
+    /// # use tfpipe::train::{Predictor, BatchTensors};
+    /// # fn f(predictor: &Predictor, batch: &BatchTensors) -> Result<(), tfpipe::train::TrainError> {
+    /// let ms = predictor.warm_up(batch, 10, None)?;
+    /// let outputs = predictor.outputs(batch)?; // costs what the steady state costs
+    /// # Ok(()) }
+    /// ```
+    pub fn warm_up(
+        &self,
+        batch: &BatchTensors,
+        passes: usize,
+        stop: Option<&AtomicBool>,
+    ) -> Result<f64, TrainError> {
+        let start = Instant::now();
+        for _ in 0..passes {
+            if stop.is_some_and(|s| s.load(Ordering::SeqCst)) {
+                break;
+            }
+            std::hint::black_box(self.outputs(batch)?);
+        }
+        Ok(start.elapsed().as_secs_f64() * 1e3)
+    }
+
     /// The model's outputs for `batch`, on the host: class ids and
     /// probabilities, or values.
     pub fn outputs(&self, batch: &BatchTensors) -> Result<Outputs, TrainError> {
@@ -408,14 +444,7 @@ impl Predictor {
             };
             let tensors = batch_to_tensors(batch, &input, batches, &self.device)?;
             if batches == 0 && options.warmup > 0 {
-                let start = Instant::now();
-                for _ in 0..options.warmup {
-                    if options.stop.is_some_and(|s| s.load(Ordering::SeqCst)) {
-                        break;
-                    }
-                    self.outputs(&tensors)?;
-                }
-                warmup_ms = start.elapsed().as_secs_f64() * 1e3;
+                warmup_ms = self.warm_up(&tensors, options.warmup, options.stop)?;
             }
             // `outputs` ends with the result on the host: the clock reads
             // after the device has finished.
