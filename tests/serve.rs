@@ -1007,6 +1007,150 @@ fn a_full_queue_answers_503_at_once_and_custom_models_serve() {
     server.shutdown().unwrap();
 }
 
+/// A server of one classifier whose forward passes wait at the returned
+/// gate while it is held (it is open at first), batching with `batching`.
+fn gated_server(batching: BatchOptions) -> (Server, Arc<Gate>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    save(dir.path(), &classifier(), 1);
+    let gate = Arc::new(Gate::default());
+    let model_gate = gate.clone();
+    let source =
+        ModelSource::new("g", dir.path()).loader(Arc::new(move |dir: &Path, device: &Device| {
+            let gate = Some(model_gate.clone());
+            Predictor::load_with(dir, device, |vb: VarBuilder<'_>, meta| {
+                let first = candle_nn::linear(meta.input.inputs(), 16, vb.pp("fc0"))?;
+                Ok(Gated(first, candle_nn::linear(16, 3, vb.pp("fc1"))?, gate))
+            })
+        }));
+    let config = ServeConfig {
+        batching,
+        poll: None,
+        ..ServeConfig::default()
+    };
+    (start(vec![source], config), gate, dir)
+}
+
+/// A number from `/metrics`: the line that starts with `prefix`.
+fn metric(addr: SocketAddr, prefix: &str) -> f64 {
+    let (s, body) = Client::connect(addr).request("GET", "/metrics", b"");
+    assert_eq!(s, 200);
+    let text = String::from_utf8(body).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no {prefix} in\n{text}"));
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+/// `batch_timeout` (`--batch-timeout-micros`): a lone request waits for
+/// another to share its forward pass, and the two run as one batch.
+#[test]
+fn batch_timeout_holds_a_request_for_the_next_to_share_its_batch() {
+    let (server, _gate, _dir) = gated_server(BatchOptions {
+        enabled: true,
+        max_batch_size: 2,
+        // Long beside the 50 ms between the requests, short because the
+        // server's own warm-up requests of one example each wait it out.
+        batch_timeout: Duration::from_millis(400),
+        max_enqueued_batches: 4,
+    });
+    let addr = server.local_addr();
+    let batches = || {
+        (
+            metric(addr, "tfpipe_serve_batch_size_count{model=\"g\""),
+            metric(addr, "tfpipe_serve_batch_size_sum{model=\"g\""),
+        )
+    };
+    let before = batches();
+    let mut first = Client::connect(addr);
+    let mut second = Client::connect(addr);
+    let body = serde_json::to_vec(&json!({"instances": [instance(1)]})).unwrap();
+    let head = format!(
+        "POST /v1/models/g:predict HTTP/1.1\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    first.stream.write_all(head.as_bytes()).unwrap();
+    first.stream.write_all(&body).unwrap();
+    // With no timeout this request would be answered well within this.
+    std::thread::sleep(Duration::from_millis(50));
+    first.stream.set_nonblocking(true).unwrap();
+    let waiting = first.stream.peek(&mut [0u8; 1]);
+    assert!(
+        matches!(&waiting, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the first request was answered alone: {waiting:?}"
+    );
+    first.stream.set_nonblocking(false).unwrap();
+    let (s, body) = second.json(
+        "POST",
+        "/v1/models/g:predict",
+        &json!({"instances": [instance(2)]}),
+    );
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(first.read_response().0, 200);
+    let after = batches();
+    // One forward pass of two examples.
+    assert_eq!((after.0 - before.0, after.1 - before.1), (1.0, 2.0));
+    server.shutdown().unwrap();
+}
+
+/// `max_enqueued_batches` (`--max-enqueued-batches`): the queue holds that
+/// many full batches' worth of examples (3 x 2 here) while the model is
+/// busy; the requests past them are answered 503 at once, and the ones
+/// queued are answered when the model is free.
+#[test]
+fn max_enqueued_batches_sets_how_many_examples_wait_before_a_503() {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    let (server, gate, _dir) = gated_server(BatchOptions {
+        enabled: true,
+        max_batch_size: 2,
+        batch_timeout: Duration::ZERO,
+        max_enqueued_batches: 3,
+    });
+    let addr = server.local_addr();
+    gate.hold.store(true, SeqCst);
+    // Opened again however the test ends: a failed assertion with the gate
+    // held would leave the server's drop waiting on the compute thread.
+    let _open = Opens(gate.clone());
+    let refused = Arc::new(AtomicUsize::new(0));
+    let clients: Vec<_> = (0..8)
+        .map(|i| {
+            let refused = refused.clone();
+            tfpipe::spawn::Thread::spawn(format!("client-{i}"), move |_| {
+                let (s, _) = Client::connect(addr).json(
+                    "POST",
+                    "/v1/models/g:predict",
+                    &json!({"instances": [instance(i)]}),
+                );
+                if s == 503 {
+                    refused.fetch_add(1, SeqCst);
+                }
+                s
+            })
+            .unwrap()
+        })
+        .collect();
+    // A request is counted against the bound until its forward pass ends,
+    // and none can end while the gate is held: six are taken, two refused.
+    eventually("requests refused", || refused.load(SeqCst) >= 2);
+    assert_eq!(metric(addr, "tfpipe_serve_queue_examples{model=\"g\""), 6.0);
+    gate.hold.store(false, SeqCst);
+    let mut codes: Vec<u16> = clients.into_iter().map(|t| t.join().unwrap()).collect();
+    codes.sort();
+    assert_eq!(codes, [200, 200, 200, 200, 200, 200, 503, 503]);
+    server.shutdown().unwrap();
+}
+
+/// Opens its gate when dropped.
+struct Opens(Arc<Gate>);
+
+impl Drop for Opens {
+    fn drop(&mut self) {
+        self.0
+            .hold
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// Waits until `check` holds, at most 20 s.
 fn eventually(what: &str, check: impl Fn() -> bool) {
     let start = Instant::now();
@@ -1317,11 +1461,20 @@ fn version_labels_route_to_their_versions_and_keep_them_loaded() {
         (200, &json!("1")),
         "{body}"
     );
-    let (s, body) = c.json("GET", "/v1/models/p/labels/stable", &Json::Null);
-    assert_eq!(
-        (s, &body["model_version_status"][0]["version"]),
-        (200, &json!("1"))
-    );
+    // TF Serving's status endpoint ignores the label (GetModelStatusImpl::
+    // GetModelStatusWithModelSpec reads only a version number): every
+    // version of the model, for a label it has or not.
+    for label in ["stable", "canary", "beta"] {
+        let path = format!("/v1/models/p/labels/{label}");
+        let (s, body) = c.json("GET", &path, &Json::Null);
+        assert_eq!(s, 200, "{path}: {body}");
+        assert_eq!(body, c.json("GET", "/v1/models/p", &Json::Null).1, "{path}");
+        assert_eq!(
+            body["model_version_status"].as_array().unwrap().len(),
+            2,
+            "{path}: {body}"
+        );
+    }
     let (s, body) = c.json(
         "POST",
         "/v1/models/p/labels/beta:predict",
@@ -1492,37 +1645,20 @@ fn tf_serving_api_warmup_files_replay() {
 #[test]
 fn sigterm_answers_the_request_in_flight_and_exits_0() {
     let f = fixture();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tfpipe"))
-        .args(["serve", "--port", "0", "--model"])
-        .arg(format!("penguins={}", f.classifier.display()))
+    let (mut child, mut stderr, addr, log) = serve_cli(&[
+        "--model".into(),
+        format!("penguins={}", f.classifier.display()),
         // `--model` repeats: a second model beside the first.
-        .arg("--model")
-        .arg(format!("mass={}", f.regressor.display()))
+        "--model".into(),
+        format!("mass={}", f.regressor.display()),
         // TF Serving's batching flags reach the batcher.
-        .args(["--max-batch-size", "4", "--batch-timeout-micros", "500"])
-        .args(["--max-enqueued-batches", "2"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut log = String::new();
-    let mut addr = None;
-    // The ready line may come before the listening line (another thread prints it).
-    while !log.contains(" ready ") || addr.is_none() {
-        let mut line = String::new();
-        if stderr.read_line(&mut line).unwrap() == 0 {
-            let _ = child.kill();
-            panic!("tfpipe serve ended before it was ready:\n{log}");
-        }
-        if let Some(a) = line
-            .trim()
-            .strip_prefix("tfpipe serve: listening on http://")
-        {
-            addr = Some(a.parse::<SocketAddr>().unwrap());
-        }
-        log.push_str(&line);
-    }
-    let addr = addr.unwrap();
+        "--max-batch-size".into(),
+        "4".into(),
+        "--batch-timeout-micros".into(),
+        "500".into(),
+        "--max-enqueued-batches".into(),
+        "2".into(),
+    ]);
     // Bound to the loopback unless --host says otherwise.
     assert!(addr.ip().is_loopback(), "{addr}");
     let mut c = Client::connect(addr);
@@ -1560,7 +1696,7 @@ fn sigterm_answers_the_request_in_flight_and_exits_0() {
     std::thread::sleep(Duration::from_millis(100));
     let killed = Command::new("kill")
         .arg("-TERM")
-        .arg(child.id().to_string())
+        .arg(child.0.id().to_string())
         .status()
         .unwrap();
     assert!(killed.success());
@@ -1570,13 +1706,104 @@ fn sigterm_answers_the_request_in_flight_and_exits_0() {
     let reply: Json = serde_json::from_slice(&reply).unwrap();
     assert_eq!(s, 200, "{reply}");
     assert!(same_prediction(&reply["predictions"][0], &f.expected[5]));
-    let status = child.wait().unwrap();
+    let status = child.0.wait().unwrap();
     let mut rest = String::new();
     stderr.read_to_string(&mut rest).unwrap();
     assert!(status.success(), "{status}\n{log}{rest}");
     assert!(rest.contains("stopped"), "{rest}");
     // Nothing listens any more.
     assert!(TcpStream::connect(addr).is_err());
+}
+
+/// A `tfpipe serve` process, killed if the test ends before it does (a
+/// failed assertion must not leave a server running).
+struct CliServer(std::process::Child);
+
+impl Drop for CliServer {
+    fn drop(&mut self) {
+        // An error: it has exited already.
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `tfpipe serve --port 0 ARGS`, read until it is listening and ready:
+/// the process, the rest of its stderr, its address and its log so far.
+fn serve_cli(
+    args: &[String],
+) -> (
+    CliServer,
+    BufReader<std::process::ChildStderr>,
+    SocketAddr,
+    String,
+) {
+    let mut child = CliServer(
+        Command::new(env!("CARGO_BIN_EXE_tfpipe"))
+            .args(["serve", "--port", "0"])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut stderr = BufReader::new(child.0.stderr.take().unwrap());
+    let mut log = String::new();
+    let mut addr = None;
+    // The ready line may come before the listening line (another thread prints it).
+    while !log.contains(" ready ") || addr.is_none() {
+        let mut line = String::new();
+        if stderr.read_line(&mut line).unwrap() == 0 {
+            panic!("tfpipe serve ended before it was ready:\n{log}");
+        }
+        if let Some(a) = line
+            .trim()
+            .strip_prefix("tfpipe serve: listening on http://")
+        {
+            addr = Some(a.parse::<SocketAddr>().unwrap());
+        }
+        log.push_str(&line);
+    }
+    (child, stderr, addr.unwrap(), log)
+}
+
+/// `tfpipe serve --poll-seconds` from the command line: a version written
+/// into the base directory while the server runs is loaded and served.
+/// (That the flag's value becomes the library's interval is the unit test
+/// in `src/cli/serve.rs`; `--poll-seconds 0` never polls.)
+#[cfg(unix)]
+#[test]
+fn serve_poll_seconds_picks_up_a_new_version_from_the_command_line() {
+    let base = tempfile::tempdir().unwrap();
+    save(&base.path().join("1"), &classifier(), 1);
+    let (_server, _stderr, addr, _log) = serve_cli(&[
+        "--model".into(),
+        format!("m={}", base.path().display()),
+        "--poll-seconds".into(),
+        "0.05".into(),
+    ]);
+    let mut c = Client::connect(addr);
+    let served = |c: &mut Client| {
+        let (s, body) = c.json("GET", "/v1/models/m/metadata", &Json::Null);
+        assert_eq!(s, 200, "{body}");
+        body["model_spec"]["version"].as_str().unwrap().to_string()
+    };
+    assert_eq!(served(&mut c), "1");
+    // Written aside and renamed in, as `tfpipe train --save-versions` does.
+    let staging = tempfile::tempdir().unwrap();
+    save(&staging.path().join("2"), &classifier(), 2);
+    std::fs::rename(staging.path().join("2"), base.path().join("2")).unwrap();
+    eventually("version 2 served", || {
+        served(&mut Client::connect(addr)) == "2"
+    });
+    let (s, body) = c.json("GET", "/v1/models/m/versions/2", &Json::Null);
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(body["model_version_status"][0]["state"], "AVAILABLE");
+    let (s, body) = c.json(
+        "POST",
+        "/v1/models/m:predict",
+        &json!({"instances": [instance(3)]}),
+    );
+    assert_eq!(s, 200, "{body}");
 }
 
 /// `tfpipe train --save-versions` writes numbered versions a server picks up.

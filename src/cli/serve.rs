@@ -303,3 +303,49 @@ fn write_warmup(args: &Args, dir: &std::path::Path) -> anyhow::Result<Status> {
     );
     Ok(Status::Ok)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    /// `tfpipe serve`'s flags alone.
+    #[derive(clap::Parser)]
+    struct Serve {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    /// The flags that only shape behaviour over time (the batch timeout,
+    /// the queue bound, the poll interval) reach the library's settings
+    /// unchanged; `tests/serve.rs` shows each setting's effect.
+    #[test]
+    fn batching_and_poll_flags_become_the_servers_settings() {
+        let flags = [
+            "serve",
+            "--model",
+            "m=/nonexistent",
+            "--max-batch-size",
+            "8",
+            "--batch-timeout-micros",
+            "1500",
+            "--max-enqueued-batches",
+            "3",
+            "--poll-seconds",
+            "0.25",
+        ];
+        let settings = config(&Serve::try_parse_from(flags).unwrap().args).unwrap();
+        assert_eq!(
+            settings.batching,
+            BatchOptions {
+                enabled: true,
+                max_batch_size: 8,
+                batch_timeout: Duration::from_micros(1500),
+                max_enqueued_batches: 3,
+            }
+        );
+        assert_eq!(settings.poll, Some(Duration::from_millis(250)));
+        let never = Serve::try_parse_from(["serve", "--poll-seconds", "0"]).unwrap();
+        assert_eq!(config(&never.args).unwrap().poll, None);
+    }
+}

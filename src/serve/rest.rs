@@ -113,8 +113,12 @@ enum Pick<'a> {
 /// (`Unrecognized servable version label`), not a 404: its servable
 /// lookup resolves the label first (`ServerCore::GetModelVersionForLabel`,
 /// `InvalidArgument` for a model without that label, known or not). Its
-/// status endpoint does not resolve labels and answers such a model 404
-/// (`Could not find any versions of model`), which `status_request` keeps.
+/// status endpoint does not resolve labels at all
+/// (`GetModelStatusImpl::GetModelStatusWithModelSpec` reads only the
+/// version number, and a label is the other arm of `ModelSpec`'s version
+/// choice): it answers every version of the model, whatever the label, and
+/// an unknown model 404 (`Could not find any versions of model`).
+/// `status_request` does the same.
 fn pick_version(
     shared: &Shared,
     name: &str,
@@ -124,9 +128,9 @@ fn pick_version(
     match pick {
         Pick::Newest => Ok(None),
         Pick::Number(v) => parse_version(Some(v)),
+        Pick::Label(_) if status_request => Ok(None),
         Pick::Label(label) => match shared.model(name) {
             Ok(model) => model.label_version(label).map(Some),
-            Err(e) if status_request => Err(e),
             Err(e) => Err(ApiError::bad_request(format!(
                 "Unrecognized servable version label: {} ({})",
                 short(label),
