@@ -207,12 +207,30 @@ pub(crate) fn load_schema(
 /// cores, a fixed half of them made the MLP step slower (README,
 /// "Training speed").
 ///
+/// candle's own elementwise pool gets 1 thread (the caller) unless
+/// `CANDLE_NUM_THREADS` says otherwise (see the comment inside).
+///
 /// Must run before any other thread exists or candle's pool is built: call
 /// it first in a command (the demo calls it after conversion, whose
 /// threads have all finished).
 pub(crate) fn set_compute_threads(threads: Option<usize>) -> anyhow::Result<ComputeThreads> {
     if threads == Some(0) {
         bail!("--compute-threads must be at least 1");
+    }
+    // candle runs its elementwise kernels of 64k values or more (the
+    // gradient sums of backprop: the CNN's largest is 301k) on a pool of
+    // CANDLE_NUM_THREADS - 1 threads (RAYON_NUM_THREADS when unset) that
+    // wait by spinning, the caller spinning too until all are done. On a
+    // shared machine that spin waits on a descheduled thread: at load 4 on
+    // 2 cores, 37% of a tuned CNN run's CPU was that spinning, and its
+    // median step 9.5 / 10.2 / 6.3 ms against 7.8 / 6.2 / 7.4 ms with the
+    // pool off (docs/benchmarks.md, "The CNN step against Keras"). Our
+    // fused kernels do the model's math on the compute threads; candle's
+    // leftover elementwise passes (memory-bound) run on the calling thread
+    // unless the user sets CANDLE_NUM_THREADS.
+    if std::env::var_os("CANDLE_NUM_THREADS").is_none() {
+        // SAFETY: as for RAYON_NUM_THREADS below.
+        unsafe { std::env::set_var("CANDLE_NUM_THREADS", "1") };
     }
     let from_env = std::env::var("RAYON_NUM_THREADS")
         .ok()
