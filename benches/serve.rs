@@ -142,21 +142,21 @@ impl Conn {
         let stream = TcpStream::connect(addr)?;
         stream.set_nodelay(true)?;
         stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-        Ok(Conn {
-            stream,
-            buf: Vec::with_capacity(1 << 20),
-        })
+        // Touched now, so that the first timed response does not fault
+        // in the client's buffer.
+        let mut buf = vec![0u8; 1 << 20];
+        buf.clear();
+        Ok(Conn { stream, buf })
     }
 
     /// Sends one request and reads its response whole; the status.
     fn request(&mut self, method: &str, path: &str, body: &[u8]) -> std::io::Result<u16> {
-        let mut out = format!(
-            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-            body.len()
-        )
-        .into_bytes();
-        out.extend_from_slice(body);
-        self.stream.write_all(&out)?;
+        self.send(&http_request(method, path, body))
+    }
+
+    /// Sends `out`, a whole request, and reads its response whole; the status.
+    fn send(&mut self, out: &[u8]) -> std::io::Result<u16> {
+        self.stream.write_all(out)?;
         self.buf.clear();
         let mut chunk = [0u8; 64 << 10];
         let (head, length) = loop {
@@ -187,14 +187,26 @@ impl Conn {
         Ok(status)
     }
 
-    /// Times one `:predict`, which must answer 200.
-    fn predict(&mut self, body: &[u8]) -> Duration {
+    /// Times one `:predict` (`request`, made untimed by [`http_request`]),
+    /// which must answer 200.
+    fn predict(&mut self, request: &[u8]) -> Duration {
         let start = Instant::now();
-        let status = self.request("POST", PREDICT, body).expect("predict");
+        let status = self.send(request).expect("predict");
         let took = start.elapsed();
         assert_eq!(status, 200, "predict answered {status}");
         took
     }
+}
+
+/// A request's bytes on the wire.
+fn http_request(method: &str, path: &str, body: &[u8]) -> Vec<u8> {
+    let mut out = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(body);
+    out
 }
 
 /// A running `tfpipe serve`.
@@ -283,10 +295,14 @@ fn ms(d: Duration) -> f64 {
 
 /// One process: its first request against the p50 of the next `steady`.
 fn first_vs_steady(bin: &Path, models: &Path, rows: usize, fresh: bool, steady: usize) -> [f64; 2] {
-    // The bodies first: made after ready (tens of ms in a dev-built harness
-    // at batch 256), they put an idle gap before the first request, which
-    // then measured the cost of a request after idle.
-    let bodies: Vec<Vec<u8>> = (0..5).map(|seed| body(rows, seed)).collect();
+    // The requests first: made after ready (tens of ms in a dev-built
+    // harness at batch 256), they put an idle gap before the first request,
+    // which then measured the cost of a request after idle; made inside
+    // the timing, the first one's 270 KB would be a fresh block of the
+    // client's allocator, faulted in.
+    let bodies: Vec<Vec<u8>> = (0..5)
+        .map(|seed| http_request("POST", PREDICT, &body(rows, seed)))
+        .collect();
     let served = serve(bin, models, true);
     let mut conn = Conn::open(served.addr).expect("connect");
     let first = ms(conn.predict(&bodies[0]));

@@ -9,7 +9,7 @@
 #
 # Environment: TFVENV (a venv with tensorflow-cpu==2.21.0; default
 # /work/tfvenv), TFPIPE (default target/release/tfpipe), KERAS_FIT (default
-# ../shared/bench/keras_fit.py, else /work/shared/bench/keras_fit.py), REPEAT
+# scripts/keras_fit.py, a copy of the shared folder's bench/keras_fit.py), REPEAT
 # (default 2), MODEL (mlp or cnn), STEPS (cnn: steps per run, default 300),
 # TFPIPE_ARGS (extra bench-train flags, e.g. --compute-threads 1).
 set -euo pipefail
@@ -19,12 +19,7 @@ py="${TFVENV:-/work/tfvenv}/bin/python"
 tfpipe="${TFPIPE:-target/release/tfpipe}"
 model="${MODEL:-mlp}"
 repeat="${REPEAT:-2}"
-keras="${KERAS_FIT:-}"
-if [ -z "$keras" ]; then
-    for k in ../shared/bench/keras_fit.py /work/shared/bench/keras_fit.py; do
-        [ -e "$k" ] && keras="$k" && break
-    done
-fi
+keras="${KERAS_FIT:-scripts/keras_fit.py}"
 # shellcheck disable=SC2206
 files=($@)
 if [ "$model" = cnn ]; then

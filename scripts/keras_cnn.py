@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The Keras side of `tfpipe bench-train --model cnn`: the LeNet-like CNN of tfpipe's built-in
-`--model cnn`, trained by Keras fit() fed by tf.data, measured as bench/keras_fit.py measures.
+`--model cnn`, trained by Keras fit() fed by tf.data, measured as scripts/keras_fit.py measures.
 
 Model: Input(28, 28, 1) -> Conv2D(6, 5, same, relu) -> MaxPool(2) -> Conv2D(16, 5, valid, relu)
 -> MaxPool(2) -> Flatten (400) -> Dense(120, relu) -> Dense(84, relu) -> Dense(10) (logits,

@@ -468,8 +468,10 @@ fn serve_connection(
     loop {
         let request = conn.read_request(limits, stop);
         // Asked once a request is in: the warm-up names its connection
-        // after connecting, which may be after the accept.
-        let counted = !shared.is_warmup_peer(peer);
+        // after connecting, which may be after the accept. Once the request
+        // path is warm, the warm-up's requests have all been answered, and
+        // no request takes the lock.
+        let counted = shared.requests_warm.load(Ordering::SeqCst) || !shared.is_warmup_peer(peer);
         match request {
             Ok(Incoming::Request(request)) => {
                 let response = shared.handle(&request, counted);
