@@ -351,27 +351,55 @@ const MMAP_THRESHOLD: usize = 64 << 20;
 /// the heap. Here anything under 64 MB does, and up to 128 MB of free heap
 /// top stays mapped. Measured: the CNN's median step (`bench-train --model
 /// cnn --steps 300`, load about 1) 7.10 / 6.76 ms before, 5.10 / 4.04 ms
-/// after; peak RSS 50 -> 55 MB. Left alone when the user tunes malloc
-/// (`GLIBC_TUNABLES`, `MALLOC_MMAP_THRESHOLD_`); does nothing elsewhere.
+/// after; peak RSS 50 -> 55 MB. For a server this also keeps the memory
+/// its warm-up grew for the requests after it (a batch-256 request: a
+/// 270 KB body, its JSON, 800 KB of floats). Left alone when the user tunes
+/// malloc (see [`malloc_tuned_by_user`]); does nothing elsewhere.
 pub(crate) fn keep_large_buffers() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        let tuned = [
-            "GLIBC_TUNABLES",
-            "MALLOC_MMAP_THRESHOLD_",
-            "MALLOC_TRIM_THRESHOLD_",
-        ]
-        .iter()
-        .any(|v| std::env::var_os(v).is_some());
-        if !tuned {
-            // SAFETY: mallopt only sets allocator parameters; called first
-            // thing in main, and glibc serialises it against allocation.
-            unsafe {
-                libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD as libc::c_int);
-                libc::mallopt(libc::M_TRIM_THRESHOLD, (2 * MMAP_THRESHOLD) as libc::c_int);
-            }
+    if !malloc_tuned_by_user() {
+        // SAFETY: mallopt only sets allocator parameters; called first
+        // thing in main, and glibc serialises it against allocation.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD as libc::c_int);
+            libc::mallopt(libc::M_TRIM_THRESHOLD, (2 * MMAP_THRESHOLD) as libc::c_int);
         }
     }
+}
+
+/// Puts every thread on one glibc malloc arena, for `tfpipe serve`. By
+/// default each connection thread may get an arena of its own (up to 8 per
+/// core), and an arena the warm-up did not grow pays its page faults on a
+/// client's first request: with two arenas a client whose connection
+/// thread drew the other one paid 100-370 page faults on its first
+/// batch-256 request, none with one (docs/benchmarks.md, "Serving"). The
+/// price is one lock for every allocation: on two cores at most two
+/// threads contend for it; on a many-core machine under load it may cost
+/// throughput (not measured here), and `MALLOC_ARENA_MAX` overrides it.
+/// Call before the server starts its threads.
+pub(crate) fn share_one_malloc_arena() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if !malloc_tuned_by_user() {
+        // SAFETY: mallopt only sets allocator parameters; it takes the
+        // arena lock itself.
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, 1);
+        }
+    }
+}
+
+/// Whether the environment sets glibc's malloc parameters: then tfpipe
+/// leaves them to the user.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn malloc_tuned_by_user() -> bool {
+    [
+        "GLIBC_TUNABLES",
+        "MALLOC_MMAP_THRESHOLD_",
+        "MALLOC_TRIM_THRESHOLD_",
+        "MALLOC_ARENA_MAX",
+    ]
+    .iter()
+    .any(|v| std::env::var_os(v).is_some())
 }
 
 #[cfg(all(test, target_os = "linux", target_env = "gnu"))]
