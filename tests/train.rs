@@ -2367,3 +2367,44 @@ fn uint8_inputs_are_standardised_unless_rescale_is_asked_for() {
     );
     assert_eq!(stats(&["--rescale"]), vec![Standardize::IDENTITY]);
 }
+
+/// candle's elementwise kernels run on the calling thread, not on its pool
+/// of spinning threads (which at load 4 on 2 cores was 37% of a CNN run's
+/// CPU, see `set_compute_threads`), unless CANDLE_NUM_THREADS asks for more.
+#[test]
+fn bench_train_keeps_candles_elementwise_pool_to_the_calling_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let tfpipe = || assert_cmd::Command::cargo_bin("tfpipe").unwrap();
+    let out = tfpipe()
+        .args(["convert", "idx", "testdata/mnist/test-images-idx3-ubyte.gz"])
+        .args(["--labels", "testdata/mnist/test-labels-idx1-ubyte.gz"])
+        .args(["--shards", "1", "-o"])
+        .arg(dir.path().join("m"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pool = |env: Option<&str>| {
+        let mut cmd = tfpipe();
+        cmd.env_remove("CANDLE_NUM_THREADS")
+            .arg("bench-train")
+            .arg(dir.path().join("m-00000-of-00001.tfrecord"))
+            .args(["--model", "cnn", "--batch-size", "64", "--steps", "2"]);
+        if let Some(n) = env {
+            cmd.env("CANDLE_NUM_THREADS", n);
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        line["candle_pool_threads"].as_u64().unwrap()
+    };
+    assert_eq!(pool(None), 1);
+    assert_eq!(pool(Some("2")), 2);
+}

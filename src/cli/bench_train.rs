@@ -142,6 +142,8 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
         "compute_step_ms_p50": report.compute_ms.p50,
         "compute_threads": if threads.tune { tfpipe::train::ops::compute_threads() } else { threads.threads },
         "compute_threads_tuned": threads.tune,
+        // candle's elementwise pool, the calling thread included.
+        "candle_pool_threads": candle_core::utils::barrier_pool().n_workers() + 1,
         "optimizer": report.optimizer,
         "model": report.model,
         "device": report.device,

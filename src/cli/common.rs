@@ -207,12 +207,30 @@ pub(crate) fn load_schema(
 /// cores, a fixed half of them made the MLP step slower (README,
 /// "Training speed").
 ///
+/// candle's own elementwise pool gets 1 thread (the caller) unless
+/// `CANDLE_NUM_THREADS` says otherwise (see the comment inside).
+///
 /// Must run before any other thread exists or candle's pool is built: call
 /// it first in a command (the demo calls it after conversion, whose
 /// threads have all finished).
 pub(crate) fn set_compute_threads(threads: Option<usize>) -> anyhow::Result<ComputeThreads> {
     if threads == Some(0) {
         bail!("--compute-threads must be at least 1");
+    }
+    // candle runs its elementwise kernels of 64k values or more (the
+    // gradient sums of backprop: the CNN's largest is 301k) on a pool of
+    // CANDLE_NUM_THREADS - 1 threads (RAYON_NUM_THREADS when unset) that
+    // wait by spinning, the caller spinning too until all are done. On a
+    // shared machine that spin waits on a descheduled thread: at load 4 on
+    // 2 cores, 37% of a tuned CNN run's CPU was that spinning, and its
+    // median step 9.5 / 10.2 / 6.3 ms against 7.8 / 6.2 / 7.4 ms with the
+    // pool off (docs/benchmarks.md, "The CNN step against Keras"). Our
+    // fused kernels do the model's math on the compute threads; candle's
+    // leftover elementwise passes (memory-bound) run on the calling thread
+    // unless the user sets CANDLE_NUM_THREADS.
+    if std::env::var_os("CANDLE_NUM_THREADS").is_none() {
+        // SAFETY: as for RAYON_NUM_THREADS below.
+        unsafe { std::env::set_var("CANDLE_NUM_THREADS", "1") };
     }
     let from_env = std::env::var("RAYON_NUM_THREADS")
         .ok()
@@ -317,4 +335,93 @@ pub(crate) fn check_vocabulary(
 /// Milliseconds since `since`.
 pub(crate) fn ms_since(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1e3
+}
+
+/// Below this size glibc's malloc serves an allocation from its heap, not
+/// from a fresh `mmap` (see [`keep_large_buffers`]).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const MMAP_THRESHOLD: usize = 64 << 20;
+
+/// Keeps glibc's malloc from handing out large buffers as fresh `mmap`s
+/// that `free` unmaps again: every training step allocates the same
+/// megabyte-sized tensors (the CNN's first feature map and its gradient
+/// sums, 1.2 MB each at batch 64), and a fresh mapping is page-faulted in
+/// on first touch, every step. By default only buffers under 128 KB (the
+/// threshold rising to at most 32 MB as mapped ones are freed) come from
+/// the heap. Here anything under 64 MB does, and up to 128 MB of free heap
+/// top stays mapped. Measured: the CNN's median step (`bench-train --model
+/// cnn --steps 300`, load about 1) 7.10 / 6.76 ms before, 5.10 / 4.04 ms
+/// after; peak RSS 50 -> 55 MB. For a server this also keeps the memory
+/// its warm-up grew for the requests after it (a batch-256 request: a
+/// 270 KB body, its JSON, 800 KB of floats). Left alone when the user tunes
+/// malloc (see [`malloc_tuned_by_user`]); does nothing elsewhere.
+pub(crate) fn keep_large_buffers() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if !malloc_tuned_by_user() {
+        // SAFETY: mallopt only sets allocator parameters; called first
+        // thing in main, and glibc serialises it against allocation.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD as libc::c_int);
+            libc::mallopt(libc::M_TRIM_THRESHOLD, (2 * MMAP_THRESHOLD) as libc::c_int);
+        }
+    }
+}
+
+/// Puts every thread on one glibc malloc arena, for `tfpipe serve`. By
+/// default each connection thread may get an arena of its own (up to 8 per
+/// core), and an arena the warm-up did not grow pays its page faults on a
+/// client's first request: with two arenas a client whose connection
+/// thread drew the other one paid 100-370 page faults on its first
+/// batch-256 request, none with one (docs/benchmarks.md, "Serving"). The
+/// price is one lock for every allocation: on two cores at most two
+/// threads contend for it; on a many-core machine under load it may cost
+/// throughput (not measured here), and `MALLOC_ARENA_MAX` overrides it.
+/// Call before the server starts its threads.
+pub(crate) fn share_one_malloc_arena() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if !malloc_tuned_by_user() {
+        // SAFETY: mallopt only sets allocator parameters; it takes the
+        // arena lock itself.
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, 1);
+        }
+    }
+}
+
+/// Whether the environment sets glibc's malloc parameters: then tfpipe
+/// leaves them to the user.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn malloc_tuned_by_user() -> bool {
+    [
+        "GLIBC_TUNABLES",
+        "MALLOC_MMAP_THRESHOLD_",
+        "MALLOC_TRIM_THRESHOLD_",
+        "MALLOC_ARENA_MAX",
+    ]
+    .iter()
+    .any(|v| std::env::var_os(v).is_some())
+}
+
+#[cfg(all(test, target_os = "linux", target_env = "gnu"))]
+mod tests {
+    /// A 40 MB buffer (above glibc's largest default threshold, 32 MB)
+    /// comes from the heap once [`super::keep_large_buffers`] ran, not
+    /// from a new mapping.
+    #[test]
+    fn large_buffers_come_from_the_heap() {
+        if std::env::var_os("GLIBC_TUNABLES").is_some() {
+            return;
+        }
+        super::keep_large_buffers();
+        // SAFETY: mallinfo2 only reads the allocator's statistics.
+        let mapped = || unsafe { libc::mallinfo2() }.hblkhd;
+        let before = mapped();
+        let buffer = std::hint::black_box(vec![1u8; 40 << 20]);
+        let during = mapped();
+        drop(buffer);
+        assert!(
+            during < before + (40 << 20),
+            "{before} -> {during} bytes mapped"
+        );
+    }
 }

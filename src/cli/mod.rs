@@ -334,6 +334,7 @@ pub(crate) fn process_elapsed() -> Duration {
 /// Parses the command line, runs the command, prints errors as `tfpipe: ...`.
 pub fn main() -> ExitCode {
     process_start();
+    common::keep_large_buffers();
     let cli = parse_args();
     let result = match cli.command {
         Some(Command::Cat(args)) => cat::run(args),

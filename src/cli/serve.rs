@@ -86,7 +86,9 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     }
     let models = parse_labels(parse_models(&args.model)?, &args.version_label)?;
     let config = config(&args)?;
-    tune_allocator();
+    // Every thread on one malloc arena, grown by the warm-up: see
+    // share_one_malloc_arena (the heap thresholds were set first thing in main).
+    super::common::share_one_malloc_arena();
     let interrupt = interrupt::install().context("installing the signal handlers")?;
     let server = Server::start(config, models)?;
     eprintln!("tfpipe serve: listening on http://{}", server.local_addr());
@@ -99,35 +101,6 @@ pub fn run(args: Args) -> anyhow::Result<Status> {
     eprintln!("tfpipe serve: stopped");
     Ok(Status::Ok)
 }
-
-/// glibc's allocator set for a server whose requests allocate the same
-/// large buffers again and again (a 256-example request: a 270 KB body,
-/// its JSON, 800 KB of floats). By default a block over 128 KiB is a fresh
-/// mmap, faulted in page by page, until the threshold adapts, and freed
-/// memory at the top of a heap goes back to the kernel, to be faulted in
-/// again; and each of the connection threads gets an arena of its own
-/// (up to 8 per core), each paying that once. Fixed thresholds keep the
-/// memory of the warm-up for the requests after it, and one arena shares
-/// it between every thread: with two, threads were handed the arenas in
-/// turn, and a client whose connection thread drew the arena the warm-up
-/// had not grown paid 100-370 page faults on its first batch-256 request
-/// (none with one arena; docs/benchmarks.md, "Serving"). On two cores,
-/// at most two threads contend for its lock. Called before the server
-/// starts its threads.
-fn tune_allocator() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets allocator parameters; it takes the arena
-    // lock itself and is called before the server's threads start.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
-        libc::mallopt(libc::M_ARENA_MAX, ARENAS);
-    }
-}
-
-/// glibc arenas the server's threads share (see [`tune_allocator`]).
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-const ARENAS: libc::c_int = 1;
 
 /// `--model NAME=PATH`s, checked: a name fit for a URL, a path that exists.
 fn parse_models(flags: &[String]) -> anyhow::Result<Vec<ModelSource>> {

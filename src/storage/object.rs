@@ -21,7 +21,7 @@ use crossbeam_channel::Sender;
 use futures_util::StreamExt;
 use object_store::path::Path as ObjectPath;
 use object_store::{
-    BackoffConfig, ClientOptions, GetOptions, MultipartUpload, ObjectMeta, ObjectStore,
+    BackoffConfig, ClientOptions, GetOptions, GetResult, MultipartUpload, ObjectMeta, ObjectStore,
     ObjectStoreExt, PutPayload, RetryConfig,
 };
 use tokio::sync::{Semaphore, oneshot};
@@ -845,6 +845,7 @@ impl RangeTask {
         &self,
         range: Range<u64>,
         credit: Option<&Semaphore>,
+        mut opened: Option<GetResult>,
         mut deliver: impl FnMut(Bytes) -> bool,
     ) -> Result<(), StorageError> {
         let mut next = range.start;
@@ -854,7 +855,13 @@ impl RangeTask {
             attempt += 1;
             let before = next;
             let failure = match self
-                .get_once(next..range.end, &mut next, credit, &mut deliver)
+                .get_once(
+                    next..range.end,
+                    &mut next,
+                    credit,
+                    opened.take(),
+                    &mut deliver,
+                )
                 .await
             {
                 Ok(()) if next >= range.end => return Ok(()),
@@ -895,20 +902,26 @@ impl RangeTask {
     /// `credit`, when given, so that no more is buffered than the reader
     /// allowed); `next` follows the first byte not yet delivered. `Ok` when
     /// the body ended (at `range.end`, or short of it if the object shrank).
+    /// An `opened` response (of exactly `range`) is read instead of a new GET.
     async fn get_once(
         &self,
         range: Range<u64>,
         next: &mut u64,
         credit: Option<&Semaphore>,
+        opened: Option<GetResult>,
         deliver: &mut impl FnMut(Bytes) -> bool,
     ) -> Result<(), Delivery> {
-        let whole = range.start == 0 && Some(range.end) == self.size;
-        let options = GetOptions::default().with_range((!whole).then(|| range.clone()));
-        let result = self
-            .store
-            .get_opts(&self.key, options)
-            .await
-            .map_err(Delivery::Failed)?;
+        let result = match opened {
+            Some(result) => result,
+            None => {
+                let whole = range.start == 0 && Some(range.end) == self.size;
+                let options = GetOptions::default().with_range((!whole).then(|| range.clone()));
+                self.store
+                    .get_opts(&self.key, options)
+                    .await
+                    .map_err(Delivery::Failed)?
+            }
+        };
         let mut body = result.into_stream();
         while let Some(chunk) = body.next().await {
             let mut chunk = chunk.map_err(Delivery::Failed)?;
@@ -942,7 +955,7 @@ impl RangeTask {
     /// `range` whole, in one `Bytes`.
     async fn collect(self, range: Range<u64>) -> Result<Bytes, StorageError> {
         let mut parts = Vec::new();
-        self.fetch(range, None, |chunk| {
+        self.fetch(range, None, None, |chunk| {
             parts.push(chunk);
             true
         })
@@ -962,10 +975,13 @@ impl RangeTask {
         self,
         range: Range<u64>,
         credit: Arc<Semaphore>,
+        opened: Option<GetResult>,
         chunks: Sender<Result<Bytes, StorageError>>,
     ) {
         let sent = self
-            .fetch(range, Some(&credit), |chunk| chunks.send(Ok(chunk)).is_ok())
+            .fetch(range, Some(&credit), opened, |chunk| {
+                chunks.send(Ok(chunk)).is_ok()
+            })
             .await;
         if let Err(error) = sent {
             let _ = chunks.send(Err(error));
@@ -1015,8 +1031,8 @@ impl RangeReader {
     }
 
     /// Starts streaming `range` into a channel the reader drains, at most
-    /// `buffer` bytes ahead of it.
-    fn stream(&self, range: Range<u64>, buffer: u64) -> StreamedRange {
+    /// `buffer` bytes ahead of it, from the `opened` response if given.
+    fn stream(&self, range: Range<u64>, buffer: u64, opened: Option<GetResult>) -> StreamedRange {
         // The channel itself is unbounded; the credit bounds what it holds
         // (a bounded channel would block the runtime's one thread).
         let (tx, chunks) = crossbeam_channel::unbounded();
@@ -1027,6 +1043,7 @@ impl RangeReader {
             _task: self.context.spawn(self.task.clone().stream(
                 range.clone(),
                 Arc::clone(&credit),
+                opened,
                 tx,
             )),
             range,
@@ -1034,6 +1051,29 @@ impl RangeReader {
             chunks,
             credit,
         }
+    }
+
+    /// The strategy already settled for this object's reads, whatever its
+    /// size: what the options ask, else what was measured for its store.
+    fn settled_strategy(&self) -> Option<ReadStrategy> {
+        if self.options.strategy != ReadStrategy::Auto {
+            return Some(self.options.strategy);
+        }
+        let base = parse(&self.task.url).ok()?.base;
+        strategy_cell(&base).get().copied()
+    }
+
+    /// Sends a plain GET of the whole object and waits for its response's
+    /// head: its size, and the body to stream (errors, a missing object
+    /// included, as a `HEAD` would give them).
+    fn open_whole(&self) -> Result<GetResult, StorageError> {
+        let task = self.task.clone();
+        self.context.run(async move {
+            task.store
+                .get_opts(&task.key, GetOptions::default())
+                .await
+                .map_err(|e| store_error(&task.url, "GET".into(), 1, e))
+        })?
     }
 
     /// How a sequential read of `length` bytes fetches this object: what
@@ -1197,6 +1237,8 @@ pub struct ObjectReader {
     /// The next byte not yet requested.
     next: u64,
     in_flight: VecDeque<StreamedRange>,
+    /// The whole-object GET sent at open, until its stream starts.
+    opened: Option<GetResult>,
     current: Bytes,
     failed: bool,
 }
@@ -1212,20 +1254,33 @@ impl std::fmt::Debug for ObjectReader {
 }
 
 impl ObjectReader {
-    /// Opens `url` (one `HEAD` for its size) and starts the first GETs.
+    /// Opens `url` and starts the first GETs; see [`open_from`](Self::open_from).
     pub fn open(url: &str, options: ReadOptions) -> Result<ObjectReader, StorageError> {
         ObjectReader::open_from(url, 0, options)
     }
 
     /// [`open`](Self::open), reading from byte `start` on (the end, if the
     /// object is shorter).
+    ///
+    /// Unless ranges are already chosen for its store, a read of the whole
+    /// object sends no `HEAD`: its one GET is sent now and its response's
+    /// head gives the size (and any error: a missing object fails here, as
+    /// before). Ranges, and a read from `start > 0`, ask a `HEAD` for the
+    /// size first.
     pub fn open_from(
         url: &str,
         start: u64,
         options: ReadOptions,
     ) -> Result<ObjectReader, StorageError> {
-        let size = head(url)?.size;
-        let mut reader = ObjectReader::new(url, size, start.min(size), options)?;
+        let ranges = RangeReader::new(url, options)?;
+        let (size, opened) =
+            if start == 0 && ranges.settled_strategy() != Some(ReadStrategy::Ranges) {
+                let opened = ranges.open_whole()?;
+                (opened.meta.size, Some(opened))
+            } else {
+                (head(url)?.size, None)
+            };
+        let mut reader = ObjectReader::new(ranges, size, start.min(size), opened)?;
         reader.top_up();
         Ok(reader)
     }
@@ -1236,18 +1291,21 @@ impl ObjectReader {
         size: u64,
         options: ReadOptions,
     ) -> Result<ObjectReader, StorageError> {
-        let mut reader = ObjectReader::new(url, size, 0, options)?;
+        let ranges = RangeReader::new(url, options)?;
+        let mut reader = ObjectReader::new(ranges, size, 0, None)?;
         reader.top_up();
         Ok(reader)
     }
 
+    /// A reader of `ranges`' object of `size` bytes from `start` on; an
+    /// `opened` GET of the whole object is streamed if the strategy is one
+    /// stream, else dropped (which aborts it).
     fn new(
-        url: &str,
+        mut ranges: RangeReader,
         size: u64,
         start: u64,
-        options: ReadOptions,
+        opened: Option<GetResult>,
     ) -> Result<ObjectReader, StorageError> {
-        let mut ranges = RangeReader::new(url, options)?;
         ranges.task.size = Some(size);
         let length = size - start;
         let options = &ranges.options;
@@ -1262,7 +1320,9 @@ impl ObjectReader {
                 (length.max(1), 1, buffer)
             }
         };
+        let whole = depth == 1 && start == 0 && length > 0;
         Ok(ObjectReader {
+            opened: opened.filter(|_| whole),
             step,
             depth,
             buffer: buffer.min(step),
@@ -1293,8 +1353,10 @@ impl ObjectReader {
         let step = self.step;
         while self.in_flight.len() < self.depth && self.next < self.size {
             let end = self.size.min(self.next.saturating_add(step));
+            let range = self.next..end;
+            let opened = self.opened.take();
             self.in_flight
-                .push_back(self.ranges.stream(self.next..end, self.buffer));
+                .push_back(self.ranges.stream(range, self.buffer, opened));
             self.next = end;
         }
     }

@@ -267,25 +267,30 @@ fn auto_measures_the_server_once_per_bucket() {
     eprintln!("s3s-fs: {chosen:?}");
 }
 
+/// Cut by ranges (`Auto` measures this server) and by one stream, whose
+/// GET was sent at open, before any byte was read.
 #[test]
 fn a_connection_dropped_mid_read_is_retried() {
     let server = S3Server::start();
-    let (endpoint, cut) = server.cutting_proxy(3, 5000);
-    let bucket = server.bucket_at("cut", &endpoint, crate::server::SECRET_KEY);
     let recs = records(0, 500, 400);
-    let url = format!("{bucket}/big.tfrecord");
-    server.put(&url, tfrecord(&recs, Compression::None));
-    let read = ReadOptions {
-        range_size: 64 << 10,
-        ranges_in_flight: 2,
-        backoff: std::time::Duration::from_millis(10),
-        ..ReadOptions::default()
-    };
-    assert_eq!(read_all(&url, &read).unwrap(), recs);
-    assert!(
-        cut.load(Ordering::SeqCst) >= 1,
-        "the proxy never cut a connection"
-    );
+    for strategy in [ReadStrategy::Auto, ReadStrategy::Stream] {
+        let (endpoint, cut) = server.cutting_proxy(3, 5000);
+        let bucket = server.bucket_at("cut", &endpoint, crate::server::SECRET_KEY);
+        let url = format!("{bucket}/big.tfrecord");
+        server.put(&url, tfrecord(&recs, Compression::None));
+        let read = ReadOptions {
+            range_size: 64 << 10,
+            ranges_in_flight: 2,
+            backoff: std::time::Duration::from_millis(10),
+            strategy,
+            ..ReadOptions::default()
+        };
+        assert_eq!(read_all(&url, &read).unwrap(), recs, "{strategy:?}");
+        assert!(
+            cut.load(Ordering::SeqCst) >= 1,
+            "{strategy:?}: the proxy never cut a connection"
+        );
+    }
 }
 
 /// `TfRecordFiles::read_options` reaches the pipeline's object reads: with a
