@@ -783,6 +783,25 @@ fn trains_on_cuda() {
     );
 }
 
+/// The bundled 2,000 test digits converted to one TFRecord shard in
+/// `dir` (`image_raw` 784 bytes, `label`): its path.
+fn mnist_test_shard(dir: &std::path::Path) -> std::path::PathBuf {
+    let out = assert_cmd::Command::cargo_bin("tfpipe")
+        .unwrap()
+        .args(["convert", "idx", "testdata/mnist/test-images-idx3-ubyte.gz"])
+        .args(["--labels", "testdata/mnist/test-labels-idx1-ubyte.gz"])
+        .args(["--shards", "1", "-o"])
+        .arg(dir.join("m"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dir.join("m-00000-of-00001.tfrecord")
+}
+
 /// Converts `testdata/tabular/penguins.csv` (label `species`, text columns
 /// `island` and `sex`, NA values) into `dir`; returns (schema file, data glob).
 fn convert_penguins(dir: &std::path::Path) -> (String, String) {
@@ -2320,18 +2339,7 @@ fn cli_trains_on_a_label_from_spark_partition_directories() {
 fn uint8_inputs_are_standardised_unless_rescale_is_asked_for() {
     let dir = tempfile::tempdir().unwrap();
     let tfpipe = || assert_cmd::Command::cargo_bin("tfpipe").unwrap();
-    let out = tfpipe()
-        .args(["convert", "idx", "testdata/mnist/test-images-idx3-ubyte.gz"])
-        .args(["--labels", "testdata/mnist/test-labels-idx1-ubyte.gz"])
-        .args(["--shards", "1", "-o"])
-        .arg(dir.path().join("m"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let shard = mnist_test_shard(dir.path());
     let stats = |extra: &[&str]| {
         let ck = dir.path().join(format!("ck{}", extra.len()));
         let out = tfpipe()
@@ -2344,7 +2352,7 @@ fn uint8_inputs_are_standardised_unless_rescale_is_asked_for() {
             ])
             .args(["--label", "label", "--steps", "1", "--batch-size", "64"])
             .arg("--data")
-            .arg(dir.path().join("m-00000-of-00001.tfrecord"))
+            .arg(&shard)
             .arg("--save")
             .arg(&ck)
             .args(extra)
@@ -2375,23 +2383,12 @@ fn uint8_inputs_are_standardised_unless_rescale_is_asked_for() {
 fn bench_train_keeps_candles_elementwise_pool_to_the_calling_thread() {
     let dir = tempfile::tempdir().unwrap();
     let tfpipe = || assert_cmd::Command::cargo_bin("tfpipe").unwrap();
-    let out = tfpipe()
-        .args(["convert", "idx", "testdata/mnist/test-images-idx3-ubyte.gz"])
-        .args(["--labels", "testdata/mnist/test-labels-idx1-ubyte.gz"])
-        .args(["--shards", "1", "-o"])
-        .arg(dir.path().join("m"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let shard = mnist_test_shard(dir.path());
     let pool = |env: Option<&str>| {
         let mut cmd = tfpipe();
         cmd.env_remove("CANDLE_NUM_THREADS")
             .arg("bench-train")
-            .arg(dir.path().join("m-00000-of-00001.tfrecord"))
+            .arg(&shard)
             .args(["--model", "cnn", "--batch-size", "64", "--steps", "2"]);
         if let Some(n) = env {
             cmd.env("CANDLE_NUM_THREADS", n);
