@@ -7,8 +7,13 @@
 //! `--write` makes the data (docs/benchmarks.md, "Image pipeline").
 //!
 //! ```sh
-//! cargo run --release --no-default-features --features images --example image_pipeline -- '/tmp/imgbench/shard-*' 2
+//! cargo run --release --no-default-features --features images --example image_pipeline -- '/tmp/imgbench/shard-*' 2 2 recycle
 //! ```
+//!
+//! With `recycle` (the default) each batch is handed back through a
+//! [`BatchRecycler`] once counted, and the parse stage's workers parse the
+//! next batches into its 38.5 MB buffer; `fresh` parses each batch into a
+//! new buffer, as a consumer that keeps its batches must.
 //!
 //! Every random choice of record `i` of epoch `e` is drawn from
 //! `element_seed(42, e, i)`: the same crops and flips whatever the worker
@@ -17,37 +22,53 @@
 use std::time::Instant;
 
 use tfpipe::Schema;
-use tfpipe::pipeline::{Event, Parallelism, Pipeline};
+use tfpipe::pipeline::{BatchRecycler, Event, Parallelism, Pipeline};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let pattern = args
         .get(1)
-        .ok_or("usage: image_pipeline GLOB [THREADS] [EPOCHS]")?
+        .ok_or("usage: image_pipeline GLOB [THREADS] [EPOCHS] [recycle|fresh]")?
         .clone();
     let threads: usize = args.get(2).map_or(Ok(2), |t| t.parse())?;
     let epochs: u64 = args.get(3).map_or(Ok(2), |t| t.parse())?;
+    let recycle = match args.get(4).map_or("recycle", String::as_str) {
+        "recycle" => true,
+        "fresh" => false,
+        other => return Err(format!("expected recycle or fresh, not {other:?}").into()),
+    };
     let schema = Schema::from_feature_texts(&[
         "image/encoded:image:224x224x3:random_crop,flip,imagenet",
         "image/class/label:int64",
     ])?;
-    let mut batches = Pipeline::tfrecord_files([pattern.as_str()])?
+    // Enough for every batch in flight: the workers' and prefetch's.
+    let recycler = BatchRecycler::new(threads + 3);
+    let records = Pipeline::tfrecord_files([pattern.as_str()])?
         .records()
-        .batch(64)
-        .parse_batches_seeded(schema, Parallelism::Fixed(threads), 42)
-        .prefetch(2)
-        .repeat(Some(epochs))
-        .start()?;
+        .batch(64);
+    let parsed = if recycle {
+        records.parse_batches_recycled(schema, Parallelism::Fixed(threads), 42, &recycler)
+    } else {
+        records.parse_batches_seeded(schema, Parallelism::Fixed(threads), 42)
+    };
+    let mut batches = parsed.prefetch(2).repeat(Some(epochs)).start()?;
     let (mut images, mut epoch) = (0, 0);
     let mut start = Instant::now();
     while let Some(event) = batches.next_event() {
         match event {
-            Event::Item(batch) => images += batch?.num_rows,
+            Event::Item(batch) => {
+                let batch = batch?;
+                images += batch.num_rows;
+                if recycle {
+                    recycler.recycle(batch);
+                }
+            }
             Event::EpochEnd(_) => {
                 let seconds = start.elapsed().as_secs_f64();
                 println!(
-                    "epoch {epoch}: {images} images in {seconds:.2} s: {:.0} images/s ({threads} threads)",
-                    images as f64 / seconds
+                    "epoch {epoch}: {images} images in {seconds:.2} s: {:.0} images/s ({threads} threads, {})",
+                    images as f64 / seconds,
+                    if recycle { "recycled" } else { "fresh" }
                 );
                 (images, epoch, start) = (0, epoch + 1, Instant::now());
             }

@@ -165,6 +165,7 @@ pub use padded_batch::{
     MAX_PADDED_VALUES, PadError, PadInfo, PadSpec, PadValue, PaddedBatch, PaddedShape, Padding,
 };
 pub use parallel_map::MapOptions;
+pub use parse::BatchRecycler;
 pub use rank::{MAX_WORLD_SIZE, Rank, RankError, RankShare, Remainder, ShareBy};
 pub use record::{FileId, POOL_BUFFERS, POOL_MAX_CAPACITY, Record, RecordPosition};
 pub use shuffle::ShuffleOptions;

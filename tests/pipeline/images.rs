@@ -184,3 +184,64 @@ fn random_image_options_draw_from_seed_epoch_and_position_and_resume_exactly() {
         }
     });
 }
+
+/// `parse_batches_recycled` parses into the batches the consumer hands
+/// back (each marked here by a capacity no fresh batch has), poisoned with
+/// NaNs or of another schema, and still yields exactly the batches of
+/// `parse_batches_seeded`, in order; the recycler never holds more than
+/// its capacity.
+#[test]
+fn recycled_batches_are_reused_and_change_nothing() {
+    use tfpipe::Batch;
+    use tfpipe::batch::Values;
+    use tfpipe::pipeline::BatchRecycler;
+    let (_, png) = digit();
+    let dir = tempfile::tempdir().unwrap();
+    let paths = write_shards(dir.path(), 1, 48, Compression::None, |i| {
+        example(png.clone(), i as i64)
+    });
+    let schema = Schema::from_feature_texts(&[
+        "image:image:20x20x1:random_crop,flip,float32",
+        "label:int64",
+    ])
+    .unwrap();
+    let source = || {
+        Pipeline::tfrecord_files([paths[0].display().to_string()])
+            .unwrap()
+            .records()
+            .batch(4)
+    };
+    let fresh: Vec<Batch> = watchdog(20, {
+        let pipeline = source().parse_batches_seeded(schema.clone(), Parallelism::Fixed(2), 9);
+        move || pipeline.start().unwrap().map(Result::unwrap).collect()
+    });
+    let recycler = BatchRecycler::new(2);
+    let pipeline = source().parse_batches_recycled(schema, Parallelism::Fixed(2), 9, &recycler);
+    let (recycled, marked) = watchdog(20, move || {
+        let (mut batches, mut marked) = (Vec::new(), Vec::new());
+        for (i, batch) in pipeline.start().unwrap().enumerate() {
+            let batch = batch.unwrap();
+            let Values::Float32(v) = &batch.columns[0].values else {
+                panic!("float32 images")
+            };
+            marked.push(v.capacity());
+            batches.push(batch.clone());
+            let mut given = batch;
+            if i == 3 {
+                // A batch of another schema is rebuilt, not misread.
+                given = tfpipe::BatchParser::new(Schema::from_feature_texts(&["x:int64"]).unwrap())
+                    .unwrap()
+                    .empty_batch();
+            } else if let Values::Float32(v) = &mut given.columns[0].values {
+                v.iter_mut().for_each(|x| *x = f32::NAN);
+                v.reserve_exact(10_000 + i);
+            }
+            recycler.recycle(given);
+            assert!(recycler.held() <= 2);
+        }
+        (batches, marked)
+    });
+    assert_eq!(recycled, fresh);
+    let reused = marked.iter().filter(|&&c| c >= 10_000).count();
+    assert!(reused > 0, "no batch reused a recycled buffer: {marked:?}");
+}
