@@ -1043,17 +1043,25 @@ fn metric(addr: SocketAddr, prefix: &str) -> f64 {
 }
 
 /// `batch_timeout` (`--batch-timeout-micros`): a lone request waits for
-/// another to share its forward pass, and the two run as one batch.
+/// another to share its forward pass, and the two run as one batch. The
+/// server's own warm-up requests (one example each, one at a time) do not
+/// wait it out: ready comes long before even one timeout.
 #[test]
 fn batch_timeout_holds_a_request_for_the_next_to_share_its_batch() {
+    let started = Instant::now();
     let (server, _gate, _dir) = gated_server(BatchOptions {
         enabled: true,
         max_batch_size: 2,
-        // Long beside the 50 ms between the requests, short because the
-        // server's own warm-up requests of one example each wait it out.
-        batch_timeout: Duration::from_millis(400),
+        // Long beside the 50 ms between the requests (the second fills
+        // the batch, which then runs at once), and beside start to ready.
+        batch_timeout: Duration::from_secs(20),
         max_enqueued_batches: 4,
     });
+    let ready = started.elapsed();
+    assert!(
+        ready < Duration::from_secs(10),
+        "ready after {ready:?}: the warm-up waited out the batch timeout"
+    );
     let addr = server.local_addr();
     let batches = || {
         (

@@ -13,7 +13,11 @@
 //! The compute thread takes the oldest request, then whatever else is
 //! already queued, waiting up to `batch_timeout` after the first for more,
 //! until the batch is full. A request that would overflow the batch starts
-//! the next one. With batching off, each request is its own batch.
+//! the next one. With batching off, each request is its own batch. A
+//! request submitted as [`Wait::No`] (the server's own warm-up requests)
+//! never waits for companions: its batch takes what is already queued and
+//! runs at once, so the warm-up does not wait out the timeout once per
+//! request before the server is ready.
 //!
 //! # Disconnection
 //! Dropping the [`Batcher`] closes the queue; the compute thread answers
@@ -75,10 +79,23 @@ impl BatchOptions {
 /// A request's answer: its rows of the batch's outputs, or why the batch failed.
 pub type Reply = Result<Outputs, Arc<TrainError>>;
 
+/// Whether a request may wait `batch_timeout` for others to share its
+/// forward pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Up to the timeout (a client's request).
+    Yes,
+    /// Not at all: the batch runs with what is already queued (the
+    /// server's warm-up, whose requests come one at a time, so that each
+    /// would wait out the whole timeout).
+    No,
+}
+
 /// One request in the queue.
 struct Job {
     batch: Batch,
     reply: Sender<Reply>,
+    wait: Wait,
 }
 
 /// What [`Batcher::submit`] did.
@@ -175,8 +192,9 @@ impl Batcher {
         }
     }
 
-    /// Queues `batch`, unless the queue is full.
-    pub fn submit(&self, batch: Batch) -> Submit {
+    /// Queues `batch`, unless the queue is full; `wait`: whether its batch
+    /// may wait for companions.
+    pub fn submit(&self, batch: Batch, wait: Wait) -> Submit {
         let Some(tx) = &self.tx else {
             return Submit::Closed;
         };
@@ -187,7 +205,7 @@ impl Batcher {
             return Submit::Full;
         }
         let (reply, answer) = crossbeam_channel::bounded(1);
-        match tx.try_send(Job { batch, reply }) {
+        match tx.try_send(Job { batch, reply, wait }) {
             Ok(()) => Submit::Queued(answer),
             Err(e) => {
                 self.stats.queued.fetch_sub(rows, Ordering::SeqCst);
@@ -236,14 +254,16 @@ fn compute(predictor: &Predictor, rx: &Receiver<Job>, options: BatchOptions, sta
 }
 
 /// Adds queued jobs to `jobs` up to the batch size, waiting up to the
-/// timeout; returns a job that did not fit (it starts the next batch).
+/// timeout unless a job may not wait; returns a job that did not fit (it
+/// starts the next batch).
 fn gather(rx: &Receiver<Job>, jobs: &mut Vec<Job>, options: BatchOptions) -> Option<Job> {
     let deadline = Instant::now() + options.batch_timeout;
     let mut rows: usize = jobs.iter().map(|j| j.batch.num_rows).sum();
     while rows < options.max_batch_size {
+        let hurry = jobs.iter().any(|j| j.wait == Wait::No);
         let next = match rx.try_recv() {
             Ok(job) => job,
-            Err(_) if options.batch_timeout.is_zero() => return None,
+            Err(_) if options.batch_timeout.is_zero() || hurry => return None,
             Err(_) => match rx.recv_deadline(deadline) {
                 Ok(job) => job,
                 Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => return None,

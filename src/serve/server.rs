@@ -18,7 +18,7 @@ use serde_json::{Map, Value as Json};
 use crate::spawn::{Thread, panic_message};
 use crate::train::Outputs;
 
-use super::batcher::Submit;
+use super::batcher::{Submit, Wait};
 use super::http::{Connection, Incoming, Limits, Request, Response, encode_response, exchange};
 use super::metrics::Metrics;
 use super::versions::{Model, Version, manage};
@@ -61,12 +61,21 @@ impl Shared {
     }
 
     /// Runs `batch` through `version`'s batcher and waits for its rows.
+    /// Until the request path is warm (the warm-up's own requests, and any
+    /// client's before the server is ready), a request does not wait
+    /// `batch_timeout` for companions: the warm-up sends one request at a
+    /// time, and each would wait out the timeout before ready.
     pub fn infer(
         &self,
         version: &Version,
         batch: crate::batch::Batch,
     ) -> Result<Outputs, ApiError> {
-        match version.batcher.submit(batch) {
+        let wait = if self.requests_warm.load(Ordering::Relaxed) {
+            Wait::Yes
+        } else {
+            Wait::No
+        };
+        match version.batcher.submit(batch, wait) {
             Submit::Queued(reply) => match reply.recv() {
                 Ok(Ok(outputs)) => Ok(outputs),
                 Ok(Err(e)) => {
