@@ -267,7 +267,7 @@ pub(crate) fn write_output(
         ),
     };
     let float = |v: f32, c: usize| v.clamp(0.0, 255.0) * scale[c] + bias[c];
-    let byte = |v: f32| v.clamp(0.0, 255.0).round() as u8;
+    let byte = round_to_byte;
     let plane = pixels.len() / channels;
     match (out, layout) {
         (OutputSlice::Uint8(out), ImageLayout::Nhwc) => {
@@ -305,8 +305,37 @@ pub(crate) fn write_output(
     Ok(())
 }
 
+/// `v.clamp(0.0, 255.0).round() as u8` (halves away from zero, NaN to 0),
+/// without `f32::round`: on the baseline x86-64 target that is a call to
+/// libm's `roundf` per value, which made a uint8 batch cost more CPU than a
+/// float32 one (docs/benchmarks.md, "Third round"). Exact: for `v` in
+/// 0..=255, `v - trunc(v)` is exact in f32.
+#[inline]
+fn round_to_byte(v: f32) -> u8 {
+    let v = v.clamp(0.0, 255.0);
+    let whole = v as u8;
+    whole + u8::from(v - f32::from(whole) >= 0.5)
+}
+
 #[cfg(test)]
 mod tests {
+    /// `round_to_byte` is `clamp(0, 255).round() as u8` for every f32
+    /// from -2 to 258 in steps of 1/1024 (every half, and the values just
+    /// either side of each half), and for NaN and the infinities.
+    #[test]
+    fn round_to_byte_is_clamp_then_round() {
+        let reference = |v: f32| v.clamp(0.0, 255.0).round() as u8;
+        let mut values: Vec<f32> = (-2048..=258 * 1024).map(|i| i as f32 / 1024.0).collect();
+        for k in 0..=256 {
+            let half = k as f32 + 0.5;
+            values.extend([half.next_down(), half, half.next_up()]);
+        }
+        values.extend([f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0]);
+        for v in values {
+            assert_eq!(super::round_to_byte(v), reference(v), "{v:e}");
+        }
+    }
+
     use super::*;
 
     #[test]
