@@ -21,7 +21,6 @@ import time
 
 import numpy as np
 import tensorflow as tf
-from PIL import Image
 
 MEAN = tf.constant([0.485, 0.456, 0.406])
 STD = tf.constant([0.229, 0.224, 0.225])
@@ -38,6 +37,10 @@ def photos():
 
 
 def write(directory, count=3000, shards=4):
+    # Only writing needs Pillow (and photos() scikit-learn and scikit-image):
+    # timing runs in a venv with TensorFlow alone.
+    from PIL import Image
+
     os.makedirs(directory, exist_ok=True)
     rng = random.Random(0)
     sources = photos()
