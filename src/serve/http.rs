@@ -258,34 +258,40 @@ pub(crate) fn exchange(
     stream.write_all(&out)?;
     let mut buf = Vec::with_capacity(out.len().max(8 << 10));
     let mut chunk = vec![0u8; 64 << 10];
-    let eof = || io::Error::from(io::ErrorKind::UnexpectedEof);
-    let (head, length) = loop {
-        if let Some(end) = head_end(&buf) {
-            let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-            let mut parsed = httparse::Response::new(&mut headers);
-            let bad = |e: String| io::Error::new(io::ErrorKind::InvalidData, e);
-            parsed.parse(&buf[..end]).map_err(|e| bad(e.to_string()))?;
-            let length = parsed
-                .headers
-                .iter()
-                .find(|h| h.name.eq_ignore_ascii_case("content-length"))
-                .and_then(|h| std::str::from_utf8(h.value).ok()?.trim().parse().ok())
-                .unwrap_or(0usize);
-            break (end, (parsed.code.unwrap_or(0), length));
-        }
-        match stream.read(&mut chunk)? {
-            0 => return Err(eof()),
-            n => buf.extend_from_slice(&chunk[..n]),
+    let mut read_more = |buf: &mut Vec<u8>| match stream.read(&mut chunk)? {
+        0 => Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+        n => {
+            buf.extend_from_slice(&chunk[..n]);
+            Ok(())
         }
     };
-    let (status, length) = length;
-    while buf.len() < head + length {
-        match stream.read(&mut chunk)? {
-            0 => return Err(eof()),
-            n => buf.extend_from_slice(&chunk[..n]),
+    let (head, status, length) = loop {
+        if let Some(end) = head_end(&buf) {
+            let (status, length) = response_head(&buf[..end])?;
+            break (end, status, length);
         }
+        read_more(&mut buf)?;
+    };
+    while buf.len() < head + length {
+        read_more(&mut buf)?;
     }
     Ok(status)
+}
+
+/// A response head's status and `Content-Length` (0 when absent).
+fn response_head(head: &[u8]) -> io::Result<(u16, usize)> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut parsed = httparse::Response::new(&mut headers);
+    parsed
+        .parse(head)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+    let length = parsed
+        .headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+        .and_then(|h| std::str::from_utf8(h.value).ok()?.trim().parse().ok())
+        .unwrap_or(0);
+    Ok((parsed.code.unwrap_or(0), length))
 }
 
 /// `response` as the bytes on the wire; `close` adds `Connection: close`.
