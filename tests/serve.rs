@@ -1159,6 +1159,22 @@ impl Drop for Opens {
     }
 }
 
+/// A status answer's versions as "VERSION STATE" lines, in its order.
+fn version_states(body: &Json) -> Vec<String> {
+    body["model_version_status"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            format!(
+                "{} {}",
+                s["version"].as_str().unwrap(),
+                s["state"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
 /// Waits until `check` holds, at most 20 s.
 fn eventually(what: &str, check: impl Fn() -> bool) {
     let start = Instant::now();
@@ -1189,18 +1205,7 @@ fn new_versions_load_warm_and_failed_ones_are_reported_never_served() {
     let mut c = Client::connect(server.local_addr());
     let states = |c: &mut Client| {
         let (_, body) = c.json("GET", "/v1/models/p", &Json::Null);
-        body["model_version_status"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| {
-                format!(
-                    "{} {}",
-                    s["version"].as_str().unwrap(),
-                    s["state"].as_str().unwrap()
-                )
-            })
-            .collect::<Vec<_>>()
+        version_states(&body)
     };
     assert_eq!(states(&mut c), ["1 AVAILABLE"]);
 
@@ -1348,18 +1353,7 @@ fn a_version_with_a_request_in_flight_is_unloading_until_it_is_answered() {
     let addr = server.local_addr();
     let states = || {
         let (_, body) = Client::connect(addr).json("GET", "/v1/models/g", &Json::Null);
-        body["model_version_status"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| {
-                format!(
-                    "{} {}",
-                    s["version"].as_str().unwrap(),
-                    s["state"].as_str().unwrap()
-                )
-            })
-            .collect::<Vec<_>>()
+        version_states(&body)
     };
     assert_eq!(states(), ["1 AVAILABLE"]);
 
@@ -1432,18 +1426,7 @@ fn version_labels_route_to_their_versions_and_keep_them_loaded() {
     };
     let states = |c: &mut Client| {
         let (_, body) = c.json("GET", "/v1/models/p", &Json::Null);
-        body["model_version_status"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| {
-                format!(
-                    "{} {}",
-                    s["version"].as_str().unwrap(),
-                    s["state"].as_str().unwrap()
-                )
-            })
-            .collect::<Vec<_>>()
+        version_states(&body)
     };
     eventually("the labelled version 1 loaded", || {
         states(&mut Client::connect(server.local_addr())) == ["2 AVAILABLE", "1 AVAILABLE"]

@@ -11,11 +11,11 @@ use std::sync::{Arc, Mutex};
 use tfpipe::Compression;
 use tfpipe::pipeline::{Pipeline, PipelineError};
 use tfpipe::storage::{self, ReadOptions, ReadStrategy};
-use tfpipe::tfrecord::{FileRecordReader, ReaderOptions, RecordError};
+use tfpipe::tfrecord::{FileRecordReader, ReaderOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::server::{records, tfrecord};
+use crate::server::{assert_open_error, records, tfrecord};
 
 /// A static-file HTTP/1.1 server over a map of paths to bytes. It answers
 /// `HEAD`, `GET` and `GET` with `Range: bytes=A-B` (206 with
@@ -228,11 +228,7 @@ fn a_streamed_object_is_read_by_one_get_and_no_head() {
     let err = FileRecordReader::open_with(&missing, ReaderOptions::default(), &read)
         .err()
         .unwrap();
-    let RecordError::Open { error: source, .. } = &err else {
-        panic!("{err}");
-    };
-    assert_eq!(source.kind(), io::ErrorKind::NotFound, "{err}");
-    assert!(err.to_string().contains(&missing), "{err}");
+    assert_open_error(&err, io::ErrorKind::NotFound, &missing);
 }
 
 #[test]
@@ -245,11 +241,7 @@ fn a_missing_http_object_and_an_http_glob_fail_naming_the_url() {
     let err = FileRecordReader::open(&missing, ReaderOptions::default())
         .err()
         .unwrap();
-    let RecordError::Open { error: source, .. } = &err else {
-        panic!("{err}");
-    };
-    assert_eq!(source.kind(), io::ErrorKind::NotFound, "{err}");
-    assert!(err.to_string().contains(&missing), "{err}");
+    assert_open_error(&err, io::ErrorKind::NotFound, &missing);
     let err = Pipeline::tfrecord_files([&missing]).err().unwrap();
     assert!(matches!(err, PipelineError::NoFiles { .. }), "{err}");
     assert!(err.to_string().contains(&missing), "{err}");

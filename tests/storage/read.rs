@@ -10,7 +10,7 @@ use tfpipe::pipeline::{Pipeline, PipelineError};
 use tfpipe::storage::{self, ReadOptions, ReadStrategy, StorageError};
 use tfpipe::tfrecord::{FileRecordReader, ReaderOptions, RecordError};
 
-use crate::server::{S3Server, records, tfrecord};
+use crate::server::{S3Server, assert_open_error, records, tfrecord};
 
 fn read_all(url: &str, read: &ReadOptions) -> Result<Vec<Vec<u8>>, RecordError> {
     let reader = FileRecordReader::open_with(url, ReaderOptions::default(), read)?;
@@ -362,11 +362,7 @@ fn a_bad_credential_fails_at_once_naming_the_url() {
     let err = FileRecordReader::open(&url, ReaderOptions::default())
         .err()
         .unwrap();
-    let RecordError::Open { error: source, .. } = &err else {
-        panic!("{err}");
-    };
-    assert_eq!(source.kind(), io::ErrorKind::PermissionDenied, "{err}");
-    assert!(err.to_string().contains(&url), "{err}");
+    assert_open_error(&err, io::ErrorKind::PermissionDenied, &url);
     let err = storage::resolve([format!("{bucket}/*.tfrecord")]).unwrap_err();
     assert_eq!(err.io_kind(), io::ErrorKind::PermissionDenied, "{err}");
     assert!(err.to_string().contains(&bucket), "{err}");

@@ -221,3 +221,13 @@ pub fn records(file: usize, n: usize, size: usize) -> Vec<Vec<u8>> {
         })
         .collect()
 }
+
+/// Asserts that opening `url` failed at open with an I/O error of `kind`
+/// and a message that names `url`.
+pub fn assert_open_error(err: &tfpipe::tfrecord::RecordError, kind: std::io::ErrorKind, url: &str) {
+    let tfpipe::tfrecord::RecordError::Open { error: source, .. } = err else {
+        panic!("{err}");
+    };
+    assert_eq!(source.kind(), kind, "{err}");
+    assert!(err.to_string().contains(url), "{err}");
+}
