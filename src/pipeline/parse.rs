@@ -91,11 +91,10 @@ impl<R: AsRef<[u8]> + Send + 'static> Pipeline<Vec<R>> {
         parse_stage(
             self,
             schema,
-            None,
+            Target::Batch(None),
             parallelism.into(),
             seed,
             |records: &Vec<R>| records.as_slice(),
-            None,
         )
     }
 
@@ -133,11 +132,10 @@ impl<R: AsRef<[u8]> + Send + 'static> Pipeline<Vec<R>> {
         parse_stage(
             self,
             schema,
-            None,
+            Target::Batch(Some(recycler.clone())),
             parallelism.into(),
             seed,
             |records: &Vec<R>| records.as_slice(),
-            Some(recycler.clone()),
         )
     }
 
@@ -186,17 +184,16 @@ impl<R: AsRef<[u8]> + Send + 'static> Pipeline<Vec<R>> {
         partition_features: &[S],
         parallelism: impl Into<Parallelism>,
     ) -> Pipeline<Batch> {
-        let (schema, plan) = match PartitionPlan::split(&schema, partition_features) {
-            Ok((records, plan)) => (records, Some(Arc::new(plan))),
+        let (schema, target) = match PartitionPlan::split(&schema, partition_features) {
+            Ok((records, plan)) => (records, Target::Partitioned(Arc::new(plan))),
             Err(message) => {
                 return parse_stage(
                     self,
                     schema,
-                    None,
+                    Target::Batch(None),
                     parallelism.into(),
                     0,
                     |r: &Vec<R>| r.as_slice(),
-                    None,
                 )
                 .invalid("parse_batches_partitioned", || message);
             }
@@ -204,11 +201,10 @@ impl<R: AsRef<[u8]> + Send + 'static> Pipeline<Vec<R>> {
         parse_stage(
             self,
             schema,
-            plan,
+            target,
             parallelism.into(),
             0,
             |records: &Vec<R>| records.as_slice(),
-            None,
         )
     }
 }
@@ -239,11 +235,10 @@ impl<R: AsRef<[u8]> + Send + 'static> Pipeline<R> {
         parse_stage(
             self,
             schema,
-            None,
+            Target::Batch(None),
             parallelism.into(),
             seed,
             std::slice::from_ref,
-            None,
         )
     }
 }
@@ -348,18 +343,17 @@ struct SeedCount {
 fn parse_stage<T: Send + 'static, R: AsRef<[u8]> + 'static>(
     pipeline: Pipeline<T>,
     schema: Schema,
-    partitions: Option<Arc<PartitionPlan>>,
+    target: Target,
     parallelism: Parallelism,
     seed: u64,
     records: fn(&T) -> &[R],
-    recycler: Option<BatchRecycler>,
 ) -> Pipeline<Batch> {
     let random = BatchParser::new(schema.clone()).is_ok_and(|p| p.has_random_images());
     if !random {
         return parse_map(
             pipeline,
             schema,
-            (partitions, recycler),
+            target,
             parallelism,
             move |element: &T| records(element),
             |_: &T| None,
@@ -400,19 +394,28 @@ fn parse_stage<T: Send + 'static, R: AsRef<[u8]> + 'static>(
     parse_map(
         seeded,
         schema,
-        (partitions, recycler),
+        target,
         parallelism,
         move |s: &Seeded<T>| records(&s.element),
         move |s: &Seeded<T>| Some((seed, s.epoch, s.first)),
     )
 }
 
-/// The parallel parse of each element's records (into a batch from
-/// `recycler` when it holds one), then [`Split`].
+/// What a parse worker parses each element into.
+enum Target {
+    /// Columns split by each record's file path ([`parse_partitioned`]).
+    Partitioned(Arc<PartitionPlan>),
+    /// One batch: one the consumer handed back to the recycler when it
+    /// holds one, else a new one.
+    Batch(Option<BatchRecycler>),
+}
+
+/// The parallel parse of each element's records into `target`, then
+/// [`Split`].
 fn parse_map<E, R, F, S>(
     pipeline: Pipeline<E>,
     schema: Schema,
-    (partitions, recycler): (Option<Arc<PartitionPlan>>, Option<BatchRecycler>),
+    target: Target,
     parallelism: Parallelism,
     records: F,
     seeds: S,
@@ -451,9 +454,11 @@ where
                     if let Some((seed, epoch, first)) = seeds(&element) {
                         parser.set_image_seed(seed, epoch, first);
                     }
-                    match &partitions {
-                        Some(plan) => parse_partitioned(parser, plan, records(&element)),
-                        None => {
+                    match &target {
+                        Target::Partitioned(plan) => {
+                            parse_partitioned(parser, plan, records(&element))
+                        }
+                        Target::Batch(recycler) => {
                             let batch = recycler.as_ref().and_then(BatchRecycler::take);
                             parse_element(parser, records(&element), batch)
                         }
