@@ -371,8 +371,16 @@ impl Ctx<'_> {
                             done[s][k] = Some(shard);
                         }
                     }
-                    // A writer stopped by `stop` reports Interrupted: not the cause.
-                    Ok(Err(ConvertError::Interrupted)) if encoded.is_err() => {}
+                    // A writer stopped by `stop` after the encoder failed
+                    // reports Interrupted: not the cause. But when the
+                    // encoder failed only because a writer had gone (its
+                    // send found the channel closed), that writer's error is
+                    // the cause, Interrupted included (it saw the user's
+                    // cancel first).
+                    Ok(Err(ConvertError::Interrupted))
+                        if encoded
+                            .as_ref()
+                            .is_err_and(|e| !matches!(e, ConvertError::WorkersGone)) => {}
                     Ok(Err(e)) => {
                         failed.get_or_insert(e);
                     }
