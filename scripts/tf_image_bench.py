@@ -9,7 +9,11 @@ resize to 224x224, random flip and normalisation, in map(AUTOTUNE), batched by
 
 `--write` makes 3,000 JPEGs of 300-600 px per side (random crops of the sample
 photographs shipped by scikit-learn and scikit-image, Pillow quality 75-95) in
-4 shards with `image/encoded` and `image/class/label`.
+4 shards with `image/encoded` and `image/class/label`. `--size-range 1200 2000
+--count 1000` makes the large set of docs/benchmarks.md's "DCT-scaled decoding":
+sides above the smallest photo's are mosaics of random crops of at most 300 px,
+so that each pixel keeps a photograph's detail (an upscaled crop would be
+smoother, and cheaper to decode, than a camera's picture).
 """
 
 import argparse
@@ -36,7 +40,22 @@ def photos():
     return out
 
 
-def write(directory, count=3000, shards=4):
+def mosaic(sources, rng, h, w, cell=300):
+    """An h x w picture tiled with random crops of the photographs, each at
+    most `cell` px per side (every source is at least 300 px per side)."""
+    out = np.zeros((h, w, 3), np.uint8)
+    ys = [h * i // -(-h // cell) for i in range(-(-h // cell) + 1)]
+    xs = [w * j // -(-w // cell) for j in range(-(-w // cell) + 1)]
+    for y0, y1 in zip(ys, ys[1:]):
+        for x0, x1 in zip(xs, xs[1:]):
+            photo = sources[rng.randrange(len(sources))]
+            top = rng.randint(0, photo.shape[0] - (y1 - y0))
+            left = rng.randint(0, photo.shape[1] - (x1 - x0))
+            out[y0:y1, x0:x1] = photo[top : top + y1 - y0, left : left + x1 - x0]
+    return out
+
+
+def write(directory, count=3000, shards=4, size_range=(300, 600)):
     # Only writing needs Pillow (and photos() scikit-learn and scikit-image):
     # timing runs in a venv with TensorFlow alone.
     from PIL import Image
@@ -49,11 +68,16 @@ def write(directory, count=3000, shards=4):
         k = rng.randrange(len(sources))
         photo = sources[k]
         h, w = photo.shape[:2]
-        ch = rng.randint(min(300, h), min(600, h))
-        cw = rng.randint(min(300, w), min(600, w))
-        top, left = rng.randint(0, h - ch), rng.randint(0, w - cw)
+        low, high = size_range
+        if high <= 600:
+            ch = rng.randint(min(low, h), min(high, h))
+            cw = rng.randint(min(low, w), min(high, w))
+            top, left = rng.randint(0, h - ch), rng.randint(0, w - cw)
+            pixels = photo[top : top + ch, left : left + cw]
+        else:
+            pixels = mosaic(sources, rng, rng.randint(low, high), rng.randint(low, high))
         buffer = io.BytesIO()
-        Image.fromarray(photo[top : top + ch, left : left + cw]).save(buffer, "JPEG", quality=rng.randint(75, 95))
+        Image.fromarray(pixels).save(buffer, "JPEG", quality=rng.randint(75, 95))
         feature = {
             "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[buffer.getvalue()])),
             "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[k])),
@@ -109,9 +133,13 @@ def main():
     parser.add_argument("directory")
     parser.add_argument("--write", action="store_true")
     parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--count", type=int, default=3000, help="with --write: how many JPEGs")
+    parser.add_argument(
+        "--size-range", type=int, nargs=2, default=(300, 600), metavar=("MIN", "MAX"), help="with --write: px per side"
+    )
     args = parser.parse_args()
     if args.write:
-        write(args.directory)
+        write(args.directory, count=args.count, size_range=tuple(args.size_range))
     else:
         run(args.directory, args.epochs)
 
