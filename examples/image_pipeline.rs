@@ -15,7 +15,10 @@
 //! next batches into its 38.5 MB buffer; `fresh` parses each batch into a
 //! new buffer, as a consumer that keeps its batches must. A fifth argument
 //! `uint8` keeps the pixels as bytes (a quarter of the float32 batch; the
-//! normalisation left to the model's first layer) instead of `imagenet`.
+//! normalisation left to the model's first layer) instead of `imagenet`. A
+//! sixth, `exact`, decodes every JPEG at full size instead of DCT-scaled
+//! (`scaled`, the default of `random_crop`; docs/images.md, "DCT-scaled
+//! decoding").
 //!
 //! Every random choice of record `i` of epoch `e` is drawn from
 //! `element_seed(42, e, i)`: the same crops and flips whatever the worker
@@ -30,7 +33,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let pattern = args
         .get(1)
-        .ok_or("usage: image_pipeline GLOB [THREADS] [EPOCHS] [recycle|fresh] [imagenet|uint8]")?
+        .ok_or(
+            "usage: image_pipeline GLOB [THREADS] [EPOCHS] [recycle|fresh] [imagenet|uint8] [scaled|exact]",
+        )?
         .clone();
     let threads: usize = args.get(2).map_or(Ok(2), |t| t.parse())?;
     let epochs: u64 = args.get(3).map_or(Ok(2), |t| t.parse())?;
@@ -43,8 +48,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         out @ ("imagenet" | "uint8") => out,
         other => return Err(format!("expected imagenet or uint8, not {other:?}").into()),
     };
+    let scaling = match args.get(6).map_or("scaled", String::as_str) {
+        "scaled" => "",
+        "exact" => ",exact",
+        other => return Err(format!("expected scaled or exact, not {other:?}").into()),
+    };
     let schema = Schema::from_feature_texts(&[
-        &format!("image/encoded:image:224x224x3:random_crop,flip,{output}"),
+        &format!("image/encoded:image:224x224x3:random_crop,flip,{output}{scaling}"),
         "image/class/label:int64",
     ])?;
     // Enough for every batch in flight: the workers' and prefetch's.

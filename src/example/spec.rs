@@ -2305,6 +2305,7 @@ mod tests {
         assert!(err("img:image:28x28x1:bicubic").contains("unknown image option"));
         let random = crate::image::ImageOptions {
             crop: crate::image::Crop::Random(Default::default()),
+            dct_scale: true, // the spec text's default with random_crop
             ..crate::image::ImageOptions::new(4, 4, 3)
         };
         // Random options are seeded by the parse stage, so a spec takes them.

@@ -49,14 +49,23 @@ mod with_codecs {
         Ok((w as u64, h as u64, if grey { 1 } else { 3 }))
     }
 
-    /// Decodes a JPEG (whose size the caller checked) straight into `out`.
+    /// Decodes a JPEG (whose size the caller checked) straight into `out`,
+    /// at 1/`scale` of its size (1, 2, 4 or 8) where the vendored
+    /// zune-jpeg's reduced IDCT allows it (vendor/zune-jpeg/TFPIPE-PATCH.md);
+    /// returns the scale decoded at.
     pub(crate) fn decode_jpeg(
         bytes: &[u8],
         channels: usize,
+        scale: usize,
         out: &mut Image,
-    ) -> Result<(), ImageError> {
+    ) -> Result<usize, ImageError> {
         let mut decoder = jpeg_decoder(bytes, channels);
         decoder.decode_headers().map_err(ImageError::Jpeg)?;
+        let scale = if scale > 1 {
+            decoder.set_scale(scale)
+        } else {
+            1
+        };
         let (width, height) = decoder.dimensions().unwrap_or((0, 0));
         out.data
             .resize(decoder.output_buffer_size().unwrap_or(0), 0);
@@ -66,7 +75,7 @@ mod with_codecs {
         out.width = width;
         out.height = height;
         out.channels = channels;
-        Ok(())
+        Ok(scale)
     }
 
     /// Decodes a PNG (whose size the caller checked) into `raw`: palettes
@@ -157,7 +166,12 @@ mod without_codecs {
         })
     }
 
-    pub(crate) fn decode_jpeg(_: &[u8], _: usize, _: &mut Image) -> Result<(), ImageError> {
+    pub(crate) fn decode_jpeg(
+        _: &[u8],
+        _: usize,
+        _: usize,
+        _: &mut Image,
+    ) -> Result<usize, ImageError> {
         Err(ImageError::NotBuilt {
             format: ImageFormat::Jpeg,
         })

@@ -237,6 +237,37 @@ fn clamp(window: Window, height: usize, width: usize) -> Window {
     }
 }
 
+/// The largest of 8, 4 and 2 that keeps `window` at least `at_least`
+/// (rows, columns) on both sides once divided by it, else 1.
+fn dct_scale(window: Window, at_least: (usize, usize)) -> usize {
+    let (rows, columns) = at_least;
+    [8, 4, 2]
+        .into_iter()
+        .find(|s| window.height >= s * rows.max(1) && window.width >= s * columns.max(1))
+        .unwrap_or(1)
+}
+
+/// `window` of an image of `size` (rows, columns) in the pixels of the
+/// image decoded at 1/`scale`: each edge rounded to the nearest scaled
+/// pixel, except that the image's own bottom and right edges stay its edges
+/// (the scaled image's last row and column cover what is left of the
+/// image); at least one pixel (the caller clamps it to the image).
+fn scaled(window: Window, size: (usize, usize), scale: usize) -> Window {
+    let edge = |x: usize, end: usize| match x == end {
+        true => end.div_ceil(scale),
+        false => (x + scale / 2) / scale,
+    };
+    let (top, left) = (edge(window.top, size.0), edge(window.left, size.1));
+    let bottom = edge(window.top + window.height, size.0);
+    let right = edge(window.left + window.width, size.1);
+    Window {
+        top,
+        left,
+        height: bottom.saturating_sub(top).max(1),
+        width: right.saturating_sub(left).max(1),
+    }
+}
+
 fn unrecognized(bytes: &[u8]) -> ImageError {
     ImageError::Unrecognized {
         start: bytes[..bytes.len().min(8)].to_vec(),
@@ -310,6 +341,50 @@ impl Decoder {
         choose: impl FnOnce(usize, usize) -> Window,
         out: &mut Image,
     ) -> Result<Window, ImageError> {
+        self.decode_window_at(bytes, choose, None, out)
+    }
+
+    /// [`decode_window`](Self::decode_window), but a sequential JPEG whose
+    /// window is at least twice `at_least` (rows, columns) on both sides is
+    /// decoded at 1/2, 1/4 or 1/8 of its size (DCT-scaled, as libjpeg's
+    /// `scale_denom` and `tf.io.decode_jpeg(ratio=...)`): the smallest scale
+    /// that keeps the window at least `at_least`. `out` and the window
+    /// returned are then in the scaled image's pixels (the window's edges
+    /// rounded to the nearest scaled pixel, inside the image).
+    ///
+    /// Scaled only: sequential (baseline or extended) JPEGs with every
+    /// component in the first scan, grey ones, and colour ones decoded to
+    /// RGB whose chroma is 4:4:4 or 4:2:0 (docs/images.md, "DCT-scaled
+    /// decoding"); anything else is decoded as `decode_window` does.
+    ///
+    /// ```
+    /// use tfpipe::image::{DecodeOptions, Decoder, Image, Window};
+    ///
+    /// let jpeg = std::fs::read("testdata/images/china_q90.jpg")?; // 32 x 40
+    /// let mut decoder = Decoder::new(DecodeOptions::default())?;
+    /// let mut image = Image::default();
+    /// let window = decoder.decode_window_scaled(&jpeg, Window::full, (8, 8), &mut image)?;
+    /// assert_eq!((image.height, image.width), (10, 8)); // decoded at 1/4
+    /// assert_eq!((window.height, window.width), (10, 8));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn decode_window_scaled(
+        &mut self,
+        bytes: &[u8],
+        choose: impl FnOnce(usize, usize) -> Window,
+        at_least: (usize, usize),
+        out: &mut Image,
+    ) -> Result<Window, ImageError> {
+        self.decode_window_at(bytes, choose, Some(at_least), out)
+    }
+
+    fn decode_window_at(
+        &mut self,
+        bytes: &[u8],
+        choose: impl FnOnce(usize, usize) -> Window,
+        at_least: Option<(usize, usize)>,
+        out: &mut Image,
+    ) -> Result<Window, ImageError> {
         let header = read_header(bytes)?;
         self.check_size(header)?;
         let channels = self.options.channels;
@@ -318,8 +393,11 @@ impl Decoder {
                 // Checked against `max_pixels` above, so both fit in usize.
                 let (height, width) = (header.height as usize, header.width as usize);
                 let window = clamp(choose(height, width), height, width);
-                self.decode_jpeg_rows(bytes, header, window.top + window.height, out)?;
-                return Ok(window);
+                let scale = at_least.map_or(1, |size| dct_scale(window, size));
+                let rows = window.top + window.height;
+                let scale = self.decode_jpeg_rows(bytes, header, rows, scale, out)?;
+                let window = scaled(window, (height, width), scale);
+                return Ok(clamp(window, out.height, out.width));
             }
             ImageFormat::Png => codecs::decode_png(bytes, &mut self.raw)?,
             ImageFormat::Gif | ImageFormat::Bmp => {
@@ -345,23 +423,25 @@ impl Decoder {
         Ok(clamp(choose(out.height, out.width), out.height, out.width))
     }
 
-    /// A JPEG's rows `0..rows` at least (see [`jpeg`](super::jpeg)).
+    /// A JPEG's rows `0..rows` at least (see [`jpeg`](super::jpeg)), at
+    /// 1/`scale` of its size where the codec can; returns the scale used.
     fn decode_jpeg_rows(
         &mut self,
         bytes: &[u8],
         header: Header,
         rows: usize,
+        scale: usize,
         out: &mut Image,
-    ) -> Result<(), ImageError> {
+    ) -> Result<usize, ImageError> {
         let channels = self.options.channels;
         let frame = Frame::read(bytes)
             .filter(|f| (f.height as u64, f.width as u64) == (header.height, header.width));
         match frame.map(|f| (f, f.rows_to_decode(rows))) {
             Some((frame, decode)) if decode < frame.height => {
                 frame.shortened(bytes, decode, &mut self.raw);
-                codecs::decode_jpeg(&self.raw, channels, out)
+                codecs::decode_jpeg(&self.raw, channels, scale, out)
             }
-            _ => codecs::decode_jpeg(bytes, channels, out),
+            _ => codecs::decode_jpeg(bytes, channels, scale, out),
         }
     }
 

@@ -14,6 +14,14 @@
 //! with one scan per component are decoded whole. So is a stream that does
 //! not end with an EOI marker: decoding it whole reports the truncation,
 //! which a shortened decode would never reach.
+//!
+//! DCT-scaled decoding (1/2, 1/4, 1/8 of the size; see
+//! [`Decoder::decode_window_scaled`](super::Decoder::decode_window_scaled))
+//! is done by the vendored zune-jpeg (vendor/zune-jpeg/TFPIPE-PATCH.md) on
+//! the shortened stream: a scaled decode upsamples nothing (each component
+//! comes out at the output's resolution), so its rows are each block row's
+//! own and the rows above the window's bottom equal a whole scaled
+//! decode's (tested below).
 
 /// What the marker segments before the first scan say about a JPEG.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,7 +129,7 @@ fn ends_with_eoi(bytes: &[u8]) -> bool {
 #[cfg(all(test, feature = "images"))]
 mod tests {
     use super::*;
-    use crate::image::{DecodeOptions, Decoder, Image, Window};
+    use crate::image::{DecodeOptions, Decoder, Image, ImageError, Window};
 
     fn read(name: &str) -> Vec<u8> {
         std::fs::read(format!("testdata/images/{name}")).unwrap()
@@ -227,5 +235,117 @@ mod tests {
         };
         assert!(decoder.decode_window(cut, top, &mut image).is_err());
         assert!(decoder.decode_window(&bytes, top, &mut image).is_ok());
+    }
+
+    /// Decodes `bytes` whole at the scale that `at_least` picks.
+    fn scaled(bytes: &[u8], channels: usize, at_least: (usize, usize)) -> (Image, Window) {
+        let mut decoder = Decoder::new(DecodeOptions {
+            channels,
+            ..DecodeOptions::default()
+        })
+        .unwrap();
+        let mut image = Image::default();
+        let window = decoder
+            .decode_window_scaled(bytes, Window::full, at_least, &mut image)
+            .unwrap();
+        (image, window)
+    }
+
+    /// The order of scripts/tf_images_scaled.py.
+    const SCALED_FILES: [(&str, usize); 4] = [
+        ("china_q90.jpg", 3),
+        ("china_tf_q80.jpg", 3),
+        ("flower_q75_444.jpg", 3),
+        ("flower_grey.jpg", 1),
+    ];
+
+    #[test]
+    fn scaled_decoding_matches_tensorflow() {
+        // tf.io.decode_jpeg(ratio=2, 4, 8) of each file, one after another.
+        let golden = read("scaled_tf.bin");
+        let mut at = 0;
+        let (mut largest, mut sum, mut count) = (0u8, 0u64, 0u64);
+        for (file, channels) in SCALED_FILES {
+            let bytes = read(file);
+            let full = decode(&bytes, channels, None);
+            for ratio in [2, 4, 8] {
+                // The smallest window the ratio keeps at least this size.
+                let at_least = (full.height / ratio, full.width / ratio);
+                let (image, window) = scaled(&bytes, channels, at_least);
+                let (h, w) = (full.height.div_ceil(ratio), full.width.div_ceil(ratio));
+                assert_eq!((image.height, image.width), (h, w), "{file} 1/{ratio}");
+                assert_eq!((window.height, window.width), (h, w), "{file} 1/{ratio}");
+                let expected = &golden[at..at + image.data.len()];
+                at += image.data.len();
+                for (a, b) in image.data.iter().zip(expected) {
+                    largest = largest.max(a.abs_diff(*b));
+                    sum += u64::from(a.abs_diff(*b));
+                    count += 1;
+                }
+            }
+        }
+        assert_eq!(at, golden.len());
+        // The reduced IDCTs are libjpeg's; what differs is the colour
+        // conversion's rounding and, at 1/2 of a 4:2:0 image, the chroma's
+        // full 8x8 IDCT (libjpeg-turbo's IFAST against zune-jpeg's): largest
+        // difference seen 2, mean 0.26 over the 12 decodes (docs/images.md).
+        // A full-size decode differs by up to 6 (src/image/tf_tests.rs); a
+        // plain N-point IDCT of the top-left coefficients, tried first,
+        // differed by up to 50 on the large benchmark photos.
+        let mean = sum as f64 / count as f64;
+        assert!(largest <= 3 && mean < 0.4, "largest {largest}, mean {mean}");
+    }
+
+    #[test]
+    fn scaled_windows_stay_inside_and_compose_with_the_row_crop() {
+        let bytes = read("china_q90.jpg"); // 32 x 40, 4:2:0
+        let (whole, _) = scaled(&bytes, 3, (10, 8)); // 1/4
+        assert_eq!((whole.height, whole.width), (10, 8));
+        let mut decoder = Decoder::new(DecodeOptions::default()).unwrap();
+        let mut part = Image::default();
+        for (top, left, height, width) in [(0, 0, 16, 16), (3, 5, 17, 27), (23, 1, 17, 31)] {
+            let choose = |_, _| Window {
+                top,
+                left,
+                height,
+                width,
+            };
+            let window = decoder
+                .decode_window_scaled(&bytes, choose, (4, 4), &mut part)
+                .unwrap();
+            assert!(window.top + window.height <= part.height, "{window:?}");
+            assert!(window.left + window.width <= part.width, "{window:?}");
+            // Rows below the window were not decoded when they could be skipped,
+            // and the rows that were equal the whole scaled decode's.
+            assert!(part.height <= whole.height);
+            let len = part.height * part.width * 3;
+            assert_eq!(part.data[..len], whole.data[..len], "{window:?}");
+        }
+        // A window under twice the size is decoded exactly.
+        let (exact, window) = scaled(&bytes, 3, (21, 17));
+        assert_eq!((exact.height, window.height), (40, 40));
+    }
+
+    #[test]
+    fn scaled_decoding_keeps_the_bounds_and_errors() {
+        let bytes = read("china_q90.jpg");
+        let mut small = Decoder::new(DecodeOptions {
+            channels: 3,
+            max_pixels: 1000,
+        })
+        .unwrap();
+        let mut image = Image::default();
+        let error = small
+            .decode_window_scaled(&bytes, Window::full, (4, 4), &mut image)
+            .unwrap_err();
+        assert!(matches!(error, ImageError::TooLarge { .. }), "{error}");
+        assert_eq!(image.data.capacity(), 0);
+        let mut decoder = Decoder::new(DecodeOptions::default()).unwrap();
+        for cut in [bytes.len() - 100, bytes.len() * 2 / 3, 200] {
+            let error = decoder
+                .decode_window_scaled(&bytes[..cut], Window::full, (4, 4), &mut image)
+                .unwrap_err();
+            assert!(error.is_data_error(), "{cut}: {error}");
+        }
     }
 }

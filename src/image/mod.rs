@@ -119,6 +119,12 @@ pub struct ImageOptions {
     /// The most pixels an encoded image may claim. By default
     /// [`DEFAULT_MAX_PIXELS`].
     pub max_pixels: u64,
+    /// Decode a JPEG whose window is at least twice the output size at 1/2,
+    /// 1/4 or 1/8 of its size ([`Decoder::decode_window_scaled`]), as PIL's
+    /// `draft` and DALI do, instead of exactly as TensorFlow does. Off in
+    /// [`ImageOptions::new`]; the spec text turns it on with `random_crop`
+    /// (unless `exact`) or `dct_scale` (docs/images.md, "DCT-scaled decoding").
+    pub dct_scale: bool,
 }
 
 impl ImageOptions {
@@ -135,6 +141,7 @@ impl ImageOptions {
             output: OutputType::Uint8,
             layout: ImageLayout::Nhwc,
             max_pixels: DEFAULT_MAX_PIXELS,
+            dct_scale: false,
         }
     }
 
@@ -231,7 +238,12 @@ impl ImageWorker {
                 random.window(height, width, crop_seed)
             }
         };
-        let window = self.decoder.decode_window(bytes, choose, &mut self.image)?;
+        let window = if o.dct_scale {
+            let size = (o.height, o.width);
+            (self.decoder).decode_window_scaled(bytes, choose, size, &mut self.image)?
+        } else {
+            self.decoder.decode_window(bytes, choose, &mut self.image)?
+        };
         resize(
             &self.image,
             window,
@@ -280,6 +292,31 @@ mod tests {
         assert_eq!(a, run(options, element_seed(5, 0, 3)));
         assert_ne!(a, run(options, element_seed(5, 0, 4)));
         assert_ne!(a, run(options, element_seed(5, 1, 3)));
+    }
+
+    #[test]
+    fn dct_scaled_crops_follow_the_seed_only() {
+        let exact = ImageOptions {
+            crop: Crop::Random(RandomCrop::default()),
+            augment: Augment {
+                flip: true,
+                ..Augment::default()
+            },
+            ..ImageOptions::new(4, 4, 3)
+        };
+        let scaled = ImageOptions {
+            dct_scale: true,
+            ..exact
+        };
+        let mut differs = 0;
+        for position in 0..20 {
+            let seed = element_seed(9, 0, position);
+            let a = run(scaled, seed);
+            assert_eq!(a, run(scaled, seed), "{position}");
+            differs += usize::from(a != run(exact, seed));
+        }
+        // Windows of 8 px or more (of 32 x 40) were decoded scaled.
+        assert!(differs > 0);
     }
 
     #[test]

@@ -17,6 +17,9 @@
 //!         | flip                               random left-right flip
 //!         | brightness(D)                      random brightness delta in [-D, D) (0..1 scale)
 //!         | contrast(L,U) | saturation(L,U)    random contrast / saturation factor in [L, U)
+//!         | dct_scale | exact                  decode a JPEG at 1/2, 1/4 or 1/8 when its window is
+//!                                              at least twice the size (default with random_crop),
+//!                                              or always exactly as TensorFlow (default otherwise)
 //! ```
 //!
 //! The random options draw from each element's seed: the parse stage
@@ -48,6 +51,9 @@ impl ImageOptions {
     ///         | flip                               random left-right flip
     ///         | brightness(D)                      random brightness delta in [-D, D)
     ///         | contrast(L,U) | saturation(L,U)    random factor in [L, U)
+    ///         | dct_scale | exact                  JPEG decoded at 1/2, 1/4 or 1/8 when the window is
+    ///                                              at least twice the size (default with random_crop),
+    ///                                              or exactly (default otherwise)
     /// ```
     ///
     /// ```
@@ -80,6 +86,10 @@ impl ImageOptions {
                 ));
             }
             seen.push(group);
+        }
+        if !seen.contains(&JPEG_SCALING) {
+            // DCT scaling by default on the random-crop (training) path only.
+            o.dct_scale = matches!(o.crop, Crop::Random(_));
         }
         o.check().map_err(|e| e.to_string())?;
         Ok(o)
@@ -137,9 +147,17 @@ impl ImageOptions {
         if let Some((lo, hi)) = a.saturation {
             parts.push(format!("saturation({lo},{hi})"));
         }
+        match (self.dct_scale, matches!(self.crop, Crop::Random(_))) {
+            (true, false) => parts.push("dct_scale".into()),
+            (false, true) => parts.push("exact".into()),
+            _ => {}
+        }
         parts.join(",")
     }
 }
+
+/// The group of `dct_scale` and `exact`.
+const JPEG_SCALING: &str = "JPEG scaling";
 
 /// The comma-separated options of `options`, commas inside parentheses
 /// kept (`contrast(0.8,1.2)` is one option).
@@ -194,6 +212,10 @@ fn apply(o: &mut ImageOptions, word: &str, arg: Option<&str>) -> Result<&'static
         "bilinear" | "area" | "nearest" => {
             o.method = ResizeMethod::from_name(word).unwrap_or_default();
             no_arg("resize method")
+        }
+        "dct_scale" | "exact" => {
+            o.dct_scale = word == "dct_scale";
+            no_arg(JPEG_SCALING)
         }
         "antialias" => {
             o.antialias = true;
@@ -302,6 +324,8 @@ mod tests {
             "random_crop,flip",
             "normalize(0.5,0.25,0,1,2,0.5),nchw",
             "random_crop(0.25,0.75),imagenet,flip,brightness(0.1),contrast(0.8,1.2),saturation(0.5,1.5)",
+            "center,dct_scale",
+            "random_crop,flip,exact",
         ] {
             let o = ImageOptions::from_text("28x28x1", options).unwrap();
             assert_eq!(o.options_text(), options);
@@ -313,7 +337,21 @@ mod tests {
     }
 
     #[test]
+    fn dct_scaling_is_the_default_of_the_random_crop_only() {
+        let scaled = |options| ImageOptions::from_text("8x8x3", options).unwrap().dct_scale;
+        assert!(scaled("random_crop"));
+        assert!(scaled("random_crop(0.5,1),flip"));
+        assert!(!scaled("random_crop,exact"));
+        assert!(!scaled(""));
+        assert!(!scaled("center,area"));
+        assert!(scaled("dct_scale"));
+        assert!(!ImageOptions::new(8, 8, 3).dct_scale);
+    }
+
+    #[test]
     fn mistakes_are_explained() {
+        let twice = ImageOptions::from_text("8x8x3", "exact,dct_scale").unwrap_err();
+        assert!(twice.contains("JPEG scaling is given twice"), "{twice}");
         let err = |size, options| ImageOptions::from_text(size, options).unwrap_err();
         assert!(err("28x28", "").contains("expected HxWxC"));
         assert!(err("28x28x2", "").contains("channels must be 1 or 3"));
