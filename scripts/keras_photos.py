@@ -44,6 +44,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import keras  # noqa: E402
+from keras_lenet import lenet  # noqa: E402  (this directory: scripts/)
 
 SPEC = {
     "image/encoded": tf.io.FixedLenFeature([], tf.string),
@@ -52,16 +53,8 @@ SPEC = {
 
 
 def cnn(size, classes):
-    """tfpipe's `--model cnn` at `size`x`size`x3 (scripts/keras_lenet.py at 28x28x1)."""
-    inputs = keras.Input(shape=(size, size, 3))
-    h = keras.layers.Conv2D(6, 5, padding="same", activation="relu")(inputs)
-    h = keras.layers.MaxPooling2D(2)(h)
-    h = keras.layers.Conv2D(16, 5, activation="relu")(h)
-    h = keras.layers.MaxPooling2D(2)(h)
-    h = keras.layers.Flatten()(h)
-    h = keras.layers.Dense(120, activation="relu")(h)
-    h = keras.layers.Dense(84, activation="relu")(h)
-    return keras.Model(inputs, keras.layers.Dense(classes)(h))
+    """tfpipe's `--model cnn` at `size`x`size`x3."""
+    return lenet(shape=(size, size, 3), classes=classes)
 
 
 def preprocess(size):
