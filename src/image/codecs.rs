@@ -19,8 +19,9 @@ mod with_codecs {
     use zune_core::colorspace::ColorSpace;
     use zune_core::options::DecoderOptions;
 
-    use crate::image::decode::{Header, Image, ImageFormat, Raw};
+    use crate::image::decode::{Header, Image, ImageFormat, Raw, clamp};
     use crate::image::error::ImageError;
+    use crate::image::resize::Window;
 
     /// zune-jpeg, strict (a truncated or corrupt stream is an error, as in
     /// TensorFlow without `try_recover_truncated`), decoding straight to
@@ -52,11 +53,15 @@ mod with_codecs {
     /// Decodes a JPEG (whose size the caller checked) straight into `out`,
     /// at 1/`scale` of its size (1, 2, 4 or 8) where the vendored
     /// zune-jpeg's reduced IDCT allows it (vendor/zune-jpeg/TFPIPE-PATCH.md);
-    /// returns the scale decoded at.
+    /// returns the scale decoded at. Only the pixels of `window(scale)` (in
+    /// the pixels decoded at that scale) are sure to be written: where the
+    /// patched zune-jpeg can, the MCUs around it are only entropy-decoded
+    /// (decode-and-crop); `out` keeps the decoded image's size.
     pub(crate) fn decode_jpeg(
         bytes: &[u8],
         channels: usize,
         scale: usize,
+        window: impl FnOnce(usize) -> Window,
         out: &mut Image,
     ) -> Result<usize, ImageError> {
         let mut decoder = jpeg_decoder(bytes, channels);
@@ -67,6 +72,11 @@ mod with_codecs {
             1
         };
         let (width, height) = decoder.dimensions().unwrap_or((0, 0));
+        let crop = clamp(window(scale), height, width);
+        if width > 0 && height > 0 && crop != Window::full(height, width) {
+            // Refused (false) for layouts it does not know: decoded whole.
+            decoder.set_crop(crop.left, crop.top, crop.width, crop.height);
+        }
         out.data
             .resize(decoder.output_buffer_size().unwrap_or(0), 0);
         decoder
@@ -159,6 +169,7 @@ mod with_codecs {
 mod without_codecs {
     use crate::image::decode::{Header, Image, ImageFormat, Raw};
     use crate::image::error::ImageError;
+    use crate::image::resize::Window;
 
     pub(crate) fn jpeg_size(_: &[u8]) -> Result<(u64, u64, u8), ImageError> {
         Err(ImageError::NotBuilt {
@@ -170,6 +181,7 @@ mod without_codecs {
         _: &[u8],
         _: usize,
         _: usize,
+        _: impl FnOnce(usize) -> Window,
         _: &mut Image,
     ) -> Result<usize, ImageError> {
         Err(ImageError::NotBuilt {

@@ -226,7 +226,7 @@ fn small_header(
 }
 
 /// `window` cut to an image of `height x width`, at least one pixel.
-fn clamp(window: Window, height: usize, width: usize) -> Window {
+pub(super) fn clamp(window: Window, height: usize, width: usize) -> Window {
     let top = window.top.min(height.saturating_sub(1));
     let left = window.left.min(width.saturating_sub(1));
     Window {
@@ -320,8 +320,11 @@ impl Decoder {
     ///
     /// A sequential JPEG is decoded only down to the window's last MCU row
     /// (and one more, so the window's pixels equal a full decode's): `out`
-    /// then has fewer rows than the image. Every other image is decoded
-    /// whole.
+    /// then has fewer rows than the image. Of the rows decoded, only the
+    /// window's pixels are sure to be the image's: as TensorFlow's
+    /// `decode_and_crop_jpeg`, the MCUs away from the window are only
+    /// entropy-decoded (docs/images.md, "Decode-and-crop"). Every other
+    /// image is decoded whole.
     ///
     /// ```
     /// use tfpipe::image::{DecodeOptions, Decoder, Image, Window};
@@ -394,10 +397,9 @@ impl Decoder {
                 let (height, width) = (header.height as usize, header.width as usize);
                 let window = clamp(choose(height, width), height, width);
                 let scale = at_least.map_or(1, |size| dct_scale(window, size));
-                let rows = window.top + window.height;
-                let scale = self.decode_jpeg_rows(bytes, header, rows, scale, out)?;
-                let window = scaled(window, (height, width), scale);
-                return Ok(clamp(window, out.height, out.width));
+                let in_scaled = |scale| scaled(window, (height, width), scale);
+                let scale = self.decode_jpeg_rows(bytes, header, window, scale, in_scaled, out)?;
+                return Ok(clamp(in_scaled(scale), out.height, out.width));
             }
             ImageFormat::Png => codecs::decode_png(bytes, &mut self.raw)?,
             ImageFormat::Gif | ImageFormat::Bmp => {
@@ -423,25 +425,29 @@ impl Decoder {
         Ok(clamp(choose(out.height, out.width), out.height, out.width))
     }
 
-    /// A JPEG's rows `0..rows` at least (see [`jpeg`](super::jpeg)), at
-    /// 1/`scale` of its size where the codec can; returns the scale used.
+    /// A JPEG's `window` (see [`jpeg`](super::jpeg)): its rows from the top
+    /// to the window's last at least, at 1/`scale` of its size where the
+    /// codec can; returns the scale used. Only the window's pixels
+    /// (`in_scaled(scale)`) are sure to be written (decode-and-crop).
     fn decode_jpeg_rows(
         &mut self,
         bytes: &[u8],
         header: Header,
-        rows: usize,
+        window: Window,
         scale: usize,
+        in_scaled: impl FnOnce(usize) -> Window,
         out: &mut Image,
     ) -> Result<usize, ImageError> {
         let channels = self.options.channels;
+        let rows = window.top + window.height;
         let frame = Frame::read(bytes)
             .filter(|f| (f.height as u64, f.width as u64) == (header.height, header.width));
         match frame.map(|f| (f, f.rows_to_decode(rows))) {
             Some((frame, decode)) if decode < frame.height => {
                 frame.shortened(bytes, decode, &mut self.raw);
-                codecs::decode_jpeg(&self.raw, channels, scale, out)
+                codecs::decode_jpeg(&self.raw, channels, scale, in_scaled, out)
             }
-            _ => codecs::decode_jpeg(bytes, channels, scale, out),
+            _ => codecs::decode_jpeg(bytes, channels, scale, in_scaled, out),
         }
     }
 

@@ -235,6 +235,21 @@ mod tests {
         };
         assert!(decoder.decode_window(cut, top, &mut image).is_err());
         assert!(decoder.decode_window(&bytes, top, &mut image).is_ok());
+        // Decode-and-crop (a window away from the edges) still reads, and
+        // checks, every MCU's entropy-coded data, at every scale.
+        let inner = |_, _| Window {
+            top: 17,
+            left: 9,
+            height: 16,
+            width: 16,
+        };
+        for cut in [bytes.len() - 100, bytes.len() * 2 / 3, 200] {
+            for at_least in [(16, 16), (8, 8), (4, 4), (2, 2)] {
+                let cut = &bytes[..cut];
+                let result = decoder.decode_window_scaled(cut, inner, at_least, &mut image);
+                assert!(result.unwrap_err().is_data_error(), "{at_least:?}");
+            }
+        }
     }
 
     /// Decodes `bytes` whole at the scale that `at_least` picks.
@@ -315,15 +330,136 @@ mod tests {
                 .unwrap();
             assert!(window.top + window.height <= part.height, "{window:?}");
             assert!(window.left + window.width <= part.width, "{window:?}");
-            // Rows below the window were not decoded when they could be skipped,
-            // and the rows that were equal the whole scaled decode's.
+            // Rows below the window were not decoded when they could be
+            // skipped, and the window's pixels equal the whole scaled
+            // decode's (those around it are decode-and-crop's to skip).
             assert!(part.height <= whole.height);
-            let len = part.height * part.width * 3;
-            assert_eq!(part.data[..len], whole.data[..len], "{window:?}");
+            assert_eq!(pixels(&part, window), pixels(&whole, window), "{window:?}");
         }
         // A window under twice the size is decoded exactly.
         let (exact, window) = scaled(&bytes, 3, (21, 17));
         assert_eq!((exact.height, window.height), (40, 40));
+    }
+
+    /// The JPEGs of testdata/images and the photo crops of
+    /// photos-imagenet.tfrecord (its records' JPEG bytes).
+    fn all_jpegs() -> Vec<(String, Vec<u8>)> {
+        let names = [
+            "china_q90.jpg",
+            "china_tf_q80.jpg",
+            "china_q85_restart.jpg",
+            "china_q50_progressive.jpg",
+            "flower_q75_444.jpg",
+            "flower_q90_422.jpg",
+            "flower_grey.jpg",
+            "flower_tf_q95_444.jpg",
+            "flower_q95_progressive.jpg",
+        ];
+        let mut jpegs: Vec<_> = names.iter().map(|n| (n.to_string(), read(n))).collect();
+        let records = read("photos-imagenet.tfrecord");
+        let mut at = 0;
+        while at + 12 <= records.len() {
+            let len = u64::from_le_bytes(records[at..at + 8].try_into().unwrap()) as usize;
+            let record = &records[at + 12..at + 12 + len];
+            at += 12 + len + 4;
+            let start = record
+                .windows(3)
+                .position(|w| w == [0xFF, 0xD8, 0xFF])
+                .unwrap();
+            let end = record.windows(2).rposition(|w| w == [0xFF, 0xD9]).unwrap() + 2;
+            jpegs.push((
+                format!("photo {}", jpegs.len()),
+                record[start..end].to_vec(),
+            ));
+        }
+        jpegs
+    }
+
+    /// Decodes `bytes` at 1/`scale` (when granted) with the window `window`
+    /// (in full-size pixels) or whole; the image and the window in its
+    /// pixels.
+    fn decode_at(
+        bytes: &[u8],
+        channels: usize,
+        scale: usize,
+        window: Option<Window>,
+    ) -> (Image, Window) {
+        let mut decoder = Decoder::new(DecodeOptions {
+            channels,
+            ..DecodeOptions::default()
+        })
+        .unwrap();
+        let mut image = Image::default();
+        let choose = |h, w| window.unwrap_or(Window::full(h, w));
+        let window = if scale == 1 {
+            decoder.decode_window(bytes, choose, &mut image)
+        } else {
+            let size = window.map_or((0, 0), |w| (w.height, w.width));
+            // The largest scale keeping the window at least this is `scale`
+            // (see dct_scale); a whole decode passes its size as the window.
+            let size = match window {
+                Some(_) => size,
+                None => {
+                    let frame = Frame::read(bytes).unwrap();
+                    (frame.height, frame.width)
+                }
+            };
+            let at_least = ((size.0 / scale).max(1), (size.1 / scale).max(1));
+            decoder.decode_window_scaled(bytes, choose, at_least, &mut image)
+        };
+        (image, window.unwrap())
+    }
+
+    /// `window` of `image`, row after row.
+    fn pixels(image: &Image, window: Window) -> Vec<u8> {
+        let c = image.channels;
+        (window.top..window.top + window.height)
+            .flat_map(|r| {
+                let start = (r * image.width + window.left) * c;
+                image.data[start..start + window.width * c].to_vec()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn cropped_decoding_equals_a_full_decode_then_crop() {
+        let mut rng = crate::rng::SplitMix64(20);
+        let mut below = |n: usize| rng.below(n as u64) as usize;
+        let (mut cropped, mut skipped) = (0, 0);
+        for (name, bytes) in all_jpegs() {
+            let frame = Frame::read(&bytes).unwrap();
+            let (height, width) = (frame.height, frame.width);
+            for channels in [1, 3] {
+                for scale in [1, 2, 4, 8] {
+                    let (full, _) = decode_at(&bytes, channels, scale, None);
+                    for _ in 0..60 {
+                        let top = below(height);
+                        let left = below(width);
+                        let window = Window {
+                            top,
+                            left,
+                            height: 1 + below(height - top),
+                            width: 1 + below(width - left),
+                        };
+                        // Scaled only when the window is `scale` times 1 px.
+                        let (part, inside) = decode_at(&bytes, channels, scale, Some(window));
+                        if part.width != full.width {
+                            continue; // decoded at another scale than `full`
+                        }
+                        cropped += usize::from(scale > 1 || part.height < full.height);
+                        // Pixels around the window were left alone.
+                        let len = part.data.len().min(full.data.len());
+                        skipped += usize::from(part.data[..len] != full.data[..len]);
+                        assert_eq!(
+                            pixels(&part, inside),
+                            pixels(&full, inside),
+                            "{name} c{channels} 1/{scale} {window:?} -> {inside:?}"
+                        );
+                    }
+                }
+            }
+        }
+        assert!(cropped > 500 && skipped > 500, "{cropped} {skipped}");
     }
 
     #[test]

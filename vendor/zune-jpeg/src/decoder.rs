@@ -114,6 +114,11 @@ pub struct JpegDecoder<T> {
     pub(crate) is_progressive:    bool,
     /// tfpipe patch: decode at 1/scale of the size (1, 2, 4 or 8).
     pub(crate) scale: usize,
+    /// tfpipe patch: the window `[x0, y0, x1, y1)` (output pixels) that
+    /// `set_crop` asked for; only its MCUs are IDCT'd and colour-converted.
+    pub(crate) crop: Option<[usize; 4]>,
+    /// tfpipe patch: the MCUs and columns the crop needs (`mcu::CropPlan`).
+    pub(crate) crop_plan: crate::mcu::CropPlan,
 
     /// Start of spectral scan
     pub(crate) spec_start:       u8,
@@ -184,6 +189,8 @@ where
             is_interleaved:    false,
             is_progressive:    false,
             scale: 1,
+            crop: None,
+            crop_plan: crate::mcu::CropPlan::WHOLE,
             spec_start:        0,
             spec_end:          0,
             succ_high:         0,
@@ -836,6 +843,8 @@ where
     /// (1 when refused); `dimensions` and `output_buffer_size` follow it.
     pub fn set_scale(&mut self, scale: usize) -> usize {
         self.scale = 1;
+        // tfpipe patch: a crop is in the scaled pixels, so it is set after.
+        self.crop = None;
         let out = self.options.jpeg_get_out_colorspace();
         let grey = self.components.len() == 1
             && out == ColorSpace::Luma
@@ -860,6 +869,52 @@ where
             self.scale = scale;
         }
         self.scale
+    }
+
+    /// tfpipe patch: decode only what the window of `width x height` output
+    /// pixels at (`x`, `y`) needs (in the pixels of the scaled image when
+    /// `set_scale` was granted, so call it after `set_scale`), as
+    /// libjpeg-turbo's `jpeg_crop_scanline` + `jpeg_skip_scanlines`: every
+    /// MCU is still entropy-decoded (the stream has to be walked), but the
+    /// IDCT runs only for the MCUs of the window plus one MCU around it (the
+    /// margin chroma upsampling reads), upsampling and colour conversion
+    /// only from the MCU row above the window's, and colour conversion only
+    /// for the window's columns. The output buffer keeps the image's size
+    /// and layout; the window's pixels are exactly a full decode's, the
+    /// others are left as they were in the buffer.
+    ///
+    /// Granted (returns true) after `decode_headers` for sequential JPEGs
+    /// with every component in the first scan: grey decoded to Luma, or
+    /// YCbCr decoded to RGB or Luma with chroma 1x1 and luma 1x1, 2x1 or 2x2
+    /// (4:4:4, 4:2:2, 4:2:0), for a non-empty window inside the image.
+    /// Otherwise refused (false), and the whole image is decoded.
+    pub fn set_crop(&mut self, x: usize, y: usize, width: usize, height: usize) -> bool {
+        self.crop = None;
+        let (w, h) = (usize::from(self.width()), usize::from(self.height()));
+        let inside = width > 0
+            && height > 0
+            && x.checked_add(width).is_some_and(|end| end <= w)
+            && y.checked_add(height).is_some_and(|end| end <= h);
+        if self.headers_decoded && !self.is_progressive && inside && self.crop_sampling_ok() {
+            self.crop = Some([x, y, x + width, y + height]);
+        }
+        self.crop.is_some()
+    }
+
+    /// tfpipe patch: whether `set_crop` knows this image's layout.
+    fn crop_sampling_ok(&self) -> bool {
+        let out = self.options.jpeg_get_out_colorspace();
+        let sampling = |c: &crate::components::Components| (c.horizontal_sample, c.vertical_sample);
+        let all_in_first_scan = usize::from(self.num_scans) == self.components.len();
+        let grey = self.components.len() == 1
+            && out == ColorSpace::Luma
+            && sampling(&self.components[0]) == (1, 1);
+        let ycbcr = self.components.len() == 3
+            && self.input_colorspace == ColorSpace::YCbCr
+            && matches!(out, ColorSpace::RGB | ColorSpace::Luma)
+            && self.components[1..].iter().all(|c| sampling(c) == (1, 1))
+            && matches!(sampling(&self.components[0]), (1, 1) | (2, 1) | (2, 2));
+        all_in_first_scan && (grey || ycbcr)
     }
 
     pub fn decode_into(&mut self, out: &mut [u8]) -> Result<(), DecodeErrors> {

@@ -150,6 +150,9 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
             padded_width = self.components[0].width_stride;
         }
 
+        // tfpipe patch: which MCUs a crop (set_crop) needs.
+        self.crop_plan = self.plan_crop();
+
         let mut stream = BitStream::new();
         let mut tmp = [0_i32; DCT_BLOCK];
 
@@ -197,6 +200,7 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
         }
 
         let mut pixels_written = 0;
+        let out_components = self.options.jpeg_get_out_colorspace().num_components();
 
         let is_hv = usize::from(self.is_interleaved);
         let upsampler_scratch_size = is_hv * self.components.iter().map(|x| x.width_stride).max().unwrap_or(0) * 8;
@@ -260,7 +264,12 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
 
                 // process that width up until it's impossible. This is faster than allocation the
                 // full components, which we skipped earlier.
-                if all_components_in_first_scan {
+                // tfpipe patch: MCU rows above a crop's are not post-processed;
+                // the first one that is starts at its own place in `pixels`.
+                if all_components_in_first_scan && i >= self.crop_plan.row0 {
+                    if i == self.crop_plan.row0 {
+                        pixels_written = self.rows_before(i) * width * out_components;
+                    }
                     self.post_process(
                         pixels,
                         i,
@@ -451,6 +460,8 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
     ) -> Result<McuContinuation, DecodeErrors> {
         let z_order = self.z_order;
         let z_scans = &z_order[..usize::from(self.num_scans)];
+        // tfpipe patch: (PROGRESSIVE scans are planned whole.)
+        let crop_plan = if PROGRESSIVE { CropPlan::WHOLE } else { self.crop_plan };
 
         // How much of the head of `tmp` was written by the last MCU decoding? We only check for
         // two different cases and not all possible outcomes as this is only used to optimize the
@@ -580,6 +591,12 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                         if component_samples_needed {
                             // tmp was only written partially, note that len is in ZigZag order.
                             clobber_more_than_4x4 = len > 10;
+                            // tfpipe patch: a block outside the crop's MCUs is
+                            // only entropy-decoded (the DC prediction and the
+                            // stream position need it), not transformed.
+                            if !crop_plan.idct(mcu_height, j) {
+                                continue;
+                            }
 
                             let n = component.idct_size;
                             let idct_position = if PROGRESSIVE {
@@ -816,6 +833,9 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
         }
 
         let mut px = *pixels_written;
+        // tfpipe patch: only a crop's columns are colour-converted (it is
+        // per pixel, so they come out as in a whole row).
+        let (c0, c1) = self.crop_plan.columns(width);
         // indicates whether image is vertically up-sampled
         let is_vertically_sampled = self
             .components
@@ -843,7 +863,8 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                     // iterate over each line, since color-convert needs only
                     // one line
                     for (j, samp) in raw_samples.iter_mut().enumerate().take(comp_len) {
-                        let temp = &samples[j].get(pos * padded_width..(pos + 1) * padded_width);
+                        // tfpipe patch: the crop's columns of the row.
+                        let temp = &samples[j].get(pos * padded_width + c0..pos * padded_width + c1);
                         if temp.is_none() {
                             return Err(DecodeErrors::FormatStatic("Missing samples"));
                         }
@@ -854,9 +875,9 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                         self.color_convert_16,
                         self.input_colorspace,
                         self.options.jpeg_get_out_colorspace(),
-                        output,
-                        width,
-                        padded_width
+                        &mut output[c0 * out_colorspace_components..c1 * out_colorspace_components],
+                        c1 - c0,
+                        c1 - c0
                     )?;
                     px += width * out_colorspace_components;
                 }
@@ -985,6 +1006,7 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
     ) -> Result<(), DecodeErrors> {
         let out_components = self.options.jpeg_get_out_colorspace().num_components();
         let rows = self.components[0].raw_coeff.len() / padded_width;
+        let (c0, c1) = self.crop_plan.columns(width);
         let mut px = *pixels_written;
         for (pos, output) in pixels[px..]
             .chunks_exact_mut(width * out_components)
@@ -993,9 +1015,10 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
         {
             let mut raw_samples: [&[i16]; 4] = [&[], &[], &[], &[]];
             for (samp, component) in raw_samples.iter_mut().zip(&self.components) {
+                // (tfpipe patch: the crop's columns, see post_process.)
                 *samp = component
                     .raw_coeff
-                    .get(pos * padded_width..(pos + 1) * padded_width)
+                    .get(pos * padded_width + c0..pos * padded_width + c1)
                     .ok_or(DecodeErrors::FormatStatic("Missing samples"))?;
             }
             color_convert(
@@ -1003,14 +1026,96 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                 self.color_convert_16,
                 self.input_colorspace,
                 self.options.jpeg_get_out_colorspace(),
-                output,
-                width,
-                padded_width
+                &mut output[c0 * out_components..c1 * out_components],
+                c1 - c0,
+                c1 - c0
             )?;
             px += width * out_components;
         }
         *pixels_written = px;
         Ok(())
+    }
+}
+
+/// tfpipe patch: what a crop (`JpegDecoder::set_crop`) needs decoded.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CropPlan {
+    /// The first MCU row whose blocks are IDCT'd and post-processed.
+    pub(crate) row0: usize,
+    /// MCU columns `[col0, col1)` whose blocks are IDCT'd.
+    pub(crate) col0: usize,
+    pub(crate) col1: usize,
+    /// Output columns `[x0, x1)` that are colour-converted.
+    pub(crate) x0: usize,
+    pub(crate) x1: usize,
+}
+
+impl CropPlan {
+    /// No crop: everything.
+    pub(crate) const WHOLE: CropPlan = CropPlan {
+        row0: 0,
+        col0: 0,
+        col1: usize::MAX,
+        x0: 0,
+        x1: usize::MAX,
+    };
+
+    /// Whether the blocks of MCU (`row`, `col`) are IDCT'd.
+    fn idct(&self, row: usize, col: usize) -> bool {
+        row >= self.row0 && col >= self.col0 && col < self.col1
+    }
+
+    /// The colour-converted columns of a row of `width` pixels.
+    fn columns(&self, width: usize) -> (usize, usize) {
+        let x1 = self.x1.min(width);
+        (self.x0.min(x1), x1)
+    }
+}
+
+impl<T: ZByteReaderTrait> JpegDecoder<T> {
+    /// tfpipe patch: the columns and rows of one MCU in output pixels.
+    fn mcu_pixels(&self) -> (usize, usize) {
+        let (h, v) = if self.is_interleaved { (self.h_max, self.v_max) } else { (1, 1) };
+        (8 * h / self.scale, 8 * v / self.scale)
+    }
+
+    /// tfpipe patch: the MCUs `self.crop` needs. One MCU of margin on each
+    /// side (above the window too) gives the chroma upsampler the neighbours
+    /// it reads (one chroma sample each way) from transformed blocks; the
+    /// stale state the upsampler carries into the first post-processed MCU
+    /// row only reaches that row's top two rows, above the window.
+    fn plan_crop(&self) -> CropPlan {
+        let Some([x0, y0, x1, _]) = self.crop else {
+            return CropPlan::WHOLE;
+        };
+        if !all_components_in_first_scan_of(self) {
+            return CropPlan::WHOLE;
+        }
+        let (mcu_columns, mcu_rows) = self.mcu_pixels();
+        CropPlan {
+            row0: (y0 / mcu_rows).saturating_sub(1),
+            col0: (x0 / mcu_columns).saturating_sub(1),
+            col1: x1.div_ceil(mcu_columns) + 1,
+            x0,
+            x1,
+        }
+    }
+
+    /// tfpipe patch: the output rows written before MCU row `i` is
+    /// post-processed: `i` MCU rows, less the rows a vertically upsampled
+    /// MCU row leaves for the next one (its last chroma row, upsampled once
+    /// the row below it is decoded; see `post_process`).
+    fn rows_before(&self, i: usize) -> usize {
+        let (_, mcu_rows) = self.mcu_pixels();
+        let deferred = self.scale == 1
+            && self.is_interleaved
+            && self.options.jpeg_get_out_colorspace() != Luma
+            && self
+                .components
+                .iter()
+                .any(|c| matches!(c.sample_ratio, SampleRatios::HV | SampleRatios::V));
+        let left = if deferred && i > 0 { self.coeff * self.v_max } else { 0 };
+        (i * mcu_rows).saturating_sub(left)
     }
 }
 
