@@ -129,7 +129,11 @@ fn ends_with_eoi(bytes: &[u8]) -> bool {
 #[cfg(all(test, feature = "images"))]
 mod tests {
     use super::*;
+    use crate::example::Example;
+    use crate::example::proto::feature::Kind;
     use crate::image::{DecodeOptions, Decoder, Image, ImageError, Window};
+    use crate::tfrecord::{ReaderOptions, RecordReader};
+    use prost::Message;
 
     fn read(name: &str) -> Vec<u8> {
         std::fs::read(format!("testdata/images/{name}")).unwrap()
@@ -356,21 +360,14 @@ mod tests {
             "flower_q95_progressive.jpg",
         ];
         let mut jpegs: Vec<_> = names.iter().map(|n| (n.to_string(), read(n))).collect();
-        let records = read("photos-imagenet.tfrecord");
-        let mut at = 0;
-        while at + 12 <= records.len() {
-            let len = u64::from_le_bytes(records[at..at + 8].try_into().unwrap()) as usize;
-            let record = &records[at + 12..at + 12 + len];
-            at += 12 + len + 4;
-            let start = record
-                .windows(3)
-                .position(|w| w == [0xFF, 0xD8, 0xFF])
-                .unwrap();
-            let end = record.windows(2).rposition(|w| w == [0xFF, 0xD9]).unwrap() + 2;
-            jpegs.push((
-                format!("photo {}", jpegs.len()),
-                record[start..end].to_vec(),
-            ));
+        let path = "testdata/images/photos-imagenet.tfrecord";
+        let mut records = RecordReader::open(path, ReaderOptions::default()).unwrap();
+        while let Some(record) = records.next_record().unwrap() {
+            let features = Example::decode(record).unwrap().features.unwrap();
+            let Some(Kind::BytesList(encoded)) = &features.feature["image/encoded"].kind else {
+                panic!("image/encoded is not a bytes feature");
+            };
+            jpegs.push((format!("photo {}", jpegs.len()), encoded.value[0].clone()));
         }
         jpegs
     }
@@ -394,11 +391,10 @@ mod tests {
         let window = if scale == 1 {
             decoder.decode_window(bytes, choose, &mut image)
         } else {
-            let size = window.map_or((0, 0), |w| (w.height, w.width));
             // The largest scale keeping the window at least this is `scale`
             // (see dct_scale); a whole decode passes its size as the window.
             let size = match window {
-                Some(_) => size,
+                Some(w) => (w.height, w.width),
                 None => {
                     let frame = Frame::read(bytes).unwrap();
                     (frame.height, frame.width)

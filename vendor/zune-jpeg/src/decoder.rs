@@ -845,26 +845,9 @@ where
         self.scale = 1;
         // tfpipe patch: a crop is in the scaled pixels, so it is set after.
         self.crop = None;
-        let out = self.options.jpeg_get_out_colorspace();
-        let grey = self.components.len() == 1
-            && out == ColorSpace::Luma
-            && self.components[0].horizontal_sample == 1
-            && self.components[0].vertical_sample == 1;
-        let ycbcr = self.components.len() == 3
-            && self.input_colorspace == ColorSpace::YCbCr
-            && out == ColorSpace::RGB
-            && self.components[1..]
-                .iter()
-                .all(|c| c.horizontal_sample == 1 && c.vertical_sample == 1)
-            && matches!(
-                (self.components[0].horizontal_sample, self.components[0].vertical_sample),
-                (1, 1) | (2, 2)
-            );
-        let all_in_first_scan = usize::from(self.num_scans) == self.components.len();
         if self.headers_decoded
-            && !self.is_progressive
             && matches!(scale, 2 | 4 | 8)
-            && (grey || (ycbcr && all_in_first_scan))
+            && self.patched_layout(&[ColorSpace::RGB], &[(1, 1), (2, 2)])
         {
             self.scale = scale;
         }
@@ -895,14 +878,21 @@ where
             && height > 0
             && x.checked_add(width).is_some_and(|end| end <= w)
             && y.checked_add(height).is_some_and(|end| end <= h);
-        if self.headers_decoded && !self.is_progressive && inside && self.crop_sampling_ok() {
+        let known = self.patched_layout(
+            &[ColorSpace::RGB, ColorSpace::Luma],
+            &[(1, 1), (2, 1), (2, 2)],
+        );
+        if self.headers_decoded && inside && known {
             self.crop = Some([x, y, x + width, y + height]);
         }
         self.crop.is_some()
     }
 
-    /// tfpipe patch: whether `set_crop` knows this image's layout.
-    fn crop_sampling_ok(&self) -> bool {
+    /// tfpipe patch: whether `set_scale` or `set_crop` knows this image's
+    /// layout: sequential with every component in the first scan, and grey
+    /// decoded to Luma, or YCbCr decoded to one of `ycbcr_to` with chroma
+    /// 1x1 and luma sampled as one of `luma` (horizontal, vertical).
+    fn patched_layout(&self, ycbcr_to: &[ColorSpace], luma: &[(usize, usize)]) -> bool {
         let out = self.options.jpeg_get_out_colorspace();
         let sampling = |c: &crate::components::Components| (c.horizontal_sample, c.vertical_sample);
         let all_in_first_scan = usize::from(self.num_scans) == self.components.len();
@@ -911,10 +901,10 @@ where
             && sampling(&self.components[0]) == (1, 1);
         let ycbcr = self.components.len() == 3
             && self.input_colorspace == ColorSpace::YCbCr
-            && matches!(out, ColorSpace::RGB | ColorSpace::Luma)
+            && ycbcr_to.contains(&out)
             && self.components[1..].iter().all(|c| sampling(c) == (1, 1))
-            && matches!(sampling(&self.components[0]), (1, 1) | (2, 1) | (2, 2));
-        all_in_first_scan && (grey || ycbcr)
+            && luma.contains(&sampling(&self.components[0]));
+        !self.is_progressive && all_in_first_scan && (grey || ycbcr)
     }
 
     pub fn decode_into(&mut self, out: &mut [u8]) -> Result<(), DecodeErrors> {
