@@ -13,10 +13,10 @@ std, in `DataLoader` worker processes, batched by 64. Two decoders:
 - `tv`: `torchvision.io.decode_jpeg` (libjpeg-turbo) and `transforms.v2` on
   uint8 tensors.
 
-The records are read by a few lines of Python (length, CRCs skipped) and
-parsed by the `protobuf` message of the `tfrecord` package, each worker reading
-its own shards, as a careful PyTorch user would (the `tfrecord` package's own
-dataset gives every worker every record unless an index is built).
+The records are read by the `tfrecord` package's `tfrecord_iterator` (CRCs
+not checked) and parsed by its `protobuf` message, each worker reading its own
+shards, as a careful PyTorch user would (the package's own dataset gives every
+worker every record unless an index is built).
 
     pip install torch torchvision pillow tfrecord
     python scripts/torch_image_bench.py /tmp/imgbench --decoder pil --workers 2 --epochs 2
@@ -26,12 +26,12 @@ import argparse
 import glob
 import io
 import os
-import struct
 import time
 
 import torch
 from PIL import Image
 from tfrecord import example_pb2
+from tfrecord.reader import tfrecord_iterator
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from torchvision import io as tvio
 from torchvision import transforms as T
@@ -39,19 +39,6 @@ from torchvision.transforms import v2
 
 MEAN = [0.485, 0.456, 0.406]
 STD = [0.229, 0.224, 0.225]
-
-
-def records(path):
-    """The records of one TFRecord file (CRCs not checked)."""
-    with open(path, "rb") as f:
-        while True:
-            head = f.read(12)
-            if not head:
-                return
-            (length,) = struct.unpack("<Q", head[:8])
-            data = f.read(length)
-            f.read(4)
-            yield data
 
 
 def example(record):
@@ -100,7 +87,7 @@ class Shards(IterableDataset):
         mine = self.files if info is None else self.files[info.id :: info.num_workers]
         transform = pil_transform() if self.decoder == "pil" else tv_transform()
         for path in mine:
-            for record in records(path):
+            for record in tfrecord_iterator(path):
                 jpeg, label = example(record)
                 yield transform(jpeg), label
 
