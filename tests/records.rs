@@ -1,5 +1,5 @@
 //! Integration tests of the TFRecord layer: TensorFlow golden files, corrupt
-//! files, cross-checks with the independent `tfrecord` crate, property tests,
+//! files, edge records against the framing computed from its definition, property tests,
 //! and the atomic file writer. One test binary; the areas live in `records/`.
 
 #[path = "records/common.rs"]
