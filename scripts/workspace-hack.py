@@ -17,6 +17,10 @@ it, so their features match the reference's. `cargo test` never includes it:
 it is the README's command and the reference for compiled crates; clippy's
 check of the whole workspace is the reference for checked ones.
 
+It also checks that the crates the root Cargo.toml compiles at opt-level 0
+as build-time-only code (proc macros and build-script helpers) are never
+compiled for the target.
+
 Usage: scripts/workspace-hack.py          rewrite workspace-hack/Cargo.toml
        scripts/workspace-hack.py --check  fail if it would change (CI)
 
@@ -29,6 +33,7 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -201,9 +206,30 @@ def generate():
         lock.write_text(original_lock)
 
 
+def host_only_violations(graphs):
+    """Crates the root Cargo.toml builds at opt-level 0 (as build-time-only
+    code) that some build also compiles for the target, where level 0 would
+    slow the code under test."""
+    profile = tomllib.loads((ROOT / "Cargo.toml").read_text())["profile"]["dev"]
+    unoptimised = {name for name, settings in profile.get("package", {}).items()
+                   if name != "*" and settings.get("opt-level") == 0}
+    on_target = {package(u)[0] for graph in graphs for u in graph
+                 if u["platform"] is not None and is_library(u)}
+    return sorted(unoptimised & on_target)
+
+
 def main():
     check = "--check" in sys.argv[1:]
     text, references = generate()
+    followers = [(name, unit_graph(args), references[id(reference)], exempt)
+                 for name, args, reference, exempt in FOLLOWERS]
+    violations = host_only_violations([references[id(REFERENCE_BUILD)],
+                                       references[id(REFERENCE_CHECK)],
+                                       *(graph for _, graph, _, _ in followers)])
+    if violations:
+        sys.exit("error: Cargo.toml's [profile.dev.package] builds these at opt-level 0 as "
+                 "build-time-only crates, but they are compiled for the target too: "
+                 + ", ".join(violations))
     if check:
         if HACK.read_text() != text:
             diff = difflib.unified_diff(HACK.read_text().splitlines(), text.splitlines(),
@@ -214,8 +240,8 @@ def main():
     else:
         HACK.write_text(text)
     report = []
-    for name, args, reference, exempt in FOLLOWERS:
-        wasted = wasted_units(references[id(reference)], unit_graph(args), exempt)
+    for name, graph, reference, exempt in followers:
+        wasted = wasted_units(reference, graph, exempt)
         report.append(f"{name}: {len(wasted)} shared units compiled again"
                       + "".join(f"\n  {w}" for w in wasted))
     print("\n".join(report))
