@@ -45,17 +45,16 @@ TARGET = subprocess.run(["rustc", "--print", "host-tuple"], capture_output=True,
                         text=True, check=True).stdout.strip()
 
 # The reference builds, and the builds that must reuse their units:
-# (name, cargo arguments, the reference, crates exempt from the comparison).
-REFERENCE_BUILD = ["test", "--no-run"]
-REFERENCE_CHECK = ["check", "--workspace", "--all-targets"]
+# (name, cargo arguments, which reference, crates exempt from the comparison).
+REFERENCES = {"build": ["test", "--no-run"], "check": ["check", "--workspace", "--all-targets"]}
 # Crates that only the wheel compiles: numpy's ndarray takes num-complex and
 # num-integer with their defaults, and nothing the engine shares sits above them.
 WHEEL_ONLY = {"num-complex", "num-integer"}
 FOLLOWERS = [
-    ("wheel", ["build", "-p", "tfpipe-python"], REFERENCE_BUILD, WHEEL_ONLY),
-    ("doc", ["doc", "--no-deps", "-p", "tfpipe", "-p", HACK_PACKAGE], REFERENCE_CHECK, set()),
+    ("wheel", ["build", "-p", "tfpipe-python"], "build", WHEEL_ONLY),
+    ("doc", ["doc", "--no-deps", "-p", "tfpipe", "-p", HACK_PACKAGE], "check", set()),
     ("engine alone", ["check", "--no-default-features", "-p", "tfpipe", "-p", HACK_PACKAGE],
-     REFERENCE_CHECK, set()),
+     "check", set()),
 ]
 
 
@@ -107,13 +106,13 @@ def own_key(unit):
 
 
 def full_keys(units):
-    """Each unit's identity with its dependencies', as cargo hashes it."""
+    """Each unit's identity with its dependencies', as cargo hashes it (the
+    unit graph has no cycles)."""
     memo = {}
 
     def key(i):
         if i not in memo:
-            memo[i] = None
-            deps = tuple(sorted(str(key(d["index"])) for d in units[i]["dependencies"]))
+            deps = tuple(sorted(key(d["index"]) for d in units[i]["dependencies"]))
             memo[i] = hash((own_key(units[i]), deps))
         return memo[i]
 
@@ -177,9 +176,11 @@ def render(entries):
 
 
 def generate():
-    """Add what each follower misses until none misses anything (a fixed point)."""
-    references = {id(REFERENCE_BUILD): unit_graph(REFERENCE_BUILD),
-                  id(REFERENCE_CHECK): None}
+    """Add what each follower misses until none misses anything (a fixed point).
+
+    Returns the hack's text, and the graphs of the last round, which are the
+    graphs of that text: {reference name: units} and [(follower, units)]."""
+    references = {"build": unit_graph(REFERENCES["build"])}
     entries = {}
     # Each round rewrites the hack, and cargo rewrites Cargo.lock to follow:
     # both are put back, so that a check changes nothing and a lock entry is
@@ -189,17 +190,18 @@ def generate():
     try:
         for _ in range(10):
             HACK.write_text(render(entries))
-            references[id(REFERENCE_CHECK)] = unit_graph(REFERENCE_CHECK)
+            # Only clippy's check sees the hack; `cargo test` never does.
+            references["check"] = unit_graph(REFERENCES["check"])
+            followers = [(follower, unit_graph(follower[1])) for follower in FOLLOWERS]
             added = False
-            for _, args, reference, exempt in FOLLOWERS:
-                for key, features in mismatches(references[id(reference)], unit_graph(args),
-                                                exempt).items():
+            for (_, _, reference, exempt), graph in followers:
+                for key, features in mismatches(references[reference], graph, exempt).items():
                     merged = entries.get(key, set()) | features
                     if merged != entries.get(key):
                         entries[key] = merged
                         added = True
             if not added:
-                return render(entries), references
+                return render(entries), references, followers
         sys.exit("error: no fixed point after 10 rounds")
     finally:
         HACK.write_text(original)
@@ -220,7 +222,7 @@ def host_only_violations(graphs):
 
 def main():
     check = "--check" in sys.argv[1:]
-    text, references = generate()
+    text, references, followers = generate()
     if check:
         if HACK.read_text() != text:
             diff = difflib.unified_diff(HACK.read_text().splitlines(), text.splitlines(),
@@ -230,19 +232,16 @@ def main():
                      "and commit the result, or CI compiles shared crates twice")
     else:
         HACK.write_text(text)
-    # The report below is of the file as it now stands.
-    followers = [(name, unit_graph(args), references[id(reference)], exempt)
-                 for name, args, reference, exempt in FOLLOWERS]
-    violations = host_only_violations([references[id(REFERENCE_BUILD)],
-                                       references[id(REFERENCE_CHECK)],
-                                       *(graph for _, graph, _, _ in followers)])
+    # The last round's graphs are those of the file as it now stands.
+    violations = host_only_violations([*references.values(),
+                                       *(graph for _, graph in followers)])
     if violations:
         sys.exit("error: Cargo.toml's [profile.dev.package] builds these at opt-level 0 as "
                  "build-time-only crates, but they are compiled for the target too: "
                  + ", ".join(violations))
     report = []
-    for name, graph, reference, exempt in followers:
-        wasted = wasted_units(reference, graph, exempt)
+    for (name, _, reference, exempt), graph in followers:
+        wasted = wasted_units(references[reference], graph, exempt)
         report.append(f"{name}: {len(wasted)} shared units compiled again"
                       + "".join(f"\n  {w}" for w in wasted))
     print("\n".join(report))
