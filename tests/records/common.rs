@@ -3,7 +3,9 @@
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
-use tfpipe::tfrecord::{FileRecordReader, ReaderOptions, RecordError, RecordReader};
+use tfpipe::tfrecord::{
+    Compression, FileRecordReader, ReaderOptions, RecordError, RecordReader, RecordWriter,
+};
 
 /// `testdata/tf-golden/<name>`.
 pub fn golden(name: &str) -> PathBuf {
@@ -46,6 +48,15 @@ pub fn read_all(path: &Path, options: ReaderOptions) -> Vec<Vec<u8>> {
     let (records, end) = drain(&mut reader);
     end.unwrap();
     records
+}
+
+/// Every record written uncompressed or compressed, finished.
+pub fn write_records(records: &[Vec<u8>], compression: Compression) -> Vec<u8> {
+    let mut writer = RecordWriter::new(Vec::new(), compression);
+    for record in records {
+        writer.write_record(record).unwrap();
+    }
+    writer.finish().unwrap()
 }
 
 /// The bitwise CRC-32C (Castagnoli, reflected polynomial 0x82f63b78), written

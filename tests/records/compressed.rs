@@ -7,24 +7,16 @@ use std::io::Write;
 
 use tfpipe::tfrecord::{
     Compression, CorruptionKind, DecodeError, FileRecordReader, MAX_CORRUPTIONS_KEPT, OnCorruption,
-    ReaderOptions, RecordReader, RecordWriter,
+    ReaderOptions, RecordReader,
 };
 
-use crate::common::{drain, golden, read_all};
+use crate::common::{drain, golden, read_all, write_records};
 
 fn options(compression: Compression) -> ReaderOptions {
     ReaderOptions {
         compression: Some(compression),
         ..ReaderOptions::default()
     }
-}
-
-fn write(records: &[Vec<u8>], compression: Compression) -> Vec<u8> {
-    let mut writer = RecordWriter::new(Vec::new(), compression);
-    for r in records {
-        writer.write_record(r).unwrap();
-    }
-    writer.finish().unwrap()
 }
 
 fn numbered(n: usize, len: usize) -> Vec<Vec<u8>> {
@@ -94,7 +86,7 @@ fn golden_gzip_with_a_bad_crc_delivers_all_50_then_fails() {
 fn damage_mid_stream_keeps_the_records_before_it() {
     let records = numbered(2000, 300);
     for compression in [Compression::Zlib, Compression::Gzip] {
-        let mut bytes = write(&records, compression);
+        let mut bytes = write_records(&records, compression);
         let at = bytes.len() * 3 / 5;
         bytes[at] ^= 0xff;
         let (read, end, _) = read_bytes(&bytes, options(compression));
@@ -137,7 +129,7 @@ fn damage_mid_stream_keeps_the_records_before_it() {
 fn a_cut_stream_keeps_the_records_before_the_cut() {
     let records = numbered(2000, 300);
     for compression in [Compression::Zlib, Compression::Gzip] {
-        let bytes = write(&records, compression);
+        let bytes = write_records(&records, compression);
         let cut = bytes.len() * 3 / 5;
         let (read, end, _) = read_bytes(&bytes[..cut], options(compression));
         assert!(
@@ -185,8 +177,8 @@ fn an_empty_compressed_file_has_no_records() {
 fn concatenated_streams_are_all_read() {
     let records = numbered(100, 40);
     for compression in [Compression::Zlib, Compression::Gzip] {
-        let mut bytes = write(&records[..50], compression);
-        bytes.extend(write(&records[50..], compression));
+        let mut bytes = write_records(&records[..50], compression);
+        bytes.extend(write_records(&records[50..], compression));
         let (read, end, _) = read_bytes(&bytes, options(compression));
         end.unwrap();
         assert_eq!(read, records, "{compression}");
@@ -199,9 +191,9 @@ fn concatenated_streams_are_all_read() {
 fn an_empty_member_does_not_end_the_stream() {
     let records = numbered(20, 40);
     for compression in [Compression::Zlib, Compression::Gzip] {
-        let mut bytes = write(&records[..10], compression);
-        bytes.extend(write(&[], compression));
-        bytes.extend(write(&records[10..], compression));
+        let mut bytes = write_records(&records[..10], compression);
+        bytes.extend(write_records(&[], compression));
+        bytes.extend(write_records(&records[10..], compression));
         let (read, end, _) = read_bytes(&bytes, options(compression));
         end.unwrap();
         assert_eq!(read, records, "{compression}");
@@ -215,7 +207,7 @@ fn trailing_bytes_are_an_error_or_a_counted_skip() {
     let records = numbered(30, 40);
     for compression in [Compression::Zlib, Compression::Gzip] {
         for (tail, zeros) in [(&b"garbage!"[..], false), (&[0u8; 512][..], true)] {
-            let mut bytes = write(&records, compression);
+            let mut bytes = write_records(&records, compression);
             let end_of_stream = bytes.len() as u64;
             bytes.extend_from_slice(tail);
             let (read, end, _) = read_bytes(&bytes, options(compression));
@@ -252,11 +244,15 @@ fn content_is_sniffed_when_the_name_says_uncompressed() {
     let dir = tempfile::tempdir().unwrap();
     let records = numbered(10, 40);
     for compression in [Compression::Gzip, Compression::Zlib] {
-        let path = tmp_file(&dir, "x.tfrecord", &write(&records, compression));
+        let path = tmp_file(&dir, "x.tfrecord", &write_records(&records, compression));
         assert_eq!(read_all(&path, ReaderOptions::default()), records);
     }
     // Uncompressed stays uncompressed.
-    let path = tmp_file(&dir, "y.tfrecord", &write(&records, Compression::None));
+    let path = tmp_file(
+        &dir,
+        "y.tfrecord",
+        &write_records(&records, Compression::None),
+    );
     assert_eq!(read_all(&path, ReaderOptions::default()), records);
 
     let cases: [(&[u8], &str); 3] = [
@@ -284,7 +280,7 @@ fn content_is_sniffed_when_the_name_says_uncompressed() {
 #[test]
 fn skipped_corruptions_are_counted_and_the_list_is_bounded() {
     let records = numbered(200, 20);
-    let mut bytes = write(&records, Compression::None);
+    let mut bytes = write_records(&records, Compression::None);
     // Flip one data byte in every other record.
     let framed = 20 + 16;
     for i in (0..200).step_by(2) {

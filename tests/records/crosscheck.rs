@@ -8,9 +8,9 @@
 //! ones that define the format (TensorFlow's bytes, and its layout), and
 //! `props.rs` checks random records the same way.
 
-use tfpipe::tfrecord::{Compression, ReaderOptions, RecordReader, RecordWriter};
+use tfpipe::tfrecord::{Compression, ReaderOptions, RecordReader};
 
-use super::common::{drain, frame_independently, golden, read_all};
+use super::common::{drain, frame_independently, golden, read_all, write_records};
 
 /// The golden records plus an empty one, one over the reader's first buffer
 /// and one of every byte value.
@@ -35,11 +35,10 @@ fn edge_records_framed_from_the_definition_read_back_through_ours() {
 #[test]
 fn edge_records_written_by_us_are_the_framing_of_the_definition() {
     let records = edge_records();
-    let mut writer = RecordWriter::new(Vec::new(), Compression::None);
-    for record in &records {
-        writer.write_record(record).unwrap();
-    }
-    assert_eq!(writer.finish().unwrap(), frame_independently(&records));
+    assert_eq!(
+        write_records(&records, Compression::None),
+        frame_independently(&records)
+    );
 }
 
 #[test]

@@ -4,11 +4,9 @@
 use std::io::Write;
 
 use proptest::prelude::*;
-use tfpipe::tfrecord::{
-    Compression, CorruptionKind, ReaderOptions, RecordError, RecordReader, RecordWriter,
-};
+use tfpipe::tfrecord::{Compression, CorruptionKind, ReaderOptions, RecordError, RecordReader};
 
-use super::common::{drain, frame_independently};
+use super::common::{drain, frame_independently, write_records};
 
 fn records() -> impl Strategy<Value = Vec<Vec<u8>>> {
     prop::collection::vec(prop::collection::vec(any::<u8>(), 0..600), 0..12)
@@ -20,14 +18,6 @@ fn compression() -> impl Strategy<Value = Compression> {
         Just(Compression::Gzip),
         Just(Compression::Zlib)
     ]
-}
-
-fn write(records: &[Vec<u8>], compression: Compression) -> Vec<u8> {
-    let mut writer = RecordWriter::new(Vec::new(), compression);
-    for record in records {
-        writer.write_record(record).unwrap();
-    }
-    writer.finish().unwrap()
 }
 
 fn options(buffer_size: usize) -> ReaderOptions {
@@ -59,7 +49,7 @@ proptest! {
         compression in compression(),
         buffer_size in buffer_size(),
     ) {
-        let bytes = write(&records, compression);
+        let bytes = write_records(&records, compression);
         let options = ReaderOptions { compression: Some(compression), ..options(buffer_size) };
         let mut reader = RecordReader::decoding(&bytes[..], options);
         let (read, end) = drain(&mut reader);
@@ -71,7 +61,7 @@ proptest! {
 
     #[test]
     fn uncompressed_output_is_tensorflow_framing(records in records()) {
-        prop_assert_eq!(write(&records, Compression::None), frame_independently(&records));
+        prop_assert_eq!(write_records(&records, Compression::None), frame_independently(&records));
     }
 
     #[test]
@@ -80,7 +70,7 @@ proptest! {
         cut in any::<prop::sample::Index>(),
         buffer_size in buffer_size(),
     ) {
-        let bytes = write(&records, Compression::None);
+        let bytes = write_records(&records, Compression::None);
         let cut = cut.index(bytes.len() + 1);
         let starts = boundaries(&records);
         let mut reader = RecordReader::new(&bytes[..cut], options(buffer_size));
@@ -119,7 +109,7 @@ proptest! {
         flip in 1u8..=255,
         buffer_size in buffer_size(),
     ) {
-        let mut bytes = write(&records, Compression::None);
+        let mut bytes = write_records(&records, Compression::None);
         let at = at.index(bytes.len());
         bytes[at] ^= flip;
         let starts = boundaries(&records);
@@ -150,7 +140,7 @@ proptest! {
         junk in prop::collection::vec(any::<u8>(), 0..64),
         buffer_size in 1usize..64,
     ) {
-        let mut bytes = write(&records, Compression::None);
+        let mut bytes = write_records(&records, Compression::None);
         bytes.extend_from_slice(&junk);
         let outcome = |buffer_size| {
             let mut reader = RecordReader::new(&bytes[..], options(buffer_size));
@@ -186,7 +176,7 @@ proptest! {
         flip in 1u8..=255,
         cut in any::<bool>(),
     ) {
-        let mut bytes = write(&records, compression);
+        let mut bytes = write_records(&records, compression);
         let at = at.index(bytes.len());
         if cut {
             bytes.truncate(at);
@@ -211,8 +201,8 @@ proptest! {
     #[test]
     fn multi_member_gzip_reads_fully(records in records(), split in any::<prop::sample::Index>()) {
         let split = split.index(records.len() + 1);
-        let mut bytes = write(&records[..split], Compression::Gzip);
-        bytes.extend(write(&records[split..], Compression::Gzip));
+        let mut bytes = write_records(&records[..split], Compression::Gzip);
+        bytes.extend(write_records(&records[split..], Compression::Gzip));
         let options = ReaderOptions { compression: Some(Compression::Gzip), ..options(1 << 20) };
         let mut reader = RecordReader::decoding(&bytes[..], options);
         let (read, end) = drain(&mut reader);
