@@ -13,7 +13,8 @@ photographs shipped by scikit-learn and scikit-image, Pillow quality 75-95) in
 --count 1000` makes the large set of docs/benchmarks.md's "DCT-scaled decoding":
 sides above the smallest photo's are mosaics of random crops of at most 300 px,
 so that each pixel keeps a photograph's detail (an upscaled crop would be
-smoother, and cheaper to decode, than a camera's picture).
+smoother, and cheaper to decode, than a camera's picture). `--progressive`
+writes progressive JPEGs (Pillow's `progressive=True`) instead of baseline.
 """
 
 import argparse
@@ -55,7 +56,7 @@ def mosaic(sources, rng, h, w, cell=300):
     return out
 
 
-def write(directory, count=3000, shards=4, size_range=(300, 600)):
+def write(directory, count=3000, shards=4, size_range=(300, 600), progressive=False):
     # Only writing needs Pillow (and photos() scikit-learn and scikit-image):
     # timing runs in a venv with TensorFlow alone.
     from PIL import Image
@@ -77,7 +78,7 @@ def write(directory, count=3000, shards=4, size_range=(300, 600)):
         else:
             pixels = mosaic(sources, rng, rng.randint(low, high), rng.randint(low, high))
         buffer = io.BytesIO()
-        Image.fromarray(pixels).save(buffer, "JPEG", quality=rng.randint(75, 95))
+        Image.fromarray(pixels).save(buffer, "JPEG", quality=rng.randint(75, 95), progressive=progressive)
         feature = {
             "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[buffer.getvalue()])),
             "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[k])),
@@ -137,9 +138,10 @@ def main():
     parser.add_argument(
         "--size-range", type=int, nargs=2, default=(300, 600), metavar=("MIN", "MAX"), help="with --write: px per side"
     )
+    parser.add_argument("--progressive", action="store_true", help="with --write: progressive JPEGs")
     args = parser.parse_args()
     if args.write:
-        write(args.directory, count=args.count, size_range=tuple(args.size_range))
+        write(args.directory, count=args.count, size_range=tuple(args.size_range), progressive=args.progressive)
     else:
         run(args.directory, args.epochs)
 

@@ -271,11 +271,16 @@ mod tests {
     }
 
     /// The order of scripts/tf_images_scaled.py.
-    const SCALED_FILES: [(&str, usize); 4] = [
+    const SCALED_FILES: [(&str, usize); 9] = [
         ("china_q90.jpg", 3),
         ("china_tf_q80.jpg", 3),
         ("flower_q75_444.jpg", 3),
         ("flower_grey.jpg", 1),
+        ("china_q50_progressive.jpg", 3),
+        ("flower_q95_progressive.jpg", 3),
+        ("photo_tf_progressive.jpg", 3),
+        ("photo_tf_progressive_grey.jpg", 1),
+        ("photo_tf_progressive_444.jpg", 3),
     ];
 
     #[test]
@@ -358,6 +363,9 @@ mod tests {
             "flower_grey.jpg",
             "flower_tf_q95_444.jpg",
             "flower_q95_progressive.jpg",
+            "photo_tf_progressive.jpg",
+            "photo_tf_progressive_grey.jpg",
+            "photo_tf_progressive_444.jpg",
         ];
         let mut jpegs: Vec<_> = names.iter().map(|n| (n.to_string(), read(n))).collect();
         let path = "testdata/images/photos-imagenet.tfrecord";
@@ -459,6 +467,44 @@ mod tests {
     }
 
     #[test]
+    fn corrupt_jpegs_decode_or_fail_at_every_scale_and_crop_never_panic() {
+        // The patched decoder's scaled and cropped paths (sequential and
+        // progressive) on damaged bytes: an error or an image, never a
+        // panic. Bytes past the headers are overwritten at random, so the
+        // entropy-coded data and the scan headers are what is damaged.
+        let mut rng = crate::rng::SplitMix64(7);
+        let (mut failed, mut decoded) = (0, 0);
+        for (name, bytes) in all_jpegs() {
+            for round in 0..40 {
+                let mut damaged = bytes.clone();
+                for _ in 0..1 + round % 4 {
+                    let at = 20 + rng.below(damaged.len() as u64 - 20) as usize;
+                    damaged[at] = rng.next_u64() as u8;
+                }
+                for scale in [1, 2, 4, 8] {
+                    let mut decoder = Decoder::new(DecodeOptions::default()).unwrap();
+                    let mut image = Image::default();
+                    let window = |h: usize, w: usize| Window {
+                        top: h / 3,
+                        left: w / 4,
+                        height: (h / 2).max(1),
+                        width: (w / 2).max(1),
+                    };
+                    let at_least = (1 + 8 / scale, 1 + 8 / scale);
+                    match decoder.decode_window_scaled(&damaged, window, at_least, &mut image) {
+                        Ok(_) => decoded += 1,
+                        Err(error) => {
+                            assert!(error.is_data_error(), "{name} {round}: {error}");
+                            failed += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(failed > 100 && decoded > 100, "{failed} {decoded}");
+    }
+
+    #[test]
     fn scaled_decoding_keeps_the_bounds_and_errors() {
         let bytes = read("china_q90.jpg");
         let mut small = Decoder::new(DecodeOptions {
@@ -473,11 +519,16 @@ mod tests {
         assert!(matches!(error, ImageError::TooLarge { .. }), "{error}");
         assert_eq!(image.data.capacity(), 0);
         let mut decoder = Decoder::new(DecodeOptions::default()).unwrap();
-        for cut in [bytes.len() - 100, bytes.len() * 2 / 3, 200] {
-            let error = decoder
-                .decode_window_scaled(&bytes[..cut], Window::full, (4, 4), &mut image)
-                .unwrap_err();
-            assert!(error.is_data_error(), "{cut}: {error}");
+        // Sequential, and progressive (whose scans all come before the
+        // scaled transform).
+        for file in ["china_q90.jpg", "china_q50_progressive.jpg"] {
+            let bytes = read(file);
+            for cut in [bytes.len() - 100, bytes.len() * 2 / 3, 200] {
+                let error = decoder
+                    .decode_window_scaled(&bytes[..cut], Window::full, (4, 4), &mut image)
+                    .unwrap_err();
+                assert!(error.is_data_error(), "{file} {cut}: {error}");
+            }
         }
     }
 }

@@ -82,6 +82,13 @@ pub(crate) struct Components {
 }
 
 impl Components {
+    /// tfpipe patch: 8x8 blocks in one row of this component. A progressive
+    /// decode keeps their coefficients 64 a block in that order, whatever
+    /// `idct_size` makes of `width_stride` (the decoded row's length).
+    pub(crate) fn blocks_per_row(&self) -> usize {
+        self.width_stride / self.idct_size
+    }
+
     /// Create a new instance from three bytes from the start of frame
     #[inline]
     pub fn from(a: [u8; 3], pos: u8) -> Result<Components, DecodeErrors> {

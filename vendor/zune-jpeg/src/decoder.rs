@@ -837,9 +837,12 @@ where
     /// tfpipe patch: decode at 1/`scale` (2, 4 or 8) of the size, with the
     /// reduced IDCT of the top-left coefficients (libjpeg's
     /// `scale_denom`), every component at the output's resolution (no
-    /// chroma upsampling), when the image allows it: sequential, 1 component
-    /// decoded to Luma, or YCbCr decoded to RGB with chroma 1x1 and luma
-    /// 1x1 or 2x2. Call after `decode_headers`. Returns the scale in effect
+    /// chroma upsampling), when the image allows it: sequential (every
+    /// component in the first scan) or progressive, 1 component decoded to
+    /// Luma, or YCbCr decoded to RGB with chroma 1x1 and luma 1x1 or 2x2.
+    /// A progressive image's scans are decoded whole (every coefficient is
+    /// kept until the last scan); the reduced IDCT and the smaller colour
+    /// conversion run once, at the end. Call after `decode_headers`. Returns the scale in effect
     /// (1 when refused); `dimensions` and `output_buffer_size` follow it.
     pub fn set_scale(&mut self, scale: usize) -> usize {
         self.scale = 1;
@@ -847,7 +850,7 @@ where
         self.crop = None;
         if self.headers_decoded
             && matches!(scale, 2 | 4 | 8)
-            && self.patched_layout(&[ColorSpace::RGB], &[(1, 1), (2, 2)])
+            && self.patched_layout(&[ColorSpace::RGB], &[(1, 1), (2, 2)], true)
         {
             self.scale = scale;
         }
@@ -881,6 +884,7 @@ where
         let known = self.patched_layout(
             &[ColorSpace::RGB, ColorSpace::Luma],
             &[(1, 1), (2, 1), (2, 2)],
+            false,
         );
         if self.headers_decoded && inside && known {
             self.crop = Some([x, y, x + width, y + height]);
@@ -889,10 +893,13 @@ where
     }
 
     /// tfpipe patch: whether `set_scale` or `set_crop` knows this image's
-    /// layout: sequential with every component in the first scan, and grey
-    /// decoded to Luma, or YCbCr decoded to one of `ycbcr_to` with chroma
-    /// 1x1 and luma sampled as one of `luma` (horizontal, vertical).
-    fn patched_layout(&self, ycbcr_to: &[ColorSpace], luma: &[(usize, usize)]) -> bool {
+    /// layout: sequential with every component in the first scan (or
+    /// progressive, if `progressive`), and grey decoded to Luma, or YCbCr
+    /// decoded to one of `ycbcr_to` with chroma 1x1 and luma sampled as one
+    /// of `luma` (horizontal, vertical).
+    fn patched_layout(
+        &self, ycbcr_to: &[ColorSpace], luma: &[(usize, usize)], progressive: bool
+    ) -> bool {
         let out = self.options.jpeg_get_out_colorspace();
         let sampling = |c: &crate::components::Components| (c.horizontal_sample, c.vertical_sample);
         let all_in_first_scan = usize::from(self.num_scans) == self.components.len();
@@ -904,7 +911,8 @@ where
             && ycbcr_to.contains(&out)
             && self.components[1..].iter().all(|c| sampling(c) == (1, 1))
             && luma.contains(&sampling(&self.components[0]));
-        !self.is_progressive && all_in_first_scan && (grey || ycbcr)
+        let scans = if self.is_progressive { progressive } else { all_in_first_scan };
+        scans && (grey || ycbcr)
     }
 
     pub fn decode_into(&mut self, out: &mut [u8]) -> Result<(), DecodeErrors> {

@@ -66,7 +66,8 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
             self.reset_params();
         }
 
-        if self.is_interleaved {
+        // tfpipe patch: at 1/scale no component is upsampled (as in mcu.rs).
+        if self.is_interleaved && self.scale == 1 {
             // this helps us catch component errors.
             self.set_upsampling()?;
         }
@@ -258,7 +259,8 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                         // handle EOB runs here.
                         stream.eob_run -= 1;
                     } else {
-                        let start = 64 * (j + i * (self.components[k].width_stride / 8));
+                        // tfpipe patch: blocks_per_row, not width_stride / 8.
+                        let start = 64 * (j + i * self.components[k].blocks_per_row());
 
                         let data: &mut [i16; 64] = buffer
                             .get_mut(k)
@@ -394,7 +396,8 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                             for h_samp in 0..component.horizontal_sample {
                                 let x2 = j * component.horizontal_sample + h_samp;
                                 let y2 = i * component.vertical_sample + v_samp;
-                                let position = 64 * (x2 + y2 * component.width_stride / 8);
+                                // tfpipe patch: blocks_per_row, not width_stride / 8.
+                                let position = 64 * (x2 + y2 * component.blocks_per_row());
                                 let buf_n = &mut buffer[n];
 
                                 let Some(data) = &mut buf_n.get_mut(position) else {
@@ -503,8 +506,13 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
         // Size of our output image(width*height)
         let is_hv = usize::from(self.is_interleaved);
         let upsampler_scratch_size = is_hv * self.components[0].width_stride;
-        let width = usize::from(self.info.width);
-        let padded_width = calculate_padded_width(width, self.info.sample_ratio);
+        let mut width = usize::from(self.info.width);
+        let mut padded_width = calculate_padded_width(width, self.info.sample_ratio);
+        if self.scale > 1 {
+            // tfpipe patch: every component's rows are the output's.
+            width = usize::from(self.width());
+            padded_width = self.components[0].width_stride;
+        }
 
         let mut upsampler_scratch_space = vec![0; upsampler_scratch_size];
         let mut tmp = [0_i32; DCT_BLOCK];
@@ -524,7 +532,8 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                 // allocate enough space to hold a whole MCU width
                 // this means we should take into account sampling ratios
                 // `*8` is because each MCU spans 8 widths.
-                let len = comp.width_stride * comp.vertical_sample * 8;
+                // tfpipe patch: idct_size rows per block row (8 unscaled).
+                let len = comp.width_stride * comp.vertical_sample * comp.idct_size;
 
                 comp.needed = true;
                 comp.raw_coeff = vec![0; len];
@@ -556,20 +565,22 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
 
                 let slice = &block[position][start..start + step];
 
+                // (tfpipe patch: blocks_per_row, not width_stride / 8.)
+                let mcu_x = component.blocks_per_row();
+                let n = component.idct_size;
                 let temp_channel = &mut component.raw_coeff;
 
                 // The next logical step is to iterate width wise.
                 // To figure out how many pixels we iterate by we use effective pixels
                 // Given to us by component.x
                 // iterate per effective pixels.
-                let mcu_x = component.width_stride / 8;
 
                 // iterate per every vertical sample.
                 for k in 0..component.vertical_sample {
                     for j in 0..mcu_x {
                         // after writing a single stride, we need to skip 8 rows.
                         // This does the row calculation
-                        let width_stride = k * 8 * component.width_stride;
+                        let width_stride = k * 64 * mcu_x;
                         let start = j * 64 + width_stride;
 
                         // See https://github.com/etemesi254/zune-image/issues/262 sample 3.
@@ -587,9 +598,19 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                         // determine where to write.
                         let sl = &mut temp_channel[component.idct_pos..];
 
-                        component.idct_pos += 8;
+                        component.idct_pos += n;
                         // tmp now contains a dequantized block so idct it
-                        (self.idct_func)(&mut tmp, sl, component.width_stride);
+                        if n < 8 {
+                            // tfpipe patch: the reduced IDCT of 1/scale.
+                            crate::idct::scaled::idct_scaled(
+                                &tmp,
+                                sl,
+                                component.width_stride,
+                                n
+                            );
+                        } else {
+                            (self.idct_func)(&mut tmp, sl, component.width_stride);
+                        }
                     }
                     // after every write of 8, skip 7 since idct write stride wise 8 times.
                     //
@@ -597,7 +618,8 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                     // sl
                     //
                     // and component.idct_pos is one stride long
-                    component.idct_pos += 7 * component.width_stride;
+                    // (tfpipe patch: n - 1 at 1/scale.)
+                    component.idct_pos += (n - 1) * component.width_stride;
                 }
                 component.idct_pos = 0;
             }
