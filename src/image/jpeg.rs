@@ -467,6 +467,47 @@ mod tests {
     }
 
     #[test]
+    fn progressive_crops_transform_only_around_the_window() {
+        // A window in the middle of a progressive JPEG, 1 and 3 channels,
+        // at full size and at 1/2: its pixels are a whole decode's, and the
+        // rows above it and below it were never written (the buffer's
+        // zeros), as for a sequential JPEG's decode-and-crop.
+        // (8-pixel MCUs: the test JPEGs are too small for a 4:2:0 one's
+        // 16-pixel MCU rows to leave a row above and below the margins.)
+        for file in [
+            "photo_tf_progressive_444.jpg",
+            "photo_tf_progressive_grey.jpg",
+        ] {
+            let bytes = read(file);
+            for (channels, scale) in [(1, 1), (3, 1), (3, 2)] {
+                if file.ends_with("grey.jpg") && channels == 3 {
+                    continue;
+                }
+                let (full, _) = decode_at(&bytes, channels, scale, None);
+                let (h, w) = (full.height * scale, full.width * scale);
+                let window = Window {
+                    top: h * 2 / 5,
+                    left: w / 3,
+                    height: 4 * scale,
+                    width: w / 3,
+                };
+                let (part, inside) = decode_at(&bytes, channels, scale, Some(window));
+                assert_eq!(part.width, full.width, "{file} c{channels} 1/{scale}");
+                assert_eq!(pixels(&part, inside), pixels(&full, inside), "{file}");
+                let row = |image: &Image, y: usize| {
+                    let len = image.width * image.channels;
+                    image.data[y * len..(y + 1) * len].to_vec()
+                };
+                let zeros = vec![0; part.width * channels];
+                for y in [0, part.height - 1] {
+                    assert_eq!(row(&part, y), zeros, "{file} c{channels} 1/{scale} row {y}");
+                    assert_ne!(row(&full, y), zeros, "{file} c{channels} 1/{scale} row {y}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn corrupt_jpegs_decode_or_fail_at_every_scale_and_crop_never_panic() {
         // The patched decoder's scaled and cropped paths (sequential and
         // progressive) on damaged bytes: an error or an image, never a

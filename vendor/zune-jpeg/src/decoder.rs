@@ -881,11 +881,10 @@ where
             && height > 0
             && x.checked_add(width).is_some_and(|end| end <= w)
             && y.checked_add(height).is_some_and(|end| end <= h);
-        let known = self.patched_layout(
-            &[ColorSpace::RGB, ColorSpace::Luma],
-            &[(1, 1), (2, 1), (2, 2)],
-            false,
-        );
+        // (Progressive: 4:2:2 is not among the tested layouts.)
+        let luma: &[(usize, usize)] =
+            if self.is_progressive { &[(1, 1), (2, 2)] } else { &[(1, 1), (2, 1), (2, 2)] };
+        let known = self.patched_layout(&[ColorSpace::RGB, ColorSpace::Luma], luma, true);
         if self.headers_decoded && inside && known {
             self.crop = Some([x, y, x + width, y + height]);
         }

@@ -1042,6 +1042,10 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
 pub(crate) struct CropPlan {
     /// The first MCU row whose blocks are IDCT'd and post-processed.
     pub(crate) row0: usize,
+    /// The MCU row from which on nothing is IDCT'd or post-processed
+    /// (used by the progressive decode; a sequential one is shortened by
+    /// its frame height instead, src/image/jpeg.rs).
+    pub(crate) row1: usize,
     /// MCU columns `[col0, col1)` whose blocks are IDCT'd.
     pub(crate) col0: usize,
     pub(crate) col1: usize,
@@ -1054,6 +1058,7 @@ impl CropPlan {
     /// No crop: everything.
     pub(crate) const WHOLE: CropPlan = CropPlan {
         row0: 0,
+        row1: usize::MAX,
         col0: 0,
         col1: usize::MAX,
         x0: 0,
@@ -1061,7 +1066,7 @@ impl CropPlan {
     };
 
     /// Whether the blocks of MCU (`row`, `col`) are IDCT'd.
-    fn idct(&self, row: usize, col: usize) -> bool {
+    pub(crate) fn idct(&self, row: usize, col: usize) -> bool {
         row >= self.row0 && col >= self.col0 && col < self.col1
     }
 
@@ -1084,16 +1089,19 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
     /// it reads (one chroma sample each way) from transformed blocks; the
     /// stale state the upsampler carries into the first post-processed MCU
     /// row only reaches that row's top two rows, above the window.
-    fn plan_crop(&self) -> CropPlan {
-        let Some([x0, y0, x1, _]) = self.crop else {
+    pub(crate) fn plan_crop(&self) -> CropPlan {
+        let Some([x0, y0, x1, y1]) = self.crop else {
             return CropPlan::WHOLE;
         };
-        if !all_components_in_first_scan_of(self) {
+        if !self.is_progressive && !all_components_in_first_scan_of(self) {
             return CropPlan::WHOLE;
         }
         let (mcu_columns, mcu_rows) = self.mcu_pixels();
         CropPlan {
             row0: (y0 / mcu_rows).saturating_sub(1),
+            // The MCU row below the window's last is post-processed too: a
+            // vertically upsampled row's last rows come out with the next.
+            row1: (y1.saturating_sub(1) / mcu_rows).saturating_add(2),
             col0: (x0 / mcu_columns).saturating_sub(1),
             col1: x1.div_ceil(mcu_columns) + 1,
             x0,
@@ -1105,7 +1113,7 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
     /// post-processed: `i` MCU rows, less the rows a vertically upsampled
     /// MCU row leaves for the next one (its last chroma row, upsampled once
     /// the row below it is decoded; see `post_process`).
-    fn rows_before(&self, i: usize) -> usize {
+    pub(crate) fn rows_before(&self, i: usize) -> usize {
         let (_, mcu_rows) = self.mcu_pixels();
         let deferred = self.scale == 1
             && self.is_interleaved

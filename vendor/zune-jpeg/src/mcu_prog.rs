@@ -543,9 +543,25 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
         }
 
         let mut pixels_written = 0;
+        // tfpipe patch: which MCUs a crop (set_crop) needs.
+        self.crop_plan = self.plan_crop();
+        let crop_plan = self.crop_plan;
+        let out_components = self.options.jpeg_get_out_colorspace().num_components();
 
         // dequantize, idct and color convert.
         for i in 0..mcu_height {
+            // tfpipe patch: MCU rows above and below a crop's are neither
+            // transformed nor post-processed; the first one that is starts
+            // at its own place in `pixels`.
+            if i >= crop_plan.row1 {
+                break;
+            }
+            if i < crop_plan.row0 {
+                continue;
+            }
+            if i == crop_plan.row0 {
+                pixels_written = self.rows_before(i) * width * out_components;
+            }
             'component: for (position, component) in &mut self.components.iter_mut().enumerate() {
                 if !component.needed {
                     continue 'component;
@@ -589,6 +605,12 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                                 "Invalid slice , would panic, invalid image"
                             ));
                         };
+                        // tfpipe patch: a block outside the crop's MCUs is
+                        // not transformed.
+                        if !crop_plan.idct(i, j / component.horizontal_sample) {
+                            component.idct_pos += n;
+                            continue;
+                        }
                         // dequantize
                         for ((x, out), qt_val) in
                             qt_slice.iter().zip(tmp.iter_mut()).zip(qt_table.iter())
