@@ -1,9 +1,11 @@
 """Golden values of DCT-scaled JPEG decoding (docs/images.md, "DCT-scaled
 decoding"): `tf.io.decode_jpeg(bytes, channels=C, ratio=R)` (libjpeg-turbo's
 reduced IDCT) of test JPEGs at R = 2, 4, 8, written to
-testdata/images/scaled_tf.bin as the raw uint8 pixels of each (file, ratio) in
-the order of FILES and RATIOS, row-major [H, W, C], H and W = ceil(size / R).
-src/image/jpeg.rs's `scaled_decoding_matches_tensorflow` reads it.
+testdata/images/scaled_tf.bin as the raw uint8 pixels of each (file, ratio),
+row-major [H, W, C], H and W = ceil(size / R), and described case by case in
+testdata/images/scaled_tf.json (file, channels, ratio, offset into the .bin,
+shape; the layout of scripts/tf_images.py's expected.json).
+src/image/jpeg.rs's `scaled_decoding_matches_tensorflow` reads both.
 
 It first writes the three progressive photo JPEGs it uses (TensorFlow's
 `encode_jpeg(progressive=True)` of a crop of the last photo in
@@ -12,6 +14,8 @@ that progressive decoding is checked on an encoder other than PIL's too.
 
     /work/venv-tf/bin/python scripts/tf_images_scaled.py
 """
+
+import json
 
 import tensorflow as tf
 
@@ -44,14 +48,18 @@ def write_progressive_photos():
 
 def main():
     write_progressive_photos()
-    out = bytearray()
+    out, cases = bytearray(), []
     for name, channels in FILES:
         data = open(f"testdata/images/{name}", "rb").read()
         for ratio in RATIOS:
             pixels = tf.io.decode_jpeg(data, channels=channels, ratio=ratio).numpy()
             print(name, ratio, pixels.shape)
+            cases.append({"file": name, "channels": channels, "ratio": ratio, "offset": len(out),
+                          "shape": list(pixels.shape)})
             out += pixels.tobytes()
     open("testdata/images/scaled_tf.bin", "wb").write(bytes(out))
+    manifest = {"tensorflow": tf.__version__, "cases": cases}
+    open("testdata/images/scaled_tf.json", "w").write(json.dumps(manifest, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -270,49 +270,48 @@ mod tests {
         (image, window)
     }
 
-    /// The order of scripts/tf_images_scaled.py.
-    const SCALED_FILES: [(&str, usize); 9] = [
-        ("china_q90.jpg", 3),
-        ("china_tf_q80.jpg", 3),
-        ("flower_q75_444.jpg", 3),
-        ("flower_grey.jpg", 1),
-        ("china_q50_progressive.jpg", 3),
-        ("flower_q95_progressive.jpg", 3),
-        ("photo_tf_progressive.jpg", 3),
-        ("photo_tf_progressive_grey.jpg", 1),
-        ("photo_tf_progressive_444.jpg", 3),
-    ];
-
     #[test]
     fn scaled_decoding_matches_tensorflow() {
-        // tf.io.decode_jpeg(ratio=2, 4, 8) of each file, one after another.
+        // tf.io.decode_jpeg(ratio=2, 4, 8) of each file, described case by
+        // case (file, channels, ratio, offset, shape) in scaled_tf.json
+        // (scripts/tf_images_scaled.py).
         let golden = read("scaled_tf.bin");
+        let manifest: serde_json::Value = serde_json::from_slice(&read("scaled_tf.json")).unwrap();
+        let number = |case: &serde_json::Value, key: &str| case[key].as_u64().unwrap() as usize;
         let mut at = 0;
         let (mut largest, mut sum, mut count) = (0u8, 0u64, 0u64);
-        for (file, channels) in SCALED_FILES {
+        for case in manifest["cases"].as_array().unwrap() {
+            let file = case["file"].as_str().unwrap();
+            let (channels, ratio) = (number(case, "channels"), number(case, "ratio"));
             let bytes = read(file);
             let full = decode(&bytes, channels, None);
-            for ratio in [2, 4, 8] {
-                // The smallest window the ratio keeps at least this size.
-                let at_least = (full.height / ratio, full.width / ratio);
-                let (image, window) = scaled(&bytes, channels, at_least);
-                let (h, w) = (full.height.div_ceil(ratio), full.width.div_ceil(ratio));
-                assert_eq!((image.height, image.width), (h, w), "{file} 1/{ratio}");
-                assert_eq!((window.height, window.width), (h, w), "{file} 1/{ratio}");
-                let expected = &golden[at..at + image.data.len()];
-                at += image.data.len();
-                for (a, b) in image.data.iter().zip(expected) {
-                    largest = largest.max(a.abs_diff(*b));
-                    sum += u64::from(a.abs_diff(*b));
-                    count += 1;
-                }
+            // The smallest window the ratio keeps at least this size.
+            let at_least = (full.height / ratio, full.width / ratio);
+            let (image, window) = scaled(&bytes, channels, at_least);
+            let (h, w) = (full.height.div_ceil(ratio), full.width.div_ceil(ratio));
+            assert_eq!((image.height, image.width), (h, w), "{file} 1/{ratio}");
+            assert_eq!((window.height, window.width), (h, w), "{file} 1/{ratio}");
+            let shape = case["shape"].as_array().unwrap();
+            assert_eq!(
+                shape,
+                &[h, w, channels].map(serde_json::Value::from),
+                "{file}"
+            );
+            assert_eq!(number(case, "offset"), at, "{file} 1/{ratio}");
+            let expected = &golden[at..at + image.data.len()];
+            at += image.data.len();
+            for (a, b) in image.data.iter().zip(expected) {
+                largest = largest.max(a.abs_diff(*b));
+                sum += u64::from(a.abs_diff(*b));
+                count += 1;
             }
         }
         assert_eq!(at, golden.len());
         // The reduced IDCTs are libjpeg's; what differs is the colour
         // conversion's rounding and, at 1/2 of a 4:2:0 image, the chroma's
         // full 8x8 IDCT (libjpeg-turbo's IFAST against zune-jpeg's): largest
-        // difference seen 2, mean 0.26 over the 12 decodes (docs/images.md).
+        // difference seen 3 over the 27 decodes, 1/4 and 1/8 and every 4:4:4
+        // or grey one identical (docs/images.md).
         // A full-size decode differs by up to 6 (src/image/tf_tests.rs); a
         // plain N-point IDCT of the top-left coefficients, tried first,
         // differed by up to 50 on the large benchmark photos.
@@ -474,35 +473,33 @@ mod tests {
         // zeros), as for a sequential JPEG's decode-and-crop.
         // (8-pixel MCUs: the test JPEGs are too small for a 4:2:0 one's
         // 16-pixel MCU rows to leave a row above and below the margins.)
-        for file in [
-            "photo_tf_progressive_444.jpg",
-            "photo_tf_progressive_grey.jpg",
-        ] {
+        let cases = [
+            ("photo_tf_progressive_444.jpg", 1, 1),
+            ("photo_tf_progressive_444.jpg", 3, 1),
+            ("photo_tf_progressive_444.jpg", 3, 2),
+            ("photo_tf_progressive_grey.jpg", 1, 1),
+        ];
+        for (file, channels, scale) in cases {
             let bytes = read(file);
-            for (channels, scale) in [(1, 1), (3, 1), (3, 2)] {
-                if file.ends_with("grey.jpg") && channels == 3 {
-                    continue;
-                }
-                let (full, _) = decode_at(&bytes, channels, scale, None);
-                let (h, w) = (full.height * scale, full.width * scale);
-                let window = Window {
-                    top: h * 2 / 5,
-                    left: w / 3,
-                    height: 4 * scale,
-                    width: w / 3,
-                };
-                let (part, inside) = decode_at(&bytes, channels, scale, Some(window));
-                assert_eq!(part.width, full.width, "{file} c{channels} 1/{scale}");
-                assert_eq!(pixels(&part, inside), pixels(&full, inside), "{file}");
-                let row = |image: &Image, y: usize| {
-                    let len = image.width * image.channels;
-                    image.data[y * len..(y + 1) * len].to_vec()
-                };
-                let zeros = vec![0; part.width * channels];
-                for y in [0, part.height - 1] {
-                    assert_eq!(row(&part, y), zeros, "{file} c{channels} 1/{scale} row {y}");
-                    assert_ne!(row(&full, y), zeros, "{file} c{channels} 1/{scale} row {y}");
-                }
+            let (full, _) = decode_at(&bytes, channels, scale, None);
+            let (h, w) = (full.height * scale, full.width * scale);
+            let window = Window {
+                top: h * 2 / 5,
+                left: w / 3,
+                height: 4 * scale,
+                width: w / 3,
+            };
+            let (part, inside) = decode_at(&bytes, channels, scale, Some(window));
+            assert_eq!(part.width, full.width, "{file} c{channels} 1/{scale}");
+            assert_eq!(pixels(&part, inside), pixels(&full, inside), "{file}");
+            let row = |image: &Image, y: usize| {
+                let len = image.width * image.channels;
+                image.data[y * len..(y + 1) * len].to_vec()
+            };
+            let zeros = vec![0; part.width * channels];
+            for y in [0, part.height - 1] {
+                assert_eq!(row(&part, y), zeros, "{file} c{channels} 1/{scale} row {y}");
+                assert_ne!(row(&full, y), zeros, "{file} c{channels} 1/{scale} row {y}");
             }
         }
     }
@@ -515,6 +512,12 @@ mod tests {
         // entropy-coded data and the scan headers are what is damaged.
         let mut rng = crate::rng::SplitMix64(7);
         let (mut failed, mut decoded) = (0, 0);
+        let window = |h: usize, w: usize| Window {
+            top: h / 3,
+            left: w / 4,
+            height: (h / 2).max(1),
+            width: (w / 2).max(1),
+        };
         for (name, bytes) in all_jpegs() {
             for round in 0..40 {
                 let mut damaged = bytes.clone();
@@ -523,14 +526,10 @@ mod tests {
                     damaged[at] = rng.next_u64() as u8;
                 }
                 for scale in [1, 2, 4, 8] {
+                    // A fresh decoder each time: what one decode leaves in a
+                    // decoder must not decide the next one's outcome here.
                     let mut decoder = Decoder::new(DecodeOptions::default()).unwrap();
                     let mut image = Image::default();
-                    let window = |h: usize, w: usize| Window {
-                        top: h / 3,
-                        left: w / 4,
-                        height: (h / 2).max(1),
-                        width: (w / 2).max(1),
-                    };
                     let at_least = (1 + 8 / scale, 1 + 8 / scale);
                     match decoder.decode_window_scaled(&damaged, window, at_least, &mut image) {
                         Ok(_) => decoded += 1,
