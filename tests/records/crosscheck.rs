@@ -12,12 +12,13 @@ use tfpipe::tfrecord::{Compression, ReaderOptions, RecordReader};
 
 use super::common::{drain, frame_independently, golden, read_all, write_records};
 
-/// The golden records plus an empty one, one over the reader's first buffer
-/// and one of every byte value.
+/// The golden records plus an empty one, one longer than the reader's first
+/// buffer (the default read size, so the buffer has to grow for it) and one
+/// of every byte value.
 fn edge_records() -> Vec<Vec<u8>> {
     let mut records = read_all(&golden("examples.tfrecord"), ReaderOptions::default());
     records.push(Vec::new());
-    records.push(vec![0xab; 100_000]);
+    records.push(vec![0xab; ReaderOptions::default().buffer_size + 1]);
     records.push((0..=255).collect());
     records
 }
