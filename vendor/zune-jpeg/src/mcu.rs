@@ -136,19 +136,13 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
             mcu_width = ((self.info.width + 7) / 8) as usize;
             mcu_height = ((self.info.height + 7) / 8) as usize;
         }
-        let mut width = usize::from(self.info.width);
-
-        let mut padded_width = calculate_padded_width(width, self.info.sample_ratio);
-        if self.scale > 1 {
-            // tfpipe patch: every component's rows are the output's.
-            if !all_components_in_first_scan_of(self) {
-                return Err(DecodeErrors::FormatStatic(
-                    "scaled decoding needs every component in the first scan"
-                ));
-            }
-            width = usize::from(self.width());
-            padded_width = self.components[0].width_stride;
+        // tfpipe patch: at 1/scale every component's rows are the output's.
+        if self.scale > 1 && !all_components_in_first_scan_of(self) {
+            return Err(DecodeErrors::FormatStatic(
+                "scaled decoding needs every component in the first scan"
+            ));
         }
+        let (width, padded_width) = self.output_row_widths();
 
         // tfpipe patch: which MCUs a crop (set_crop) needs.
         self.crop_plan = self.plan_crop();
@@ -998,6 +992,19 @@ fn all_components_in_first_scan_of<T: ZByteReaderTrait>(img: &JpegDecoder<T>) ->
 }
 
 impl<T: ZByteReaderTrait> JpegDecoder<T> {
+    /// tfpipe patch: the output's width and the length of a component row
+    /// that post-processing reads, in pixels: the image's (with its padding
+    /// for upsampling), or at 1/scale the scaled image's and the component
+    /// rows' own (every component already at the output's resolution).
+    pub(crate) fn output_row_widths(&self) -> (usize, usize) {
+        if self.scale > 1 {
+            (usize::from(self.width()), self.components[0].width_stride)
+        } else {
+            let width = usize::from(self.info.width);
+            (width, calculate_padded_width(width, self.info.sample_ratio))
+        }
+    }
+
     /// tfpipe patch: at 1/scale every component of an MCU row is already at
     /// the output's resolution (no upsampling): colour-convert its rows.
     fn post_process_scaled(

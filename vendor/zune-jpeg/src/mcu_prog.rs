@@ -35,7 +35,7 @@ use crate::errors::DecodeErrors;
 use crate::headers::parse_sos;
 use crate::marker::Marker;
 use crate::mcu::DCT_BLOCK;
-use crate::misc::{calculate_padded_width, setup_component_params};
+use crate::misc::setup_component_params; // (tfpipe patch: calculate_padded_width is in output_row_widths)
 
 impl<T: ZByteReaderTrait> JpegDecoder<T> {
     /// Decode a progressive image
@@ -506,13 +506,8 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
         // Size of our output image(width*height)
         let is_hv = usize::from(self.is_interleaved);
         let upsampler_scratch_size = is_hv * self.components[0].width_stride;
-        let mut width = usize::from(self.info.width);
-        let mut padded_width = calculate_padded_width(width, self.info.sample_ratio);
-        if self.scale > 1 {
-            // tfpipe patch: every component's rows are the output's.
-            width = usize::from(self.width());
-            padded_width = self.components[0].width_stride;
-        }
+        // (tfpipe patch: the scaled widths at 1/scale.)
+        let (width, padded_width) = self.output_row_widths();
 
         let mut upsampler_scratch_space = vec![0; upsampler_scratch_size];
         let mut tmp = [0_i32; DCT_BLOCK];
