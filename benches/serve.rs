@@ -8,7 +8,9 @@
 //!   `:predict` after ready against the p50 of the next 200, at batch 1 and
 //!   at batch 256; on one keep-alive connection opened before the clock
 //!   starts (`keep`), and with a new connection per request, each opened
-//!   untimed (`fresh`).
+//!   untimed (`fresh`); beside them, requests made after the steady ones,
+//!   each after 20 ms without requests, against the same p50: what a pause
+//!   alone costs once the process is long past its first request.
 //! - **Load**: throughput, p50 and p99 of batch-1 `:predict` requests at 1,
 //!   8 and 64 connections, with and without dynamic batching, from a real
 //!   HTTP load generator: `oha` (`cargo install oha`; `$OHA` names it when
@@ -135,6 +137,7 @@ fn body(rows: usize, seed: u64) -> Vec<u8> {
 struct Conn {
     stream: TcpStream,
     buf: Vec<u8>,
+    chunk: Vec<u8>,
 }
 
 impl Conn {
@@ -142,11 +145,15 @@ impl Conn {
         let stream = TcpStream::connect(addr)?;
         stream.set_nodelay(true)?;
         stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-        // Touched now, so that the first timed response does not fault
-        // in the client's buffer.
-        let mut buf = vec![0u8; 1 << 20];
+        // Written now, so that the first timed response does not fault in
+        // the client's pages. (`vec![0; n]` would not do: a zeroed
+        // allocation this large is fresh mapped memory, untouched until
+        // written; and a read buffer on the stack is fresh stack pages the
+        // first time.)
+        let mut buf = vec![1u8; 1 << 20];
         buf.clear();
-        Ok(Conn { stream, buf })
+        let chunk = vec![1u8; 64 << 10];
+        Ok(Conn { stream, buf, chunk })
     }
 
     /// Sends one request and reads its response whole; the status.
@@ -158,7 +165,7 @@ impl Conn {
     fn send(&mut self, out: &[u8]) -> std::io::Result<u16> {
         self.stream.write_all(out)?;
         self.buf.clear();
-        let mut chunk = [0u8; 64 << 10];
+        let chunk = &mut self.chunk;
         let (head, length) = loop {
             if let Some(i) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
                 let head = String::from_utf8_lossy(&self.buf[..i]).to_ascii_lowercase();
@@ -168,14 +175,14 @@ impl Conn {
                     .map_or(0, |v| v.trim().parse().unwrap_or(0));
                 break (i + 4, length);
             }
-            let n = self.stream.read(&mut chunk)?;
+            let n = self.stream.read(chunk)?;
             if n == 0 {
                 return Err(std::io::ErrorKind::UnexpectedEof.into());
             }
             self.buf.extend_from_slice(&chunk[..n]);
         };
         while self.buf.len() < head + length {
-            let n = self.stream.read(&mut chunk)?;
+            let n = self.stream.read(chunk)?;
             if n == 0 {
                 return Err(std::io::ErrorKind::UnexpectedEof.into());
             }
@@ -293,8 +300,19 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-/// One process: its first request against the p50 of the next `steady`.
-fn first_vs_steady(bin: &Path, models: &Path, rows: usize, fresh: bool, steady: usize) -> [f64; 2] {
+/// Requests timed after the steady ones, each after [`IDLE`] without any.
+const AFTER_IDLE: usize = 5;
+
+/// The pause before each of those.
+const IDLE: Duration = Duration::from_millis(20);
+
+/// One process: its first request, the p50 of the next `steady`, and the
+/// median of [`AFTER_IDLE`] requests made after them, each after [`IDLE`]
+/// without requests: what a request costs after a pause once the process
+/// is long past its first (on this VM a pause alone costs 1.3-1.6x at
+/// batch 256, decaying over the next few requests; docs/benchmarks.md,
+/// "Serving").
+fn first_vs_steady(bin: &Path, models: &Path, rows: usize, fresh: bool, steady: usize) -> [f64; 3] {
     // The requests first: made after ready (tens of ms in a dev-built
     // harness at batch 256), they put an idle gap before the first request,
     // which then measured the cost of a request after idle; made inside
@@ -314,9 +332,18 @@ fn first_vs_steady(bin: &Path, models: &Path, rows: usize, fresh: bool, steady: 
             ms(conn.predict(&bodies[1 + i % 4]))
         })
         .collect();
+    let mut after_idle: Vec<f64> = (0..AFTER_IDLE)
+        .map(|i| {
+            if fresh {
+                conn = Conn::open(served.addr).expect("connect");
+            }
+            std::thread::sleep(IDLE);
+            ms(conn.predict(&bodies[1 + i % 4]))
+        })
+        .collect();
     drop(conn);
     served.stop();
-    [first, median(&mut times)]
+    [first, median(&mut times), median(&mut after_idle)]
 }
 
 /// Process-interleaved runs of each binary; per binary, the medians of
@@ -330,12 +357,15 @@ fn first_runs(bins: &[PathBuf], models: &Path, rows: usize, fresh: bool, o: &Opt
     }
     runs.into_iter()
         .map(|r| {
-            let mut ratios: Vec<f64> = r.iter().map(|[f, s]| f / s).collect();
-            let mut firsts: Vec<f64> = r.iter().map(|x| x[0]).collect();
-            let mut steadies: Vec<f64> = r.iter().map(|x| x[1]).collect();
+            let mut ratios: Vec<f64> = r.iter().map(|[f, s, _]| f / s).collect();
+            let mut idle_ratios: Vec<f64> = r.iter().map(|[_, s, a]| a / s).collect();
+            let column = |i: usize| median(&mut r.iter().map(|x| x[i]).collect::<Vec<_>>());
+            let (first, steady, after_idle) = (column(0), column(1), column(2));
             let ratio = median(&mut ratios);
-            json!({"first_ms": median(&mut firsts), "steady_p50_ms": median(&mut steadies),
-                   "ratio": ratio, "ratios": ratios})
+            let idle_ratio = median(&mut idle_ratios);
+            json!({"first_ms": first, "steady_p50_ms": steady, "after_idle_ms": after_idle,
+                   "ratio": ratio, "ratios": ratios,
+                   "after_idle_vs_steady": idle_ratio, "after_idle_vs_steady_ratios": idle_ratios})
         })
         .collect()
 }
@@ -483,7 +513,7 @@ fn main() {
     res["start_to_ready"] = json!(ready);
 
     println!(
-        "\n| binary | rows | connection | first | steady p50 | first / steady (median) | per process |\n| --- | --- | --- | --- | --- | --- | --- |"
+        "\n| binary | rows | connection | first | steady p50 | after 20 ms idle | first / steady (median) | after 20 ms idle / steady (median) | first / steady, per process |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     );
     for rows in [1, 256] {
         for fresh in [false, true] {
@@ -497,10 +527,12 @@ fn main() {
                     .map(|x| format!("{:.2}", x.as_f64().unwrap()))
                     .collect();
                 println!(
-                    "| {name} | {rows} | {mode} | {:.3} ms | {:.3} ms | {:.2}x | {} |",
+                    "| {name} | {rows} | {mode} | {:.3} ms | {:.3} ms | {:.3} ms | {:.2}x | {:.2}x | {} |",
                     r["first_ms"].as_f64().unwrap(),
                     r["steady_p50_ms"].as_f64().unwrap(),
+                    r["after_idle_ms"].as_f64().unwrap(),
                     r["ratio"].as_f64().unwrap(),
+                    r["after_idle_vs_steady"].as_f64().unwrap(),
                     ratios.join(" ")
                 );
             }
