@@ -17,6 +17,15 @@
 //! results agree within float rounding (tests/image.rs states the bound).
 //! A window is resized in place of a crop: `resize(crop(image))` without
 //! copying the crop.
+//!
+//! The two passes run in the order that leaves the per-pixel one less to
+//! do. The column pass gathers each output pixel's taps one pixel at a
+//! time; the row pass is a weighted sum of whole rows, which compiles to
+//! SIMD. Growing, or keeping the height, the columns go first, over the
+//! source rows the output reads (fewer than `height`); shrinking, the rows
+//! go first, and the column pass then runs over `height` rows instead of
+//! every source row the output reads (docs/benchmarks.md, "Images: the
+//! resize's two passes in the cheaper order").
 
 use super::decode::Image;
 
@@ -201,7 +210,8 @@ impl Taps {
 pub struct ResizeScratch {
     rows: Taps,
     columns: Taps,
-    /// The horizontal pass: `window.height x out_width x channels`.
+    /// Columns first: `window.height x out_width x channels`; rows first,
+    /// one row of the window, `window.width x channels`.
     wide: Vec<f32>,
 }
 
@@ -241,6 +251,10 @@ pub fn resize(
     scratch
         .columns
         .compute(method, antialias, window.width, width);
+    if distinct_rows(&scratch.rows) > height {
+        rows_first(image, window, scratch, height, width, out);
+        return;
+    }
     horizontal(
         image,
         window,
@@ -250,6 +264,65 @@ pub fn resize(
         &mut scratch.wide,
     );
     vertical(&scratch.wide, &scratch.rows, height, width * channels, out);
+}
+
+/// How many source rows `rows` reads (its indices never decrease from one
+/// output row to the next).
+fn distinct_rows(rows: &Taps) -> usize {
+    let mut last = None;
+    let mut count = 0;
+    for &r in &rows.index {
+        if last.is_none_or(|l| r > l) {
+            last = Some(r);
+            count += 1;
+        }
+    }
+    count
+}
+
+/// Shrinking rows: each output row is first the weighted sum of its window
+/// rows (one row of `scratch.wide`), then resized to `width` columns.
+fn rows_first(
+    image: &Image,
+    window: Window,
+    scratch: &mut ResizeScratch,
+    height: usize,
+    width: usize,
+    out: &mut Vec<f32>,
+) {
+    let channels = image.channels;
+    let (line_len, row_len) = (window.width * channels, width * channels);
+    let stride = image.width * channels;
+    let window_row = |r: usize| {
+        let start = (window.top + r) * stride + window.left * channels;
+        &image.data[start..start + line_len]
+    };
+    // Grown, never cleared: every value is written before it is read.
+    if scratch.wide.len() < line_len {
+        scratch.wide.resize(line_len, 0.0);
+    }
+    let line = &mut scratch.wide[..line_len];
+    out.resize(height * row_len, 0.0);
+    for (o, out_row) in out.chunks_exact_mut(row_len).enumerate() {
+        let mut taps = scratch.rows.of(o);
+        let Some((first, weight)) = taps.next() else {
+            out_row.fill(0.0);
+            continue;
+        };
+        for (value, &s) in line.iter_mut().zip(window_row(first)) {
+            *value = weight * f32::from(s);
+        }
+        for (r, weight) in taps {
+            for (value, &s) in line.iter_mut().zip(window_row(r)) {
+                *value += weight * f32::from(s);
+            }
+        }
+        match channels {
+            3 => horizontal_row::<3, f32>(line, &scratch.columns, out_row),
+            1 => horizontal_row::<1, f32>(line, &scratch.columns, out_row),
+            _ => horizontal_row_any(line, &scratch.columns, channels, out_row),
+        }
+    }
 }
 
 /// Each window row that `rows` reads, resized to `width` columns (rows no
@@ -280,16 +353,20 @@ fn horizontal(
         let row = &image.data[row_start..row_start + window.width * channels];
         let out_row = &mut wide[r * row_len..(r + 1) * row_len];
         match channels {
-            3 => horizontal_row::<3>(row, taps, out_row),
-            1 => horizontal_row::<1>(row, taps, out_row),
+            3 => horizontal_row::<3, u8>(row, taps, out_row),
+            1 => horizontal_row::<1, u8>(row, taps, out_row),
             _ => horizontal_row_any(row, taps, channels, out_row),
         }
     }
 }
 
-/// One row of `C` channels: each output pixel summed in registers.
+/// One row of `C` channels (bytes of the image, or a row already summed
+/// from several): each output pixel summed in registers.
 #[inline(always)]
-fn horizontal_row<const C: usize>(row: &[u8], taps: &Taps, out_row: &mut [f32]) {
+fn horizontal_row<const C: usize, S: Copy>(row: &[S], taps: &Taps, out_row: &mut [f32])
+where
+    f32: From<S>,
+{
     for (o, pixel) in out_row.chunks_exact_mut(C).enumerate() {
         let (from, to) = (taps.ranges[o], taps.ranges[o + 1]);
         let mut sum = [0f32; C];
@@ -303,7 +380,10 @@ fn horizontal_row<const C: usize>(row: &[u8], taps: &Taps, out_row: &mut [f32]) 
     }
 }
 
-fn horizontal_row_any(row: &[u8], taps: &Taps, channels: usize, out_row: &mut [f32]) {
+fn horizontal_row_any<S: Copy>(row: &[S], taps: &Taps, channels: usize, out_row: &mut [f32])
+where
+    f32: From<S>,
+{
     for (o, pixel) in out_row.chunks_exact_mut(channels).enumerate() {
         pixel.fill(0.0);
         for (i, weight) in taps.of(o) {
@@ -398,6 +478,73 @@ mod tests {
                             "{method:?} {antialias} {i}->{o}: {sum}"
                         );
                         assert!(taps.of(out).all(|(index, _)| index < i));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whichever order the passes run in (rows first when shrinking the
+    /// height), every output value is the double sum of its taps, computed
+    /// here in f64: shrinking and growing each side, 1 to 4 channels, every
+    /// method, in a window off the image's corner.
+    #[test]
+    fn both_pass_orders_give_the_double_sum_of_the_taps() {
+        let mut scratch = ResizeScratch::default();
+        let mut out = Vec::new();
+        let (mut rows, mut columns) = (Taps::default(), Taps::default());
+        for channels in 1..=4 {
+            let (height, width) = (23, 19);
+            let image = Image {
+                height,
+                width,
+                channels,
+                data: (0..height * width * channels)
+                    .map(|i| (i * 37 % 251) as u8)
+                    .collect(),
+            };
+            let window = Window {
+                top: 2,
+                left: 1,
+                height: 20,
+                width: 17,
+            };
+            for method in [
+                ResizeMethod::Bilinear,
+                ResizeMethod::Area,
+                ResizeMethod::Nearest,
+            ] {
+                for antialias in [false, true] {
+                    for (h, w) in [(7, 5), (7, 30), (31, 6), (33, 29), (20, 17)] {
+                        resize(
+                            &image,
+                            window,
+                            h,
+                            w,
+                            method,
+                            antialias,
+                            &mut scratch,
+                            &mut out,
+                        );
+                        rows.compute(method, antialias, window.height, h);
+                        columns.compute(method, antialias, window.width, w);
+                        for (o, value) in out.iter().enumerate() {
+                            let (r, c, k) = (o / (w * channels), o / channels % w, o % channels);
+                            let mut want = 0f64;
+                            for (i, wr) in rows.of(r) {
+                                for (j, wc) in columns.of(c) {
+                                    let at =
+                                        ((window.top + i) * width + window.left + j) * channels;
+                                    want += f64::from(wr)
+                                        * f64::from(wc)
+                                        * f64::from(image.data[at + k]);
+                                }
+                            }
+                            assert!(
+                                (f64::from(*value) - want).abs() < 1e-3,
+                                "{method:?} {antialias} {channels} channels to {h}x{w}, value {o}: {value} against {want}"
+                            );
+                        }
                     }
                 }
             }
