@@ -22,7 +22,7 @@
 //! do. The column pass gathers each output pixel's taps one pixel at a
 //! time; the row pass is a weighted sum of whole rows, which compiles to
 //! SIMD. Growing, or keeping the height, the columns go first, over the
-//! source rows the output reads (fewer than `height`); shrinking, the rows
+//! source rows the output reads (no more than `height`); shrinking, the rows
 //! go first, and the column pass then runs over `height` rows instead of
 //! every source row the output reads (docs/benchmarks.md, "Images: the
 //! resize's two passes in the cheaper order").
