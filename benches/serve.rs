@@ -309,9 +309,9 @@ const IDLE: Duration = Duration::from_millis(20);
 /// One process: its first request, the p50 of the next `steady`, and the
 /// median of [`AFTER_IDLE`] requests made after them, each after [`IDLE`]
 /// without requests: what a request costs after a pause once the process
-/// is long past its first (on this VM a pause alone costs 1.3-1.6x at
+/// is long past its first (on this VM a pause alone costs 1.3-1.7x at
 /// batch 256, decaying over the next few requests; docs/benchmarks.md,
-/// "Serving").
+/// "The first request against a request after a pause").
 fn first_vs_steady(bin: &Path, models: &Path, rows: usize, fresh: bool, steady: usize) -> [f64; 3] {
     // The requests first: made after ready (tens of ms in a dev-built
     // harness at batch 256), they put an idle gap before the first request,
