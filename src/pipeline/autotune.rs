@@ -1,7 +1,8 @@
 //! The autotuner behind [`Parallelism::Auto`](super::Parallelism::Auto): it
 //! sets a parallel stage's active workers from the stage's own metrics.
 //!
-//! Every [`TICK`] it looks at the last interval:
+//! Every [`TICK`] (the first time after [`FIRST_TICK`]) it looks at the
+//! last interval:
 //! - *grow* (up to the cores) when the downstream spent more than 5% of the
 //!   interval waiting for this stage and the workers were busy with their own
 //!   work more than 25% of the time: more workers would overlap that work;
@@ -21,6 +22,12 @@ use crate::metrics::StageCounters;
 /// How often the autotuner looks.
 pub(crate) const TICK: Duration = Duration::from_millis(20);
 
+/// When it first looks: a stage starts with one worker, and at start-up
+/// (a shuffle buffer filling) the downstream waits on it from the first
+/// millisecond, so waiting a whole tick for the second worker cost a
+/// fifth of a 100k buffer's fill.
+const FIRST_TICK: Duration = Duration::from_millis(2);
+
 /// Consecutive ticks calling for a shrink before it happens (100 ms).
 const SHRINK_AFTER: u32 = 5;
 
@@ -32,6 +39,8 @@ pub(crate) struct Autotuner {
     /// Consecutive ticks that called for one worker fewer.
     shrink_votes: u32,
     last: Instant,
+    /// [`FIRST_TICK`] until the first look, then [`TICK`].
+    interval: Duration,
     busy_ns: u64,
     wait_in_ns: u64,
     blocked_out_ns: u64,
@@ -45,6 +54,7 @@ impl Autotuner {
             calls: 0,
             shrink_votes: 0,
             last: Instant::now(),
+            interval: FIRST_TICK,
             busy_ns: 0,
             wait_in_ns: 0,
             blocked_out_ns: 0,
@@ -67,9 +77,10 @@ impl Autotuner {
         self.calls = 0;
         let now = Instant::now();
         let interval = now.duration_since(self.last);
-        if interval < TICK {
+        if interval < self.interval {
             return None;
         }
+        self.interval = TICK;
         let (busy, wait_in, blocked) = (
             counters.busy_ns(),
             counters.wait_in_ns(),
@@ -102,5 +113,29 @@ impl Autotuner {
             self.shrink_votes = 0;
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Calls `tick` 16 times (it reads the clock every 16th call) after
+    /// `after` of a downstream that waited all along on a busy worker.
+    fn look(tuner: &mut Autotuner, counters: &StageCounters, after: Duration) -> Option<usize> {
+        std::thread::sleep(after);
+        counters.add_busy(after);
+        let waited = tuner.downstream_wait + after;
+        (0..16).find_map(|_| tuner.tick(counters, waited, 1))
+    }
+
+    /// A stage that starts starved gets its second worker after the first
+    /// few milliseconds, not after a whole tick; later looks keep the tick.
+    #[test]
+    fn the_first_look_comes_early_and_later_ones_every_tick() {
+        let counters = StageCounters::new("test".into());
+        let mut tuner = Autotuner::new(4);
+        assert_eq!(look(&mut tuner, &counters, FIRST_TICK * 2), Some(2));
+        assert_eq!(look(&mut tuner, &counters, FIRST_TICK * 2), None);
     }
 }
