@@ -61,10 +61,25 @@ impl Augment {
 
     /// Applies the augmentations to `pixels` (`[height, width, channels]`),
     /// with draws from `seed`.
+    /// Flip, then the jitters: what `ImageWorker` does, with the flip done
+    /// by the resize instead (the reference its test compares with).
+    #[cfg(test)]
     pub(crate) fn apply(&self, pixels: &mut [f32], width: usize, channels: usize, seed: u64) {
-        if self.flip && stream(seed, Stream::Flip).next_u64() >> 63 == 1 {
+        if self.flips(seed) {
             flip_left_right(pixels, width, channels);
         }
+        self.apply_after_flip(pixels, channels, seed);
+    }
+
+    /// Whether the element of `seed` is flipped left-right.
+    pub(crate) fn flips(&self, seed: u64) -> bool {
+        self.flip && stream(seed, Stream::Flip).next_u64() >> 63 == 1
+    }
+
+    /// [`apply`](Self::apply) less the flip, for pixels flipped already
+    /// (or not to be): the jitters are per pixel or use whole-channel
+    /// means, so they commute with the flip.
+    pub(crate) fn apply_after_flip(&self, pixels: &mut [f32], channels: usize, seed: u64) {
         if let Some(max_delta) = self.brightness {
             let delta = uniform(&mut stream(seed, Stream::Brightness), -max_delta, max_delta);
             pixels.iter_mut().for_each(|v| *v += delta * 255.0);
@@ -105,6 +120,7 @@ fn uniform(rng: &mut SplitMix64, lo: f32, hi: f32) -> f32 {
 /// Swaps pixel `x` with pixel `width - 1 - x` of each row, a row's two
 /// halves paired by chunks (no index checks per value: the per-value
 /// `swap` took 5.8% of the image pipeline's CPU).
+#[cfg(test)]
 fn flip_left_right(pixels: &mut [f32], width: usize, channels: usize) {
     if width == 0 || channels == 0 {
         return;

@@ -244,17 +244,21 @@ impl ImageWorker {
         } else {
             self.decoder.decode_window(bytes, choose, &mut self.image)?
         };
-        resize(
+        // The flip is done by the resize, which writes the columns in
+        // reverse: the same values as flipping afterwards, without a pass
+        // over the image.
+        let mirror = o.augment.flips(seed);
+        resize::resize_mirrored(
             &self.image,
             window,
-            o.height,
-            o.width,
-            o.method,
-            o.antialias,
+            (o.height, o.width),
+            (o.method, o.antialias),
+            mirror,
             &mut self.scratch,
             &mut self.pixels,
         );
-        o.augment.apply(&mut self.pixels, o.width, o.channels, seed);
+        o.augment
+            .apply_after_flip(&mut self.pixels, o.channels, seed);
         augment::write_output(&self.pixels, o.channels, o.output, o.layout, out)
     }
 }
@@ -274,6 +278,75 @@ mod tests {
             .process(&photo(), seed, OutputSlice::Uint8(&mut out))
             .unwrap();
         out
+    }
+
+    /// The flip done by the resize (columns written in reverse) gives
+    /// what resizing and then flipping gave, bit for bit, with the jitters
+    /// after it, for crops and sizes that grow and shrink.
+    #[test]
+    fn the_flip_in_the_resize_equals_a_flip_after_it() {
+        let mut flipped = 0;
+        for (height, width) in [(16, 16), (7, 40), (50, 9)] {
+            let options = ImageOptions {
+                crop: Crop::Random(RandomCrop::default()),
+                augment: Augment {
+                    flip: true,
+                    brightness: Some(0.1),
+                    contrast: Some((0.8, 1.2)),
+                    saturation: Some((0.5, 1.5)),
+                },
+                output: OutputType::IMAGENET,
+                ..ImageOptions::new(height, width, 3)
+            };
+            let mut worker = ImageWorker::new(options).unwrap();
+            for position in 0..12 {
+                let seed = element_seed(3, 0, position);
+                let mut got = vec![0f32; options.output_len()];
+                worker
+                    .process(&photo(), seed, OutputSlice::Float32(&mut got))
+                    .unwrap();
+                // The old order: resize, then flip and jitter the pixels.
+                let o = options;
+                let choose = |h, w| {
+                    let crop_seed = augment::stream(seed, augment::Stream::Crop).next_u64();
+                    RandomCrop::default().window(h, w, crop_seed)
+                };
+                let mut image = Image::default();
+                let window = worker
+                    .decoder
+                    .decode_window(&photo(), choose, &mut image)
+                    .unwrap();
+                let mut pixels = Vec::new();
+                let mut scratch = ResizeScratch::default();
+                resize(
+                    &image,
+                    window,
+                    height,
+                    width,
+                    o.method,
+                    o.antialias,
+                    &mut scratch,
+                    &mut pixels,
+                );
+                o.augment.apply(&mut pixels, width, 3, seed);
+                let mut want = vec![0f32; options.output_len()];
+                augment::write_output(
+                    &pixels,
+                    3,
+                    o.output,
+                    o.layout,
+                    OutputSlice::Float32(&mut want),
+                )
+                .unwrap();
+                let same = got
+                    .iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{height}x{width} position {position}");
+                flipped += usize::from(o.augment.flips(seed));
+            }
+        }
+        assert!((6..30).contains(&flipped), "{flipped} of 36 flipped");
     }
 
     #[test]

@@ -196,6 +196,21 @@ impl Taps {
         }
     }
 
+    /// The outputs in reverse order, each with its own taps.
+    fn reverse_outputs(&mut self) {
+        let outputs = self.ranges.len() - 1;
+        let (mut index, mut weight) = (Vec::new(), Vec::new());
+        let mut ranges = vec![0];
+        for o in (0..outputs).rev() {
+            for (i, w) in self.of(o) {
+                index.push(i);
+                weight.push(w);
+            }
+            ranges.push(index.len());
+        }
+        (self.ranges, self.index, self.weight) = (ranges, index, weight);
+    }
+
     fn of(&self, o: usize) -> impl Iterator<Item = (usize, f32)> + '_ {
         let range = self.ranges[o]..self.ranges[o + 1];
         self.index[range.clone()]
@@ -242,6 +257,22 @@ pub fn resize(
     scratch: &mut ResizeScratch,
     out: &mut Vec<f32>,
 ) {
+    let (size, how) = ((height, width), (method, antialias));
+    resize_mirrored(image, window, size, how, false, scratch, out);
+}
+
+/// [`resize`], flipped left-right when `mirror`: output column `o` is
+/// computed from the taps of column `width - 1 - o`, so the values equal
+/// a flip of the resized image, bit for bit.
+pub(crate) fn resize_mirrored(
+    image: &Image,
+    window: Window,
+    (height, width): (usize, usize),
+    (method, antialias): (ResizeMethod, bool),
+    mirror: bool,
+    scratch: &mut ResizeScratch,
+    out: &mut Vec<f32>,
+) {
     debug_assert!(window.top + window.height <= image.height);
     debug_assert!(window.left + window.width <= image.width);
     let channels = image.channels;
@@ -251,6 +282,9 @@ pub fn resize(
     scratch
         .columns
         .compute(method, antialias, window.width, width);
+    if mirror {
+        scratch.columns.reverse_outputs();
+    }
     if distinct_rows(&scratch.rows) > height {
         rows_first(image, window, scratch, height, width, out);
         return;
