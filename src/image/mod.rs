@@ -288,15 +288,8 @@ mod tests {
         let mut flipped = 0;
         for (height, width) in [(16, 16), (7, 40), (50, 9)] {
             let options = ImageOptions {
-                crop: Crop::Random(RandomCrop::default()),
-                augment: Augment {
-                    flip: true,
-                    brightness: Some(0.1),
-                    contrast: Some((0.8, 1.2)),
-                    saturation: Some((0.5, 1.5)),
-                },
                 output: OutputType::IMAGENET,
-                ..ImageOptions::new(height, width, 3)
+                ..all_random(height, width)
             };
             let mut worker = ImageWorker::new(options).unwrap();
             for position in 0..12 {
@@ -349,9 +342,9 @@ mod tests {
         assert!((6..30).contains(&flipped), "{flipped} of 36 flipped");
     }
 
-    #[test]
-    fn random_choices_follow_the_seed_only() {
-        let options = ImageOptions {
+    /// RGB images of `height x width` with every random choice on.
+    fn all_random(height: usize, width: usize) -> ImageOptions {
+        ImageOptions {
             crop: Crop::Random(RandomCrop::default()),
             augment: Augment {
                 flip: true,
@@ -359,8 +352,13 @@ mod tests {
                 contrast: Some((0.8, 1.2)),
                 saturation: Some((0.5, 1.5)),
             },
-            ..ImageOptions::new(16, 16, 3)
-        };
+            ..ImageOptions::new(height, width, 3)
+        }
+    }
+
+    #[test]
+    fn random_choices_follow_the_seed_only() {
+        let options = all_random(16, 16);
         let a = run(options, element_seed(5, 0, 3));
         assert_eq!(a, run(options, element_seed(5, 0, 3)));
         assert_ne!(a, run(options, element_seed(5, 0, 4)));
