@@ -60,9 +60,9 @@ impl Augment {
     }
 
     /// Applies the augmentations to `pixels` (`[height, width, channels]`),
-    /// with draws from `seed`.
-    /// Flip, then the jitters: what `ImageWorker` does, with the flip done
-    /// by the resize instead (the reference its test compares with).
+    /// with draws from `seed`: the flip, then the jitters. `ImageWorker`
+    /// has the resize do the flip instead (`flips`, then
+    /// `apply_after_flip`); this is the reference its test compares with.
     #[cfg(test)]
     pub(crate) fn apply(&self, pixels: &mut [f32], width: usize, channels: usize, seed: u64) {
         if self.flips(seed) {
@@ -118,8 +118,8 @@ fn uniform(rng: &mut SplitMix64, lo: f32, hi: f32) -> f32 {
 }
 
 /// Swaps pixel `x` with pixel `width - 1 - x` of each row, a row's two
-/// halves paired by chunks (no index checks per value: the per-value
-/// `swap` took 5.8% of the image pipeline's CPU).
+/// halves paired by chunks: the flip `Augment::apply` does, for tests (the
+/// pipeline's flip is the resize's, `resize_mirrored`).
 #[cfg(test)]
 fn flip_left_right(pixels: &mut [f32], width: usize, channels: usize) {
     if width == 0 || channels == 0 {

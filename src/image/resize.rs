@@ -196,19 +196,16 @@ impl Taps {
         }
     }
 
-    /// The outputs in reverse order, each with its own taps.
-    fn reverse_outputs(&mut self) {
-        let outputs = self.ranges.len() - 1;
-        let (mut index, mut weight) = (Vec::new(), Vec::new());
-        let mut ranges = vec![0];
-        for o in (0..outputs).rev() {
+    /// These outputs in reverse order, each with its own taps, into `out`
+    /// (its buffers reused).
+    fn mirror_into(&self, out: &mut Taps) {
+        out.clear();
+        for o in (0..self.ranges.len() - 1).rev() {
             for (i, w) in self.of(o) {
-                index.push(i);
-                weight.push(w);
+                out.push(i, w);
             }
-            ranges.push(index.len());
+            out.end_output();
         }
-        (self.ranges, self.index, self.weight) = (ranges, index, weight);
     }
 
     fn of(&self, o: usize) -> impl Iterator<Item = (usize, f32)> + '_ {
@@ -225,6 +222,8 @@ impl Taps {
 pub struct ResizeScratch {
     rows: Taps,
     columns: Taps,
+    /// A flipped image's columns are built here, then swapped in.
+    mirrored: Taps,
     /// Columns first: `window.height x out_width x channels`; rows first,
     /// one row of the window, `window.width x channels`.
     wide: Vec<f32>,
@@ -283,7 +282,8 @@ pub(crate) fn resize_mirrored(
         .columns
         .compute(method, antialias, window.width, width);
     if mirror {
-        scratch.columns.reverse_outputs();
+        scratch.columns.mirror_into(&mut scratch.mirrored);
+        std::mem::swap(&mut scratch.columns, &mut scratch.mirrored);
     }
     if distinct_rows(&scratch.rows) > height {
         rows_first(image, window, scratch, height, width, out);
