@@ -79,7 +79,8 @@
 //! On top of the live elements, TFRecord sources recycle record buffers
 //! through one process-wide free list of at most [`POOL_BUFFERS`] idle
 //! buffers of at most [`POOL_MAX_CAPACITY`] bytes each (8 MiB in all, for
-//! every pipeline together); see [`Record`].
+//! every pipeline together), plus a stash of at most [`STASH_BUFFERS`] in
+//! each thread that recycles them; see [`Record`].
 //!
 //! `cache()` is the exception: it holds the whole dataset in memory by design.
 //! `tests/pipeline/memory.rs` checks the bound with a drop-counting element.
@@ -167,7 +168,9 @@ pub use padded_batch::{
 pub use parallel_map::MapOptions;
 pub use parse::BatchRecycler;
 pub use rank::{MAX_WORLD_SIZE, Rank, RankError, RankShare, Remainder, ShareBy};
-pub use record::{FileId, POOL_BUFFERS, POOL_MAX_CAPACITY, Record, RecordPosition};
+pub use record::{
+    FileId, POOL_BUFFERS, POOL_MAX_CAPACITY, Record, RecordPosition, STASH_BATCH, STASH_BUFFERS,
+};
 pub use shuffle::ShuffleOptions;
 use state::StageStream;
 pub use state::{PipelineState, Positions, StageState, StateError};
