@@ -15,13 +15,21 @@
 //! - [`csv_converter`] and [`json_converter`] (the convert lane's): any input
 //!   file either converts, with exactly the counted records, each of which
 //!   parses under the schema the conversion writes, or fails with an error
-//!   that names the input (and, for bad data, where in it).
+//!   that names the input (and, for bad data, where in it);
+//! - [`image_decoder`]: any bytes either decode or fail, under every decode
+//!   path (whole, a window, DCT-scaled, the whole crop-resize-augment
+//!   chain); a window of an image that decodes whole is that image's pixels
+//!   exactly, and every output has the size it claims.
 
 use prost::Message;
 
 use crate::batch::Batch;
 use crate::example::proto::{BytesList, Feature, Features, FloatList, Int64List, feature};
 use crate::example::{BatchParser, DType, Example, FeatureSpec, Layout, Schema, Value};
+use crate::image::{
+    Augment, Crop, DecodeOptions, Decoder, Image, ImageLayout, ImageOptions, ImageWorker,
+    OutputSlice, OutputType, RandomCrop, ResizeMethod, Window,
+};
 use crate::tfrecord::{Compression, OnCorruption, ReaderOptions, RecordReader, RecordWriter};
 
 /// A cursor over the fuzzer's bytes; reads past the end are zero.
@@ -336,5 +344,160 @@ fn convert_checked(
             assert!(!matches!(e, ConvertError::Panicked { .. }), "panicked: {e}");
             None
         }
+    }
+}
+
+/// The most pixels a fuzzed image may claim: small, so that each input
+/// decodes in microseconds, and large enough for every test image.
+const FUZZ_MAX_PIXELS: u64 = 1 << 18;
+
+/// Decodes the bytes after the first six (which pick the channels, a
+/// window, a DCT scale's target and the worker's options) by every path.
+/// Panics on a finding: a panic inside a decoder, an output whose size
+/// disagrees with what it claims, a window outside the decoded image, or a
+/// window whose pixels differ from the same window of a whole decode.
+/// Returns whether the image decoded whole, so that a seeded pass can show
+/// it reached both the decoding and the error paths.
+pub fn image_decoder(data: &[u8]) -> bool {
+    let mut input = Bytes(data);
+    let picks: [u8; 6] = std::array::from_fn(|_| input.byte());
+    let bytes = input.0;
+    let channels = if picks[0] & 1 == 0 { 1 } else { 3 };
+    let options = DecodeOptions {
+        channels,
+        max_pixels: FUZZ_MAX_PIXELS,
+    };
+    let mut decoder = Decoder::new(options).expect("valid options");
+    let mut whole = Image::default();
+    let whole_ok = decoder.decode(bytes, &mut whole).is_ok();
+    if whole_ok {
+        assert_consistent(&whole, channels);
+    }
+    // A window picked as fractions of the header's size.
+    let fraction = |pick: u8, of: usize| (pick as usize * of) / 256;
+    let choose = |height: usize, width: usize| {
+        let top = fraction(picks[1], height);
+        let left = fraction(picks[2], width);
+        Window {
+            top,
+            left,
+            height: (fraction(picks[3], height) + 1).min(height - top),
+            width: (fraction(picks[4], width) + 1).min(width - left),
+        }
+    };
+    let mut part = Image::default();
+    let windowed = decoder.decode_window(bytes, choose, &mut part);
+    if let Ok(window) = windowed {
+        assert_consistent(&part, channels);
+        assert_inside(window, &part);
+        if whole_ok {
+            assert_same_window(&whole, &part, window);
+        }
+    } else {
+        assert!(!whole_ok, "a window failed where the whole image decodes");
+    }
+    let at_least = (1 + picks[5] as usize % 16, 1 + picks[5] as usize / 16);
+    let mut scaled = Image::default();
+    if let Ok(window) = decoder.decode_window_scaled(bytes, choose, at_least, &mut scaled) {
+        assert_consistent(&scaled, channels);
+        assert_inside(window, &scaled);
+    }
+    worker_chain(bytes, picks);
+    whole_ok
+}
+
+/// The crop-resize-augment chain with options picked from `picks`: it
+/// succeeds or fails, and never writes outside its output.
+fn worker_chain(bytes: &[u8], picks: [u8; 6]) {
+    let crop = match picks[1] % 3 {
+        0 => Crop::None,
+        1 => Crop::Center { fraction: 0.875 },
+        _ => Crop::Random(RandomCrop::default()),
+    };
+    let options = ImageOptions {
+        method: [
+            ResizeMethod::Bilinear,
+            ResizeMethod::Area,
+            ResizeMethod::Nearest,
+        ][picks[2] as usize % 3],
+        antialias: picks[2] & 4 != 0,
+        crop,
+        augment: Augment {
+            flip: picks[3] & 1 != 0,
+            brightness: (picks[3] & 2 != 0).then_some(0.2),
+            contrast: (picks[3] & 4 != 0).then_some((0.5, 1.5)),
+            saturation: (picks[3] & 8 != 0).then_some((0.5, 1.5)),
+        },
+        output: if picks[4] & 1 == 0 {
+            OutputType::Uint8
+        } else {
+            OutputType::IMAGENET
+        },
+        layout: if picks[4] & 2 == 0 {
+            ImageLayout::Nhwc
+        } else {
+            ImageLayout::Nchw
+        },
+        max_pixels: FUZZ_MAX_PIXELS,
+        dct_scale: picks[4] & 4 != 0,
+        ..ImageOptions::new(
+            1 + picks[5] as usize % 13,
+            1 + picks[5] as usize / 13 % 13,
+            3,
+        )
+    };
+    let mut worker = ImageWorker::new(options).expect("valid options");
+    let len = options.output_len();
+    let seed = u64::from_le_bytes([picks[0], picks[1], picks[2], picks[3], 0, 0, 0, 1]);
+    match options.output {
+        OutputType::Uint8 => {
+            let mut out = vec![0u8; len];
+            let _ = worker.process(bytes, seed, OutputSlice::Uint8(&mut out));
+        }
+        OutputType::Float32 { .. } => {
+            let mut out = vec![0f32; len];
+            if worker
+                .process(bytes, seed, OutputSlice::Float32(&mut out))
+                .is_ok()
+            {
+                assert!(out.iter().all(|v| v.is_finite()), "a non-finite output");
+            }
+        }
+    }
+}
+
+fn assert_consistent(image: &Image, channels: usize) {
+    assert_eq!(image.channels, channels, "the channels asked for");
+    assert_eq!(
+        image.data.len(),
+        image.height * image.width * image.channels,
+        "the data's length against its shape"
+    );
+    assert!(image.height as u64 * image.width as u64 <= FUZZ_MAX_PIXELS);
+}
+
+fn assert_inside(window: Window, image: &Image) {
+    assert!(window.height > 0 && window.width > 0, "an empty window");
+    assert!(
+        window.top + window.height <= image.height && window.left + window.width <= image.width,
+        "window {window:?} outside a {}x{} image",
+        image.height,
+        image.width
+    );
+}
+
+fn assert_same_window(whole: &Image, part: &Image, window: Window) {
+    assert_eq!(part.width, whole.width, "a window decode keeps the width");
+    assert!(part.height <= whole.height);
+    let c = whole.channels;
+    for row in window.top..window.top + window.height {
+        let span = |image: &Image| {
+            let start = (row * image.width + window.left) * c;
+            image.data[start..start + window.width * c].to_vec()
+        };
+        assert!(
+            span(whole) == span(part),
+            "row {row} of window {window:?} differs from the whole decode"
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! A bounded, seeded fuzz pass over the same target bodies as the cargo-fuzz
 //! crate in `fuzz/` (`tfpipe::fuzzing`): random bytes and mutations of the
-//! golden files, a few thousand inputs per target, the same every run.
+//! golden files and test images, a few thousand inputs per target, the same
+//! every run.
 
 use tfpipe::fuzzing;
 
@@ -105,4 +106,47 @@ fn schema_file_parser_survives_random_and_mutated_files() {
         };
         fuzzing::schema_file(&input);
     }
+}
+
+#[test]
+fn image_decoder_survives_random_and_mutated_images() {
+    let mut rng = Rng(0x5eed_0004);
+    let images = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/images");
+    let mut seeds: Vec<Vec<u8>> = std::fs::read_dir(&images)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| {
+            let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+            ["jpg", "png", "gif", "bmp"].contains(&ext)
+        })
+        .map(|path| std::fs::read(path).unwrap())
+        .collect();
+    seeds.sort();
+    assert!(seeds.len() >= 15, "the test images");
+    // Each seed whole first (every path's invariants on valid images), then
+    // mutated: flipped, inserted, removed bytes and truncations.
+    for seed in &seeds {
+        for picks in 0..4u8 {
+            let mut input = vec![picks.wrapping_mul(67); 6];
+            input.extend_from_slice(seed);
+            assert!(fuzzing::image_decoder(&input), "a test image decodes");
+        }
+    }
+    let (mut decoded, mut failed) = (0, 0);
+    for i in 0..3000 {
+        let mut input: Vec<u8> = (0..6).map(|_| rng.next() as u8).collect();
+        if i % 10 == 0 {
+            input.extend(rng.bytes(300));
+        } else {
+            let seed = &seeds[rng.below(seeds.len())];
+            input.extend(rng.mutate(seed));
+        }
+        if fuzzing::image_decoder(&input) {
+            decoded += 1;
+        } else {
+            failed += 1;
+        }
+    }
+    // Both paths, often: mutated images that still decode, and errors.
+    assert!(decoded > 300 && failed > 300, "decoded {decoded}, failed {failed}");
 }
