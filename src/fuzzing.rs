@@ -16,6 +16,10 @@
 //!   file either converts, with exactly the counted records, each of which
 //!   parses under the schema the conversion writes, or fails with an error
 //!   that names the input (and, for bad data, where in it);
+//! - [`serve_inputs`]: any JSON a client sends as `instances`, `inputs`,
+//!   `examples` with `context`, or KServe tensors either becomes a batch of
+//!   exactly the rows sent, or a 400 whose message starts with the request
+//!   field at fault;
 //! - [`image_decoder`]: any bytes either decode or fail, under every decode
 //!   path (whole, a window, DCT-scaled, the whole crop-resize-augment
 //!   chain); a window of an image that decodes whole is that image's pixels
@@ -500,4 +504,286 @@ fn assert_same_window(whole: &Image, part: &Image, window: Window) {
             "row {row} of window {window:?} differs from the whole decode"
         );
     }
+}
+
+/// JSON request parts derived from `data` (the shapes a client could send:
+/// numbers out of range, strings where numbers go, `{"b64": ...}`, nesting,
+/// unknown and missing keys), turned into batches for two signatures by
+/// every request form the server takes (`instances`, `inputs`, `examples`
+/// with `context`, KServe tensors). Panics on a finding: a panic, a batch
+/// whose rows differ from the request's, or an error that is not a 400
+/// naming its field. Returns `(accepted, refused)` request counts, so that a
+/// seeded pass can show it reached both.
+#[cfg(feature = "serve")]
+pub fn serve_inputs(data: &[u8]) -> (usize, usize) {
+    use crate::serve::input::{TensorInput, columns_to_batch, rows_to_batch, tensors_to_batch};
+    use serde_json::Value as Json;
+
+    let mut input = Bytes(data);
+    let mut counts = (0, 0);
+    for signature in fuzz_signatures() {
+        let names: Vec<&str> = signature.inputs.iter().map(|f| f.name.as_str()).collect();
+        let mut tally = |result: Result<crate::batch::Batch, crate::serve::ApiError>,
+                         rows: Option<usize>,
+                         fields: &[&str]| match result {
+            Ok(batch) => {
+                counts.0 += 1;
+                assert_eq!(
+                    batch.columns.len(),
+                    signature.inputs.len(),
+                    "one column per input"
+                );
+                if let Some(rows) = rows {
+                    assert_eq!(batch.num_rows, rows, "a row per example sent");
+                }
+                assert!((1..=FUZZ_MAX_ROWS).contains(&batch.num_rows));
+                for column in &batch.columns {
+                    assert_eq!(column.num_rows(), batch.num_rows, "column {}", column.name);
+                }
+            }
+            Err(e) => {
+                counts.1 += 1;
+                assert_eq!(e.status, 400, "{e}");
+                assert!(
+                    fields.iter().any(|f| e.message.starts_with(f)),
+                    "an error that names no field of {fields:?}: {e}"
+                );
+            }
+        };
+        let rows: Vec<Json> = (0..input.below(10))
+            .map(|_| valid_or_not(&mut input, &signature, &names))
+            .collect();
+        tally(
+            rows_to_batch(&signature, &rows, None, "instances", FUZZ_MAX_ROWS),
+            Some(rows.len()),
+            &["instances"],
+        );
+        let context = match json_from(&mut input, 1, &names) {
+            Json::Object(map) => map,
+            _ => serde_json::Map::new(),
+        };
+        tally(
+            rows_to_batch(&signature, &rows, Some(&context), "examples", FUZZ_MAX_ROWS),
+            Some(rows.len()),
+            &["examples", "context"],
+        );
+        let columns = columns_of(&mut input, &signature, &rows);
+        tally(
+            columns_to_batch(&signature, &columns, FUZZ_MAX_ROWS),
+            None,
+            &["inputs"],
+        );
+        let flat: Vec<Json> = signature
+            .inputs
+            .iter()
+            .map(|f| match &columns {
+                Json::Object(map) => flatten(map.get(&f.name)),
+                Json::Array(_) => flatten(Some(&columns)),
+                other => other.clone(),
+            })
+            .collect();
+        let tensors: Vec<TensorInput<'_>> = flat
+            .iter()
+            .enumerate()
+            .map(|(i, data)| TensorInput {
+                feature: i,
+                rows: match input.below(8) {
+                    0 => usize::MAX,
+                    1 => rows.len() + 1,
+                    _ => rows.len(),
+                },
+                data,
+                path: format!("inputs[{i}]"),
+            })
+            .collect();
+        tally(
+            tensors_to_batch(&signature, &tensors, FUZZ_MAX_ROWS),
+            None,
+            &["inputs"],
+        );
+    }
+    counts
+}
+
+/// The most examples a fuzzed request may carry (the server's maximum
+/// batch size).
+#[cfg(feature = "serve")]
+const FUZZ_MAX_ROWS: usize = 8;
+
+/// A model of several inputs (float32, an int64 with a default, uint8
+/// pixels, token ids below 10) and one of a single float32 input (the
+/// request forms that leave names out).
+#[cfg(feature = "serve")]
+fn fuzz_signatures() -> [crate::serve::Signature; 2] {
+    use crate::serve::{InputFeature, Signature};
+    use crate::train::Task;
+    let feature = |name: &str, dtype, shape: Vec<usize>| InputFeature {
+        name: name.into(),
+        dtype,
+        shape,
+        var: false,
+        default: None,
+        vocab: None,
+    };
+    let several = Signature {
+        inputs: vec![
+            feature("x", DType::Float32, vec![3]),
+            InputFeature {
+                default: Some(vec![7.0]),
+                ..feature("n", DType::Int64, vec![])
+            },
+            feature("img", DType::Uint8, vec![2, 2]),
+            InputFeature {
+                var: true,
+                vocab: Some(10),
+                ..feature("tokens", DType::Int64, vec![])
+            },
+        ],
+        task: Task::Classification { classes: 3 },
+        class_names: None,
+    };
+    let single = Signature {
+        inputs: vec![feature("x", DType::Float32, vec![4])],
+        task: Task::Regression,
+        class_names: None,
+    };
+    [several, single]
+}
+
+/// A JSON value picked by the bytes, `depth` levels into a request.
+#[cfg(feature = "serve")]
+fn json_from(input: &mut Bytes<'_>, depth: u8, names: &[&str]) -> serde_json::Value {
+    use serde_json::{Map, Value as Json, json};
+    const NUMBERS: [f64; 10] = [
+        0.0, 1.0, -1.0, 0.5, 255.0, 256.0, 1e300, -3.5e38, 9.3e18, 1e-320,
+    ];
+    const TEXTS: [&str; 6] = ["", "NaN", "Infinity", "abc", "AAEC", "\u{1F600}"];
+    let choices = if depth >= 3 { 6 } else { 9 };
+    match input.below(choices) {
+        0 => Json::Null,
+        1 => Json::Bool(input.byte() & 1 == 1),
+        2 => json!(i64::from(input.byte() as i8) * 3),
+        3 => json!(NUMBERS[input.below(10) as usize]),
+        4 => Json::String(TEXTS[input.below(6) as usize].into()),
+        5 => {
+            let b64 = ["AAECAw==", "!!", "", "AA"][input.below(4) as usize];
+            json!({ "b64": b64 })
+        }
+        6 | 7 => Json::Array(
+            (0..input.below(5))
+                .map(|_| json_from(input, depth + 1, names))
+                .collect(),
+        ),
+        _ => {
+            let mut map = Map::new();
+            for _ in 0..input.below(5) {
+                let key = match input.below(names.len() as u8 + 2) as usize {
+                    i if i < names.len() => names[i],
+                    i if i == names.len() => "b64",
+                    _ => "unknown",
+                };
+                map.insert(key.into(), json_from(input, depth + 1, names));
+            }
+            Json::Object(map)
+        }
+    }
+}
+
+/// One example for `signature`, valid two times in three, else with one
+/// feature's value replaced, left out, or an unknown key added.
+#[cfg(feature = "serve")]
+fn valid_or_not(
+    input: &mut Bytes<'_>,
+    signature: &crate::serve::Signature,
+    names: &[&str],
+) -> serde_json::Value {
+    use serde_json::{Map, Value as Json, json};
+    let mut row = Map::new();
+    for f in &signature.inputs {
+        let count = if f.var {
+            input.below(5) as usize
+        } else {
+            f.width()
+        };
+        let values: Vec<Json> = (0..count)
+            .map(|_| match f.dtype {
+                DType::Float32 => json!([0.0, 1.0, -2.5, 0.25][input.below(4) as usize]),
+                DType::Uint8 => json!(input.byte()),
+                _ => json!(input.below(10)),
+            })
+            .collect();
+        let value = if f.shape.is_empty() && !f.var {
+            values.into_iter().next().unwrap_or(Json::Null)
+        } else {
+            Json::Array(values)
+        };
+        row.insert(f.name.clone(), value);
+    }
+    if input.below(3) == 0 {
+        let key = names[input.below(names.len() as u8) as usize];
+        match input.below(3) {
+            0 => {
+                row.insert(key.into(), json_from(input, 1, names));
+            }
+            1 => {
+                row.remove(key);
+            }
+            _ => {
+                row.insert("unknown".into(), json!(1));
+            }
+        }
+    }
+    if signature.inputs.len() == 1 && input.below(2) == 0 {
+        // A one-input model's rows may be the value alone.
+        return row.into_iter().next().map_or(Json::Null, |(_, v)| v);
+    }
+    Json::Object(row)
+}
+
+/// The columnar form of `rows` (`{name: [value, ...]}`; the list itself
+/// for a one-input model, sometimes), or now and then any JSON.
+#[cfg(feature = "serve")]
+fn columns_of(
+    input: &mut Bytes<'_>,
+    signature: &crate::serve::Signature,
+    rows: &[serde_json::Value],
+) -> serde_json::Value {
+    use serde_json::{Map, Value as Json};
+    if input.below(8) == 0 {
+        let names: Vec<&str> = signature.inputs.iter().map(|f| f.name.as_str()).collect();
+        return json_from(input, 0, &names);
+    }
+    let column = |name: &str| {
+        let values = rows.iter().map(|row| match row {
+            Json::Object(map) => map.get(name).cloned().unwrap_or(Json::Null),
+            other => other.clone(),
+        });
+        Json::Array(values.collect())
+    };
+    if signature.inputs.len() == 1 && input.below(2) == 0 {
+        return column(&signature.inputs[0].name);
+    }
+    let map: Map<String, Json> = signature
+        .inputs
+        .iter()
+        .map(|f| (f.name.clone(), column(&f.name)))
+        .collect();
+    Json::Object(map)
+}
+
+/// A column's values flattened row-major, as KServe's `data` carries them.
+#[cfg(feature = "serve")]
+fn flatten(column: Option<&serde_json::Value>) -> serde_json::Value {
+    use serde_json::Value as Json;
+    fn push(value: &Json, out: &mut Vec<Json>) {
+        match value {
+            Json::Array(items) => items.iter().for_each(|v| push(v, out)),
+            other => out.push(other.clone()),
+        }
+    }
+    let mut out = Vec::new();
+    if let Some(column) = column {
+        push(column, &mut out);
+    }
+    Json::Array(out)
 }

@@ -71,7 +71,7 @@ use crate::train::{Predictor, TrainError};
 
 mod batcher;
 mod http;
-mod input;
+pub(crate) mod input;
 mod metrics;
 mod rest;
 mod server;

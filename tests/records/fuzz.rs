@@ -108,6 +108,7 @@ fn schema_file_parser_survives_random_and_mutated_files() {
     }
 }
 
+#[cfg(feature = "images")]
 #[test]
 fn image_decoder_survives_random_and_mutated_images() {
     let mut rng = Rng(0x5eed_0004);
@@ -148,5 +149,25 @@ fn image_decoder_survives_random_and_mutated_images() {
         }
     }
     // Both paths, often: mutated images that still decode, and errors.
-    assert!(decoded > 300 && failed > 300, "decoded {decoded}, failed {failed}");
+    assert!(
+        decoded > 300 && failed > 300,
+        "decoded {decoded}, failed {failed}"
+    );
+}
+
+#[cfg(feature = "serve")]
+#[test]
+fn serve_inputs_become_their_rows_or_a_400_naming_the_field() {
+    let mut rng = Rng(0x5eed_0005);
+    let (mut accepted, mut refused) = (0, 0);
+    for _ in 0..4000 {
+        let (a, r) = fuzzing::serve_inputs(&rng.bytes(300));
+        accepted += a;
+        refused += r;
+    }
+    // Both paths, often.
+    assert!(
+        accepted > 2000 && refused > 10000,
+        "accepted {accepted}, refused {refused}"
+    );
 }
