@@ -399,11 +399,24 @@ impl BitStream {
         // set dc to be the dc prediction.
         block[0] = *dc_prediction * qt_table[0];
 
+        // tfpipe patch: the bit buffer lives in locals for the AC loop and
+        // goes back to `self` only around a refill and the slow path (as
+        // libjpeg-turbo's BITREAD_LOAD_STATE / BITREAD_SAVE_STATE). Kept in
+        // `self`, every symbol stored and reloaded it, and the next lookup
+        // waited on that store (store-to-load forwarding on the critical
+        // path of the decode).
+        let mut aligned = self.aligned_buffer;
+        let mut bits_left = self.bits_left;
         while pos < 64 {
-            self.refill(reader)?;
-            symbol = self.peek_bits::<HUFF_LOOKAHEAD>();
-            fast_ac = ac_lookup[symbol as usize];
-            symbol = ac_table.lookup[symbol as usize];
+            if bits_left < 32 {
+                self.aligned_buffer = aligned;
+                self.bits_left = bits_left;
+                self.refill(reader)?;
+                aligned = self.aligned_buffer;
+                bits_left = self.bits_left;
+            }
+            let look = (aligned >> (64 - HUFF_LOOKAHEAD)) as usize;
+            fast_ac = ac_lookup[look];
 
             if fast_ac != 0 {
                 //  FAST AC path
@@ -411,9 +424,14 @@ impl BitStream {
                 let t_pos = UN_ZIGZAG[min(pos, 63)] & 63;
 
                 block[t_pos] = i32::from(fast_ac >> 8) * (qt_table[t_pos]); // Value
-                self.drop_bits((fast_ac & 15) as u8);
+                let n = (fast_ac & 15) as u8;
+                bits_left = bits_left.saturating_sub(n);
+                aligned <<= n;
                 pos += 1;
             } else {
+                self.aligned_buffer = aligned;
+                self.bits_left = bits_left;
+                symbol = ac_table.lookup[look];
                 decode_huff!(self, symbol, ac_table);
 
                 r = symbol >> 4;
@@ -433,8 +451,12 @@ impl BitStream {
                 } else {
                     pos += 16;
                 }
+                aligned = self.aligned_buffer;
+                bits_left = self.bits_left;
             }
         }
+        self.aligned_buffer = aligned;
+        self.bits_left = bits_left;
 
         return Ok(64);
     }
