@@ -411,7 +411,8 @@ pub fn image_decoder(data: &[u8]) -> bool {
 }
 
 /// The crop-resize-augment chain with options picked from `picks`: it
-/// succeeds or fails, and never writes outside its output.
+/// succeeds or fails without panicking, and a float output it fills is
+/// finite.
 fn worker_chain(bytes: &[u8], picks: [u8; 6]) {
     let crop = match picks[1] % 3 {
         0 => Crop::None,
@@ -511,12 +512,15 @@ fn assert_same_window(whole: &Image, part: &Image, window: Window) {
 /// unknown and missing keys), turned into batches for two signatures by
 /// every request form the server takes (`instances`, `inputs`, `examples`
 /// with `context`, KServe tensors). Panics on a finding: a panic, a batch
-/// whose rows differ from the request's, or an error that is not a 400
-/// naming its field. Returns `(accepted, refused)` request counts, so that a
+/// with another number of rows than the request sent, the same examples
+/// giving different batches as rows and as columns, or an error that is not
+/// a 400 naming its field. Returns `(accepted, refused)` request counts, so that a
 /// seeded pass can show it reached both.
 #[cfg(feature = "serve")]
 pub fn serve_inputs(data: &[u8]) -> (usize, usize) {
-    use crate::serve::input::{TensorInput, columns_to_batch, rows_to_batch, tensors_to_batch};
+    use crate::serve::input::{
+        TensorInput, check_context, columns_to_batch, rows_to_batch, tensors_to_batch,
+    };
     use serde_json::Value as Json;
 
     let mut input = Bytes(data);
@@ -550,29 +554,34 @@ pub fn serve_inputs(data: &[u8]) -> (usize, usize) {
                 );
             }
         };
-        let rows: Vec<Json> = (0..input.below(10))
+        // 0 to 9 rows; one (valid) once the input is exhausted.
+        let count = (input.below(10) as usize + 1) % 10;
+        let rows: Vec<Json> = (0..count)
             .map(|_| valid_or_not(&mut input, &signature, &names))
             .collect();
-        tally(
-            rows_to_batch(&signature, &rows, None, "instances", FUZZ_MAX_ROWS),
-            Some(rows.len()),
-            &["instances"],
-        );
+        let instances = rows_to_batch(&signature, &rows, None, "instances", FUZZ_MAX_ROWS);
+        tally(instances.clone(), Some(rows.len()), &["instances"]);
         let context = match json_from(&mut input, 1, &names) {
             Json::Object(map) => map,
             _ => serde_json::Map::new(),
         };
+        // As the server does: the context's keys first, then the rows.
         tally(
-            rows_to_batch(&signature, &rows, Some(&context), "examples", FUZZ_MAX_ROWS),
+            check_context(&signature, &context).and_then(|()| {
+                rows_to_batch(&signature, &rows, Some(&context), "examples", FUZZ_MAX_ROWS)
+            }),
             Some(rows.len()),
             &["examples", "context"],
         );
-        let columns = columns_of(&mut input, &signature, &rows);
-        tally(
-            columns_to_batch(&signature, &columns, FUZZ_MAX_ROWS),
-            None,
-            &["inputs"],
-        );
+        let (columns, of_rows) = columns_of(&mut input, &signature, &rows);
+        let columnar = columns_to_batch(&signature, &columns, FUZZ_MAX_ROWS);
+        if of_rows && let (Ok(by_rows), Ok(by_columns)) = (&instances, &columnar) {
+            assert_eq!(
+                by_rows, by_columns,
+                "the same examples as rows and as columns"
+            );
+        }
+        tally(columnar, of_rows.then_some(rows.len()), &["inputs"]);
         let flat: Vec<Json> = signature
             .inputs
             .iter()
@@ -719,7 +728,8 @@ fn valid_or_not(
         };
         row.insert(f.name.clone(), value);
     }
-    if input.below(3) == 0 {
+    // (An exhausted input reads as zeros: valid rows from then on.)
+    if input.below(3) == 1 {
         let key = names[input.below(names.len() as u8) as usize];
         match input.below(3) {
             0 => {
@@ -741,17 +751,18 @@ fn valid_or_not(
 }
 
 /// The columnar form of `rows` (`{name: [value, ...]}`; the list itself
-/// for a one-input model, sometimes), or now and then any JSON.
+/// for a one-input model, sometimes), and `true`; or now and then any JSON,
+/// and `false`.
 #[cfg(feature = "serve")]
 fn columns_of(
     input: &mut Bytes<'_>,
     signature: &crate::serve::Signature,
     rows: &[serde_json::Value],
-) -> serde_json::Value {
+) -> (serde_json::Value, bool) {
     use serde_json::{Map, Value as Json};
-    if input.below(8) == 0 {
+    if input.below(8) == 7 {
         let names: Vec<&str> = signature.inputs.iter().map(|f| f.name.as_str()).collect();
-        return json_from(input, 0, &names);
+        return (json_from(input, 0, &names), false);
     }
     let column = |name: &str| {
         let values = rows.iter().map(|row| match row {
@@ -761,14 +772,14 @@ fn columns_of(
         Json::Array(values.collect())
     };
     if signature.inputs.len() == 1 && input.below(2) == 0 {
-        return column(&signature.inputs[0].name);
+        return (column(&signature.inputs[0].name), true);
     }
     let map: Map<String, Json> = signature
         .inputs
         .iter()
         .map(|f| (f.name.clone(), column(&f.name)))
         .collect();
-    Json::Object(map)
+    (Json::Object(map), true)
 }
 
 /// A column's values flattened row-major, as KServe's `data` carries them.
