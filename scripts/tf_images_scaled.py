@@ -23,6 +23,7 @@ FILES = [
     ("china_q90.jpg", 3),
     ("china_tf_q80.jpg", 3),
     ("flower_q75_444.jpg", 3),
+    ("flower_q90_422.jpg", 3),
     ("flower_grey.jpg", 1),
     ("china_q50_progressive.jpg", 3),
     ("flower_q95_progressive.jpg", 3),

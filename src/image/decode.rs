@@ -357,8 +357,9 @@ impl Decoder {
     ///
     /// Scaled only: sequential (baseline or extended) JPEGs with every
     /// component in the first scan, grey ones, and colour ones decoded to
-    /// RGB whose chroma is 4:4:4 or 4:2:0 (docs/images.md, "DCT-scaled
-    /// decoding"); anything else is decoded as `decode_window` does.
+    /// RGB whose chroma is 4:4:4, 4:2:2 or 4:2:0, and progressive ones
+    /// without 4:2:2 (docs/images.md, "DCT-scaled decoding"); anything else
+    /// is decoded as `decode_window` does.
     ///
     /// ```
     /// use tfpipe::image::{DecodeOptions, Decoder, Image, Window};

@@ -310,7 +310,7 @@ mod tests {
         // The reduced IDCTs are libjpeg's; what differs is the colour
         // conversion's rounding and, at 1/2 of a 4:2:0 image, the chroma's
         // full 8x8 IDCT (libjpeg-turbo's IFAST against zune-jpeg's): largest
-        // difference seen 3 over the 27 decodes, 1/4 and 1/8 and every 4:4:4
+        // difference seen 3 over the 30 decodes, 1/4 and 1/8 and every 4:4:4 or 4:2:2
         // or grey one identical (docs/images.md).
         // A full-size decode differs by up to 6 (src/image/tf_tests.rs); a
         // plain N-point IDCT of the top-left coefficients, tried first,

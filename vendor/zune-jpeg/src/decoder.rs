@@ -836,10 +836,12 @@ where
     ///
     /// tfpipe patch: decode at 1/`scale` (2, 4 or 8) of the size, with the
     /// reduced IDCT of the top-left coefficients (libjpeg's
-    /// `scale_denom`), every component at the output's resolution (no
-    /// chroma upsampling), when the image allows it: sequential (every
-    /// component in the first scan) or progressive, 1 component decoded to
-    /// Luma, or YCbCr decoded to RGB with chroma 1x1 and luma 1x1 or 2x2.
+    /// `scale_denom`), every component at the output's resolution (4:2:2
+    /// chroma at half its width, then upsampled across as libjpeg-turbo
+    /// does), when the image allows it: sequential (every component in the
+    /// first scan) or progressive, 1 component decoded to Luma, or YCbCr
+    /// decoded to RGB with chroma 1x1 and luma 1x1 or 2x2, and for
+    /// sequential ones also 2x1.
     /// A progressive image's scans are decoded whole (every coefficient is
     /// kept until the last scan); the reduced IDCT and the smaller colour
     /// conversion run once, at the end. Call after `decode_headers`. Returns the scale in effect
@@ -848,9 +850,12 @@ where
         self.scale = 1;
         // tfpipe patch: a crop is in the scaled pixels, so it is set after.
         self.crop = None;
+        // (Progressive: 4:2:2 is not among the tested layouts.)
+        let luma: &[(usize, usize)] =
+            if self.is_progressive { &[(1, 1), (2, 2)] } else { &[(1, 1), (2, 1), (2, 2)] };
         if self.headers_decoded
             && matches!(scale, 2 | 4 | 8)
-            && self.patched_layout(&[ColorSpace::RGB], &[(1, 1), (2, 2)], true)
+            && self.patched_layout(&[ColorSpace::RGB], luma, true)
         {
             self.scale = scale;
         }

@@ -1015,13 +1015,38 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
         let rows = self.components[0].raw_coeff.len() / padded_width;
         let (c0, c1) = self.crop_plan.columns(width);
         let mut px = *pixels_written;
+        // 4:2:2 chroma rows are half the output's width (see misc.rs): their
+        // columns c0..c1 are upsampled into these first.
+        let mut upsampled: [Vec<i16>; 4] = core::array::from_fn(|_| Vec::new());
+        let mut offsets = [0usize; 4];
+        let fancy = self.scale < 8;
         for (pos, output) in pixels[px..]
             .chunks_exact_mut(width * out_components)
             .take(rows)
             .enumerate()
         {
+            for ((component, up), offset) in
+                self.components.iter().zip(upsampled.iter_mut()).zip(offsets.iter_mut())
+            {
+                if component.width_stride * 2 == padded_width {
+                    let stride = component.width_stride;
+                    let row = component
+                        .raw_coeff
+                        .get(pos * stride..(pos + 1) * stride)
+                        .ok_or(DecodeErrors::FormatStatic("Missing samples"))?;
+                    *offset = upsample_h2v1(row, width.div_ceil(2), c0..c1, fancy, up);
+                }
+            }
             let mut raw_samples: [&[i16]; 4] = [&[], &[], &[], &[]];
-            for (samp, component) in raw_samples.iter_mut().zip(&self.components) {
+            for (((samp, component), up), &offset) in
+                raw_samples.iter_mut().zip(&self.components).zip(&upsampled).zip(&offsets)
+            {
+                if component.width_stride * 2 == padded_width {
+                    *samp = up
+                        .get(offset..offset + (c1 - c0))
+                        .ok_or(DecodeErrors::FormatStatic("Missing samples"))?;
+                    continue;
+                }
                 // (tfpipe patch: the crop's columns, see post_process.)
                 *samp = component
                     .raw_coeff
@@ -1042,6 +1067,58 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
         *pixels_written = px;
         Ok(())
     }
+}
+
+/// tfpipe patch: `row` upsampled to twice its width, for the output
+/// columns `columns`, into `out`, whose first value is column
+/// `columns.start` less the returned offset (0 or 1: whole pairs are
+/// written). The first `n` samples of `row` are the image's (the rest is
+/// block padding). When `fancy`, libjpeg-turbo's `h2v1_fancy_upsample`: 3/4
+/// of the nearer sample and 1/4 of the other, rounding alternately, each
+/// edge sample taken as its own neighbour (which gives libjpeg's special
+/// cases, the samples being 0-255); a one-sample row reads the padding
+/// beside it, as libjpeg does. Else each sample twice (`h2v1_upsample`,
+/// libjpeg-turbo's choice at 1/8).
+fn upsample_h2v1(
+    row: &[i16], n: usize, columns: core::ops::Range<usize>, fancy: bool, out: &mut Vec<i16>
+) -> usize {
+    let (i0, i1) = (columns.start / 2, columns.end.div_ceil(2));
+    out.clear();
+    out.resize(2 * (i1 - i0), 0);
+    let at = |i: usize| i32::from(row.get(i).copied().unwrap_or(0));
+    if !fancy {
+        for (pair, &c) in out.chunks_exact_mut(2).zip(&row[i0..i1.min(row.len())]) {
+            pair.fill(c);
+        }
+        return columns.start - 2 * i0;
+    }
+    let last = if n == 1 { 1 } else { n - 1 };
+    let mut edge = |i: usize| {
+        let c = 3 * at(i);
+        let right = if i < last { at(i + 1) } else { at(last) };
+        let k = 2 * (i - i0);
+        out[k] = ((c + at(i.saturating_sub(1)) + 1) >> 2) as i16;
+        out[k + 1] = ((c + right + 2) >> 2) as i16;
+    };
+    // Edges one by one; the samples with both neighbours inside the row in
+    // one loop over three shifted slices, which the compiler vectorises.
+    let (a, b) = (i0.max(1).min(i1), i1.min(n.saturating_sub(1)).max(i0.max(1).min(i1)));
+    for i in i0..a {
+        edge(i);
+    }
+    for i in b..i1 {
+        edge(i);
+    }
+    if a < b && b < row.len() {
+        let (left, centre, right) = (&row[a - 1..b - 1], &row[a..b], &row[a + 1..b + 1]);
+        let pairs = out[2 * (a - i0)..2 * (b - i0)].chunks_exact_mut(2);
+        for (pair, ((&l, &c), &r)) in pairs.zip(left.iter().zip(centre).zip(right)) {
+            let c = 3 * i32::from(c);
+            pair[0] = ((c + i32::from(l) + 1) >> 2) as i16;
+            pair[1] = ((c + i32::from(r) + 2) >> 2) as i16;
+        }
+    }
+    columns.start - 2 * i0
 }
 
 /// tfpipe patch: what a crop (`JpegDecoder::set_crop`) needs decoded.

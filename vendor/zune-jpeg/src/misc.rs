@@ -248,10 +248,13 @@ pub(crate) fn setup_component_params<T: ZByteReaderTrait>(
         // initially stride contains its horizontal sub-sampling
         // tfpipe patch: at 1/scale, each block of this component decodes to
         // idct_size rows and columns, so that every component comes out at
-        // the output's resolution (set_scale allows only sampling where this
-        // is a whole power of two up to 8).
+        // the output's vertical resolution (set_scale allows only sampling
+        // where this is a whole power of two up to 8). Where the component
+        // is subsampled more across than down (4:2:2 chroma), its rows come
+        // out at half the output's width and are upsampled in
+        // post_process_scaled, as libjpeg-turbo does.
         component.idct_size = if img.scale > 1 {
-            (8 / img.scale) * img.h_max / component.horizontal_sample
+            (8 / img.scale) * img.v_max / component.vertical_sample
         } else {
             8
         };
