@@ -14,7 +14,8 @@ photographs shipped by scikit-learn and scikit-image, Pillow quality 75-95) in
 sides above the smallest photo's are mosaics of random crops of at most 300 px,
 so that each pixel keeps a photograph's detail (an upscaled crop would be
 smoother, and cheaper to decode, than a camera's picture). `--progressive`
-writes progressive JPEGs (Pillow's `progressive=True`) instead of baseline.
+writes progressive JPEGs (Pillow's `progressive=True`) instead of baseline, and
+`--subsampling 4:2:2` (or `4:4:4`) another chroma subsampling than Pillow's 4:2:0.
 """
 
 import argparse
@@ -56,7 +57,10 @@ def mosaic(sources, rng, h, w, cell=300):
     return out
 
 
-def write(directory, count=3000, shards=4, size_range=(300, 600), progressive=False):
+SUBSAMPLING = {"4:4:4": 0, "4:2:2": 1, "4:2:0": 2}
+
+
+def write(directory, count=3000, shards=4, size_range=(300, 600), progressive=False, subsampling="4:2:0"):
     # Only writing needs Pillow (and photos() scikit-learn and scikit-image):
     # timing runs in a venv with TensorFlow alone.
     from PIL import Image
@@ -78,7 +82,13 @@ def write(directory, count=3000, shards=4, size_range=(300, 600), progressive=Fa
         else:
             pixels = mosaic(sources, rng, rng.randint(low, high), rng.randint(low, high))
         buffer = io.BytesIO()
-        Image.fromarray(pixels).save(buffer, "JPEG", quality=rng.randint(75, 95), progressive=progressive)
+        Image.fromarray(pixels).save(
+            buffer,
+            "JPEG",
+            quality=rng.randint(75, 95),
+            progressive=progressive,
+            subsampling=SUBSAMPLING[subsampling],
+        )
         feature = {
             "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[buffer.getvalue()])),
             "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[k])),
@@ -139,9 +149,18 @@ def main():
         "--size-range", type=int, nargs=2, default=(300, 600), metavar=("MIN", "MAX"), help="with --write: px per side"
     )
     parser.add_argument("--progressive", action="store_true", help="with --write: progressive JPEGs")
+    parser.add_argument(
+        "--subsampling", choices=sorted(SUBSAMPLING), default="4:2:0", help="with --write: chroma subsampling"
+    )
     args = parser.parse_args()
     if args.write:
-        write(args.directory, count=args.count, size_range=tuple(args.size_range), progressive=args.progressive)
+        write(
+            args.directory,
+            count=args.count,
+            size_range=tuple(args.size_range),
+            progressive=args.progressive,
+            subsampling=args.subsampling,
+        )
     else:
         run(args.directory, args.epochs)
 
