@@ -536,7 +536,7 @@ fn conv2d_with(
     padding: usize,
     relu: bool,
     tasks: usize,
-    block_images: Option<usize>,
+    block_rows: Option<usize>,
 ) -> Result<Tensor> {
     let (b, h, w, c) = x.dims4()?;
     let (out, kc, kh, kw) = kernel.dims4()?;
@@ -559,7 +559,7 @@ fn conv2d_with(
             pad: padding,
             relu,
             tasks: tasks.clamp(1, b.max(1)),
-            block_images,
+            block_rows,
         };
         x.contiguous()?
             .apply_op3(&kernel.contiguous()?, &bias.contiguous()?, op)
@@ -1037,7 +1037,8 @@ mod tests {
     }
 
     /// The fused convolution, split into every number of tasks and block
-    /// sizes, computes candle's convolution and its three gradients: with
+    /// sizes (blocks of output lines that end inside an image, and that
+    /// span two), computes candle's convolution and its three gradients: with
     /// and without padding, one and several input channels, and a kernel
     /// wider than the padding (edge windows reading only part of a row).
     #[test]
@@ -1052,6 +1053,8 @@ mod tests {
                 (2, Some(1)),
                 (3, Some(2)),
                 (5, Some(4)),
+                (2, Some(5)),
+                (1, Some(11)),
                 (8, None),
             ] {
                 same_function(
