@@ -364,7 +364,10 @@ fn sized(buf: &mut Vec<f32>, n: usize) -> &mut [f32] {
 /// first error): the first job on the calling thread, each other one on a
 /// scoped [`crate::spawn`] thread (the project's one way to start threads;
 /// candle's rayon pool is left to candle).
-fn run<J: Send, R: Send>(jobs: Vec<J>, f: impl Fn(J) -> Result<R> + Sync) -> Result<Vec<R>> {
+pub(super) fn run<J: Send, R: Send>(
+    jobs: Vec<J>,
+    f: impl Fn(J) -> Result<R> + Sync,
+) -> Result<Vec<R>> {
     let mut jobs = jobs.into_iter();
     let Some(first) = jobs.next() else {
         return Ok(Vec::new());
@@ -377,10 +380,10 @@ fn run<J: Send, R: Send>(jobs: Vec<J>, f: impl Fn(J) -> Result<R> + Sync) -> Res
         let mut threads = Vec::with_capacity(jobs.len());
         for (i, job) in jobs.enumerate() {
             let t =
-                crate::spawn::scoped(s, format!("conv-{}", i + 1), Cancel::new(), move |_| f(job))
-                    .map_err(|e| {
-                        candle_core::Error::Msg(format!("conv2d: starting a thread: {e}"))
-                    })?;
+                crate::spawn::scoped(s, format!("kernel-{}", i + 1), Cancel::new(), move |_| {
+                    f(job)
+                })
+                .map_err(|e| candle_core::Error::Msg(format!("conv2d: starting a thread: {e}")))?;
             threads.push(t);
         }
         let mut results = Vec::with_capacity(threads.len() + 1);
