@@ -734,12 +734,13 @@ fn argmax4(v: [f32; 4]) -> usize {
 }
 
 /// Input values per task of a max-pool, at least: starting a thread costs
-/// about 50 us (conv.rs), far more than pooling a few thousand values. At
-/// batch 64 the LeNet-like CNN's second pooling (102k values) stays on one
-/// thread and its first (301k) takes two; at 64x64x3 both are split
-/// (64x64x3, alternated: median step 30.8 -> 27.7 ms; 28x28x1: 5.53 ->
-/// 5.43 ms).
-const POOL_VALUES_PER_TASK: usize = 128 * 1024;
+/// about 50 us (conv.rs) and more when it wakes an idle core, so a run
+/// must be long. At batch 64 the 64x64x3 CNN's poolings (1.57M and 803k
+/// values) are split over two threads, the LeNet-like CNN's (301k, 102k)
+/// are not: split at 128k, its first made the LeNet step 1.11x as long
+/// (with candle's elementwise pool off, as `tfpipe train` runs), while at
+/// 64x64x3 the split took the step from 30.8 to 27.7 ms.
+const POOL_VALUES_PER_TASK: usize = 384 * 1024;
 
 /// Checks that `x` holds the whole `b x h x w x c` input: every window
 /// [`MaxPool2x2::walk`] yields then lies inside it, so one check per call
