@@ -27,6 +27,7 @@
 //! (README, "Training speed").
 
 use std::cell::RefCell;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use candle_core::{
@@ -48,12 +49,21 @@ pub fn set_compute_threads(threads: usize) {
 
 /// How many threads the fused kernels' GEMMs use. By default candle's
 /// count: `RAYON_NUM_THREADS` (which `--compute-threads` sets) or the
-/// physical cores.
+/// physical cores, read at the first call.
 pub fn compute_threads() -> usize {
     match THREADS.load(Ordering::Relaxed) {
-        0 => candle_core::utils::get_num_threads().max(1),
+        0 => default_compute_threads(),
         n => n,
     }
+}
+
+/// candle's thread count, asked once: candle reads the environment and,
+/// without `RAYON_NUM_THREADS`, parses `/proc/cpuinfo` on every call, and
+/// the kernels ask for each convolution and pooling (3.3% of a LeNet step's
+/// samples went to formatting `/proc/cpuinfo`).
+fn default_compute_threads() -> usize {
+    static DEFAULT: OnceLock<usize> = OnceLock::new();
+    *DEFAULT.get_or_init(|| candle_core::utils::get_num_threads().max(1))
 }
 
 /// GEMM parallelism on the rayon pool candle's kernels share.
