@@ -30,7 +30,8 @@
 //! - backward, row-major with rows padded to 16 values
 //!   (`Geometry::padded_width`): the `dW` GEMM reads the matrix transposed,
 //!   which gemm reads in place only when those padded rows are whole SIMD
-//!   vectors.
+//!   vectors. With one channel the backward keeps the column-major matrix
+//!   (`Geometry::backward_im2col` says why).
 //!
 //! The kernel (candle's `[out, c, k, k]`) is repacked into that order per
 //! call, and its gradient back (a few thousand values).
@@ -231,7 +232,8 @@ impl Geometry {
         }
     }
 
-    /// im2col of whole images, column-major (the forward pass's layout):
+    /// im2col of output lines `lines` of a run of images `x`, column-major
+    /// (the forward pass's layout, and the backward's with one channel):
     /// column `(ky, kx, ch)` of output row `oy` is channel `ch` of input
     /// row `oy + ky - pad` shifted by `kx - pad`, `ow` values. gemm reads a
     /// column-major left-hand side in place when its rows are a multiple
@@ -383,7 +385,7 @@ pub(super) fn run<J: Send, R: Send>(
                 crate::spawn::scoped(s, format!("kernel-{}", i + 1), Cancel::new(), move |_| {
                     f(job)
                 })
-                .map_err(|e| candle_core::Error::Msg(format!("conv2d: starting a thread: {e}")))?;
+                .map_err(|e| candle_core::Error::Msg(format!("starting a kernel thread: {e}")))?;
             threads.push(t);
         }
         let mut results = Vec::with_capacity(threads.len() + 1);
@@ -459,7 +461,7 @@ impl Conv2dOp {
     ) -> Result<()> {
         let (width, out, ow) = (g.width(), g.out, g.ow());
         with_scratch(|s| {
-            for lines in self.blocks(g, x.len() / g.image_in()) {
+            for lines in self.blocks(g, x.len() / g.image_in().max(1)) {
                 let rows = lines.len() * ow;
                 let yb = &mut y[lines.start * ow * out..][..rows * out];
                 let cols = sized(&mut s.cols, rows * width);
@@ -500,7 +502,7 @@ impl Conv2dOp {
         let mut dw_padded = vec![0f32; out * stride];
         let mut db = vec![0f32; out];
         with_scratch(|s| -> Result<()> {
-            for lines in self.blocks(g, x.len() / g.image_in()) {
+            for lines in self.blocks(g, x.len() / g.image_in().max(1)) {
                 let rows = lines.len() * ow;
                 let span = lines.start * ow * out..(lines.end * ow * out);
                 // The gradient before the ReLU, row-major [rows, out].
