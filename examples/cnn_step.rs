@@ -14,14 +14,16 @@
 //! `--compute-threads` does for `tfpipe train`; malloc's thresholds and
 //! candle's elementwise pool are set as `tfpipe train` sets them.
 
+#[path = "common/cpu.rs"]
+mod cpu;
+
 use std::time::Instant;
 
-use tfpipe::batch::{Batch, Column, Values};
-use tfpipe::example::{DType, FeatureSpec, Layout, Schema};
-use tfpipe::train::candle_core::Device;
+use tfpipe::example::{Layout, Schema};
+use tfpipe::train::candle_core::{Device, Tensor};
 use tfpipe::train::{
-    ImageShape, InputSpec, ModelConfig, OptimizerConfig, OptimizerKind, Task, TrainConfig, Trainer,
-    batch_to_tensors,
+    BatchTensors, ImageShape, InputSpec, ModelConfig, OptimizerConfig, OptimizerKind, Task,
+    TrainConfig, Trainer,
 };
 
 /// Steps left out of the statistics: the first ones pay for allocation.
@@ -31,7 +33,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     keep_large_buffers();
     candle_pool_off();
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let image = parse_shape(args.first().map_or("64x64x3", String::as_str))?;
+    let shape = args.first().map_or("64x64x3", String::as_str);
     let rows: usize = args.get(1).map_or(Ok(64), |s| s.parse())?;
     let steps: usize = args.get(2).map_or(Ok(100), |s| s.parse())?;
     let classes: usize = args.get(3).map_or(Ok(9), |s| s.parse())?;
@@ -39,10 +41,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("BATCH and STEPS must be positive and CLASSES at least 2".into());
     }
 
-    let schema = schema(image);
+    // The schema `tfpipe train --feature image:uint8:HxWxC --feature
+    // label:int64` would make, parsed by the same feature specs.
+    let mut schema =
+        Schema::from_feature_texts(&[format!("image:uint8:{shape}"), "label:int64".into()])?;
+    schema.label = Some("label".into());
+    let image = match &schema.features[0].layout {
+        Layout::Fixed(sides) if sides.len() == 3 => ImageShape::new(sides[0], sides[1], sides[2]),
+        _ => return Err(format!("not HxWxC: {shape:?}").into()),
+    };
     let input = InputSpec::from_schema(&schema, Task::Classification { classes })?.spec;
-    let batch = random_batch(image, rows, classes, 7);
-    let tensors = batch_to_tensors(batch, &input, 0, &Device::Cpu)?;
+    let tensors = batch_in_memory(image, rows, classes)?;
     let mut trainer = Trainer::builtin(
         TrainConfig::new(input),
         ModelConfig::cnn(classes, image),
@@ -54,7 +63,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut loss = 0.0;
     for step in 0..WARM_UP + steps {
         if step == WARM_UP {
-            cpu_start = process_cpu_seconds();
+            cpu_start = cpu_total();
         }
         let start = Instant::now();
         loss = trainer.step(&tensors)?;
@@ -62,7 +71,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             times.push(start.elapsed().as_secs_f64() * 1e3);
         }
     }
-    let cpu_per_image_ms = (process_cpu_seconds() - cpu_start) * 1e3 / (steps * rows) as f64;
+    let cpu_per_image_ms = (cpu_total() - cpu_start) * 1e3 / (steps * rows) as f64;
     times.sort_by(f64::total_cmp);
     let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
     println!(
@@ -74,6 +83,32 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         at(0.9)
     );
     Ok(())
+}
+
+/// One batch as the trainer takes it: pixels in 0..1 (what the uint8
+/// feature becomes) and class ids in turn. The step's cost does not depend
+/// on the values.
+fn batch_in_memory(
+    image: ImageShape,
+    rows: usize,
+    classes: usize,
+) -> Result<BatchTensors, Box<dyn std::error::Error>> {
+    let pixels = image.height * image.width * image.channels;
+    let labels: Vec<u32> = (0..rows).map(|i| (i % classes) as u32).collect();
+    Ok(BatchTensors {
+        features: Tensor::rand(0f32, 1f32, (rows, pixels), &Device::Cpu)?,
+        labels: Some(Tensor::from_vec(labels, rows, &Device::Cpu)?),
+        tokens: None,
+        mask: None,
+        pool: None,
+        rows,
+    })
+}
+
+/// User + system CPU seconds of this process.
+fn cpu_total() -> f64 {
+    let (user, system) = cpu::cpu_seconds();
+    user + system
 }
 
 /// What `tfpipe train` does first (`keep_large_buffers` in
@@ -97,92 +132,5 @@ fn candle_pool_off() {
     if std::env::var_os("CANDLE_NUM_THREADS").is_none() {
         // SAFETY: no other thread exists yet (first thing in main).
         unsafe { std::env::set_var("CANDLE_NUM_THREADS", "1") };
-    }
-}
-
-fn parse_shape(text: &str) -> Result<ImageShape, String> {
-    let sides: Vec<usize> = text
-        .split('x')
-        .map(|s| s.parse().map_err(|_| format!("not HxWxC: {text:?}")))
-        .collect::<Result<_, _>>()?;
-    match sides[..] {
-        [h, w, c] => Ok(ImageShape::new(h, w, c)),
-        _ => Err(format!("not HxWxC: {text:?}")),
-    }
-}
-
-fn schema(image: ImageShape) -> Schema {
-    let fixed = |name: &str, dtype, shape| FeatureSpec {
-        name: name.into(),
-        dtype,
-        layout: Layout::Fixed(shape),
-        default: None,
-        image: None,
-    };
-    Schema {
-        features: vec![
-            fixed(
-                "image",
-                DType::Uint8,
-                vec![image.height, image.width, image.channels],
-            ),
-            fixed("label", DType::Int64, vec![]),
-        ],
-        label: Some("label".into()),
-    }
-}
-
-/// Pixels and labels from a xorshift generator: the step's cost does not
-/// depend on the values.
-fn random_batch(image: ImageShape, rows: usize, classes: usize, seed: u64) -> Batch {
-    let mut state = seed | 1;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
-    let pixels = image.height * image.width * image.channels;
-    let image_values: Vec<u8> = (0..rows * pixels).map(|_| next() as u8).collect();
-    let labels: Vec<i64> = (0..rows)
-        .map(|_| (next() % classes as u64) as i64)
-        .collect();
-    Batch {
-        num_rows: rows,
-        columns: vec![
-            Column {
-                name: "image".into(),
-                values: Values::Uint8(image_values),
-                row_splits: vec![],
-                inner_shape: vec![image.height, image.width, image.channels],
-            },
-            Column {
-                name: "label".into(),
-                values: Values::Int64(labels),
-                row_splits: vec![],
-                inner_shape: vec![],
-            },
-        ],
-    }
-}
-
-/// User + system CPU seconds of this process, from `/proc/self/stat`
-/// (0 where that file is missing, so only the CPU figure is lost).
-fn process_cpu_seconds() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return 0.0;
-    };
-    // Fields after the command name (which may hold spaces) start at ')'.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map_or("", |(_, rest)| rest)
-        .split_whitespace()
-        .collect();
-    let ticks = |i: usize| fields.get(i).and_then(|s| s.parse::<f64>().ok());
-    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 here.
-    match (ticks(11), ticks(12)) {
-        // In USER_HZ ticks, 100 a second on Linux.
-        (Some(user), Some(system)) => (user + system) / 100.0,
-        _ => 0.0,
     }
 }

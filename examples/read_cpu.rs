@@ -15,6 +15,8 @@
 
 #[path = "common/args.rs"]
 mod args;
+#[path = "common/cpu.rs"]
+mod cpu;
 
 use std::time::Instant;
 
@@ -22,17 +24,7 @@ use tfpipe::Batch;
 use tfpipe::example::{BatchParser, Schema};
 use tfpipe::tfrecord::{FileRecordReader, ReaderOptions};
 
-/// User and system CPU seconds of this process so far.
-fn cpu_seconds() -> (f64, f64) {
-    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: getrusage fills the struct it is given; RUSAGE_SELF is valid.
-    let usage = unsafe {
-        libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr());
-        usage.assume_init()
-    };
-    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    (seconds(usage.ru_utime), seconds(usage.ru_stime))
-}
+use cpu::cpu_seconds;
 
 /// Records parsed at a time with `--feature` (the benchmark's batch size).
 const BATCH: usize = 256;
