@@ -28,6 +28,8 @@
 
 use std::cell::RefCell;
 use std::sync::OnceLock;
+
+use crate::spawn::Cancel;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use candle_core::{
@@ -64,6 +66,42 @@ pub fn compute_threads() -> usize {
 fn default_compute_threads() -> usize {
     static DEFAULT: OnceLock<usize> = OnceLock::new();
     *DEFAULT.get_or_init(|| candle_core::utils::get_num_threads().max(1))
+}
+
+/// Runs `f` on each job of a kernel (the convolution's and the max-pool's
+/// runs of images) and returns the results in job order (or the
+/// first error): the first job on the calling thread, each other one on a
+/// scoped [`crate::spawn`] thread (the project's one way to start threads;
+/// candle's rayon pool is left to candle).
+fn run_tasks<J: Send, R: Send>(jobs: Vec<J>, f: impl Fn(J) -> Result<R> + Sync) -> Result<Vec<R>> {
+    let mut jobs = jobs.into_iter();
+    let Some(first) = jobs.next() else {
+        return Ok(Vec::new());
+    };
+    if jobs.len() == 0 {
+        return Ok(vec![f(first)?]);
+    }
+    let f = &f;
+    std::thread::scope(|s| {
+        let mut threads = Vec::with_capacity(jobs.len());
+        for (i, job) in jobs.enumerate() {
+            let t =
+                crate::spawn::scoped(s, format!("kernel-{}", i + 1), Cancel::new(), move |_| {
+                    f(job)
+                })
+                .map_err(|e| candle_core::Error::Msg(format!("starting a kernel thread: {e}")))?;
+            threads.push(t);
+        }
+        let mut results = Vec::with_capacity(threads.len() + 1);
+        results.push(f(first));
+        for t in threads {
+            results.push(
+                t.join()
+                    .map_err(|e| candle_core::Error::Msg(e.to_string()))?,
+            );
+        }
+        results.into_iter().collect()
+    })
 }
 
 /// GEMM parallelism on the rayon pool candle's kernels share.
@@ -640,13 +678,20 @@ impl MaxPool2x2 {
         }
     }
 
-    /// Images per run of a max-pool over `b x h x w x c`: the batch split
-    /// over `tasks`, in runs of at least `min_task_values` values (at
-    /// least 1 image).
-    fn images_per_task(&self, (b, h, w, c): (usize, usize, usize, usize)) -> usize {
+    /// How a max-pool over `b x h x w x c` is split into runs of images
+    /// (the batch over `tasks`, each run at least `min_task_values` input
+    /// values, at least 1 image): the input values and the output values
+    /// per run, and the input values per image. Each at least 1, so that
+    /// an empty input or output makes no runs.
+    fn runs(&self, (b, h, w, c): (usize, usize, usize, usize)) -> (usize, usize, usize) {
         let image = (h * w * c).max(1);
         let by_size = b * image / self.min_task_values.max(1);
-        b.div_ceil(self.tasks.min(by_size).max(1)).max(1)
+        let images = b.div_ceil(self.tasks.min(by_size).max(1)).max(1);
+        (
+            images * image,
+            (images * (h / 2) * (w / 2) * c).max(1),
+            image,
+        )
     }
 }
 
@@ -776,21 +821,11 @@ impl CustomOp1 for MaxPool2x2 {
         let shape = self.out_shape(d);
         let mut out = vec![0f32; shape.elem_count()];
         check_pool_input(x, d)?;
-        if out.is_empty() {
-            return Ok((CpuStorage::F32(out), shape));
-        }
         let (_, h, w, c) = d;
-        let images = self.images_per_task(d);
-        let jobs: Vec<_> = x
-            .chunks(images * h * w * c)
-            .zip(out.chunks_mut(images * (h / 2) * (w / 2) * c))
-            .collect();
-        conv::run(jobs, |(x, out)| {
-            self.pool_rows(
-                x,
-                (out.len() / ((h / 2) * (w / 2) * c).max(1), h, w, c),
-                out,
-            );
+        let (run_in, run_out, image_in) = self.runs(d);
+        let jobs: Vec<_> = x.chunks(run_in).zip(out.chunks_mut(run_out)).collect();
+        run_tasks(jobs, |(x, out)| {
+            self.pool_rows(x, (x.len() / image_in, h, w, c), out);
             Ok(())
         })?;
         Ok((CpuStorage::F32(out), shape))
@@ -810,18 +845,14 @@ impl CustomOp1 for MaxPool2x2 {
                 }
                 let (_, h, w, c) = d;
                 check_pool_input(x, d)?;
-                if dx.is_empty() || self.out_shape(d).elem_count() == 0 {
-                    return Ok(());
-                }
-                let images = self.images_per_task(d);
-                let (image_in, image_out) = (h * w * c, (h / 2) * (w / 2) * c);
+                let (run_in, run_out, image_in) = self.runs(d);
                 let jobs: Vec<_> = x
-                    .chunks(images * image_in)
-                    .zip(dx.chunks_mut(images * image_in))
-                    .zip(g.chunks(images * image_out))
+                    .chunks(run_in)
+                    .zip(dx.chunks_mut(run_in))
+                    .zip(g.chunks(run_out))
                     .collect();
-                conv::run(jobs, |((x, dx), g)| {
-                    let run = (x.len() / image_in.max(1), h, w, c);
+                run_tasks(jobs, |((x, dx), g)| {
+                    let run = (x.len() / image_in, h, w, c);
                     self.walk(run, |window, o, stride| {
                         for ch in 0..c {
                             let best = argmax4(window.map(|at| x[at + ch]));
@@ -1052,6 +1083,25 @@ mod tests {
         let labels = Tensor::new(&[0u32, 3], &Device::Cpu).unwrap();
         let err = softmax_cross_entropy(&logits, &labels).unwrap_err();
         assert!(err.to_string().contains("label 3"), "{err}");
+    }
+
+    /// An input with no whole window pools to nothing, and its gradient
+    /// is zeros, however it is split.
+    #[test]
+    fn pool_without_a_window_is_empty_and_its_gradient_zero() {
+        let x = var(&[4, 1, 5, 2], 13);
+        for tasks in [1, 3] {
+            let pool = MaxPool2x2 {
+                to_nchw: false,
+                tasks,
+                min_task_values: 1,
+            };
+            let y = x.apply_op1(pool).unwrap();
+            assert_eq!(y.dims(), &[4, 0, 2, 2]);
+            let grads = y.sum_all().unwrap().backward().unwrap();
+            let dx = grads.get(&x).unwrap().flatten_all().unwrap();
+            assert!(dx.to_vec1::<f32>().unwrap().iter().all(|&v| v == 0.0));
+        }
     }
 
     #[test]

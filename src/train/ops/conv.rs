@@ -47,10 +47,9 @@
 use std::cell::RefCell;
 use std::ops::Range;
 
-use crate::spawn::Cancel;
 use candle_core::{CpuStorage, CustomOp3, Device, Layout, Result, Shape, Tensor, bail};
 
-use super::{View, f32s, gemm_strided};
+use super::{View, f32s, gemm_strided, run_tasks};
 
 /// L2-sized im2col blocks: at most this many f32 values (256 KiB).
 const BLOCK_VALUES: usize = 64 * 1024;
@@ -362,44 +361,6 @@ fn sized(buf: &mut Vec<f32>, n: usize) -> &mut [f32] {
     &mut buf[..n]
 }
 
-/// Runs `f` on each job and returns the results in job order (or the
-/// first error): the first job on the calling thread, each other one on a
-/// scoped [`crate::spawn`] thread (the project's one way to start threads;
-/// candle's rayon pool is left to candle).
-pub(super) fn run<J: Send, R: Send>(
-    jobs: Vec<J>,
-    f: impl Fn(J) -> Result<R> + Sync,
-) -> Result<Vec<R>> {
-    let mut jobs = jobs.into_iter();
-    let Some(first) = jobs.next() else {
-        return Ok(Vec::new());
-    };
-    if jobs.len() == 0 {
-        return Ok(vec![f(first)?]);
-    }
-    let f = &f;
-    std::thread::scope(|s| {
-        let mut threads = Vec::with_capacity(jobs.len());
-        for (i, job) in jobs.enumerate() {
-            let t =
-                crate::spawn::scoped(s, format!("kernel-{}", i + 1), Cancel::new(), move |_| {
-                    f(job)
-                })
-                .map_err(|e| candle_core::Error::Msg(format!("starting a kernel thread: {e}")))?;
-            threads.push(t);
-        }
-        let mut results = Vec::with_capacity(threads.len() + 1);
-        results.push(f(first));
-        for t in threads {
-            results.push(
-                t.join()
-                    .map_err(|e| candle_core::Error::Msg(e.to_string()))?,
-            );
-        }
-        results.into_iter().collect()
-    })
-}
-
 /// A contiguous f32 slice of a CPU tensor's storage.
 fn contiguous<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> Result<&'a [f32]> {
     match l.contiguous_offsets() {
@@ -633,7 +594,7 @@ impl CustomOp3 for Conv2dOp {
             .chunks(per_task * g.image_in())
             .zip(y.chunks_mut(per_task * g.image_out()))
             .collect();
-        run(jobs, |(xr, yr)| self.forward_run(&g, xr, &wk, bias, yr))?;
+        run_tasks(jobs, |(xr, yr)| self.forward_run(&g, xr, &wk, bias, yr))?;
         Ok((
             CpuStorage::F32(y),
             Shape::from((g.b, g.oh(), g.ow(), g.out)),
@@ -681,7 +642,7 @@ impl CustomOp3 for Conv2dOp {
             .zip(rd.chunks(tout).zip(gd.chunks(tout)))
             .zip(dx_runs)
             .collect();
-        let parts = run(jobs, |((xr, (rr, gr)), dxr)| {
+        let parts = run_tasks(jobs, |((xr, (rr, gr)), dxr)| {
             self.backward_run(&g, xr, &wk, rr, gr, dxr)
         })?;
         let (mut dw, mut db) = (vec![0f32; wk.len()], vec![0f32; g.out]);
