@@ -16,6 +16,8 @@
 
 #[path = "common/cpu.rs"]
 mod cpu;
+#[path = "common/train_env.rs"]
+mod train_env;
 
 use std::time::Instant;
 
@@ -30,8 +32,8 @@ use tfpipe::train::{
 const WARM_UP: usize = 10;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    keep_large_buffers();
-    candle_pool_off();
+    train_env::keep_large_buffers();
+    train_env::candle_pool_off();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let shape = args.first().map_or("64x64x3", String::as_str);
     let rows: usize = args.get(1).map_or(Ok(64), |s| s.parse())?;
@@ -109,28 +111,4 @@ fn batch_in_memory(
 fn cpu_total() -> f64 {
     let (user, system) = cpu::cpu_seconds();
     user + system
-}
-
-/// What `tfpipe train` does first (`keep_large_buffers` in
-/// src/cli/common.rs): buffers under 64 MB come from malloc's heap rather
-/// than fresh mappings that every step would fault in again.
-fn keep_large_buffers() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets allocator parameters; called first thing
-    // in main, before any other thread exists.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 64 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 128 << 20);
-    }
-}
-
-/// What `tfpipe train` does too (`set_compute_threads` in
-/// src/cli/common.rs): candle's own elementwise pool, whose threads wait by
-/// spinning, gets only the caller, unless `CANDLE_NUM_THREADS` is set. With
-/// it on, its spinning thread took 7% of the CPU of a 64x64x3 step here.
-fn candle_pool_off() {
-    if std::env::var_os("CANDLE_NUM_THREADS").is_none() {
-        // SAFETY: no other thread exists yet (first thing in main).
-        unsafe { std::env::set_var("CANDLE_NUM_THREADS", "1") };
-    }
 }

@@ -12,11 +12,13 @@
 //!   for the data batch).
 //! - [`softmax_cross_entropy`]: the mean cross-entropy of logits against
 //!   class ids in one pass; backward `(softmax - onehot) / batch`.
-//! - [`conv2d`]: a convolution as im2col + GEMM + bias + ReLU, block by
-//!   block over the batch (L2-sized im2col blocks, the GEMM's long side on
-//!   the pixels, the batch split over the compute threads); backward the
-//!   same walk (candle's CPU conv backward goes through a slow transposed
-//!   convolution). Details in `ops/conv.rs`.
+//! - [`conv2d`]: a convolution + bias + ReLU, the batch split over the
+//!   compute threads: for a first layer (a 5x5 window over 1-3 channels
+//!   into 6 outputs) directly, 32 output pixels at a time held in
+//!   registers (`ops/direct.rs`); otherwise as im2col + GEMM, block by block
+//!   (L2-sized im2col blocks, the GEMM's long side on the pixels); backward
+//!   the same walks (candle's CPU conv backward goes through a slow
+//!   transposed convolution). Details in `ops/conv.rs`.
 //! - [`update_in_place`]: an optimizer's update on the variable's own
 //!   storage (no copy out of candle, no `Var::set`, no intermediate
 //!   tensors); the arithmetic lives in `optim.rs`.
@@ -38,6 +40,7 @@ use candle_core::{
 };
 
 mod conv;
+mod direct;
 
 /// The fused kernels' thread count; 0: candle's own (see [`compute_threads`]).
 static THREADS: AtomicUsize = AtomicUsize::new(0);
@@ -572,19 +575,23 @@ pub fn conv2d(
     padding: usize,
     relu: bool,
 ) -> Result<Tensor> {
-    conv2d_with(x, kernel, bias, padding, relu, compute_threads(), None)
+    let plan = conv::Plan {
+        tasks: compute_threads(),
+        block_rows: None,
+        method: None,
+    };
+    conv2d_with(x, kernel, bias, padding, relu, plan)
 }
 
-/// [`conv2d`] with the fused op's task count and block size chosen (tests
-/// exercise every split with them).
+/// [`conv2d`] with the fused op's task count, block size and method chosen
+/// (tests exercise every split and both methods with them).
 fn conv2d_with(
     x: &Tensor,
     kernel: &Tensor,
     bias: Option<&Tensor>,
     padding: usize,
     relu: bool,
-    tasks: usize,
-    block_rows: Option<usize>,
+    plan: conv::Plan,
 ) -> Result<Tensor> {
     let (b, h, w, c) = x.dims4()?;
     let (out, kc, kh, kw) = kernel.dims4()?;
@@ -592,7 +599,7 @@ fn conv2d_with(
         bail!("conv2d: input has {c} channels, kernel is [{out}, {kc}, {kh}, {kw}]");
     }
     let k = kh;
-    conv::Geometry::new((b, h, w, c), k, padding, out)?;
+    let geometry = conv::Geometry::new((b, h, w, c), k, padding, out)?;
     if fused_ok(&[x, kernel]) {
         let zeros;
         let bias = match bias {
@@ -606,8 +613,11 @@ fn conv2d_with(
             k,
             pad: padding,
             relu,
-            tasks: tasks.clamp(1, b.max(1)),
-            block_rows,
+            tasks: plan.tasks.clamp(1, b.max(1)),
+            block_rows: plan.block_rows,
+            method: plan
+                .method
+                .unwrap_or_else(|| conv::Method::for_geometry(&geometry)),
         };
         x.contiguous()?
             .apply_op3(&kernel.contiguous()?, &bias.contiguous()?, op)
@@ -1187,11 +1197,25 @@ mod tests {
     /// wider than the padding (edge windows reading only part of a row).
     #[test]
     fn conv2d_matches_candle_for_every_split() {
+        use conv::Method::{Direct, Im2col};
         for (c, k, padding) in [(1, 5, 2), (3, 3, 0), (2, 3, 1), (4, 2, 3)] {
             let x = var(&[5, 7, 6, c], 30 + c as u64);
+            let data = x.as_tensor().detach();
             let kernel = var(&[3, c, k, k], 40 + k as u64);
             let b = var(&[3], 50);
             let (oh, ow) = (7 + 2 * padding + 1 - k, 6 + 2 * padding + 1 - k);
+            let reference = || {
+                x.permute((0, 3, 1, 2))
+                    .unwrap()
+                    .conv2d(&kernel, padding, 1, 1, 1)
+                    .unwrap()
+                    .broadcast_add(&b.reshape((1, 3, 1, 1)).unwrap())
+                    .unwrap()
+                    .relu()
+                    .unwrap()
+                    .permute((0, 2, 3, 1))
+                    .unwrap()
+            };
             for (tasks, block) in [
                 (1, None),
                 (2, Some(1)),
@@ -1201,23 +1225,19 @@ mod tests {
                 (1, Some(11)),
                 (8, None),
             ] {
-                same_function(
-                    &[&x, &kernel, &b],
-                    &[5, oh, ow, 3],
-                    || conv2d_with(&x, &kernel, Some(&b), padding, true, tasks, block).unwrap(),
-                    || {
-                        x.permute((0, 3, 1, 2))
-                            .unwrap()
-                            .conv2d(&kernel, padding, 1, 1, 1)
-                            .unwrap()
-                            .broadcast_add(&b.reshape((1, 3, 1, 1)).unwrap())
-                            .unwrap()
-                            .relu()
-                            .unwrap()
-                            .permute((0, 2, 3, 1))
-                            .unwrap()
-                    },
-                );
+                for method in [Im2col, Direct] {
+                    let plan = conv::Plan {
+                        tasks,
+                        block_rows: block,
+                        method: Some(method),
+                    };
+                    let conv = |x: &Tensor| {
+                        conv2d_with(x, &kernel, Some(&b), padding, true, plan).unwrap()
+                    };
+                    // The input a variable (its gradient too), and data.
+                    same_function(&[&x, &kernel, &b], &[5, oh, ow, 3], || conv(&x), reference);
+                    same_function(&[&kernel, &b], &[5, oh, ow, 3], || conv(&data), reference);
+                }
             }
         }
     }

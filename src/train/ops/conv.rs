@@ -1,5 +1,10 @@
 //! The convolution kernel behind [`super::conv2d`]: NHWC, f32, on the CPU.
 //!
+//! Two methods ([`Method`], chosen per layer by measurement): a direct
+//! convolution for narrow windows into few outputs over wide images
+//! (`ops/direct.rs`; a CNN's first layer), and im2col + GEMM for the rest,
+//! described here. `dx` is always computed by im2col.
+//!
 //! Why not one im2col matrix and one GEMM: for the LeNet-like CNN at batch
 //! 64 that matrix is 50,176 x 25 (5 MB, out of cache), and the GEMM's
 //! output has 6 columns, which `gemm` turns into a 6-row problem (it
@@ -49,6 +54,7 @@ use std::ops::Range;
 
 use candle_core::{CpuStorage, CustomOp3, Device, Layout, Result, Shape, Tensor, bail};
 
+use super::direct;
 use super::{View, f32s, gemm_strided, run_tasks};
 
 /// L2-sized im2col blocks: at most this many f32 values (256 KiB).
@@ -105,7 +111,7 @@ impl Geometry {
     }
 
     /// im2col's row width: `k * k * c`.
-    fn width(&self) -> usize {
+    pub fn width(&self) -> usize {
         self.k * self.k * self.c
     }
 
@@ -369,6 +375,17 @@ fn contiguous<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> Result<&'a [f32]
     }
 }
 
+/// How a call splits its work: the tests try every split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Plan {
+    /// Runs of images computed in parallel (at least 1).
+    pub tasks: usize,
+    /// Output lines per im2col block; `None`: [`Geometry::block_rows`].
+    pub block_rows: Option<usize>,
+    /// `None`: [`Method::for_geometry`].
+    pub method: Option<Method>,
+}
+
 /// The fused convolution (see the module doc): inputs `x` NHWC, `kernel`
 /// `[out, c, k, k]`, `bias` `[out]`; output NHWC `[b, oh, ow, out]`.
 pub(super) struct Conv2dOp {
@@ -379,7 +396,46 @@ pub(super) struct Conv2dOp {
     pub tasks: usize,
     /// Output lines per im2col block; `None`: [`Geometry::block_rows`].
     pub block_rows: Option<usize>,
+    /// How the forward pass (and `dW`, `db` when no `dx` is needed) is
+    /// computed.
+    pub method: Method,
 }
+
+/// The two ways the kernel computes a convolution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Method {
+    /// im2col blocks and GEMMs (this module's doc).
+    Im2col,
+    /// Shifted chunks of zero-padded planes ([`super::direct`]); `dx`,
+    /// when needed, still goes through im2col.
+    Direct,
+}
+
+impl Method {
+    /// The faster for `g`, as measured (`docs/benchmarks.md`, "The direct
+    /// convolution"): direct for windows of at most [`DIRECT_MAX_TAPS`]
+    /// values into at most [`DIRECT_MAX_OUTPUTS`] outputs whose lines fill
+    /// at least three quarters of the direct kernel's chunks. (LeNet's
+    /// second layer, 10 pixels wide, fills a third of one: im2col took
+    /// 0.71 ms where direct took 1.06; at 30 pixels direct took 3.4 ms
+    /// against 4.5.)
+    pub fn for_geometry(g: &Geometry) -> Method {
+        let chunks = g.ow().next_multiple_of(direct::CHUNK);
+        let filled = 4 * g.ow() >= 3 * chunks;
+        if filled && g.width() <= DIRECT_MAX_TAPS && g.out <= DIRECT_MAX_OUTPUTS {
+            Method::Direct
+        } else {
+            Method::Im2col
+        }
+    }
+}
+
+/// The largest window (`k * k * c`) computed directly: a 5x5 kernel over
+/// 6 channels, the largest measured.
+const DIRECT_MAX_TAPS: usize = 150;
+
+/// The most outputs computed directly (16, the largest measured).
+const DIRECT_MAX_OUTPUTS: usize = 16;
 
 impl Conv2dOp {
     fn geometry(&self, x: &Layout, kernel: &Layout) -> Result<Geometry> {
@@ -416,12 +472,22 @@ impl Conv2dOp {
         &self,
         g: &Geometry,
         x: &[f32],
-        wk: &[f32],
+        (kernel, wk): (&[f32], &[f32]),
         bias: &[f32],
         y: &mut [f32],
     ) -> Result<()> {
         let (width, out, ow) = (g.width(), g.out, g.ow());
         with_scratch(|s| {
+            if self.method == Method::Direct {
+                let planes = sized(&mut s.cols, direct::Planes::new(g).len(g));
+                let layer = direct::Layer {
+                    kernel,
+                    bias,
+                    relu: self.relu,
+                };
+                direct::forward_run(direct::Isa::best(), g, &layer, (x, y), planes);
+                return Ok(());
+            }
             for lines in self.blocks(g, x.len() / g.image_in().max(1)) {
                 let rows = lines.len() * ow;
                 let yb = &mut y[lines.start * ow * out..][..rows * out];
@@ -504,6 +570,26 @@ impl Conv2dOp {
             .copied()
             .collect();
         Ok((dw, db))
+    }
+}
+
+impl Conv2dOp {
+    /// [`direct::backward_run`] with this thread's scratch: `dW` in
+    /// candle's order and `db`.
+    fn direct_backward_run(
+        &self,
+        g: &Geometry,
+        x: &[f32],
+        res: &[f32],
+        grad: &[f32],
+    ) -> (Vec<f32>, Vec<f32>) {
+        with_scratch(|s| {
+            let scratch = direct::GradScratch {
+                planes: sized(&mut s.cols, direct::Planes::new(g).len(g)),
+                grad: sized(&mut s.block, direct::grad_len(g)),
+            };
+            direct::backward_run(direct::Isa::best(), g, x, self.relu, res, grad, scratch)
+        })
     }
 }
 
@@ -594,7 +680,9 @@ impl CustomOp3 for Conv2dOp {
             .chunks(per_task * g.image_in())
             .zip(y.chunks_mut(per_task * g.image_out()))
             .collect();
-        run_tasks(jobs, |(xr, yr)| self.forward_run(&g, xr, &wk, bias, yr))?;
+        run_tasks(jobs, |(xr, yr)| {
+            self.forward_run(&g, xr, (kernel, &wk), bias, yr)
+        })?;
         Ok((
             CpuStorage::F32(y),
             Shape::from((g.b, g.oh(), g.ow(), g.out)),
@@ -632,6 +720,7 @@ impl CustomOp3 for Conv2dOp {
         let wk = g.repack(kd);
         let (per_task, _) = self.split(&g);
         let mut dx = x.track_op().then(|| vec![0f32; xd.len()]);
+        let direct = self.method == Method::Direct && dx.is_none();
         let (tin, tout) = (per_task * g.image_in(), per_task * g.image_out());
         let dx_runs: Vec<Option<&mut [f32]>> = match dx.as_mut() {
             Some(dx) => dx.chunks_mut(tin).map(Some).collect(),
@@ -642,15 +731,17 @@ impl CustomOp3 for Conv2dOp {
             .zip(rd.chunks(tout).zip(gd.chunks(tout)))
             .zip(dx_runs)
             .collect();
-        let parts = run_tasks(jobs, |((xr, (rr, gr)), dxr)| {
-            self.backward_run(&g, xr, &wk, rr, gr, dxr)
+        let parts = run_tasks(jobs, |((xr, (rr, gr)), dxr)| match direct {
+            true => Ok(self.direct_backward_run(&g, xr, rr, gr)),
+            false => self.backward_run(&g, xr, &wk, rr, gr, dxr),
         })?;
         let (mut dw, mut db) = (vec![0f32; wk.len()], vec![0f32; g.out]);
         for (pw, pb) in parts {
             dw.iter_mut().zip(&pw).for_each(|(d, v)| *d += v);
             db.iter_mut().zip(&pb).for_each(|(d, v)| *d += v);
         }
-        let dk = Tensor::from_vec(g.unpack(&dw), kernel.shape(), &Device::Cpu)?;
+        let dw = if direct { dw } else { g.unpack(&dw) };
+        let dk = Tensor::from_vec(dw, kernel.shape(), &Device::Cpu)?;
         let db = Tensor::from_vec(db, g.out, &Device::Cpu)?;
         let dx = match dx {
             Some(dx) => Some(Tensor::from_vec(dx, x.shape(), &Device::Cpu)?),
