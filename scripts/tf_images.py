@@ -1,5 +1,5 @@
 """Writes testdata/images/: small encoded images and TensorFlow's decoding and
-resizing of them, for tests/image.rs and the unit tests of src/image/.
+resizing of them, for src/image/tf_tests.rs and the other unit tests of src/image/.
 
 Run from the repository root with TensorFlow 2.21 CPU, Pillow and
 scikit-learn (for its two sample photographs):

@@ -574,6 +574,32 @@ mod tests {
             matches!(error, ImageError::TooLarge { width: 65535, .. }),
             "{error}"
         );
+
+        // A BMP's BITMAPINFOHEADER of 100000 x -100000 (top-down rows) and
+        // a JPEG's SOF0 of 65500 x 65500: refused too, nothing allocated.
+        let mut bmp = b"BM".to_vec();
+        bmp.extend([0; 12]);
+        bmp.extend(40u32.to_le_bytes());
+        bmp.extend(100_000i32.to_le_bytes());
+        bmp.extend((-100_000i32).to_le_bytes());
+        bmp.extend([1, 0, 24, 0]);
+        bmp.extend([0; 24]);
+        let mut jpeg = b"\xff\xd8\xff\xc0\0\x11\x08".to_vec();
+        jpeg.extend(65_500u16.to_be_bytes());
+        jpeg.extend(65_500u16.to_be_bytes());
+        jpeg.extend([3, 1, 0x22, 0, 2, 0x11, 1, 3, 0x11, 1]);
+        // A scan header and the end: the size is read from the markers.
+        jpeg.extend([0xFF, 0xDA, 0, 12, 3, 1, 0, 2, 0x11, 3, 0x11, 0, 63, 0]);
+        jpeg.extend([0xFF, 0xD9]);
+        for (name, bytes, side) in [("BMP", bmp, 100_000), ("JPEG", jpeg, 65_500)] {
+            let mut image = Image::default();
+            let error = decoder.decode(&bytes, &mut image).unwrap_err();
+            assert!(
+                matches!(error, ImageError::TooLarge { width, .. } if width == side),
+                "{name}: {error}"
+            );
+            assert_eq!(image.data.capacity(), 0, "{name}");
+        }
     }
 
     fn crc32(bytes: &[u8]) -> u32 {

@@ -356,6 +356,35 @@ mod tests {
         }
     }
 
+    /// A worker's own buffers (the decoded image, the resized pixels)
+    /// grow to the largest image they have held and are reused after
+    /// that: going over the same images again allocates none of them anew.
+    #[test]
+    fn the_worker_reuses_its_buffers() {
+        let options = all_random(16, 16);
+        let mut worker = ImageWorker::new(options).unwrap();
+        let mut out = vec![0u8; options.output_len()];
+        let mut pass = |worker: &mut ImageWorker| {
+            let mut seen = Vec::new();
+            for position in 0..30 {
+                let seed = element_seed(2, 0, position);
+                worker
+                    .process(&photo(), seed, OutputSlice::Uint8(&mut out))
+                    .unwrap();
+                seen.push((worker.image.data.as_ptr(), worker.pixels.as_ptr()));
+            }
+            seen
+        };
+        pass(&mut worker);
+        let buffers = (worker.image.data.as_ptr(), worker.pixels.as_ptr());
+        let again = pass(&mut worker);
+        assert!(
+            again.iter().all(|&b| b == buffers),
+            "{buffers:?} then {again:?}"
+        );
+        assert!(worker.image.data.capacity() > 0 && worker.pixels.capacity() > 0);
+    }
+
     #[test]
     fn random_choices_follow_the_seed_only() {
         let options = all_random(16, 16);

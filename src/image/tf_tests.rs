@@ -1,5 +1,6 @@
 //! Decoding and resizing against TensorFlow's own answers for the files of
-//! `testdata/images/` (written by `scripts/tf_images.py` with TensorFlow 2.21).
+//! `testdata/images/` (written by `scripts/tf_images.py` and
+//! `scripts/tf_images_full.py` with TensorFlow 2.21).
 //!
 //! PNG, GIF and BMP pixels equal `tf.io.decode_image`'s exactly. JPEG pixels
 //! differ from libjpeg-turbo's (TensorFlow's decoder) by rounding in the
@@ -20,10 +21,16 @@ const JPEG_TOLERANCE: i32 = 6;
 const RESIZE_TOLERANCE: f32 = 1e-3;
 
 fn expected() -> (Vec<Value>, Vec<u8>) {
-    let json = std::fs::read_to_string("testdata/images/expected.json").unwrap();
+    golden("expected")
+}
+
+/// The cases of `testdata/images/NAME.json` and the pixels of
+/// `NAME.bin.gz` they point into.
+fn golden(name: &str) -> (Vec<Value>, Vec<u8>) {
+    let json = std::fs::read_to_string(format!("testdata/images/{name}.json")).unwrap();
     let json: Value = serde_json::from_str(&json).unwrap();
     let mut blob = Vec::new();
-    let gz = std::fs::File::open("testdata/images/expected.bin.gz").unwrap();
+    let gz = std::fs::File::open(format!("testdata/images/{name}.bin.gz")).unwrap();
     flate2::read::GzDecoder::new(gz)
         .read_to_end(&mut blob)
         .unwrap();
@@ -105,6 +112,53 @@ fn decoding_matches_tensorflow() {
     }
     assert!(checked >= 28, "{checked} cases");
     eprintln!("largest JPEG difference from TensorFlow: {jpeg_max}");
+}
+
+/// Full-size decodes of the JPEGs `decoding_matches_tensorflow` leaves
+/// out (restart markers, 4:2:2, TensorFlow's progressive ones) and of a
+/// 320x240 photo written by TensorFlow (the small ones at 1 and 3
+/// channels, the photo at 3)
+/// (`scripts/tf_images_full.py`): within [`JPEG_TOLERANCE`], and close on
+/// average.
+#[test]
+fn full_size_decoding_matches_tensorflow() {
+    let (cases, blob) = golden("full_tf");
+    let mut largest = 0;
+    for case in &cases {
+        let file = case["file"].as_str().unwrap();
+        let channels = case["channels"].as_u64().unwrap() as usize;
+        let image = decode(file, channels);
+        assert_eq!(
+            vec![image.height, image.width, image.channels],
+            shape(case),
+            "{file}"
+        );
+        let offset = case["offset"].as_u64().unwrap() as usize;
+        let want = &blob[offset..offset + image.data.len()];
+        let differences: Vec<i32> = want
+            .iter()
+            .zip(&image.data)
+            .map(|(a, b)| (i32::from(*a) - i32::from(*b)).abs())
+            .collect();
+        let most = differences.iter().copied().max().unwrap();
+        let mean = differences.iter().map(|&d| f64::from(d)).sum::<f64>() / want.len() as f64;
+        eprintln!("{file} channels {channels}: largest difference {most}, mean {mean:.3}");
+        assert!(
+            most <= JPEG_TOLERANCE,
+            "{file} channels {channels}: differs by {most}"
+        );
+        assert!(
+            mean < 1.5,
+            "{file} channels {channels}: mean difference {mean}"
+        );
+        largest = largest.max(most);
+    }
+    assert_eq!(
+        cases.len(),
+        11,
+        "five files at 1 and 3 channels, the photo at 3"
+    );
+    eprintln!("largest full-size JPEG difference from TensorFlow: {largest}");
 }
 
 #[test]
