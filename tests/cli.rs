@@ -732,7 +732,8 @@ fn outputs_follow_the_umask() {
 /// `inspect` on TFRecords of encoded images written by TensorFlow (TFDS's
 /// `image`/`label` layout with PNG digits, and ImageNet's `image/encoded`
 /// with JPEGs of several sizes) suggests image specs, and the pasted specs
-/// train the CNN and the MLP.
+/// train the CNN (asked for by name, and chosen by the data), at the
+/// spec's size or at `--image-size`'s.
 #[test]
 fn inspect_suggests_image_specs_that_train() {
     let digits = repo("testdata/images/digits-tfds.tfrecord");
@@ -892,5 +893,42 @@ fn converted_image_folders_train_from_their_schema() {
         out.stderr.contains("model cnn lenet 1x28x28-2 because"),
         "{}",
         out.stderr
+    );
+
+    // The ImageNet layout marks `image/encoded` too; its height and width
+    // are the image's metadata, skipped with a reason, and the CNN trains.
+    let prefix = dir.path().join("inet");
+    let out = run(&[
+        "convert",
+        "images",
+        &s(&root),
+        "-o",
+        &s(&prefix),
+        "--shards",
+        "1",
+        "--layout",
+        "imagenet",
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let out = run(&[
+        "train",
+        "--schema",
+        &s(&dir.path().join("inet.features.json")),
+        "--data",
+        &s(&dir.path().join("inet-*")),
+        "--epochs",
+        "1",
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("model cnn lenet 1x28x28-2 because"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stdout
+            .contains("image/height (an image's size, beside the image)"),
+        "{}",
+        out.stdout
     );
 }

@@ -8,9 +8,10 @@
 //! differ, so `tfpipe train` on the schema decodes them.
 //!
 //! With [`ImagesLayout::Imagenet`], the layout of tensorflow/models'
-//! `build_imagenet_data.py`: `image/encoded`, `image/format` (`png` or
-//! `jpeg`), `image/height`, `image/width`, `image/class/label` and
-//! `image/class/text` (the folder name).
+//! `build_imagenet_data.py`: `image/encoded` (marked as an image in the
+//! schema, as above), `image/format` (`png` or `jpeg`), `image/height`,
+//! `image/width`, `image/class/label` and `image/class/text` (the folder
+//! name).
 //!
 //! With `resize` (the `images` cargo feature), images are decoded, resized to
 //! exactly W x H and stored as raw RGB pixels (uint8, H x W x 3): in `image`
@@ -390,7 +391,7 @@ impl<'a> ImagesSource<'a> {
         };
         let mut features = match self.options.resize {
             None => vec![
-                scalar("image/encoded", DType::Bytes),
+                FeatureSpec::image("image/encoded", self.sizes.image_options()),
                 scalar("image/format", DType::Bytes),
             ],
             Some((w, h)) => vec![FeatureSpec {

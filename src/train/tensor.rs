@@ -194,7 +194,8 @@ impl Standardize {
 pub struct SkippedFeature {
     /// The feature's name.
     pub name: String,
-    /// Why: `bytes`, `variable-length` or `sequence`.
+    /// Why: `bytes`, `variable-length`, `sequence`, ... or an image's size
+    /// beside the image.
     pub reason: String,
 }
 
@@ -352,6 +353,7 @@ impl InputSpec {
                 reason: reason.into(),
             });
         }
+        skip_sizes_of_an_image(schema, &mut features, &mut used, &mut skipped);
         if features.is_empty() && tokens.is_none() {
             let others = if skipped.is_empty() {
                 "none".to_string()
@@ -378,9 +380,10 @@ impl InputSpec {
             return Err(TrainError::config(
                 Setting::Inputs,
                 format!(
-                    "only an image's size ({}): the image itself ({:?}) is encoded bytes, which the models cannot take; decode the images into pixels (a uint8 feature) to train on them",
+                    "only an image's size ({}): the image itself ({:?}) is encoded bytes, which the models cannot take; declare it as an image feature to decode it (the spec NAME:image:HxWxC, e.g. {:?}, which `tfpipe inspect` suggests)",
                     sizes.join(", "),
-                    encoded.name
+                    encoded.name,
+                    format!("{}:image:224x224x3", encoded.name)
                 ),
             ));
         }
@@ -421,6 +424,33 @@ impl InputSpec {
             None => schema.clone(),
         }
     }
+}
+
+/// Beside an image decoded from its bytes (an `image` feature), the
+/// image's size features (`image/height`, `image/width` of the ImageNet
+/// layout) are its metadata, not inputs: they move from `features` (and
+/// `used`) to `skipped`, so that the image alone feeds the model (the CNN).
+fn skip_sizes_of_an_image(
+    schema: &Schema,
+    features: &mut Vec<(String, usize)>,
+    used: &mut Vec<FeatureSpec>,
+    skipped: &mut Vec<SkippedFeature>,
+) {
+    let is_image = |name: &str| schema.feature(name).is_some_and(|f| f.image.is_some());
+    if !features.iter().any(|(name, _)| is_image(name)) {
+        return;
+    }
+    let sizes: Vec<String> = features
+        .iter()
+        .map(|(name, _)| name.clone())
+        .filter(|name| is_image_size(name))
+        .collect();
+    features.retain(|(name, _)| !sizes.contains(name));
+    used.retain(|f| !sizes.contains(&f.name));
+    skipped.extend(sizes.into_iter().map(|name| SkippedFeature {
+        name,
+        reason: "an image's size, beside the image".into(),
+    }));
 }
 
 /// Whether a feature named `name` is an image's size (`image/height`,
@@ -939,6 +969,31 @@ mod tests {
             panic!("refused");
         };
         assert!(err.to_string().contains("image's size"), "{err}");
+        assert!(err.to_string().contains("image/encoded:image:"), "{err}");
+        // Declared as an image (the ImageNet layout converted by tfpipe),
+        // the image alone is the input: its size is metadata beside it.
+        let mut schema = Schema::from_feature_texts(&[
+            "image/encoded:image:32x32x3",
+            "image/height:int64",
+            "image/width:int64",
+            "image/class/label:int64",
+        ])
+        .unwrap();
+        schema.label = Some("image/class/label".into());
+        let chosen = InputSpec::from_schema(&schema, task).unwrap();
+        assert_eq!(
+            chosen.spec.features,
+            vec![("image/encoded".to_string(), 32 * 32 * 3)]
+        );
+        let skipped: Vec<String> = chosen.skipped.iter().map(|s| s.to_string()).collect();
+        assert_eq!(
+            skipped,
+            [
+                "image/height (an image's size, beside the image)",
+                "image/width (an image's size, beside the image)"
+            ]
+        );
+        assert_eq!(chosen.schema.features.len(), 2);
         // With pixels beside them, the size is an input like any other.
         let mut schema =
             Schema::from_feature_texts(&["pixels:uint8:4", "height:int64", "label:int64"]).unwrap();

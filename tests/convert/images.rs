@@ -95,7 +95,13 @@ fn folders_become_classes_with_sizes_from_headers() {
     assert_eq!(summary.records, 4);
     let (schema, meta) = load_schema(&summary);
     assert_eq!(schema.label.as_deref(), Some("image/class/label"));
-    assert_eq!(schema.feature("image/encoded").unwrap().dtype, DType::Bytes);
+    // The encoded bytes are marked as an image, as in the TFDS layout, so
+    // that `train --schema` decodes them (the sizes here differ).
+    assert_eq!(
+        schema.feature("image/encoded").unwrap().to_string(),
+        "image/encoded:image:224x224x3:center"
+    );
+    assert_eq!(schema.feature("image/format").unwrap().dtype, DType::Bytes);
     assert_eq!(meta["source"]["classes"], serde_json::json!(["cat", "dog"]));
     assert_eq!(meta["source"]["files_ignored"], 2);
     let rows = read_rows(&summary);
