@@ -879,15 +879,13 @@ fn converted_image_folders_train_from_their_schema() {
         "{json}"
     );
     // No --model: the schema's image chooses the CNN, and says so.
-    let out = run(&[
-        "train",
-        "--schema",
-        &schema,
-        "--data",
-        &s(&dir.path().join("img-*")),
-        "--epochs",
-        "1",
-    ]);
+    let train = |schema: &str, shards: &str| {
+        let data = s(&dir.path().join(shards));
+        run(&[
+            "train", "--schema", schema, "--data", &data, "--epochs", "1",
+        ])
+    };
+    let out = train(&schema, "img-*");
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(
         out.stderr.contains("model cnn lenet 1x28x28-2 because"),
@@ -910,15 +908,7 @@ fn converted_image_folders_train_from_their_schema() {
         "imagenet",
     ]);
     assert_eq!(out.code, 0, "{}", out.stderr);
-    let out = run(&[
-        "train",
-        "--schema",
-        &s(&dir.path().join("inet.features.json")),
-        "--data",
-        &s(&dir.path().join("inet-*")),
-        "--epochs",
-        "1",
-    ]);
+    let out = train(&s(&dir.path().join("inet.features.json")), "inet-*");
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(
         out.stderr.contains("model cnn lenet 1x28x28-2 because"),

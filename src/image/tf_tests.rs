@@ -60,52 +60,62 @@ fn decode(file: &str, channels: usize) -> Image {
     image
 }
 
+/// The pixels TensorFlow gave for `case` (its offset into `blob`, `len`
+/// values).
+fn want<'a>(case: &Value, blob: &'a [u8], len: usize) -> &'a [u8] {
+    let offset = case["offset"].as_u64().unwrap() as usize;
+    &blob[offset..offset + len]
+}
+
+/// Decodes `case`'s file at its channel count, checking the shape
+/// TensorFlow gave, and returns the image and a name for messages.
+fn decode_case(case: &Value) -> (Image, String) {
+    let file = case["file"].as_str().unwrap();
+    let channels = case["channels"].as_u64().unwrap() as usize;
+    let image = decode(file, channels);
+    let name = format!("{file} channels {channels}");
+    if case.get("error").is_none() {
+        let got = vec![image.height, image.width, image.channels];
+        assert_eq!(got, shape(case), "{name}");
+    }
+    (image, name)
+}
+
+/// A JPEG decode against TensorFlow's: checks the largest difference per
+/// value against [`JPEG_TOLERANCE`], prints it with the mean, and returns
+/// both.
+fn jpeg_within_tolerance(name: &str, want: &[u8], got: &[u8]) -> (i32, f64) {
+    let differences: Vec<i32> = want
+        .iter()
+        .zip(got)
+        .map(|(a, b)| (i32::from(*a) - i32::from(*b)).abs())
+        .collect();
+    let most = differences.iter().copied().max().unwrap();
+    let mean = differences.iter().map(|&d| f64::from(d)).sum::<f64>() / want.len() as f64;
+    eprintln!("{name}: largest difference {most}, mean {mean:.3}");
+    assert!(most <= JPEG_TOLERANCE, "{name}: differs by {most}");
+    (most, mean)
+}
+
 #[test]
 fn decoding_matches_tensorflow() {
     let (cases, blob) = expected();
     let mut jpeg_max = 0;
     let mut checked = 0;
     for case in cases.iter().filter(|c| c["kind"] == "decode") {
-        let file = case["file"].as_str().unwrap();
-        let channels = case["channels"].as_u64().unwrap() as usize;
-        let image = decode(file, channels);
+        let (image, name) = decode_case(case);
         if case.get("error").is_some() {
             // TensorFlow refuses channels=1 for GIF and BMP; tfpipe converts.
-            assert_eq!(image.channels, 1, "{file}");
+            assert_eq!(image.channels, 1, "{name}");
             continue;
         }
-        assert_eq!(
-            vec![image.height, image.width, image.channels],
-            shape(case),
-            "{file}"
-        );
-        let offset = case["offset"].as_u64().unwrap() as usize;
-        let want = &blob[offset..offset + image.data.len()];
-        if file.ends_with(".jpg") {
-            let most = want
-                .iter()
-                .zip(&image.data)
-                .map(|(a, b)| (i32::from(*a) - i32::from(*b)).abs())
-                .max()
-                .unwrap();
-            assert!(
-                most <= JPEG_TOLERANCE,
-                "{file} channels {channels}: differs by {most}"
-            );
-            let total: i64 = want
-                .iter()
-                .zip(&image.data)
-                .map(|(a, b)| i64::from((i32::from(*a) - i32::from(*b)).abs()))
-                .sum();
-            eprintln!(
-                "{file} channels {channels}: largest difference {most}, mean {:.3}",
-                total as f64 / want.len() as f64
-            );
-            jpeg_max = jpeg_max.max(most);
+        let want = want(case, &blob, image.data.len());
+        if name.contains(".jpg") {
+            jpeg_max = jpeg_max.max(jpeg_within_tolerance(&name, want, &image.data).0);
         } else {
             assert!(
                 want == image.data,
-                "{file} channels {channels}: pixels differ from TensorFlow's"
+                "{name}: pixels differ from TensorFlow's"
             );
         }
         checked += 1;
@@ -117,47 +127,21 @@ fn decoding_matches_tensorflow() {
 /// Full-size decodes of the JPEGs `decoding_matches_tensorflow` leaves
 /// out (restart markers, 4:2:2, TensorFlow's progressive ones) and of a
 /// 320x240 photo written by TensorFlow (the small ones at 1 and 3
-/// channels, the photo at 3)
-/// (`scripts/tf_images_full.py`): within [`JPEG_TOLERANCE`], and close on
-/// average.
+/// channels, the photo at 3; `scripts/tf_images_full.py`): within
+/// [`JPEG_TOLERANCE`], and close on average.
 #[test]
 fn full_size_decoding_matches_tensorflow() {
     let (cases, blob) = golden("full_tf");
     let mut largest = 0;
     for case in &cases {
-        let file = case["file"].as_str().unwrap();
-        let channels = case["channels"].as_u64().unwrap() as usize;
-        let image = decode(file, channels);
-        assert_eq!(
-            vec![image.height, image.width, image.channels],
-            shape(case),
-            "{file}"
-        );
-        let offset = case["offset"].as_u64().unwrap() as usize;
-        let want = &blob[offset..offset + image.data.len()];
-        let differences: Vec<i32> = want
-            .iter()
-            .zip(&image.data)
-            .map(|(a, b)| (i32::from(*a) - i32::from(*b)).abs())
-            .collect();
-        let most = differences.iter().copied().max().unwrap();
-        let mean = differences.iter().map(|&d| f64::from(d)).sum::<f64>() / want.len() as f64;
-        eprintln!("{file} channels {channels}: largest difference {most}, mean {mean:.3}");
-        assert!(
-            most <= JPEG_TOLERANCE,
-            "{file} channels {channels}: differs by {most}"
-        );
-        assert!(
-            mean < 1.5,
-            "{file} channels {channels}: mean difference {mean}"
-        );
+        let (image, name) = decode_case(case);
+        let want = want(case, &blob, image.data.len());
+        let (most, mean) = jpeg_within_tolerance(&name, want, &image.data);
+        assert!(mean < 1.5, "{name}: mean difference {mean}");
         largest = largest.max(most);
     }
-    assert_eq!(
-        cases.len(),
-        11,
-        "five files at 1 and 3 channels, the photo at 3"
-    );
+    let expected = "five files at 1 and 3 channels, the photo at 3";
+    assert_eq!(cases.len(), 11, "{expected}");
     eprintln!("largest full-size JPEG difference from TensorFlow: {largest}");
 }
 

@@ -971,8 +971,9 @@ mod tests {
     use super::*;
     use candle_core::Var;
 
-    /// Deterministic values in [-1, 1).
-    fn values(n: usize, seed: u64) -> Vec<f32> {
+    /// Deterministic values in [-1, 1) (the kernels' tests in `ops/` use
+    /// them too).
+    pub(super) fn values(n: usize, seed: u64) -> Vec<f32> {
         let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
         (0..n)
             .map(|_| {

@@ -547,19 +547,8 @@ fn chunk_products<const FMA: bool, const KX: usize>(
 }
 #[cfg(test)]
 mod tests {
+    use super::super::tests::values;
     use super::*;
-
-    fn values(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                (s % 2001) as f32 / 1000.0 - 1.0
-            })
-            .collect()
-    }
 
     /// The input value at padded coordinates, if inside the image.
     fn at(g: &Geometry, x: &[f32], n: usize, y: usize, xx: usize, ch: usize) -> Option<f32> {
