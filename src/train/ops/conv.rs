@@ -466,28 +466,18 @@ impl Conv2dOp {
             .map(move |start| start..(start + block).min(lines))
     }
 
-    /// The forward pass of one run of images: `x` and `y` are its input
-    /// and output.
+    /// The im2col forward pass of one run of images: `x` and `y` are its
+    /// input and output, `wk` the kernel repacked.
     fn forward_run(
         &self,
         g: &Geometry,
         x: &[f32],
-        (kernel, wk): (&[f32], &[f32]),
+        wk: &[f32],
         bias: &[f32],
         y: &mut [f32],
     ) -> Result<()> {
         let (width, out, ow) = (g.width(), g.out, g.ow());
         with_scratch(|s| {
-            if self.method == Method::Direct {
-                let planes = sized(&mut s.cols, direct::Planes::new(g).len(g));
-                let layer = direct::Layer {
-                    kernel,
-                    bias,
-                    relu: self.relu,
-                };
-                direct::forward_run(direct::Isa::best(), g, &layer, (x, y), planes);
-                return Ok(());
-            }
             for lines in self.blocks(g, x.len() / g.image_in().max(1)) {
                 let rows = lines.len() * ow;
                 let yb = &mut y[lines.start * ow * out..][..rows * out];
@@ -512,7 +502,7 @@ impl Conv2dOp {
         })
     }
 
-    /// The backward pass of one run of images: returns its partial `dW`
+    /// The im2col backward pass of one run of images: returns its partial `dW`
     /// (repacked order) and `db`; writes its images' `dx` when given.
     fn backward_run(
         &self,
@@ -574,6 +564,14 @@ impl Conv2dOp {
 }
 
 impl Conv2dOp {
+    /// [`direct::forward_run`] with this thread's scratch.
+    fn direct_forward_run(&self, g: &Geometry, x: &[f32], layer: &direct::Layer, y: &mut [f32]) {
+        with_scratch(|s| {
+            let planes = sized(&mut s.cols, direct::Planes::new(g).len(g));
+            direct::forward_run(direct::Isa::best(), g, layer, (x, y), planes);
+        })
+    }
+
     /// [`direct::backward_run`] with this thread's scratch: `dW` in
     /// candle's order and `db`.
     fn direct_backward_run(
@@ -673,16 +671,29 @@ impl CustomOp3 for Conv2dOp {
         if bias.len() != g.out {
             bail!("conv2d: {} bias values for {} outputs", bias.len(), g.out);
         }
-        let wk = g.repack(kernel);
         let mut y = vec![0f32; g.b * g.image_out()];
         let (per_task, _) = self.split(&g);
         let jobs: Vec<(&[f32], &mut [f32])> = x
             .chunks(per_task * g.image_in())
             .zip(y.chunks_mut(per_task * g.image_out()))
             .collect();
-        run_tasks(jobs, |(xr, yr)| {
-            self.forward_run(&g, xr, (kernel, &wk), bias, yr)
-        })?;
+        match self.method {
+            Method::Direct => {
+                let layer = direct::Layer {
+                    kernel,
+                    bias,
+                    relu: self.relu,
+                };
+                run_tasks(jobs, |(xr, yr)| {
+                    self.direct_forward_run(&g, xr, &layer, yr);
+                    Ok(())
+                })?;
+            }
+            Method::Im2col => {
+                let wk = g.repack(kernel);
+                run_tasks(jobs, |(xr, yr)| self.forward_run(&g, xr, &wk, bias, yr))?;
+            }
+        }
         Ok((
             CpuStorage::F32(y),
             Shape::from((g.b, g.oh(), g.ow(), g.out)),
@@ -717,10 +728,11 @@ impl CustomOp3 for Conv2dOp {
                 rd.len()
             );
         }
-        let wk = g.repack(kd);
         let (per_task, _) = self.split(&g);
         let mut dx = x.track_op().then(|| vec![0f32; xd.len()]);
         let direct = self.method == Method::Direct && dx.is_none();
+        // The im2col path's kernel order (the direct one reads candle's).
+        let wk = if direct { Vec::new() } else { g.repack(kd) };
         let (tin, tout) = (per_task * g.image_in(), per_task * g.image_out());
         let dx_runs: Vec<Option<&mut [f32]>> = match dx.as_mut() {
             Some(dx) => dx.chunks_mut(tin).map(Some).collect(),
@@ -735,7 +747,7 @@ impl CustomOp3 for Conv2dOp {
             true => Ok(self.direct_backward_run(&g, xr, rr, gr)),
             false => self.backward_run(&g, xr, &wk, rr, gr, dxr),
         })?;
-        let (mut dw, mut db) = (vec![0f32; wk.len()], vec![0f32; g.out]);
+        let (mut dw, mut db) = (vec![0f32; g.out * g.width()], vec![0f32; g.out]);
         for (pw, pb) in parts {
             dw.iter_mut().zip(&pw).for_each(|(d, v)| *d += v);
             db.iter_mut().zip(&pb).for_each(|(d, v)| *d += v);
