@@ -284,6 +284,11 @@ impl InputSpec {
         let mut used = Vec::new();
         let mut tokens: Option<TokenSpec> = None;
         let mut may_be_missing = Vec::new();
+        // Beside an image decoded from its bytes (an `image` feature), the
+        // image's size features (`image/height`, `image/width` of the
+        // ImageNet layout) are its metadata, not inputs: the image alone
+        // feeds the model (the CNN).
+        let has_image = schema.features.iter().any(|f| f.image.is_some());
         for f in &schema.features {
             if Some(&f.name) == schema.label.as_ref() {
                 let scalar =
@@ -326,6 +331,7 @@ impl InputSpec {
                 continue;
             }
             let reason = match (&f.layout, f.dtype) {
+                _ if has_image && is_image_size(&f.name) => "an image's size, beside the image",
                 (Layout::Fixed(shape), dtype) if dtype != DType::Bytes => {
                     features.push((f.name.clone(), shape.iter().product()));
                     // A default is where the value may be missing (the
@@ -353,7 +359,6 @@ impl InputSpec {
                 reason: reason.into(),
             });
         }
-        skip_sizes_of_an_image(schema, &mut features, &mut used, &mut skipped);
         if features.is_empty() && tokens.is_none() {
             let others = if skipped.is_empty() {
                 "none".to_string()
@@ -424,33 +429,6 @@ impl InputSpec {
             None => schema.clone(),
         }
     }
-}
-
-/// Beside an image decoded from its bytes (an `image` feature), the
-/// image's size features (`image/height`, `image/width` of the ImageNet
-/// layout) are its metadata, not inputs: they move from `features` (and
-/// `used`) to `skipped`, so that the image alone feeds the model (the CNN).
-fn skip_sizes_of_an_image(
-    schema: &Schema,
-    features: &mut Vec<(String, usize)>,
-    used: &mut Vec<FeatureSpec>,
-    skipped: &mut Vec<SkippedFeature>,
-) {
-    let is_image = |name: &str| schema.feature(name).is_some_and(|f| f.image.is_some());
-    if !features.iter().any(|(name, _)| is_image(name)) {
-        return;
-    }
-    let sizes: Vec<String> = features
-        .iter()
-        .map(|(name, _)| name.clone())
-        .filter(|name| is_image_size(name))
-        .collect();
-    features.retain(|(name, _)| !sizes.contains(name));
-    used.retain(|f| !sizes.contains(&f.name));
-    skipped.extend(sizes.into_iter().map(|name| SkippedFeature {
-        name,
-        reason: "an image's size, beside the image".into(),
-    }));
 }
 
 /// Whether a feature named `name` is an image's size (`image/height`,
