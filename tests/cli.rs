@@ -858,17 +858,13 @@ fn converted_image_folders_train_from_their_schema() {
             std::fs::write(root.join(class).join(format!("{i}.png")), &digit).unwrap();
         }
     }
-    let prefix = dir.path().join("img");
-    let out = run(&[
-        "convert",
-        "images",
-        &s(&root),
-        "-o",
-        &s(&prefix),
-        "--shards",
-        "1",
-    ]);
-    assert_eq!(out.code, 0, "{}", out.stderr);
+    let convert = |prefix: &str, more: &[&str]| {
+        let out = s(&dir.path().join(prefix));
+        let args = ["convert", "images", &s(&root), "-o", &out, "--shards", "1"];
+        let out = run(&[&args[..], more].concat());
+        assert_eq!(out.code, 0, "{}", out.stderr);
+    };
+    convert("img", &[]);
     let schema = s(&dir.path().join("img.features.json"));
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&schema).unwrap()).unwrap();
@@ -895,19 +891,7 @@ fn converted_image_folders_train_from_their_schema() {
 
     // The ImageNet layout marks `image/encoded` too; its height and width
     // are the image's metadata, skipped with a reason, and the CNN trains.
-    let prefix = dir.path().join("inet");
-    let out = run(&[
-        "convert",
-        "images",
-        &s(&root),
-        "-o",
-        &s(&prefix),
-        "--shards",
-        "1",
-        "--layout",
-        "imagenet",
-    ]);
-    assert_eq!(out.code, 0, "{}", out.stderr);
+    convert("inet", &["--layout", "imagenet"]);
     let out = train(&s(&dir.path().join("inet.features.json")), "inet-*");
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(
