@@ -30,14 +30,14 @@
 
 use std::cell::RefCell;
 use std::sync::OnceLock;
-
-use crate::spawn::Cancel;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use candle_core::{
     CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Device, InplaceOp2, Layout, Result, Shape,
     Tensor, bail,
 };
+
+use crate::spawn::Cancel;
 
 mod conv;
 mod direct;
