@@ -99,7 +99,9 @@ def test_dropping_an_iterator_mid_epoch_joins_its_threads(small):
     it = iter(ds)
     for _ in range(5):
         next(it)
-    assert tfpipe._tfpipe.live_threads() >= 3
+    # The parse's two workers at least (the readers may be between files; a
+    # prefetch right after the parse adds no thread).
+    assert tfpipe._tfpipe.live_threads() >= 2
     del it
     gc.collect()
     assert tfpipe._tfpipe.live_threads() == 0

@@ -40,7 +40,7 @@
 //!
 //! | operator | threads | buffer between threads |
 //! |---|---|---|
-//! | [`prefetch(n)`](Pipeline::prefetch) | 1 | channel of `n` |
+//! | [`prefetch(n)`](Pipeline::prefetch) | 1; none right after a parallel map, whose window grows by `n` instead | channel of `n` |
 //! | [`map_parallel(p, ..)`](Pipeline::map_parallel) | `p` (Auto: up to the cores) | reorder window `W = 2 * max(p) + 2` |
 //! | [`interleave`](Pipeline::interleave) with parallelism `p` | one per open input (`cycle_length`), at most `p` computing at once | `cycle_length` channels of 2 chunks (>= 256 elements each) |
 //!
@@ -67,7 +67,8 @@
 //! ```text
 //! live <= shuffle_buffer + 1                        (per shuffle)
 //!       + batch_size                                 (per batch, the one being filled)
-//!       + prefetch_n + 2                             (per prefetch: channel + one in each hand)
+//!       + prefetch_n + 2                             (per prefetch: channel + one in each hand;
+//!                                                   after a parallel map, `n` more in its window)
 //!       + W + p                                      (per map_parallel: window + one per worker)
 //!       + cycle_length * 4 * chunk                  (per parallel interleave: 2 chunks queued,
 //!                                                   one being read, one being consumed;
@@ -534,6 +535,55 @@ pub(crate) type Stream<T> = Box<dyn StageStream<T>>;
 
 type BuildFn<T> = dyn Fn(&Env) -> Stream<T> + Send + Sync;
 
+/// An adapter's build function as [`Pipeline::then_quiet`] makes it.
+fn quiet_build<T: Send + 'static, U: Send + 'static>(
+    up: Arc<BuildFn<T>>,
+    depth: usize,
+    own: &'static str,
+    f: Arc<QuietFn<T, U>>,
+) -> Arc<BuildFn<U>> {
+    Arc::new(move |env: &Env| {
+        let mine = env.peek_resume().filter(|s| s.stage == own).cloned();
+        match mine {
+            Some(state) => {
+                env.resume_state();
+                let up_env = env.resuming(state.inputs.first().cloned());
+                let stream = up(&up_env);
+                up_env.check_claimed("upstream");
+                f(&env.resuming(None), depth, stream, Some(state))
+            }
+            None => f(env, depth, up(env), None),
+        }
+    })
+}
+
+/// What [`Pipeline::then_quiet`] calls: context, depth, upstream, own state.
+type QuietFn<T, U> = dyn Fn(&Env, usize, Stream<T>, Option<StageState>) -> Stream<U> + Send + Sync;
+
+/// Rebuilds a pipeline's last stage with its look-ahead widened by `n`.
+type WidenFn<T> = dyn Fn(usize) -> Arc<BuildFn<T>> + Send + Sync;
+
+/// A stage's build function as [`Pipeline::then`] makes it: the upstream is
+/// built from its share of the resume state, then `f` over it.
+fn stage_build<T: Send + 'static, U: Send + 'static>(
+    up: Arc<BuildFn<T>>,
+    depth: usize,
+    name: &'static str,
+    f: impl Fn(&Env, Stream<T>, Arc<StageCounters>) -> Stream<U> + Send + Sync + 'static,
+) -> Arc<BuildFn<U>> {
+    Arc::new(move |env: &Env| {
+        let (own, upstream) = env.split_resume(name);
+        let up_env = env.resuming(upstream);
+        let stream = up(&up_env);
+        up_env.check_claimed("upstream");
+        let counters = env.stage(depth, name);
+        let env = env.resuming(own);
+        let stream = f(&env, stream, counters);
+        env.check_claimed(name);
+        stream
+    })
+}
+
 /// What every stage of one started pipeline shares.
 pub(crate) struct Shared {
     pub(crate) cancel: AtomicBool,
@@ -699,6 +749,11 @@ impl Env {
 /// Cloning is cheap (the plan is shared). See the [module docs](self).
 pub struct Pipeline<T> {
     build: Arc<BuildFn<T>>,
+    /// Where the last stage already computes ahead on worker threads into a
+    /// bounded window (a parallel map): the same pipeline with that window
+    /// widened by `n` elements. [`prefetch`](Self::prefetch) uses it instead
+    /// of a thread of its own.
+    widen: Option<Arc<WidenFn<T>>>,
     depth: usize,
     error: Option<Invalid>,
     /// The first file the pipeline reads, where known: errors from an input
@@ -710,6 +765,7 @@ impl<T> Clone for Pipeline<T> {
     fn clone(&self) -> Self {
         Pipeline {
             build: Arc::clone(&self.build),
+            widen: self.widen.clone(),
             depth: self.depth,
             error: self.error.clone(),
             origin: self.origin.clone(),
@@ -722,6 +778,7 @@ impl<T: Send + 'static> Pipeline<T> {
     pub(crate) fn from_build(build: impl Fn(&Env) -> Stream<T> + Send + Sync + 'static) -> Self {
         Pipeline {
             build: Arc::new(build),
+            widen: None,
             depth: 0,
             error: None,
             origin: None,
@@ -737,19 +794,38 @@ impl<T: Send + 'static> Pipeline<T> {
         f: impl Fn(&Env, Stream<T>, Arc<StageCounters>) -> Stream<U> + Send + Sync + 'static,
     ) -> Pipeline<U> {
         let depth = self.depth + 1;
-        let up = self.build;
         Pipeline {
-            build: Arc::new(move |env: &Env| {
-                let (own, upstream) = env.split_resume(name);
-                let up_env = env.resuming(upstream);
-                let stream = up(&up_env);
-                up_env.check_claimed("upstream");
-                let counters = env.stage(depth, name);
-                let env = env.resuming(own);
-                let stream = f(&env, stream, counters);
-                env.check_claimed(name);
-                stream
-            }),
+            build: stage_build(self.build, depth, name, f),
+            widen: None,
+            depth,
+            error: self.error,
+            origin: self.origin,
+        }
+    }
+
+    /// Like [`then`](Self::then), for a stage that computes ahead on worker
+    /// threads into a window: `f` also gets how many elements to widen that
+    /// window by, 0 unless a [`prefetch`](Self::prefetch) follows.
+    pub(crate) fn then_widening<U: Send + 'static>(
+        self,
+        name: &'static str,
+        f: impl Fn(usize, &Env, Stream<T>, Arc<StageCounters>) -> Stream<U> + Send + Sync + 'static,
+    ) -> Pipeline<U> {
+        let depth = self.depth + 1;
+        let up = self.build;
+        let f = Arc::new(f);
+        let widen = move |extra: usize| {
+            let f = Arc::clone(&f);
+            stage_build(
+                Arc::clone(&up),
+                depth,
+                name,
+                move |env, stream, counters| f(extra, env, stream, counters),
+            )
+        };
+        Pipeline {
+            build: widen(0),
+            widen: Some(Arc::new(widen)),
             depth,
             error: self.error,
             origin: self.origin,
@@ -776,6 +852,7 @@ impl<T: Send + 'static> Pipeline<T> {
                 let env = env.resuming(None);
                 f(&env, &|| up(&env), counters)
             }),
+            widen: None,
             depth,
             error: self.error,
             origin: self.origin,
@@ -794,21 +871,17 @@ impl<T: Send + 'static> Pipeline<T> {
         f: impl Fn(&Env, usize, Stream<T>, Option<StageState>) -> Stream<U> + Send + Sync + 'static,
     ) -> Pipeline<U> {
         let depth = self.depth;
-        let up = self.build;
+        let f: Arc<QuietFn<T, U>> = Arc::new(f);
+        // An adapter adds no thread: a stage before it that can widen its
+        // look-ahead still can, the adapter wrapped around it again.
+        let widen = self.widen.map(|widen| {
+            let f = Arc::clone(&f);
+            Arc::new(move |extra: usize| quiet_build(widen(extra), depth, own, Arc::clone(&f)))
+                as Arc<WidenFn<U>>
+        });
         Pipeline {
-            build: Arc::new(move |env: &Env| {
-                let mine = env.peek_resume().filter(|s| s.stage == own).cloned();
-                match mine {
-                    Some(state) => {
-                        env.resume_state();
-                        let up_env = env.resuming(state.inputs.first().cloned());
-                        let stream = up(&up_env);
-                        up_env.check_claimed("upstream");
-                        f(&env.resuming(None), depth, stream, Some(state))
-                    }
-                    None => f(env, depth, up(env), None),
-                }
-            }),
+            build: quiet_build(self.build, depth, own, f),
+            widen,
             depth,
             error: self.error,
             origin: self.origin,
@@ -963,11 +1036,12 @@ impl<T> PipelineIter<T> {
     /// `timeout`; call it again to go on waiting (nothing is lost).
     ///
     /// The wait is bounded only where the pipeline ends in
-    /// [`prefetch`](Pipeline::prefetch), whose thread computes the elements:
-    /// other last stages compute in the caller's thread and return when
-    /// done. A front end that must stay responsive while it waits (to
-    /// signals, say) ends its pipeline in `prefetch` and waits here in
-    /// slices, with no thread of its own in between.
+    /// [`prefetch`](Pipeline::prefetch), whose thread (or, right after a
+    /// parallel map, the map's workers) computes the elements: other last
+    /// stages compute in the caller's thread and return when done. A front
+    /// end that must stay responsive while it waits (to signals, say) ends
+    /// its pipeline in `prefetch` and waits here in slices, with no thread
+    /// of its own in between.
     ///
     /// ```
     /// use std::time::Duration;

@@ -21,14 +21,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError, bounded};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError, TrySendError, bounded};
 
 use super::autotune::Autotuner;
 use super::state::{self, ANCHOR_EVERY, Anchors, StageState, StageStream, StateError};
 use super::worker::{Worker, call_user};
 use super::{
-    BoxError, Env, Event, MAX_PARALLELISM, Parallelism, Pipeline, PipelineError, Stream, byte_size,
-    user_error,
+    BoxError, Env, Event, MAX_PARALLELISM, Parallelism, Pipeline, PipelineError, Stream, TimedOut,
+    byte_size, user_error,
 };
 use crate::metrics::StageCounters;
 use crate::spawn::Cancel;
@@ -112,8 +112,8 @@ impl<T: Send + 'static> Pipeline<T> {
         self.invalid_if(bad, "map_parallel", move || {
             format!("parallelism {parallelism:?}: needs 1 to {MAX_PARALLELISM} workers (or Auto)")
         })
-        .then(name, move |env, up, counters| {
-            start_map(name, env, up, counters, options, Arc::clone(&job))
+        .then_widening(name, move |extra, env, up, counters| {
+            start_map(name, env, up, counters, options, extra, Arc::clone(&job))
         })
     }
 }
@@ -164,6 +164,7 @@ fn start_map<T, S, U, E, I, F>(
     up: Stream<T>,
     counters: Arc<StageCounters>,
     options: MapOptions,
+    extra_window: usize,
     job: Arc<Job<I, F>>,
 ) -> Stream<U>
 where
@@ -179,16 +180,11 @@ where
         Parallelism::Fixed(n) => n.max(1),
         Parallelism::Auto => max.div_ceil(2),
     };
-    let window = 2 * max + 2;
+    // A `prefetch` right after this stage adds its depth here rather than
+    // a thread of its own (`extra_window`).
+    let window = (2 * max + 2).saturating_add(extra_window);
     // Saved under the stage's own name (`map`, or `parse` for the parser).
-    let skip = match env.resume_state().map(|s| state::skip_of(s, name)) {
-        Some(Ok(skip)) => skip,
-        Some(Err(error)) => {
-            env.restore_failed(error);
-            0
-        }
-        None => 0,
-    };
+    let skip = state::restored_skip(env, name);
     let mut anchors = Anchors::default();
     anchors.offer(0, 0, &*up);
     let shared = Arc::new(Shared {
@@ -503,6 +499,10 @@ impl<T, U> MapStream<T, U> {
 }
 
 impl<T: Send, U: Send> StageStream<U> for MapStream<T, U> {
+    fn next_until(&mut self, deadline: Instant) -> Result<Option<Event<U>>, TimedOut> {
+        self.next_by(Some(deadline))
+    }
+
     fn save(&self) -> Result<StageState, StateError> {
         if !self.deterministic {
             return Err(StateError::Unsupported {
@@ -539,30 +539,39 @@ impl<T: Send, U: Send> StageStream<U> for MapStream<T, U> {
     }
 }
 
-impl<T, U> Iterator for MapStream<T, U> {
-    type Item = Event<U>;
-
-    fn next(&mut self) -> Option<Event<U>> {
+impl<T, U> MapStream<T, U> {
+    /// The next event, waiting on the workers until `deadline` if one is
+    /// given.
+    fn next_by(&mut self, deadline: Option<Instant>) -> Result<Option<Event<U>>, TimedOut> {
         loop {
             if let Some(event) = self.pop() {
                 if self.skip > 0 {
                     self.skip -= 1;
                     continue;
                 }
-                return Some(event);
+                return Ok(Some(event));
             }
             if self.disconnected {
-                return None;
+                return Ok(None);
             }
-            let out = self.out.as_ref()?;
+            let Some(out) = self.out.as_ref() else {
+                return Ok(None);
+            };
             let message = match out.try_recv() {
                 Ok(m) => Ok(m),
                 Err(TryRecvError::Disconnected) => Err(()),
                 Err(TryRecvError::Empty) => {
                     let t = Instant::now();
-                    let m = out.recv().map_err(|_| ());
+                    let m = match deadline {
+                        None => out.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                        Some(deadline) => out.recv_deadline(deadline),
+                    };
                     self.waited += t.elapsed();
-                    m
+                    match m {
+                        Ok(m) => Ok(m),
+                        Err(RecvTimeoutError::Timeout) => return Err(TimedOut),
+                        Err(RecvTimeoutError::Disconnected) => Err(()),
+                    }
                 }
             };
             match message {
@@ -571,6 +580,15 @@ impl<T, U> Iterator for MapStream<T, U> {
             }
             self.tune();
         }
+    }
+}
+
+impl<T, U> Iterator for MapStream<T, U> {
+    type Item = Event<U>;
+
+    fn next(&mut self) -> Option<Event<U>> {
+        // With no deadline there is no time-out.
+        self.next_by(None).ok().flatten()
     }
 }
 

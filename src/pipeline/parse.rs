@@ -13,10 +13,11 @@
 use std::any::Any;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use super::partition::{PartitionPlan, Scalar};
-use super::state::{Sequential, StageState, StageStream, StateError};
-use super::{Event, MapOptions, Parallelism, Pipeline, PipelineError, Record, Stream};
+use super::state::{self, Sequential, StageState, StageStream, StateError};
+use super::{Event, MapOptions, Parallelism, Pipeline, PipelineError, Record, Stream, TimedOut};
 use crate::batch::Batch;
 use crate::error::Location;
 use crate::example::{BatchParser, ParseError, Schema};
@@ -62,7 +63,7 @@ impl<R: AsRef<[u8]> + Send + 'static> Pipeline<Vec<R>> {
     /// input order) draws from
     /// [`element_seed`](crate::image::element_seed)`(seed, epoch, i)`.
     /// Each record's draws are thus fixed whatever the worker count, and a
-    /// pipeline resumed from a [state](crate::pipeline::state) draws what
+    /// pipeline resumed from a [state] draws what
     /// the uninterrupted one would have. [`parse_batches`](Self::parse_batches)
     /// is this with seed 0.
     ///
@@ -515,10 +516,10 @@ struct Split {
     skip: u64,
 }
 
-impl Iterator for Split {
-    type Item = Event<Batch>;
-
-    fn next(&mut self) -> Option<Event<Batch>> {
+impl Split {
+    /// The next event, waiting on the upstream until `deadline` if one is
+    /// given.
+    fn next_by(&mut self, deadline: Option<Instant>) -> Result<Option<Event<Batch>>, TimedOut> {
         loop {
             if let Some(event) = self.queue.pop_front() {
                 self.emitted += 1;
@@ -526,10 +527,13 @@ impl Iterator for Split {
                     self.skip -= 1;
                     continue;
                 }
-                return Some(event);
+                return Ok(Some(event));
             }
             self.emitted = 0;
-            match self.up.next()? {
+            let Some(next) = state::pull(&mut self.up, deadline)? else {
+                return Ok(None);
+            };
+            match next {
                 Event::Item(Ok(parsed)) => {
                     for err in parsed.bad {
                         self.counters.add_error();
@@ -542,18 +546,31 @@ impl Iterator for Split {
                 // Only a parsed element has events to skip.
                 Event::Item(Err(err)) => {
                     self.skip = 0;
-                    return Some(Event::Item(Err(err)));
+                    return Ok(Some(Event::Item(Err(err))));
                 }
                 Event::EpochEnd(e) => {
                     self.skip = 0;
-                    return Some(Event::EpochEnd(e));
+                    return Ok(Some(Event::EpochEnd(e)));
                 }
             }
         }
     }
 }
 
+impl Iterator for Split {
+    type Item = Event<Batch>;
+
+    fn next(&mut self) -> Option<Event<Batch>> {
+        // With no deadline there is no time-out.
+        self.next_by(None).ok().flatten()
+    }
+}
+
 impl StageStream<Batch> for Split {
+    fn next_until(&mut self, deadline: Instant) -> Result<Option<Event<Batch>>, TimedOut> {
+        self.next_by(Some(deadline))
+    }
+
     fn save(&self) -> Result<StageState, StateError> {
         if self.queue.is_empty() {
             return self.up.save();

@@ -18,25 +18,31 @@ impl<T: Send + 'static> Pipeline<T> {
     /// ready in a bounded channel, so the consumer overlaps with the
     /// producer. `prefetch(0)` is a no-op.
     ///
+    /// Right after a parallel map (or parse), whose workers already compute
+    /// ahead into a bounded window, no thread is added: the map's window
+    /// grows by `n` and the consumer takes from it directly. The extra
+    /// thread would only move each element from one channel to the next, at
+    /// the price of a wake-up per element (docs/benchmarks.md, "One thread
+    /// hop less").
+    ///
     /// ```
     /// use tfpipe::pipeline::Pipeline;
     /// let v: Vec<u32> = Pipeline::from_vec((0..4).collect()).prefetch(2).start()?.collect::<Result<_, _>>()?;
     /// assert_eq!(v, [0, 1, 2, 3]);
     /// # Ok::<(), tfpipe::pipeline::PipelineError>(())
     /// ```
-    pub fn prefetch(self, n: usize) -> Pipeline<T> {
+    pub fn prefetch(mut self, n: usize) -> Pipeline<T> {
         if n == 0 {
             return self;
         }
+        if let Some(widen) = self.widen.take() {
+            self.build = widen(n);
+            return self.then("prefetch", |env, up, counters| {
+                Box::new(Inline::new(env, up, counters)) as Stream<T>
+            });
+        }
         self.then("prefetch", move |env, up, counters| {
-            let skip = match env.resume_state().map(|s| state::skip_of(s, "prefetch")) {
-                Some(Ok(skip)) => skip,
-                Some(Err(error)) => {
-                    env.restore_failed(error);
-                    0
-                }
-                None => 0,
-            };
+            let skip = state::restored_skip(env, "prefetch");
             // The upstream's state before any pull: the first anchor.
             let mut first = Anchors::default();
             first.offer(0, 0, &*up);
@@ -102,14 +108,7 @@ pub(crate) fn produce<T: 'static>(
                 .offer(pulled, consumed, &*up);
         }
         counters.add_wait_in(t.elapsed());
-        if let Event::Item(Ok(item)) = &event {
-            let bytes = byte_size(item);
-            counters.add_in(1, bytes);
-            counters.add_out(1, bytes);
-            if let Some(born) = first.take() {
-                counters.set_first_output(born.elapsed());
-            }
-        }
+        count_passed(counters, &event, &mut first);
         match tx.try_send(event) {
             Ok(()) => {}
             Err(TrySendError::Full(event)) => {
@@ -125,6 +124,23 @@ pub(crate) fn produce<T: 'static>(
     }
 }
 
+/// Counts an element passed on unchanged (in and out alike), and the first
+/// one's time since `born` (taken then).
+fn count_passed<T: 'static>(
+    counters: &StageCounters,
+    event: &Event<T>,
+    born: &mut Option<Instant>,
+) {
+    if let Event::Item(Ok(item)) = event {
+        let bytes = byte_size(item);
+        counters.add_in(1, bytes);
+        counters.add_out(1, bytes);
+        if let Some(born) = born.take() {
+            counters.set_first_output(born.elapsed());
+        }
+    }
+}
+
 /// The consumer's end. Dropping it cancels the worker, which wakes even
 /// while blocked on the full channel, so the fields may drop in any order.
 struct Prefetch<T> {
@@ -135,6 +151,72 @@ struct Prefetch<T> {
     /// Events still to drop after a restore (they came before the state).
     skip: u64,
     _worker: Worker,
+}
+
+/// A `prefetch` after a stage that already computes ahead on its own
+/// threads: it passes each event through in the caller's thread, counting
+/// and timing it as the threaded one does, and keeps the threaded one's state
+/// format (a `skip` over the upstream's state), so either restores the
+/// other's.
+struct Inline<T> {
+    up: Stream<T>,
+    counters: Arc<StageCounters>,
+    /// Events still to drop after a restore (they came before the state).
+    skip: u64,
+    /// When the stage was built, until its first element.
+    born: Option<Instant>,
+}
+
+impl<T: 'static> Inline<T> {
+    fn new(env: &super::Env, up: Stream<T>, counters: Arc<StageCounters>) -> Inline<T> {
+        Inline {
+            up,
+            counters,
+            skip: state::restored_skip(env, "prefetch"),
+            born: Some(Instant::now()),
+        }
+    }
+
+    /// The upstream's next event (waiting until `deadline` if given), after
+    /// any still to skip, counted.
+    fn pass(&mut self, deadline: Option<Instant>) -> Result<Option<Event<T>>, TimedOut> {
+        loop {
+            let t = Instant::now();
+            let event = state::pull(&mut self.up, deadline);
+            self.counters.add_wait_in(t.elapsed());
+            let Some(event) = event? else {
+                return Ok(None);
+            };
+            if self.skip > 0 {
+                self.skip -= 1;
+                continue;
+            }
+            count_passed(&self.counters, &event, &mut self.born);
+            return Ok(Some(event));
+        }
+    }
+}
+
+impl<T: 'static> Iterator for Inline<T> {
+    type Item = Event<T>;
+
+    fn next(&mut self) -> Option<Event<T>> {
+        // With no deadline there is no time-out.
+        self.pass(None).ok().flatten()
+    }
+}
+
+impl<T: Send + 'static> StageStream<T> for Inline<T> {
+    fn next_until(&mut self, deadline: Instant) -> Result<Option<Event<T>>, TimedOut> {
+        self.pass(Some(deadline))
+    }
+
+    fn save(&self) -> Result<StageState, StateError> {
+        Ok(
+            StageState::new("prefetch", serde_json::json!({ "skip": self.skip }))
+                .with_input(self.up.save()?),
+        )
+    }
 }
 
 /// The producer's anchors and how far the consumer is (for pruning them).
@@ -232,10 +314,27 @@ mod tests {
         assert!(epochs > 0);
     }
 
+    /// Over a pipeline whose one element, 7, takes 200 ms: the first wait
+    /// times out, a later one delivers it, then the end.
+    fn times_out_then_delivers(mut it: crate::pipeline::PipelineIter<u32>) {
+        assert!(matches!(
+            it.next_timeout(Duration::from_millis(1)),
+            Err(crate::pipeline::TimedOut)
+        ));
+        let mut got = None;
+        while got.is_none() {
+            if let Ok(item) = it.next_timeout(Duration::from_millis(20)) {
+                got = Some(item.map(|r| r.unwrap()));
+            }
+        }
+        assert_eq!(got, Some(Some(7)));
+        assert!(matches!(it.next_timeout(Duration::from_secs(5)), Ok(None)));
+    }
+
     /// A slow upstream: the wait times out, then the element comes.
     #[test]
     fn next_timeout_times_out_then_delivers() {
-        let mut it = Pipeline::from_vec(vec![7u32])
+        let it = Pipeline::from_vec(vec![7u32])
             .map(|x| {
                 std::thread::sleep(Duration::from_millis(200));
                 x
@@ -243,19 +342,92 @@ mod tests {
             .prefetch(1)
             .start()
             .unwrap();
-        assert!(matches!(
-            it.next_timeout(Duration::from_millis(1)),
-            Err(crate::pipeline::TimedOut)
-        ));
-        let mut got = None;
-        while got.is_none() {
-            match it.next_timeout(Duration::from_millis(20)) {
-                Ok(item) => got = Some(item.map(|r| r.unwrap())),
-                Err(_) => continue,
-            }
+        times_out_then_delivers(it);
+    }
+
+    /// After a parallel map, `prefetch` adds no thread of its own: the map's
+    /// workers are the only ones, and the elements come in order.
+    #[test]
+    fn a_prefetch_after_a_parallel_map_adds_no_thread() {
+        let mut it = Pipeline::from_vec((0..100u64).collect())
+            .map_parallel(2, |x| Ok::<_, std::convert::Infallible>(x * 2))
+            .prefetch(3)
+            .start()
+            .unwrap();
+        let first = it.next().unwrap().unwrap();
+        assert_eq!(it.live_threads().get(), 2);
+        let rest: Vec<u64> = it.map(Result::unwrap).collect();
+        assert_eq!(first, 0);
+        assert_eq!(rest, (1..100).map(|x| x * 2).collect::<Vec<_>>());
+        // Anything else still gets its thread.
+        let it = Pipeline::from_vec(vec![1u32])
+            .map(|x| x)
+            .prefetch(3)
+            .start()
+            .unwrap();
+        assert_eq!(it.live_threads().get(), 1);
+    }
+
+    /// The map's window grows by the prefetch's depth instead: with one
+    /// worker (a window of 4) and `prefetch(3)`, 7 elements are computed
+    /// ahead of the consumer, and no more.
+    #[test]
+    fn the_window_grows_by_the_prefetch_depth() {
+        let calls = Arc::new(AtomicU64::new(0));
+        let counted = Arc::clone(&calls);
+        let mut it = Pipeline::from_vec((0..100u64).collect())
+            .map_parallel(1, move |x| {
+                counted.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, std::convert::Infallible>(x)
+            })
+            .prefetch(3)
+            .start()
+            .unwrap();
+        assert_eq!(it.next().unwrap().unwrap(), 0);
+        let waited = std::time::Instant::now();
+        while calls.load(Ordering::SeqCst) < 8 && waited.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(1));
         }
-        assert_eq!(got, Some(Some(7)));
-        assert!(matches!(it.next_timeout(Duration::from_secs(5)), Ok(None)));
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(calls.load(Ordering::SeqCst), 8);
+    }
+
+    /// A state in the threaded prefetch's form, a `skip` over its upstream's
+    /// state, restores into the inline one: the skipped elements are dropped.
+    #[test]
+    fn an_inline_prefetch_restores_a_skip() {
+        let pipeline = Pipeline::from_vec((0..50u64).collect())
+            .map_parallel(2, Ok::<_, std::convert::Infallible>)
+            .prefetch(2);
+        let mut it = pipeline.start().unwrap();
+        for _ in 0..10 {
+            it.next().unwrap().unwrap();
+        }
+        let mut state = it.state().unwrap();
+        assert_eq!(state.stage.stage, "prefetch");
+        assert_eq!(state.stage.data, serde_json::json!({ "skip": 0 }));
+        state.stage.data = serde_json::json!({ "skip": 3 });
+        let rest: Vec<u64> = pipeline
+            .start_from(&state)
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(rest, (13..50).collect::<Vec<_>>());
+    }
+
+    /// `next_timeout` still times out where the map's workers are slow,
+    /// then delivers.
+    #[test]
+    fn next_timeout_holds_after_a_parallel_map() {
+        let it = Pipeline::from_vec(vec![7u32])
+            .map_parallel(1, |x| {
+                std::thread::sleep(Duration::from_millis(200));
+                Ok::<_, std::convert::Infallible>(x)
+            })
+            .prefetch(1)
+            .start()
+            .unwrap();
+        times_out_then_delivers(it);
     }
 
     /// The worker is joined while the receiver is still alive and the

@@ -716,6 +716,7 @@ fn tag(records: Pipeline<Record>, rank: Rank, outer: Vec<(usize, usize)>) -> Pip
             }
             inner(env)
         }),
+        widen: None,
         depth: tagged.depth,
         error: tagged.error,
         origin: tagged.origin,

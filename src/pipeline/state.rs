@@ -730,6 +730,32 @@ pub(crate) fn skip_of(state: &StageState, stage: &str) -> Result<u64, StateError
     Ok(state.data::<Skip>(stage)?.skip)
 }
 
+/// The events a stage named `stage` being built drops after a restore: its
+/// saved `skip`, or 0 when not restoring (or when the state is not its own,
+/// which is reported through `env` as a failed restore).
+pub(crate) fn restored_skip(env: &Env, stage: &str) -> u64 {
+    match env.resume_state().map(|s| skip_of(s, stage)) {
+        Some(Ok(skip)) => skip,
+        Some(Err(error)) => {
+            env.restore_failed(error);
+            0
+        }
+        None => 0,
+    }
+}
+
+/// The next event of `up`, waiting no later than `deadline` where one is
+/// given ([`StageStream::next_until`]).
+pub(crate) fn pull<T>(
+    up: &mut Stream<T>,
+    deadline: Option<std::time::Instant>,
+) -> Result<Option<Event<T>>, TimedOut> {
+    match deadline {
+        Some(deadline) => up.next_until(deadline),
+        None => Ok(up.next()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
