@@ -46,25 +46,25 @@ fn main() -> Result<()> {
     let (r1, rp1, r2, rp2) = (weights(&y1)?, weights(&p1)?, weights(&y2)?, weights(&p2)?);
     let loss = |y: Tensor, r: &Tensor| (y * r)?.sum_all()?.backward().map(drop);
 
-    time("conv1 fwd", || {
-        ops::conv2d(&x, &w1, Some(&b1), 2, true).map(drop)
-    })?;
-    time("conv1 fwd+bwd", || {
-        loss(ops::conv2d(&x, &w1, Some(&b1), 2, true)?, &r1)
-    })?;
-    time("mul+sum conv1 out", || loss(y1.as_tensor().clone(), &r1))?;
-    time("pool1 fwd", || ops::max_pool2x2(&y1, false).map(drop))?;
-    time("pool1 fwd+bwd", || {
-        loss(ops::max_pool2x2(&y1, false)?, &rp1)
-    })?;
-    time("mul+sum pool1 out", || loss(p1.as_tensor().clone(), &rp1))?;
-    time("conv2 fwd", || {
-        ops::conv2d(&p1, &w2, Some(&b2), 0, true).map(drop)
-    })?;
-    time("conv2 fwd+bwd", || {
-        loss(ops::conv2d(&p1, &w2, Some(&b2), 0, true)?, &r2)
-    })?;
-    time("mul+sum conv2 out", || loss(y2.as_tensor().clone(), &r2))?;
+    // Each layer: its forward, forward + backward, and the loss alone.
+    let layer = |name: &str, forward: &dyn Fn() -> Result<Tensor>, out: &Tensor, r: &Tensor| {
+        time(&format!("{name} fwd"), || forward().map(drop))?;
+        time(&format!("{name} fwd+bwd"), || loss(forward()?, r))?;
+        time(&format!("mul+sum {name} out"), || loss(out.clone(), r))
+    };
+    layer(
+        "conv1",
+        &|| ops::conv2d(&x, &w1, Some(&b1), 2, true),
+        &y1,
+        &r1,
+    )?;
+    layer("pool1", &|| ops::max_pool2x2(&y1, false), &p1, &rp1)?;
+    layer(
+        "conv2",
+        &|| ops::conv2d(&p1, &w2, Some(&b2), 0, true),
+        &y2,
+        &r2,
+    )?;
     time("pool2 fwd+bwd", || loss(ops::max_pool2x2(&y2, true)?, &rp2))?;
     Ok(())
 }

@@ -1137,6 +1137,20 @@ mod tests {
         }
     }
 
+    /// candle's own convolution + bias + ReLU of the NHWC input `x`, on its
+    /// NCHW view (the output NCHW): the reference of the fused conv2d.
+    fn candle_conv_relu_nchw(x: &Var, kernel: &Var, bias: &Var, padding: usize) -> Tensor {
+        let outputs = bias.dims1().unwrap();
+        x.permute((0, 3, 1, 2))
+            .unwrap()
+            .conv2d(kernel, padding, 1, 1, 1)
+            .unwrap()
+            .broadcast_add(&bias.reshape((1, outputs, 1, 1)).unwrap())
+            .unwrap()
+            .relu()
+            .unwrap()
+    }
+
     #[test]
     fn conv2d_and_pool_match_candle_nchw() {
         // NHWC input [2, 6, 6, 3]; the reference runs on its NCHW view.
@@ -1153,14 +1167,7 @@ mod tests {
                     max_pool2x2(&y, true).unwrap()
                 },
                 || {
-                    x.permute((0, 3, 1, 2))
-                        .unwrap()
-                        .conv2d(&k, padding, 1, 1, 1)
-                        .unwrap()
-                        .broadcast_add(&b.reshape((1, 4, 1, 1)).unwrap())
-                        .unwrap()
-                        .relu()
-                        .unwrap()
+                    candle_conv_relu_nchw(&x, &k, &b, padding)
                         .apply(&max_pool2x2_nchw)
                         .unwrap()
                 },
@@ -1206,14 +1213,7 @@ mod tests {
             let b = var(&[3], 50);
             let (oh, ow) = (7 + 2 * padding + 1 - k, 6 + 2 * padding + 1 - k);
             let reference = || {
-                x.permute((0, 3, 1, 2))
-                    .unwrap()
-                    .conv2d(&kernel, padding, 1, 1, 1)
-                    .unwrap()
-                    .broadcast_add(&b.reshape((1, 3, 1, 1)).unwrap())
-                    .unwrap()
-                    .relu()
-                    .unwrap()
+                candle_conv_relu_nchw(&x, &kernel, &b, padding)
                     .permute((0, 2, 3, 1))
                     .unwrap()
             };

@@ -567,7 +567,7 @@ impl Conv2dOp {
     /// [`direct::forward_run`] with this thread's scratch.
     fn direct_forward_run(&self, g: &Geometry, x: &[f32], layer: &direct::Layer, y: &mut [f32]) {
         with_scratch(|s| {
-            let planes = sized(&mut s.cols, direct::Planes::new(g).len(g));
+            let planes = sized(&mut s.cols, direct::Planes::new(g).len());
             direct::forward_run(direct::Isa::best(), g, layer, (x, y), planes);
         })
     }
@@ -583,7 +583,7 @@ impl Conv2dOp {
     ) -> (Vec<f32>, Vec<f32>) {
         with_scratch(|s| {
             let scratch = direct::GradScratch {
-                planes: sized(&mut s.cols, direct::Planes::new(g).len(g)),
+                planes: sized(&mut s.cols, direct::Planes::new(g).len()),
                 grad: sized(&mut s.block, direct::grad_len(g)),
             };
             direct::backward_run(direct::Isa::best(), g, x, self.relu, res, grad, scratch)
@@ -743,9 +743,12 @@ impl CustomOp3 for Conv2dOp {
             .zip(rd.chunks(tout).zip(gd.chunks(tout)))
             .zip(dx_runs)
             .collect();
-        let parts = run_tasks(jobs, |((xr, (rr, gr)), dxr)| match direct {
-            true => Ok(self.direct_backward_run(&g, xr, rr, gr)),
-            false => self.backward_run(&g, xr, &wk, rr, gr, dxr),
+        let parts = run_tasks(jobs, |((xr, (rr, gr)), dxr)| {
+            if direct {
+                Ok(self.direct_backward_run(&g, xr, rr, gr))
+            } else {
+                self.backward_run(&g, xr, &wk, rr, gr, dxr)
+            }
         })?;
         let (mut dw, mut db) = (vec![0f32; g.out * g.width()], vec![0f32; g.out]);
         for (pw, pb) in parts {

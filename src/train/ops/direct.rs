@@ -57,37 +57,43 @@ enum Level {
     Plain,
 }
 
-impl Isa {
-    /// The best instruction set this CPU has (`std` caches the detection).
-    pub fn best() -> Isa {
+impl Level {
+    /// Every level the kernels are compiled for, the baseline first.
+    const ALL: &[Level] = &[
+        Level::Plain,
         #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::is_x86_feature_detected as has;
-            if has!("avx512f") && has!("fma") {
-                return Isa(Level::Avx512);
-            }
-            if has!("avx2") && has!("fma") {
-                return Isa(Level::Avx2);
-            }
+        Level::Avx2,
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx512,
+    ];
+
+    /// Whether this CPU can run code compiled for the level (`std` caches
+    /// the detection).
+    fn supported(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        use std::arch::is_x86_feature_detected as has;
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx512 => has!("avx512f") && has!("fma"),
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx2 => has!("avx2") && has!("fma"),
+            Level::Plain => true,
         }
-        Isa(Level::Plain)
+    }
+}
+
+impl Isa {
+    /// The best instruction set this CPU has.
+    pub fn best() -> Isa {
+        let best = Level::ALL.iter().rev().find(|level| level.supported());
+        Isa(best.copied().unwrap_or(Level::Plain))
     }
 
     /// Every instruction set this CPU has, the baseline included.
     #[cfg(test)]
     pub fn available() -> Vec<Isa> {
-        let mut all = vec![Isa(Level::Plain)];
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::is_x86_feature_detected as has;
-            if has!("avx2") && has!("fma") {
-                all.push(Isa(Level::Avx2));
-            }
-            if has!("avx512f") && has!("fma") {
-                all.push(Isa(Level::Avx512));
-            }
-        }
-        all
+        let levels = Level::ALL.iter().filter(|level| level.supported());
+        levels.map(|&level| Isa(level)).collect()
     }
 }
 
@@ -95,6 +101,7 @@ impl Isa {
 /// `(ch * lines + y) * stride + x`, the input pixel `(y - pad, x - pad)`.
 /// `stride` is wide enough for the last chunk of every line at every `kx`.
 pub(super) struct Planes {
+    channels: usize,
     lines: usize,
     stride: usize,
 }
@@ -102,13 +109,15 @@ pub(super) struct Planes {
 impl Planes {
     pub fn new(g: &Geometry) -> Planes {
         Planes {
+            channels: g.c,
             lines: g.h + 2 * g.pad,
             stride: g.ow().next_multiple_of(CHUNK) + g.k - 1,
         }
     }
 
-    pub fn len(&self, g: &Geometry) -> usize {
-        g.c * self.lines * self.stride
+    /// The values of one image's planes.
+    pub fn len(&self) -> usize {
+        self.channels * self.lines * self.stride
     }
 
     /// The offset of tap `(ch, ky, kx)` from the start of an output line's
@@ -545,6 +554,7 @@ fn chunk_products<const FMA: bool, const KX: usize>(
         }
     }
 }
+
 #[cfg(test)]
 mod tests {
     use super::super::tests::values;
@@ -637,7 +647,7 @@ mod tests {
         relu: bool,
         grad: &[f32],
     ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
-        let mut planes = vec![f32::NAN; Planes::new(g).len(g)];
+        let mut planes = vec![f32::NAN; Planes::new(g).len()];
         let mut y = vec![f32::NAN; g.b * g.oh() * g.ow() * g.out];
         let layer = Layer { kernel, bias, relu };
         forward_run(isa, g, &layer, (x, &mut y), &mut planes);
