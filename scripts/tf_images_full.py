@@ -15,11 +15,10 @@ of scikit-learn's `china.jpg`.
     /work/venv-tf/bin/python scripts/tf_images_full.py
 """
 
-import gzip
-import json
-
 import tensorflow as tf
 from sklearn.datasets import load_sample_image
+
+import jpeg_goldens
 
 FILES = [
     ("china_q85_restart.jpg", [1, 3]),
@@ -39,20 +38,9 @@ def write_photo():
 
 def main():
     write_photo()
-    out, cases = bytearray(), []
-    for name, channel_counts in FILES:
-        data = open(f"testdata/images/{name}", "rb").read()
-        for channels in channel_counts:
-            pixels = tf.io.decode_jpeg(data, channels=channels).numpy()
-            print(name, channels, pixels.shape)
-            cases.append({"file": name, "channels": channels, "offset": len(out),
-                          "shape": list(pixels.shape)})
-            out += pixels.tobytes()
-    with gzip.GzipFile("testdata/images/full_tf.bin.gz", "wb", mtime=0) as f:
-        f.write(bytes(out))
-    with open("testdata/images/full_tf.json", "w") as f:
-        json.dump({"tensorflow": tf.__version__, "cases": cases}, f, indent=1)
-        f.write("\n")
+    files = [(name, [{"channels": c} for c in channel_counts]) for name, channel_counts in FILES]
+    blob, cases = jpeg_goldens.decode_cases(files)
+    jpeg_goldens.write("full_tf", blob, cases, compress=True)
 
 
 if __name__ == "__main__":

@@ -15,9 +15,9 @@ that progressive decoding is checked on an encoder other than PIL's too.
     /work/venv-tf/bin/python scripts/tf_images_scaled.py
 """
 
-import json
-
 import tensorflow as tf
+
+import jpeg_goldens
 
 FILES = [
     ("china_q90.jpg", 3),
@@ -49,18 +49,9 @@ def write_progressive_photos():
 
 def main():
     write_progressive_photos()
-    out, cases = bytearray(), []
-    for name, channels in FILES:
-        data = open(f"testdata/images/{name}", "rb").read()
-        for ratio in RATIOS:
-            pixels = tf.io.decode_jpeg(data, channels=channels, ratio=ratio).numpy()
-            print(name, ratio, pixels.shape)
-            cases.append({"file": name, "channels": channels, "ratio": ratio, "offset": len(out),
-                          "shape": list(pixels.shape)})
-            out += pixels.tobytes()
-    open("testdata/images/scaled_tf.bin", "wb").write(bytes(out))
-    manifest = {"tensorflow": tf.__version__, "cases": cases}
-    open("testdata/images/scaled_tf.json", "w").write(json.dumps(manifest, indent=1) + "\n")
+    files = [(name, [{"channels": channels, "ratio": ratio} for ratio in RATIOS]) for name, channels in FILES]
+    blob, cases = jpeg_goldens.decode_cases(files)
+    jpeg_goldens.write("scaled_tf", blob, cases, compress=False)
 
 
 if __name__ == "__main__":
