@@ -143,6 +143,7 @@ mod parse;
 mod partition;
 mod prefetch;
 pub mod rank;
+mod read_ahead;
 mod rebatch;
 mod record;
 mod repeat;

@@ -102,6 +102,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::state::{Sequential, StateError};
+use super::tfrecord::FileAhead;
 use super::{Env, Event, Pipeline, PipelineError, Record, Stream, TfRecordFiles};
 use crate::storage::ReadOptions;
 use crate::tfrecord::{Compression, FileRecordReader, Position, ReaderOptions};
@@ -362,9 +363,18 @@ impl Segment {
     }
 
     /// This segment's records.
-    pub(crate) fn records(&self, options: &ReaderOptions, read: &ReadOptions) -> Pipeline<Record> {
-        let from =
-            |start| Pipeline::tfrecord_file_read(&self.path, options.clone(), read.clone(), start);
+    /// The segment's records, its file read as `read` says, through the
+    /// interleave's read-ahead where there is one.
+    pub(crate) fn records(
+        &self,
+        options: &ReaderOptions,
+        read: &ReadOptions,
+        ahead: Option<FileAhead>,
+    ) -> Pipeline<Record> {
+        let from = |start| {
+            let (options, read, ahead) = (options.clone(), read.clone(), ahead.clone());
+            Pipeline::tfrecord_file_read(&self.path, options, read, start, ahead)
+        };
         let records = match self.start {
             Some(start) => from(start),
             None if self.first > 0 => from(Position::default()).skip(self.first),
@@ -378,6 +388,14 @@ impl Segment {
             true => expect_count(records, self.path.clone(), self.first, self.len),
             false => records,
         }
+    }
+
+    /// Its path, where its file may be opened ahead of its turn: an object
+    /// read from its start (a segment a record index starts past it opens
+    /// with a `HEAD` and a ranged GET instead).
+    pub(crate) fn opens_ahead(&self) -> Option<PathBuf> {
+        let object = crate::storage::is_url(&self.path);
+        (object && self.start.is_none()).then(|| self.path.clone())
     }
 
     /// Whether the segment is a whole file.

@@ -33,6 +33,28 @@ impl<T: Clone + Send + Sync + 'static> Pipeline<T> {
     }
 }
 
+impl<T: Clone + Send + Sync + 'static> Pipeline<T> {
+    /// [`from_vec`](Self::from_vec), each element paired with a value that
+    /// `per_start` makes once per start of the pipeline (once per epoch under
+    /// `repeat`), shared by that start's elements. The stage and its state
+    /// are `from_vec`'s.
+    pub(crate) fn from_vec_each_start<S: Clone + Send + 'static>(
+        items: Vec<T>,
+        per_start: impl Fn() -> S + Send + Sync + 'static,
+    ) -> Pipeline<(T, S)> {
+        let items = Arc::new(items);
+        Pipeline::from_build(move |env| {
+            let counters = env.stage(0, "from_vec");
+            let items = Arc::clone(&items);
+            let from = resume_count(env, "from_vec");
+            let start = usize::try_from(from).unwrap_or(usize::MAX).min(items.len());
+            let shared = per_start();
+            let iter = (start..items.len()).map(move |i| (items[i].clone(), shared.clone()));
+            Box::new(SourceStream::new(iter, counters).restorable("from_vec", from))
+        })
+    }
+}
+
 impl<T: Send + 'static> Pipeline<T> {
     /// The elements of a one-shot iterator. It can be consumed once: under
     /// [`repeat`](Self::repeat), later epochs are empty (use

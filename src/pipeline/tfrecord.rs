@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::rank::{self, RankPlan, Segment};
+use super::read_ahead::ReadAhead;
 use super::record::{FileId, RecordPosition};
 use super::state::{self, StageState, StageStream, StateError};
 use super::{
@@ -13,7 +14,7 @@ use super::{
 use crate::metrics::StageCounters;
 use crate::storage::ReadOptions;
 use crate::tfrecord::frame::framed_len;
-use crate::tfrecord::{Compression, FileRecordReader, Position, ReaderOptions};
+use crate::tfrecord::{Compression, FileRecordReader, Position, ReaderOptions, RecordError};
 
 /// TFRecord files to read: the file list, before it becomes records.
 ///
@@ -69,16 +70,17 @@ impl Pipeline<Record> {
         options: ReaderOptions,
         start: Position,
     ) -> Pipeline<Record> {
-        Pipeline::tfrecord_file_read(path, options, ReadOptions::default(), start)
+        Pipeline::tfrecord_file_read(path, options, ReadOptions::default(), start, None)
     }
 
     /// [`tfrecord_file_at`](Self::tfrecord_file_at), an object fetched as
-    /// `read` says.
+    /// `read` says, through `ahead` where it is one of an interleave's files.
     pub(crate) fn tfrecord_file_read(
         path: impl Into<PathBuf>,
         options: ReaderOptions,
         read: ReadOptions,
         start: Position,
+        ahead: Option<FileAhead>,
     ) -> Pipeline<Record> {
         let path: Arc<Path> = Arc::from(path.into());
         let fresh = FileState {
@@ -116,6 +118,7 @@ impl Pipeline<Record> {
                 env: env.clone(),
                 sampler: Sampler::new(),
                 spare: None,
+                ahead: ahead.clone(),
             }) as Stream<Record>
         })
     }
@@ -192,15 +195,23 @@ impl TfRecordFiles {
         let read = self.read;
         let error = self.error;
         let origin = self.paths.first().cloned();
-        let segments = match &self.rank {
+        let segments: Vec<Segment> = match &self.rank {
             Some(plan) => plan.segments.clone(),
             None => self.paths.into_iter().map(Segment::whole_file).collect(),
         };
-        let records = Pipeline::from_vec(segments)
+        // Each start (each epoch) sends its own GETs ahead, and drops them.
+        let files: Vec<_> = segments.iter().map(Segment::opens_ahead).collect();
+        let (budget, ahead_read) = (options.cycle_length, read.clone());
+        let per_start = move || ReadAhead::new(files.clone(), budget, ahead_read.clone());
+        let numbered = segments.into_iter().enumerate().collect();
+        let records = Pipeline::from_vec_each_start(numbered, per_start)
             .invalid_if(error.is_some(), "tfrecord_files", || {
                 error.clone().unwrap_or_default()
             })
-            .interleave(options, move |segment| segment.records(&reader, &read))
+            .interleave(options, move |((index, segment), ahead)| {
+                let ahead = ahead.map(|ahead| FileAhead { index, ahead });
+                segment.records(&reader, &read, ahead)
+            })
             .with_origin(origin.as_deref());
         match &self.rank {
             Some(plan) => rank::apply(plan, records),
@@ -243,6 +254,42 @@ struct FileStream {
     /// The buffer the next record is copied into, taken one record ahead
     /// (see [`Record::prefetch_for_write`]).
     spare: Option<Record>,
+    /// The interleave's read-ahead, where this file is one of its files.
+    ahead: Option<FileAhead>,
+}
+
+/// A file's place in an interleave's read-ahead.
+#[derive(Clone)]
+pub(crate) struct FileAhead {
+    /// The file's place in the interleave's file list.
+    pub(crate) index: usize,
+    pub(crate) ahead: Arc<ReadAhead>,
+}
+
+impl FileStream {
+    /// Opens the file at its start position, from the GET sent ahead for it
+    /// if there is one; once open, sends the next file's GET ahead.
+    fn open(&self) -> Result<FileRecordReader, RecordError> {
+        let sent = self.ahead.as_ref().and_then(|a| a.ahead.claim(a.index));
+        let opened = match sent {
+            Some(sent) if self.start == Position::default() => {
+                FileRecordReader::open_started(&self.path, self.options.clone(), sent)
+            }
+            _ if self.start == Position::default() => {
+                FileRecordReader::open_with(&self.path, self.options.clone(), &self.read)
+            }
+            _ => FileRecordReader::open_at_with(
+                &self.path,
+                self.options.clone(),
+                self.start,
+                &self.read,
+            ),
+        }?;
+        if let Some(a) = &self.ahead {
+            a.ahead.opened(a.index);
+        }
+        Ok(opened)
+    }
 }
 
 impl Iterator for FileStream {
@@ -256,17 +303,7 @@ impl Iterator for FileStream {
         let first = self.reader.is_none();
         let clock = self.sampler.clock(first);
         if first {
-            let opened = if self.start == Position::default() {
-                FileRecordReader::open_with(&self.path, self.options.clone(), &self.read)
-            } else {
-                FileRecordReader::open_at_with(
-                    &self.path,
-                    self.options.clone(),
-                    self.start,
-                    &self.read,
-                )
-            };
-            match opened {
+            match self.open() {
                 Ok(reader) => {
                     self.reader = Some(reader);
                     let file = FileId::intern(&self.path);

@@ -345,6 +345,42 @@ pub fn open(path: &Path, start: u64, read: &ReadOptions) -> Result<ByteStream, S
     Ok(Box::new(file))
 }
 
+/// An object's first GET, sent before its reader is wanted ([`open_ahead`]),
+/// so that the server's time to first bytes passes while other files are
+/// read. Dropping it aborts the GET.
+#[derive(Debug)]
+pub(crate) struct OpenAhead {
+    #[cfg(feature = "object-store")]
+    started: object::StartedOpen,
+    /// Without object storage there is nothing to open ahead.
+    #[cfg(not(feature = "object-store"))]
+    never: std::convert::Infallible,
+}
+
+/// Sends the GET that [`open`] of `path` from its start would send first,
+/// and returns at once; [`open_started`] makes the stream. `None` for a local
+/// file, for an object whose read starts with a `HEAD` (parallel ranges
+/// chosen for its store), or where the GET cannot be sent (the error is left
+/// to the reader's own open, which reports it in its place).
+pub(crate) fn open_ahead(path: &Path, read: &ReadOptions) -> Option<OpenAhead> {
+    #[cfg(feature = "object-store")]
+    if let Some(url) = resolve::url_str(path) {
+        let started = object::ObjectReader::start_open(url, read.clone()).ok()??;
+        return Some(OpenAhead { started });
+    }
+    let _ = (path, read);
+    None
+}
+
+/// The stream [`open`] from byte 0 would give, from the GET [`open_ahead`]
+/// sent: waits for its answer, and fails as `open` would.
+pub(crate) fn open_started(ahead: OpenAhead) -> Result<ByteStream, StorageError> {
+    #[cfg(feature = "object-store")]
+    return Ok(Box::new(object::ObjectReader::finish_open(ahead.started)?));
+    #[cfg(not(feature = "object-store"))]
+    match ahead.never {}
+}
+
 /// Reads `ranges` of the file or object at `path`, in order: positioned reads
 /// of a local file, parallel ranged GETs (all in flight at once, retried as
 /// [`ReadOptions::default`] says) of an object. A range past the end is a

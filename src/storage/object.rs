@@ -1067,13 +1067,19 @@ impl RangeReader {
     /// head: its size, and the body to stream (errors, a missing object
     /// included, as a `HEAD` would give them).
     fn open_whole(&self) -> Result<GetResult, StorageError> {
+        self.send_whole().wait()?
+    }
+
+    /// Sends [`open_whole`](Self::open_whole)'s GET now; its response's head
+    /// arrives through the returned [`Pending`].
+    fn send_whole(&self) -> Pending<Result<GetResult, StorageError>> {
         let task = self.task.clone();
-        self.context.run(async move {
+        self.context.spawn(async move {
             task.store
                 .get_opts(&task.key, GetOptions::default())
                 .await
                 .map_err(|e| store_error(&task.url, "GET".into(), 1, e))
-        })?
+        })
     }
 
     /// How a sequential read of `length` bytes fetches this object: what
@@ -1243,6 +1249,21 @@ pub struct ObjectReader {
     failed: bool,
 }
 
+/// A whole-object GET sent before its reader was wanted
+/// ([`ObjectReader::start_open`]).
+pub(crate) struct StartedOpen {
+    ranges: RangeReader,
+    response: Pending<Result<GetResult, StorageError>>,
+}
+
+impl std::fmt::Debug for StartedOpen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StartedOpen")
+            .field("url", &self.ranges.task.url)
+            .finish()
+    }
+}
+
 impl std::fmt::Debug for ObjectReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ObjectReader")
@@ -1281,6 +1302,38 @@ impl ObjectReader {
                 (head(url)?.size, None)
             };
         let mut reader = ObjectReader::new(ranges, size, start.min(size), opened)?;
+        reader.top_up();
+        Ok(reader)
+    }
+
+    /// Sends the GET that [`open`](Self::open) would send first, and returns
+    /// without waiting for its answer: [`finish_open`](Self::finish_open)
+    /// makes the reader. Until then the response waits unread (its body held
+    /// back by the connection's flow control, not buffered here); dropping
+    /// the [`StartedOpen`] aborts it.
+    ///
+    /// `None` when `open` would not start with a GET of the whole object
+    /// (parallel ranges are already chosen for its store: a `HEAD` comes
+    /// first).
+    pub(crate) fn start_open(
+        url: &str,
+        options: ReadOptions,
+    ) -> Result<Option<StartedOpen>, StorageError> {
+        let ranges = RangeReader::new(url, options)?;
+        if ranges.settled_strategy() == Some(ReadStrategy::Ranges) {
+            return Ok(None);
+        }
+        let response = ranges.send_whole();
+        Ok(Some(StartedOpen { ranges, response }))
+    }
+
+    /// The reader of a [`start_open`](Self::start_open)ed object, as
+    /// [`open`](Self::open) would have made it: waits for the response's
+    /// head (its errors are `open`'s).
+    pub(crate) fn finish_open(started: StartedOpen) -> Result<ObjectReader, StorageError> {
+        let opened = started.response.wait()??;
+        let size = opened.meta.size;
+        let mut reader = ObjectReader::new(started.ranges, size, 0, Some(opened))?;
         reader.top_up();
         Ok(reader)
     }

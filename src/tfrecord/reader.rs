@@ -138,7 +138,28 @@ impl FileRecordReader {
         read: &ReadOptions,
     ) -> Result<Self, RecordError> {
         let path = path.as_ref();
-        let mut input = storage::open(path, 0, read).map_err(|e| open_error(path, e))?;
+        let input = storage::open(path, 0, read).map_err(|e| open_error(path, e))?;
+        FileRecordReader::from_start(path, input, options)
+    }
+
+    /// [`open_with`](Self::open_with) of an object whose first GET
+    /// [`storage::open_ahead`] already sent.
+    pub(crate) fn open_started(
+        path: &Path,
+        options: ReaderOptions,
+        ahead: storage::OpenAhead,
+    ) -> Result<Self, RecordError> {
+        let input = storage::open_started(ahead).map_err(|e| open_error(path, e))?;
+        FileRecordReader::from_start(path, input, options)
+    }
+
+    /// The records of `input`, `path`'s bytes from its start: compression
+    /// from `options`, else from the name, else sniffed from the first bytes.
+    fn from_start(
+        path: &Path,
+        mut input: storage::ByteStream,
+        options: ReaderOptions,
+    ) -> Result<Self, RecordError> {
         let compression = match options.compression {
             Some(compression) => compression,
             None => match Compression::from_path(path) {

@@ -23,6 +23,8 @@ use crate::server::{assert_open_error, records, tfrecord};
 /// every response closes its connection. Stops when dropped.
 struct HttpServer {
     addr: SocketAddr,
+    /// The objects served, by path (without the leading `/`).
+    files: Arc<Mutex<HashMap<String, Vec<u8>>>>,
     /// Ranged GETs answered with 206.
     ranged: Arc<AtomicUsize>,
     /// Every request's method and path, in the order they came.
@@ -41,7 +43,8 @@ impl HttpServer {
             .block_on(TcpListener::bind("127.0.0.1:0"))
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let files = Arc::new(files);
+        let files = Arc::new(Mutex::new(files));
+        let served = Arc::clone(&files);
         let ranged = Arc::new(AtomicUsize::new(0));
         let counter = Arc::clone(&ranged);
         let requests = Arc::new(Mutex::new(Vec::new()));
@@ -52,7 +55,7 @@ impl HttpServer {
                     continue;
                 };
                 let (files, counter, log) =
-                    (Arc::clone(&files), Arc::clone(&counter), Arc::clone(&log));
+                    (Arc::clone(&served), Arc::clone(&counter), Arc::clone(&log));
                 tokio::spawn(async move {
                     let _ = serve(socket, &files, &counter, &log).await;
                 });
@@ -60,6 +63,7 @@ impl HttpServer {
         });
         HttpServer {
             addr,
+            files,
             ranged,
             requests,
             _runtime: runtime,
@@ -71,6 +75,11 @@ impl HttpServer {
         self.requests.lock().unwrap().clone()
     }
 
+    /// Serves `path` no more (404 from now on).
+    fn remove(&self, path: &str) {
+        self.files.lock().unwrap().remove(path);
+    }
+
     fn url(&self, path: &str) -> String {
         format!("http://{}/{path}", self.addr)
     }
@@ -79,7 +88,7 @@ impl HttpServer {
 /// Answers the one request on `socket`.
 async fn serve(
     mut socket: TcpStream,
-    files: &HashMap<String, Vec<u8>>,
+    files: &Mutex<HashMap<String, Vec<u8>>>,
     ranged: &AtomicUsize,
     log: &Mutex<Vec<String>>,
 ) -> io::Result<()> {
@@ -102,8 +111,12 @@ async fn serve(
         name.eq_ignore_ascii_case("range")
             .then(|| value.trim().to_string())
     });
-    let body = files.get(path.trim_start_matches('/'));
-    let (status, headers, payload): (&str, String, &[u8]) = match (method, body) {
+    let body = files
+        .lock()
+        .unwrap()
+        .get(path.trim_start_matches('/'))
+        .cloned();
+    let (status, headers, payload): (&str, String, &[u8]) = match (method, &body) {
         ("GET" | "HEAD", None) => ("404 Not Found", String::new(), b"no such object"),
         ("GET" | "HEAD", Some(body)) => {
             match range.as_deref().and_then(|r| byte_range(r, body.len())) {
@@ -316,4 +329,113 @@ fn an_http_directory_is_read_through_its_index_pages() {
         .collect::<Result<_, _>>()
         .unwrap();
     assert_eq!(got, [a, b].concat());
+}
+
+/// Four objects of 300 records each, `f0` to `f3`, on a new server.
+fn four_objects() -> (HttpServer, Vec<String>, Vec<Vec<Vec<u8>>>) {
+    let contents: Vec<Vec<Vec<u8>>> = (0..4).map(|i| records(i, 300, 200)).collect();
+    let files = contents
+        .iter()
+        .enumerate()
+        .map(|(i, recs)| (format!("f{i}"), tfrecord(recs, Compression::None)))
+        .collect();
+    let server = HttpServer::start(files);
+    let urls = (0..4).map(|i| server.url(&format!("f{i}"))).collect();
+    (server, urls, contents)
+}
+
+/// Waits up to 10 s for `server` to have been asked `request`.
+fn wait_for_request(server: &HttpServer, request: &str) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        if server.requests().iter().any(|r| r == request) {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    false
+}
+
+/// Once a file of an interleave has opened, the next file's GET is sent
+/// while the first is still being read (its answer's delay, tens of ms on a
+/// real store, then passes during the read), and that GET is the one the
+/// next file reads from: one GET per object, the records unchanged.
+#[test]
+fn the_next_objects_get_is_sent_while_the_open_one_is_read() {
+    let (server, urls, contents) = four_objects();
+    let read = ReadOptions {
+        strategy: ReadStrategy::Stream,
+        ..ReadOptions::default()
+    };
+    let files = Pipeline::tfrecord_files(&urls).unwrap().read_options(read);
+    let resolved = server.requests().len();
+    let mut it = files.records().start().unwrap();
+    let first = it.next().unwrap().unwrap();
+    assert_eq!(first.to_vec(), contents[0][0]);
+    assert!(
+        wait_for_request(&server, "GET /f1"),
+        "f1 is asked for while f0 is read: {:?}",
+        server.requests()
+    );
+    assert!(
+        !server.requests().iter().any(|r| r == "GET /f2"),
+        "one file ahead, not more (cycle_length 1): {:?}",
+        server.requests()
+    );
+    let rest: Vec<Vec<u8>> = it.map(|r| r.unwrap().to_vec()).collect();
+    let expected: Vec<Vec<u8>> = contents.concat();
+    assert!(rest == expected[1..], "the records differ");
+    assert_eq!(
+        server.requests()[resolved..],
+        ["GET /f0", "GET /f1", "GET /f2", "GET /f3"],
+        "one GET per object"
+    );
+}
+
+/// A GET sent ahead that fails fails its own file, in that file's place: the
+/// records before it all come, then its error naming it, then the next
+/// file's records; the same under a parallel interleave and each epoch of a
+/// `repeat`, which sends its own GETs ahead.
+#[test]
+fn a_get_sent_ahead_that_fails_fails_its_own_file_in_order() {
+    let (server, urls, contents) = four_objects();
+    let files = Pipeline::tfrecord_files(&urls).unwrap();
+    // Gone after the listing: its GET, sent ahead, answers 404.
+    server.remove("f2");
+    let got: Vec<Result<Vec<u8>, String>> = files
+        .clone()
+        .records()
+        .start()
+        .unwrap()
+        .map(|r| r.map(|r| r.to_vec()).map_err(|e| e.to_string()))
+        .collect();
+    assert_eq!(got.len(), 3 * 300 + 1);
+    assert!(got[..600].iter().all(Result::is_ok));
+    let error = got[600].as_ref().unwrap_err();
+    assert!(error.contains(&urls[2]), "{error}");
+    let after: Vec<Vec<u8>> = got[601..].iter().map(|r| r.clone().unwrap()).collect();
+    assert!(after == contents[3]);
+
+    // Two at a time on producer threads (f2 and f3 opened ahead), two
+    // epochs: f2's error in each, and every other record once per epoch.
+    let got: Vec<Result<Vec<u8>, String>> = files
+        .interleave(2, 7)
+        .repeat(Some(2))
+        .start()
+        .unwrap()
+        .map(|r| r.map(|r| r.to_vec()).map_err(|e| e.to_string()))
+        .collect();
+    let errors: Vec<&String> = got.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(errors.iter().all(|e| e.contains(&urls[2])), "{errors:?}");
+    let mut records: Vec<Vec<u8>> = got.into_iter().filter_map(Result::ok).collect();
+    let mut expected: Vec<Vec<u8>> = [&contents[0], &contents[1], &contents[3]]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect();
+    records.sort();
+    expected.extend(expected.clone());
+    expected.sort();
+    assert!(records == expected, "every record once per epoch");
 }
