@@ -499,11 +499,11 @@ fn metrics_at_ready_have_each_models_histogram_and_no_warmup_requests() {
         assert!(!text.contains(&counted), "{counted} in\n{text}");
     }
     // The warm-up's requests did run, through the batcher: 256 rows, then
-    // 1 row three times, per model.
+    // 1 row three times, per model, on each of its two connections.
     for model in ["penguins", "mass"] {
         for needle in [
-            format!("tfpipe_serve_batch_size_count{{model=\"{model}\",version=\"1\"}} 4\n"),
-            format!("tfpipe_serve_batch_size_sum{{model=\"{model}\",version=\"1\"}} 259\n"),
+            format!("tfpipe_serve_batch_size_count{{model=\"{model}\",version=\"1\"}} 8\n"),
+            format!("tfpipe_serve_batch_size_sum{{model=\"{model}\",version=\"1\"}} 518\n"),
         ] {
             assert!(text.contains(&needle), "{needle} not in\n{text}");
         }

@@ -34,7 +34,8 @@
 //! # Threads
 //! All started through [`crate::spawn`]: a fixed pool of connection
 //! threads (each serves one connection at a time, so connections are
-//! bounded by [`ServeConfig::connections`]), one compute thread per loaded
+//! bounded by [`ServeConfig::connections`]; they take turns at `accept`,
+//! the thread idle most recently first), one compute thread per loaded
 //! version, and one manager that loads, polls and unloads. Dropping the
 //! [`Server`] (or [`Server::shutdown`]) stops accepting, answers the
 //! requests in flight, and joins them all.
@@ -75,6 +76,7 @@ pub(crate) mod input;
 mod metrics;
 mod rest;
 mod server;
+mod turns;
 mod v2;
 mod versions;
 mod warmup;

@@ -21,6 +21,7 @@ use crate::train::Outputs;
 use super::batcher::{Submit, Wait};
 use super::http::{Connection, Incoming, Limits, Request, Response, encode_response, exchange};
 use super::metrics::Metrics;
+use super::turns::{Turns, Waiter};
 use super::versions::{Model, Version, manage};
 use super::{ApiError, ModelSource, ServeConfig, ServeError, error_chain, rest, v2};
 
@@ -36,6 +37,8 @@ pub(crate) struct Shared {
     /// The client address of the warm-up's own connection while it runs:
     /// its requests are left out of the metrics.
     warmup_peer: Mutex<Option<SocketAddr>>,
+    /// Which connection thread accepts next.
+    turns: Turns,
 }
 
 impl Shared {
@@ -253,6 +256,7 @@ impl Server {
             ready_ms: OnceLock::new(),
             requests_warm: AtomicBool::new(false),
             warmup_peer: Mutex::new(None),
+            turns: Turns::default(),
         });
         let stop = Arc::new(AtomicBool::new(false));
         let mut server = Server {
@@ -338,11 +342,10 @@ impl Server {
 
     fn stop_all(&mut self) -> Result<(), ServeError> {
         self.stop.store(true, Ordering::SeqCst);
-        let wake = loopback(self.addr);
-        // Each connection to ourselves wakes one thread blocked in accept.
-        for _ in 0..self.workers.len() {
-            let _ = TcpStream::connect_timeout(&wake, Duration::from_millis(100));
-        }
+        // The threads waiting for their turn end; a connection to ourselves
+        // wakes the one in accept.
+        self.shared.turns.stop();
+        let _ = TcpStream::connect_timeout(&loopback(self.addr), Duration::from_millis(100));
         let mut first_error = None;
         for worker in self.workers.drain(..) {
             if let Err(e) = worker.join() {
@@ -408,7 +411,17 @@ fn warm_requests(shared: &Shared, addr: SocketAddr) {
             [largest, 1, 1, 1].map(|rows| (path.clone(), version.signature.generated_request(rows)))
         })
         .collect();
-    if warm_over_http(shared, addr, &requests).is_ok() {
+    // Twice, each time once the thread that served it waits again: the
+    // thread holding the turn serves the first, the one it passes the turn
+    // to the second, and those two then take the first connections of
+    // clients (turns.rs).
+    let threads = shared.config.connections.saturating_sub(1);
+    let over_http = (0..2).try_for_each(|_| {
+        warm_over_http(shared, addr, &requests)?;
+        shared.turns.wait_idle(threads, Duration::from_millis(20));
+        Ok::<_, std::io::Error>(())
+    });
+    if over_http.is_ok() {
         return;
     }
     for (path, body) in requests {
@@ -448,16 +461,18 @@ fn warm_over_http(
     result
 }
 
-/// One connection thread: accept, serve the connection to its end, again.
+/// One connection thread: in its turn, accept; pass the turn on; serve the
+/// connection to its end; again.
 fn accept_loop(listener: &TcpListener, shared: &Shared, stop: &AtomicBool, limits: Limits) {
-    while !stop.load(Ordering::SeqCst) {
-        match listener.accept() {
-            Ok((stream, peer)) => {
-                if stop.load(Ordering::SeqCst) {
-                    return;
-                }
-                serve_connection(stream, peer, shared, stop, &limits);
-            }
+    let me = Arc::new(Waiter::default());
+    while shared.turns.take(&me) {
+        let accepted = listener.accept();
+        shared.turns.pass();
+        if stop.load(Ordering::SeqCst) {
+            return;
+        }
+        match accepted {
+            Ok((stream, peer)) => serve_connection(stream, peer, shared, stop, &limits),
             // Out of descriptors, a reset before accept: wait a little, go on.
             Err(_) => std::thread::sleep(Duration::from_millis(5)),
         }
