@@ -21,19 +21,9 @@ impl<T: Clone + Send + Sync + 'static> Pipeline<T> {
     /// # Ok::<(), tfpipe::pipeline::PipelineError>(())
     /// ```
     pub fn from_vec(items: Vec<T>) -> Pipeline<T> {
-        let items = Arc::new(items);
-        Pipeline::from_build(move |env| {
-            let counters = env.stage(0, "from_vec");
-            let items = Arc::clone(&items);
-            let from = resume_count(env, "from_vec");
-            let start = usize::try_from(from).unwrap_or(usize::MAX).min(items.len());
-            let iter = (start..items.len()).map(move |i| items[i].clone());
-            Box::new(SourceStream::new(iter, counters).restorable("from_vec", from))
-        })
+        vec_source(items, || <T as Clone>::clone)
     }
-}
 
-impl<T: Clone + Send + Sync + 'static> Pipeline<T> {
     /// [`from_vec`](Self::from_vec), each element paired with a value that
     /// `per_start` makes once per start of the pipeline (once per epoch under
     /// `repeat`), shared by that start's elements. The stage and its state
@@ -42,17 +32,34 @@ impl<T: Clone + Send + Sync + 'static> Pipeline<T> {
         items: Vec<T>,
         per_start: impl Fn() -> S + Send + Sync + 'static,
     ) -> Pipeline<(T, S)> {
-        let items = Arc::new(items);
-        Pipeline::from_build(move |env| {
-            let counters = env.stage(0, "from_vec");
-            let items = Arc::clone(&items);
-            let from = resume_count(env, "from_vec");
-            let start = usize::try_from(from).unwrap_or(usize::MAX).min(items.len());
+        vec_source(items, move || {
             let shared = per_start();
-            let iter = (start..items.len()).map(move |i| (items[i].clone(), shared.clone()));
-            Box::new(SourceStream::new(iter, counters).restorable("from_vec", from))
+            move |item: &T| (item.clone(), shared.clone())
         })
     }
+}
+
+/// The `from_vec` stage over `items`: from the restored count on, each item
+/// made into an element by the function `per_start` gives for that start.
+fn vec_source<T, U, M>(
+    items: Vec<T>,
+    per_start: impl Fn() -> M + Send + Sync + 'static,
+) -> Pipeline<U>
+where
+    T: Send + Sync + 'static,
+    U: Send + 'static,
+    M: Fn(&T) -> U + Send + 'static,
+{
+    let items = Arc::new(items);
+    Pipeline::from_build(move |env| {
+        let counters = env.stage(0, "from_vec");
+        let items = Arc::clone(&items);
+        let from = resume_count(env, "from_vec");
+        let start = usize::try_from(from).unwrap_or(usize::MAX).min(items.len());
+        let make = per_start();
+        let iter = (start..items.len()).map(move |i| make(&items[i]));
+        Box::new(SourceStream::new(iter, counters).restorable("from_vec", from))
+    })
 }
 
 impl<T: Send + 'static> Pipeline<T> {
