@@ -1063,15 +1063,16 @@ impl RangeReader {
         strategy_cell(&base).get().copied()
     }
 
-    /// Sends a plain GET of the whole object and waits for its response's
-    /// head: its size, and the body to stream (errors, a missing object
-    /// included, as a `HEAD` would give them).
-    fn open_whole(&self) -> Result<GetResult, StorageError> {
-        self.send_whole().wait()?
+    /// Whether a read from `start` opens with a plain GET of the whole
+    /// object (whose response's head gives the size) rather than a `HEAD`:
+    /// from byte 0, unless parallel ranges are already chosen.
+    fn opens_whole(&self, start: u64) -> bool {
+        start == 0 && self.settled_strategy() != Some(ReadStrategy::Ranges)
     }
 
-    /// Sends [`open_whole`](Self::open_whole)'s GET now; its response's head
-    /// arrives through the returned [`Pending`].
+    /// Sends a plain GET of the whole object now; its response's head (its
+    /// size, and the body to stream; errors, a missing object included, as
+    /// a `HEAD` would give them) arrives through the returned [`Pending`].
     fn send_whole(&self) -> Pending<Result<GetResult, StorageError>> {
         let task = self.task.clone();
         self.context.spawn(async move {
@@ -1256,6 +1257,14 @@ pub(crate) struct StartedOpen {
     response: Pending<Result<GetResult, StorageError>>,
 }
 
+impl StartedOpen {
+    /// Sends `ranges`' whole-object GET.
+    fn send(ranges: RangeReader) -> StartedOpen {
+        let response = ranges.send_whole();
+        StartedOpen { ranges, response }
+    }
+}
+
 impl std::fmt::Debug for StartedOpen {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StartedOpen")
@@ -1294,16 +1303,11 @@ impl ObjectReader {
         options: ReadOptions,
     ) -> Result<ObjectReader, StorageError> {
         let ranges = RangeReader::new(url, options)?;
-        let (size, opened) =
-            if start == 0 && ranges.settled_strategy() != Some(ReadStrategy::Ranges) {
-                let opened = ranges.open_whole()?;
-                (opened.meta.size, Some(opened))
-            } else {
-                (head(url)?.size, None)
-            };
-        let mut reader = ObjectReader::new(ranges, size, start.min(size), opened)?;
-        reader.top_up();
-        Ok(reader)
+        if ranges.opens_whole(start) {
+            return ObjectReader::finish_open(StartedOpen::send(ranges));
+        }
+        let size = head(url)?.size;
+        ObjectReader::new(ranges, size, start.min(size), None)
     }
 
     /// Sends the GET that [`open`](Self::open) would send first, and returns
@@ -1320,11 +1324,7 @@ impl ObjectReader {
         options: ReadOptions,
     ) -> Result<Option<StartedOpen>, StorageError> {
         let ranges = RangeReader::new(url, options)?;
-        if ranges.settled_strategy() == Some(ReadStrategy::Ranges) {
-            return Ok(None);
-        }
-        let response = ranges.send_whole();
-        Ok(Some(StartedOpen { ranges, response }))
+        Ok(ranges.opens_whole(0).then(|| StartedOpen::send(ranges)))
     }
 
     /// The reader of a [`start_open`](Self::start_open)ed object, as
@@ -1333,9 +1333,7 @@ impl ObjectReader {
     pub(crate) fn finish_open(started: StartedOpen) -> Result<ObjectReader, StorageError> {
         let opened = started.response.wait()??;
         let size = opened.meta.size;
-        let mut reader = ObjectReader::new(started.ranges, size, 0, Some(opened))?;
-        reader.top_up();
-        Ok(reader)
+        ObjectReader::new(started.ranges, size, 0, Some(opened))
     }
 
     /// Reads an object of known `size` (no `HEAD`).
@@ -1345,14 +1343,12 @@ impl ObjectReader {
         options: ReadOptions,
     ) -> Result<ObjectReader, StorageError> {
         let ranges = RangeReader::new(url, options)?;
-        let mut reader = ObjectReader::new(ranges, size, 0, None)?;
-        reader.top_up();
-        Ok(reader)
+        ObjectReader::new(ranges, size, 0, None)
     }
 
-    /// A reader of `ranges`' object of `size` bytes from `start` on; an
-    /// `opened` GET of the whole object is streamed if the strategy is one
-    /// stream, else dropped (which aborts it).
+    /// A reader of `ranges`' object of `size` bytes from `start` on, its
+    /// first GETs sent; an `opened` GET of the whole object is streamed if
+    /// the strategy is one stream, else dropped (which aborts it).
     fn new(
         mut ranges: RangeReader,
         size: u64,
@@ -1374,7 +1370,7 @@ impl ObjectReader {
             }
         };
         let whole = depth == 1 && start == 0 && length > 0;
-        Ok(ObjectReader {
+        let mut reader = ObjectReader {
             opened: opened.filter(|_| whole),
             step,
             depth,
@@ -1385,7 +1381,9 @@ impl ObjectReader {
             in_flight: VecDeque::new(),
             current: Bytes::new(),
             failed: false,
-        })
+        };
+        reader.top_up();
+        Ok(reader)
     }
 
     /// The object's size in bytes.
