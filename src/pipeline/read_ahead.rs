@@ -41,7 +41,7 @@ use crate::storage::{self, OpenAhead, ReadOptions};
 pub(crate) struct ReadAhead {
     /// Per file, in the interleave's order: its path where it may be opened
     /// ahead (an object read from its start), else `None`.
-    files: Vec<Option<PathBuf>>,
+    files: Arc<[Option<PathBuf>]>,
     read: ReadOptions,
     /// GETs ahead at once, at most.
     budget: usize,
@@ -62,7 +62,7 @@ impl ReadAhead {
     /// A read-ahead over `files` (`None` where a file may not be opened
     /// ahead), `budget` GETs at most; `None` when no file may be.
     pub(crate) fn new(
-        files: Vec<Option<PathBuf>>,
+        files: Arc<[Option<PathBuf>]>,
         budget: usize,
         read: ReadOptions,
     ) -> Option<Arc<ReadAhead>> {
@@ -147,9 +147,9 @@ mod tests {
 
     #[test]
     fn local_files_and_an_empty_budget_make_no_read_ahead() {
-        let local = vec![None, None];
+        let local = Arc::from([None, None]);
         assert!(ReadAhead::new(local, 4, ReadOptions::default()).is_none());
-        let object = vec![Some(PathBuf::from("http://127.0.0.1:9/a"))];
+        let object = Arc::from([Some(PathBuf::from("http://127.0.0.1:9/a"))]);
         assert!(ReadAhead::new(object, 0, ReadOptions::default()).is_none());
     }
 
@@ -160,7 +160,7 @@ mod tests {
     fn the_first_set_is_sent_at_once_then_one_file_per_open() {
         let url = |i: usize| Some(PathBuf::from(format!("http://127.0.0.1:9/f{i}")));
         // File 2 is read from past its start: never opened ahead.
-        let files = vec![url(0), url(1), None, url(3), url(4), url(5), url(6)];
+        let files = Arc::from([url(0), url(1), None, url(3), url(4), url(5), url(6)]);
         let ahead = ReadAhead::new(files, 2, ReadOptions::default()).unwrap();
         assert!(ahead.claim(0).is_none());
         assert_eq!(

@@ -200,9 +200,9 @@ impl TfRecordFiles {
             None => self.paths.into_iter().map(Segment::whole_file).collect(),
         };
         // Each start (each epoch) sends its own GETs ahead, and drops them.
-        let files: Vec<_> = segments.iter().map(Segment::opens_ahead).collect();
+        let files: Arc<[_]> = segments.iter().map(Segment::opens_ahead).collect();
         let (budget, ahead_read) = (options.cycle_length, read.clone());
-        let per_start = move || ReadAhead::new(files.clone(), budget, ahead_read.clone());
+        let per_start = move || ReadAhead::new(Arc::clone(&files), budget, ahead_read.clone());
         let numbered = segments.into_iter().enumerate().collect();
         let records = Pipeline::from_vec_each_start(numbered, per_start)
             .invalid_if(error.is_some(), "tfrecord_files", || {
@@ -271,19 +271,14 @@ impl FileStream {
     /// if there is one; once open, sends the next file's GET ahead.
     fn open(&self) -> Result<FileRecordReader, RecordError> {
         let sent = self.ahead.as_ref().and_then(|a| a.ahead.claim(a.index));
-        let opened = match sent {
-            Some(sent) if self.start == Position::default() => {
-                FileRecordReader::open_started(&self.path, self.options.clone(), sent)
-            }
-            _ if self.start == Position::default() => {
-                FileRecordReader::open_with(&self.path, self.options.clone(), &self.read)
-            }
-            _ => FileRecordReader::open_at_with(
-                &self.path,
-                self.options.clone(),
-                self.start,
-                &self.read,
-            ),
+        let options = self.options.clone();
+        let opened = if self.start != Position::default() {
+            // A GET sent ahead read from byte 0: dropped here, unread.
+            FileRecordReader::open_at_with(&self.path, options, self.start, &self.read)
+        } else if let Some(sent) = sent {
+            FileRecordReader::open_started(&self.path, options, sent)
+        } else {
+            FileRecordReader::open_with(&self.path, options, &self.read)
         }?;
         if let Some(a) = &self.ahead {
             a.ahead.opened(a.index);
