@@ -411,14 +411,15 @@ fn warm_requests(shared: &Shared, addr: SocketAddr) {
             [largest, 1, 1, 1].map(|rows| (path.clone(), version.signature.generated_request(rows)))
         })
         .collect();
-    // Twice, each time once the thread that served it waits again: the
-    // thread holding the turn serves the first, the one it passes the turn
-    // to the second, and those two then take the first connections of
-    // clients (turns.rs).
-    let threads = shared.config.connections.saturating_sub(1);
+    // Twice, each time until the thread that served it waits again (as many
+    // wait as before it took the connection; a client's connection held
+    // open meanwhile does not count against that): the thread holding the
+    // turn serves the first, the one it passes the turn to the second, and
+    // those two then take the first connections of clients (turns.rs).
     let over_http = (0..2).try_for_each(|_| {
+        let waiting = shared.turns.waiting();
         warm_over_http(shared, addr, &requests)?;
-        shared.turns.wait_idle(threads, Duration::from_millis(20));
+        shared.turns.wait_idle(waiting, Duration::from_millis(20));
         Ok::<_, std::io::Error>(())
     });
     if over_http.is_ok() {

@@ -99,6 +99,11 @@ impl Turns {
         }
     }
 
+    /// Threads waiting for the turn now.
+    pub(crate) fn waiting(&self) -> usize {
+        self.lock().waiting.len()
+    }
+
     /// Waits until `threads` threads wait for the turn (each done with its
     /// connection), at most `timeout`; returns whether they do.
     pub(crate) fn wait_idle(&self, threads: usize, timeout: Duration) -> bool {
