@@ -362,7 +362,6 @@ impl Segment {
         }
     }
 
-    /// This segment's records.
     /// The segment's records, its file read as `read` says, through the
     /// interleave's read-ahead where there is one.
     pub(crate) fn records(
